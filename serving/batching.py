@@ -1,0 +1,233 @@
+"""Batching policy: which queued items run together on which device, and when. No Paddle here.
+
+Items wait in per-stage queues, grouped by shape bucket (det: padded H x W; rec and cls: padded
+width), so a batch never mixes shapes and never pads across requests. A free device worker asks for
+the next batch sized for it (work pulling): the policy picks the most urgent bucket among the stages
+the worker serves (priority first, then later pipeline stages first so requests in flight finish,
+then age), fills the batch up to the worker's count and cost caps, and waits up to `max_wait_ms` for
+company when the batch is not full. Expired and cancelled items are dropped, never run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from serving.config import QueueConfig, StageLimits
+from serving.errors import DeadlineExceeded, Overloaded
+
+# Later stages first: finishing requests already in flight bounds latency and memory.
+STAGE_RANK = {"rec": 0, "cls": 1, "det": 2}
+
+INTERACTIVE = 0
+"""Priority of requests from the OCR endpoints."""
+BACKGROUND = 1
+"""Priority of batch-job pages: they run when no interactive work waits."""
+
+
+@dataclass(slots=True, eq=False)
+class WorkItem:
+    """One unit of inference work: a page for det, a padded chunk of crops for rec and cls."""
+
+    stage: str
+    bucket: Hashable
+    payload: Any
+    count: int
+    """Rows this item adds to the predictor batch."""
+    cost: int
+    """Pixels for det; padded width x rows for rec and cls."""
+    priority: int
+    deadline: float
+    """time.monotonic() value after which the item is dropped."""
+    future: asyncio.Future[Any]
+    enqueued_at: float = 0.0
+    attempts: int = 0
+    """How many times a device worker died while holding this item."""
+
+    @property
+    def abandoned(self) -> bool:
+        """The requester no longer waits for this item (cancelled, or already failed)."""
+        return self.future.done()
+
+    @property
+    def sort_key(self) -> tuple[int, int, float]:
+        """Urgency: lower runs first."""
+        return (self.priority, STAGE_RANK[self.stage], self.enqueued_at)
+
+
+@dataclass(slots=True)
+class Selection:
+    """What `BatchPolicy.select` decided."""
+
+    batch: list[WorkItem] = field(default_factory=list)
+    """Items to run now, all of one stage and bucket; empty when nothing is ready."""
+    wake_at: float | None = None
+    """When a waiting bucket reaches its max wait; None when nothing is queued."""
+    dropped: list[WorkItem] = field(default_factory=list)
+    """Expired or abandoned items: failed with DeadlineExceeded if still awaited, then freed."""
+
+
+class BatchPolicy:
+    """Pure batching policy over per-stage queues; time is passed in, so tests use a fake clock."""
+
+    def __init__(self, queues: Mapping[str, QueueConfig]) -> None:
+        self._config = dict(queues)
+        self._buckets: dict[str, dict[Hashable, list[WorkItem]]] = {s: {} for s in queues}
+        self._sizes: dict[str, int] = dict.fromkeys(queues, 0)
+
+    def depth(self, stage: str) -> int:
+        """Items queued for `stage` (including abandoned ones not yet swept)."""
+        return self._sizes[stage]
+
+    def has_room(self, stage: str, items: int = 1) -> bool:
+        """Whether `items` more fit under the stage's `max_queue_len`."""
+        return self._sizes[stage] + items <= self._config[stage].max_queue_len
+
+    def submit(self, item: WorkItem, now: float, *, front: bool = False) -> None:
+        """Queue `item`; `front` keeps its original age (a retry after a worker died).
+
+        Raises:
+            Overloaded: the stage's queue is full.
+        """
+        if not front:
+            if not self.has_room(item.stage):
+                raise Overloaded(f"The {item.stage} queue is full")
+            item.enqueued_at = now
+        self._buckets[item.stage].setdefault(item.bucket, []).append(item)
+        self._sizes[item.stage] += 1
+
+    def select(
+        self, now: float, stages: Iterable[str], limits: Mapping[str, StageLimits]
+    ) -> Selection:
+        """Pick the next batch for a worker serving `stages` with batch caps `limits`."""
+        selection = Selection()
+        candidates: list[tuple[tuple[int, int, float], str, Hashable]] = []
+        for stage in stages:
+            buckets = self._buckets.get(stage)
+            if not buckets:
+                continue
+            for bucket in list(buckets):
+                items = self._sweep(stage, bucket, now, selection.dropped)
+                if items:
+                    head = min(items, key=lambda it: it.sort_key)
+                    candidates.append((head.sort_key, stage, bucket))
+        candidates.sort(key=lambda c: c[0])
+        for _key, stage, bucket in candidates:
+            batch, full = self._fill(self._buckets[stage][bucket], limits[stage])
+            oldest = min(it.enqueued_at for it in batch)
+            ready_at = oldest + self._config[stage].max_wait_ms / 1000.0
+            if full or now >= ready_at:
+                self._take(stage, bucket, batch)
+                selection.batch = batch
+                return selection
+            if selection.wake_at is None or ready_at < selection.wake_at:
+                selection.wake_at = ready_at
+        return selection
+
+    def drain(self) -> list[WorkItem]:
+        """Remove and return every queued item (shutdown)."""
+        items = [it for buckets in self._buckets.values() for b in buckets.values() for it in b]
+        for stage in self._buckets:
+            self._buckets[stage] = {}
+            self._sizes[stage] = 0
+        return items
+
+    def _sweep(
+        self, stage: str, bucket: Hashable, now: float, dropped: list[WorkItem]
+    ) -> list[WorkItem]:
+        items = self._buckets[stage][bucket]
+        keep = []
+        for item in items:
+            if item.abandoned or now >= item.deadline:
+                dropped.append(item)
+                continue
+            keep.append(item)
+        self._sizes[stage] -= len(items) - len(keep)
+        if keep:
+            self._buckets[stage][bucket] = keep
+        else:
+            del self._buckets[stage][bucket]
+        return keep
+
+    @staticmethod
+    def _fill(items: list[WorkItem], limits: StageLimits) -> tuple[list[WorkItem], bool]:
+        """Most urgent items that fit the caps; the first one always fits (it runs alone)."""
+        batch: list[WorkItem] = []
+        count = cost = 0
+        for item in sorted(items, key=lambda it: it.sort_key):
+            fits = (
+                count + item.count <= limits.max_batch_size
+                and cost + item.cost <= limits.max_cost
+            )
+            if batch and not fits:
+                return batch, True
+            batch.append(item)
+            count += item.count
+            cost += item.cost
+        full = count >= limits.max_batch_size or cost >= limits.max_cost
+        return batch, full
+
+    def _take(self, stage: str, bucket: Hashable, batch: list[WorkItem]) -> None:
+        taken = {id(it) for it in batch}
+        rest = [it for it in self._buckets[stage][bucket] if id(it) not in taken]
+        if rest:
+            self._buckets[stage][bucket] = rest
+        else:
+            del self._buckets[stage][bucket]
+        self._sizes[stage] -= len(batch)
+
+
+class Scheduler:
+    """The event-driven side of the policy: workers await batches; submits wake them."""
+
+    def __init__(
+        self,
+        queues: Mapping[str, QueueConfig],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_drop: Callable[[WorkItem], None] | None = None,
+    ) -> None:
+        self.policy = BatchPolicy(queues)
+        self._clock = clock
+        self._changed = asyncio.Event()
+        self._on_drop = on_drop
+
+    def submit(self, item: WorkItem, *, front: bool = False) -> None:
+        """Queue an item and wake the waiting workers."""
+        self.policy.submit(item, self._clock(), front=front)
+        self._changed.set()
+
+    async def next_batch(
+        self, stages: Iterable[str], limits: Mapping[str, StageLimits]
+    ) -> list[WorkItem]:
+        """Wait for the next batch sized for a worker; never polls."""
+        stages = tuple(stages)
+        while True:
+            self._changed.clear()
+            selection = self.policy.select(self._clock(), stages, limits)
+            for item in selection.dropped:
+                self._drop(item)
+            if selection.batch:
+                # Other workers may find work in what is left.
+                self._changed.set()
+                return selection.batch
+            timeout = None
+            if selection.wake_at is not None:
+                timeout = max(0.0, selection.wake_at - self._clock())
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    def drain(self) -> list[WorkItem]:
+        """Remove every queued item (shutdown)."""
+        return self.policy.drain()
+
+    def _drop(self, item: WorkItem) -> None:
+        if not item.future.done():
+            item.future.set_exception(DeadlineExceeded())
+        if self._on_drop is not None:
+            self._on_drop(item)

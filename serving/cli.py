@@ -1,0 +1,77 @@
+"""`ocr-serve`: load the config, build the runtime, run Uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+import uvicorn
+
+from serving.app import build_app
+from serving.config import AppConfig, describe, load_config
+from serving.errors import ConfigError
+from serving.log_config import configure_logging
+from serving.runtime import Runtime
+
+logger = logging.getLogger("serving")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line flags; they override the config file."""
+    parser = argparse.ArgumentParser(prog="ocr-serve", description="Serve OCR over HTTP.")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=os.environ.get("OCR_CONFIG"),
+        help="config.toml to read (default: $OCR_CONFIG, else built-in defaults)",
+    )
+    parser.add_argument("--host", help="bind address (overrides server.host)")
+    parser.add_argument("--port", type=int, help="port (overrides server.port)")
+    parser.add_argument("--log-level", help="overrides server.log_level")
+    return parser.parse_args(argv)
+
+
+def resolve_config(args: argparse.Namespace) -> AppConfig:
+    """The config file with the command-line overrides applied."""
+    import dataclasses
+
+    config = load_config(Path(args.config) if args.config else None)
+    server = config.server
+    changes = {
+        key: value
+        for key, value in (("host", args.host), ("port", args.port), ("log_level", args.log_level))
+        if value is not None
+    }
+    if changes:
+        config = dataclasses.replace(config, server=dataclasses.replace(server, **changes))
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `ocr-serve`."""
+    args = parse_args(argv)
+    try:
+        config = resolve_config(args)
+    except ConfigError as err:
+        print(f"ocr-serve: configuration error: {err}")  # noqa: T201
+        return 2
+    configure_logging(config.server.log_level)
+    logger.info("effective configuration: %s", json.dumps(describe(config)))
+    try:
+        runtime = Runtime.build(config)
+    except (ConfigError, ValueError, OSError) as err:
+        logger.error("cannot start: %s", err)
+        return 2
+    app = build_app(runtime)
+    uvicorn.run(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        log_config=None,
+        timeout_graceful_shutdown=config.server.shutdown_grace_s,
+        access_log=False,
+    )
+    return 0

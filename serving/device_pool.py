@@ -1,0 +1,268 @@
+"""Device worker processes seen from the main process: start, supervise, and feed them batches.
+
+One dispatch task per worker pulls the next batch sized for that worker from the scheduler, sends
+it, and hands each item's outcome to its waiting request. A worker that dies is restarted; the
+items it held are queued again once, then failed with 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from serving import shm
+from serving.batching import Scheduler, WorkItem
+from serving.config import StageLimits
+from serving.device_worker import DeviceSpec, ItemFailed, ItemOk, WorkerSetup, device_worker_main
+from serving.errors import OcrError, WorkerUnavailable
+
+logger = logging.getLogger(__name__)
+
+_MP = multiprocessing.get_context("spawn")
+
+
+class WorkerDied(Exception):
+    """The device worker process exited while it held work."""
+
+
+@dataclass(slots=True, eq=False)
+class DeviceWorker:
+    """Main-process handle of one device worker process."""
+
+    spec: DeviceSpec
+    limits: Mapping[str, StageLimits]
+    setup: WorkerSetup
+    start_timeout_s: float = 600.0
+    process: BaseProcess | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    restarts: int = 0
+    batches: int = 0
+    _conn: Connection | None = None
+    _pending: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+    _ready: asyncio.Future[dict[str, Any]] | None = None
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def ready(self) -> bool:
+        """Loaded, warmed up and alive."""
+        return (
+            self._ready is not None
+            and self._ready.done()
+            and not self._ready.exception()
+            and self.process is not None
+            and self.process.is_alive()
+        )
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id."""
+        return self.process.pid if self.process is not None else None
+
+    async def start(self) -> None:
+        """Spawn the process and wait until it has loaded its models and run a warm-up page."""
+        loop = asyncio.get_running_loop()
+        parent, child = _MP.Pipe()
+        self._ready = loop.create_future()
+        self.process = _MP.Process(
+            target=device_worker_main,
+            args=(self.spec, self.setup, child),
+            name=f"ocr-device-{self.spec.name}",
+            daemon=True,
+        )
+        self.process.start()
+        child.close()
+        self._conn = parent
+        loop.add_reader(parent.fileno(), self._on_message)
+        loop.add_reader(self.process.sentinel, self._on_exit)
+        try:
+            self.info = await asyncio.wait_for(asyncio.shield(self._ready), self.start_timeout_s)
+        except TimeoutError:
+            self._kill()
+            raise
+        logger.info("device worker %s up (pid %s)", self.spec.name, self.pid)
+
+    async def execute(self, stage: str, refs: list[shm.ShmRef]) -> list[ItemOk | ItemFailed]:
+        """Run one batch; raises WorkerDied if the process exits first."""
+        if self._conn is None or not self.ready:
+            raise WorkerDied(self.spec.name)
+        batch_id = next(self._ids)
+        future: asyncio.Future[list[ItemOk | ItemFailed]] = asyncio.get_running_loop().create_future()
+        self._pending[batch_id] = future
+        try:
+            self._conn.send(("run", batch_id, stage, refs))
+        except (OSError, ValueError) as err:
+            self._pending.pop(batch_id, None)
+            raise WorkerDied(self.spec.name) from err
+        outcomes = await future
+        self.batches += 1
+        return outcomes
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Ask the process to exit; kill it if it does not."""
+        if self.process is None:
+            return
+        if self._conn is not None and self.process.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                self._conn.send(("stop",))
+        deadline = time.monotonic() + timeout_s
+        while self.process.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self._kill()
+
+    def _on_message(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            while conn.poll():
+                message = conn.recv()
+                self._dispatch(message)
+        except (EOFError, OSError):
+            self._on_exit()
+
+    def _dispatch(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "done":
+            future = self._pending.pop(message[1], None)
+            if future is not None and not future.done():
+                future.set_result(message[2])
+        elif kind == "ready" and self._ready is not None and not self._ready.done():
+            self._ready.set_result(message[1])
+        elif kind == "fatal" and self._ready is not None and not self._ready.done():
+            self._ready.set_exception(RuntimeError(f"{self.spec.name}: {message[1]}"))
+
+    def _on_exit(self) -> None:
+        self._detach()
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(RuntimeError(f"{self.spec.name} exited while starting"))
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(WorkerDied(self.spec.name))
+
+    def _detach(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._conn is not None:
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(self._conn.fileno())
+            self._conn.close()
+            self._conn = None
+        if self.process is not None:
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(self.process.sentinel)
+
+    def _kill(self) -> None:
+        self._detach()
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+        if self.process is not None:
+            self.process.join(timeout=5)
+
+
+class DevicePool:
+    """All device workers, their dispatch loops and supervision."""
+
+    def __init__(
+        self,
+        workers: list[DeviceWorker],
+        scheduler: Scheduler,
+        *,
+        restart_backoff_s: float = 1.0,
+    ) -> None:
+        self.workers = workers
+        self.scheduler = scheduler
+        self._restart_backoff_s = restart_backoff_s
+        self._tasks: list[asyncio.Task[None]] = []
+        self.restarts = 0
+
+    @property
+    def ready(self) -> bool:
+        """Every device worker is loaded, warmed up and alive."""
+        return bool(self.workers) and all(w.ready for w in self.workers)
+
+    async def start(self) -> None:
+        """Start every worker (in parallel) and their dispatch loops."""
+        await asyncio.gather(*(w.start() for w in self.workers))
+        for worker in self.workers:
+            self._tasks.append(asyncio.create_task(self._serve(worker), name=worker.spec.name))
+
+    async def stop(self) -> None:
+        """Stop dispatching and stop the processes."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await asyncio.gather(*(w.stop() for w in self.workers))
+
+    async def _serve(self, worker: DeviceWorker) -> None:
+        limits = worker.limits
+        while True:
+            batch = await self.scheduler.next_batch(worker.spec.stages, limits)
+            stage = batch[0].stage
+            try:
+                outcomes = await worker.execute(stage, [item.payload for item in batch])
+            except WorkerDied:
+                logger.error(
+                    "device worker %s died holding a %s batch of %d", worker.spec.name, stage,
+                    len(batch),
+                )
+                self._requeue(batch)
+                await self._restart(worker)
+                continue
+            self._complete(batch, outcomes)
+
+    def _complete(self, batch: list[WorkItem], outcomes: list[ItemOk | ItemFailed]) -> None:
+        if len(outcomes) != len(batch):
+            error = OcrError(f"worker returned {len(outcomes)} results for {len(batch)} items")
+            outcomes = [ItemFailed(error)] * len(batch)
+        for item, outcome in zip(batch, outcomes, strict=True):
+            discard_payload(item)
+            if item.future.done():
+                if isinstance(outcome, ItemOk) and isinstance(outcome.value, shm.ShmRef):
+                    shm.discard(outcome.value)
+                continue
+            if isinstance(outcome, ItemOk):
+                item.future.set_result(outcome.value)
+            else:
+                item.future.set_exception(outcome.error)
+
+    def _requeue(self, batch: list[WorkItem]) -> None:
+        # Workers never unlink their inputs, so a batch can run again elsewhere; once only.
+        for item in batch:
+            if item.future.done():
+                discard_payload(item)
+                continue
+            item.attempts += 1
+            if item.attempts > 1:
+                discard_payload(item)
+                item.future.set_exception(WorkerUnavailable())
+                continue
+            self.scheduler.submit(item, front=True)
+
+    async def _restart(self, worker: DeviceWorker) -> None:
+        self.restarts += 1
+        worker.restarts += 1
+        await worker.stop(timeout_s=1.0)
+        while True:
+            await asyncio.sleep(self._restart_backoff_s)
+            try:
+                await worker.start()
+                return
+            except (RuntimeError, TimeoutError, OSError):
+                logger.exception("restarting device worker %s failed; retrying", worker.spec.name)
+
+
+def discard_payload(item: WorkItem) -> None:
+    if isinstance(item.payload, shm.ShmRef):
+        shm.discard(item.payload)

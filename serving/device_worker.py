@@ -1,0 +1,181 @@
+"""A device worker process: owns the det/cls/rec predictors of one device and runs batches.
+
+It only executes what the main process hands it (policy lives in `serving.batching`). Inputs arrive
+as shared-memory references; detection maps leave the same way, while recognition and
+classification results, already reduced to small arrays, travel inline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from serving import shm
+from serving.errors import OcrError, PredictorFailed
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceSpec:
+    """One device worker: which device, which stages."""
+
+    name: str
+    """Unique worker name, e.g. "cpu" or "gpu:0#1" (second instance on GPU 0)."""
+    device: str
+    """"cpu" or "gpu:N"."""
+    stages: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSetup:
+    """What every device worker needs to load its models."""
+
+    model_dirs: dict[str, str]
+    """Stage -> model directory, for the stages that have a model."""
+    engine: Any
+    """models.paddle_predictor.EngineOptions without the device (filled per worker)."""
+    shm_prefix: str
+    log_level: str = "info"
+    predictor_factory: str = "serving.engine:create_predictor"
+    """Import path of `factory(stage, model_dir, engine, device) -> Predictor`; tests swap it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemOk:
+    """A successful item: a ShmRef (det) or small arrays (rec, cls)."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ItemFailed:
+    """A failed item; other items of the batch are unaffected."""
+
+    error: OcrError
+
+
+@dataclass(slots=True)
+class _Worker:
+    spec: DeviceSpec
+    setup: WorkerSetup
+    conn: Connection
+    predictors: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> None:
+        factory = _import(self.setup.predictor_factory)
+        for stage in self.spec.stages:
+            model_dir = self.setup.model_dirs.get(stage)
+            if model_dir is None:
+                continue
+            predictor = factory(stage, model_dir, self.setup.engine, self.spec.device)
+            predictor.load()
+            self.predictors[stage] = predictor
+
+    def warm_up(self) -> dict[str, Any]:
+        from serving.warmup import warm_up_page
+
+        started = time.monotonic()
+        texts = warm_up_page(self.predictors, self.setup.model_dirs)
+        return {"warmup_s": round(time.monotonic() - started, 3), "warmup_texts": texts}
+
+    def serve(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except EOFError:
+                return
+            if message[0] == "stop":
+                return
+            _, batch_id, stage, refs = message
+            self.conn.send(("done", batch_id, self.run_batch(stage, refs)))
+
+    def run_batch(self, stage: str, refs: list[shm.ShmRef]) -> list[ItemOk | ItemFailed]:
+        rows = [ref.shape[0] for ref in refs]
+        try:
+            batch = np.empty((sum(rows), *refs[0].shape[1:]), dtype=np.float32)
+            # Inputs stay in place until the main process has the outcome, so that the batch can be
+            # retried on another worker if this process dies.
+            shm.take_into(refs, batch, unlink=False)
+        except (OSError, ValueError) as err:
+            logger.exception("cannot collate a %s batch", stage)
+            return [ItemFailed(PredictorFailed(f"Bad {stage} input: {err}"))] * len(refs)
+        try:
+            return self._run_split(stage, batch, rows)
+        except Exception:
+            if len(refs) == 1:
+                logger.exception("%s inference failed on %s", stage, self.spec.name)
+                return [ItemFailed(PredictorFailed())]
+            logger.warning("%s batch of %d failed; retrying items alone", stage, len(refs))
+        outcomes: list[ItemOk | ItemFailed] = []
+        start = 0
+        for n in rows:
+            try:
+                outcomes.extend(self._run_split(stage, batch[start : start + n], [n]))
+            except Exception:
+                logger.exception("%s inference failed on %s", stage, self.spec.name)
+                outcomes.append(ItemFailed(PredictorFailed()))
+            start += n
+        return outcomes
+
+    def _run_split(self, stage: str, batch: np.ndarray, rows: list[int]) -> list[ItemOk | ItemFailed]:
+        output = self.predictors[stage].run(batch)
+        if output.shape[0] != batch.shape[0]:
+            raise PredictorFailed(f"{stage} returned {output.shape[0]} rows for {batch.shape[0]}")
+        outcomes: list[ItemOk | ItemFailed] = []
+        start = 0
+        for n in rows:
+            part = output[start : start + n]
+            start += n
+            if stage == "det":
+                outcomes.append(ItemOk(shm.put(part[:, 0], self.setup.shm_prefix)))
+            elif stage == "rec":
+                from pipelines.rec_postprocess import reduce_rec_output
+
+                outcomes.append(ItemOk(reduce_rec_output(part)))
+            else:
+                outcomes.append(ItemOk(np.ascontiguousarray(part, dtype=np.float32)))
+        return outcomes
+
+    def close(self) -> None:
+        for predictor in self.predictors.values():
+            predictor.close()
+
+
+def _import(path: str) -> Callable[..., Any]:
+    module_name, _, attr = path.partition(":")
+    module = __import__(module_name, fromlist=[attr])
+    factory: Callable[..., Any] = getattr(module, attr)
+    return factory
+
+
+def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -> None:
+    """Process entry point: load, warm up with a real page, report ready, serve until told."""
+    from serving.log_config import configure_logging
+
+    configure_logging(setup.log_level, process_name=f"device[{spec.name}]")
+    # The main process handles SIGINT/SIGTERM and stops workers in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker = _Worker(spec=spec, setup=setup, conn=conn)
+    try:
+        worker.load()
+        info = worker.warm_up()
+    except Exception as err:
+        logger.exception("device worker %s failed to start", spec.name)
+        conn.send(("fatal", f"{type(err).__name__}: {err}"))
+        return
+    info["pid"] = os.getpid()
+    logger.info("device worker %s ready: %s", spec.name, info)
+    conn.send(("ready", info))
+    try:
+        worker.serve()
+    finally:
+        worker.close()

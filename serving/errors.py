@@ -1,0 +1,98 @@
+"""Errors that carry their HTTP status; picklable, since they cross process boundaries."""
+
+from __future__ import annotations
+
+
+class OcrError(Exception):
+    """Base error: a 500 with a safe message."""
+
+    http_status: int = 500
+    code: str = "internal"
+    default_message: str = "Internal server error"
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or self.default_message
+        super().__init__(self.message)
+
+    def __reduce__(self) -> tuple[type[OcrError], tuple[str]]:
+        return (type(self), (self.message,))
+
+
+class InvalidInput(OcrError):
+    """Undecodable image or PDF, bad base64, a page over the limits."""
+
+    http_status = 422
+    code = "invalid_input"
+    default_message = "Invalid input file"
+
+
+class ValidationFailed(OcrError):
+    """A request field is missing, has the wrong type or is out of range."""
+
+    http_status = 422
+    code = "validation_failed"
+    default_message = "Invalid request"
+
+
+class UnsupportedMediaType(OcrError):
+    """A content type this endpoint does not accept."""
+
+    http_status = 415
+    code = "unsupported_media"
+    default_message = "Unsupported media type"
+
+
+class PayloadTooLarge(OcrError):
+    """The request body is over `server.max_body_bytes`."""
+
+    http_status = 413
+    code = "payload_too_large"
+    default_message = "Request body too large"
+
+
+class Overloaded(OcrError):
+    """Queues are full: the client should retry later (503 with Retry-After)."""
+
+    http_status = 503
+    code = "overloaded"
+    default_message = "Server overloaded, retry later"
+
+
+class DeadlineExceeded(OcrError):
+    """The request did not finish within `server.request_timeout_s`."""
+
+    http_status = 504
+    code = "deadline_exceeded"
+    default_message = "Request timed out"
+
+
+class PredictorFailed(OcrError):
+    """Inference raised; details are logged, not returned."""
+
+    http_status = 500
+    code = "predictor_failed"
+    default_message = "Inference failed"
+
+
+class WorkerUnavailable(OcrError):
+    """A worker process died while holding this work, and the one retry is spent."""
+
+    http_status = 503
+    code = "worker_unavailable"
+    default_message = "Worker unavailable, retry later"
+
+
+class NotReady(OcrError):
+    """Models are still loading or warming up."""
+
+    http_status = 503
+    code = "not_ready"
+    default_message = "Models are not loaded yet"
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names its TOML path."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {problem}")

@@ -1,0 +1,209 @@
+"""PaddleX basic serving's OCR API: request fields, `prunedResult`, envelopes (drop-in `/ocr`)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.crop import boxes_from_polys
+from pipelines.types import PageResult
+from serving.engine import OcrOptions
+from serving.errors import InvalidInput, ValidationFailed
+from serving.inputs import FileKind
+from serving.ocr_service import PageOutput
+
+# Request field -> (accepted JSON types, OcrOptions override name).
+_OPTIONAL_FIELDS: dict[str, tuple[tuple[type, ...], str | None]] = {
+    "useDocOrientationClassify": ((bool,), None),
+    "useDocUnwarping": ((bool,), None),
+    "useTextlineOrientation": ((bool,), "use_textline_orientation"),
+    "textDetLimitSideLen": ((int,), "limit_side_len"),
+    "textDetLimitType": ((str,), "limit_type"),
+    "textDetThresh": ((int, float), "thresh"),
+    "textDetBoxThresh": ((int, float), "box_thresh"),
+    "textDetUnclipRatio": ((int, float), "unclip_ratio"),
+    "textRecScoreThresh": ((int, float), "score_thresh"),
+    "returnWordBox": ((bool,), None),
+    "visualize": ((bool,), None),
+    "logId": ((str,), None),
+}
+# PaddleX reads these as `value or default`: a 0 in the request runs with the default but is
+# still reported in `text_det_params`. Reproduced so that results match PaddleX's.
+_FALSY_MEANS_DEFAULT = ("limit_side_len", "thresh", "box_thresh", "unclip_ratio")
+
+
+@dataclass(frozen=True, slots=True)
+class OcrRequest:
+    """A parsed `/ocr` request."""
+
+    log_id: str
+    file: str
+    """Base64 data or a URL."""
+    file_type: FileKind | None
+    overrides: dict[str, Any]
+    """OcrOptions overrides as the request gave them (None = not given)."""
+    visualize: bool | None
+
+
+def log_id_of(body: Any) -> str:
+    """The request's `logId` when it has a usable one, else a new id (as PaddleX)."""
+    if isinstance(body, dict) and isinstance(body.get("logId"), str):
+        return str(body["logId"])
+    return str(uuid.uuid4())
+
+
+def parse_request(body: Any) -> OcrRequest:
+    """Validate an `/ocr` JSON body.
+
+    Raises:
+        ValidationFailed: with PaddleX's `[{type, loc, msg}]` list as the message.
+    """
+    if not isinstance(body, dict):
+        _invalid("model_attributes_type", "", "Input should be a valid dictionary")
+    problems: list[dict[str, str]] = []
+    file = body.get("file")
+    if file is None:
+        problems.append({"type": "missing", "loc": "file", "msg": "Field required"})
+    elif not isinstance(file, str):
+        problems.append({"type": "string_type", "loc": "file", "msg": "Input should be a string"})
+    file_type = body.get("fileType")
+    if file_type is not None and (isinstance(file_type, bool) or file_type not in (0, 1)):
+        problems.append(
+            {"type": "literal_error", "loc": "fileType", "msg": "Input should be 0 or 1"}
+        )
+    overrides: dict[str, Any] = {}
+    for name, (types_, option) in _OPTIONAL_FIELDS.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) and bool not in types_ or not isinstance(value, types_):
+            kind = "/".join(t.__name__ for t in types_)
+            problems.append({"type": f"{kind}_type", "loc": name, "msg": f"Input should be {kind}"})
+            continue
+        if option is not None:
+            overrides[option] = value
+    if problems:
+        raise ValidationFailed(json.dumps(problems))
+    if body.get("useDocOrientationClassify") or body.get("useDocUnwarping"):
+        raise ValidationFailed(
+            "Document orientation classification and unwarping are not served here: "
+            "send useDocOrientationClassify and useDocUnwarping as false or leave them out"
+        )
+    if body.get("returnWordBox"):
+        raise ValidationFailed("returnWordBox is not supported by this server")
+    if overrides.get("limit_type") not in (None, "min", "max", "resize_long"):
+        raise ValidationFailed("textDetLimitType must be min, max or resize_long")
+    kind: FileKind | None = None if file_type is None else ("pdf" if file_type == 0 else "image")
+    return OcrRequest(
+        log_id=log_id_of(body),
+        file=str(file),
+        file_type=kind,
+        overrides=overrides,
+        visualize=body.get("visualize"),
+    )
+
+
+def _invalid(kind: str, loc: str, msg: str) -> None:
+    raise ValidationFailed(json.dumps([{"type": kind, "loc": loc, "msg": msg}]))
+
+
+def effective_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The overrides the pipeline runs with (PaddleX's `value or default` quirk applied)."""
+    return {
+        key: (None if key in _FALSY_MEANS_DEFAULT and not value else value)
+        for key, value in overrides.items()
+    }
+
+
+def decode_base64_file(data: str) -> bytes:
+    """Decode the `file` field.
+
+    Raises:
+        InvalidInput: not valid base64 (422, as PaddleX).
+    """
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise InvalidInput("Invalid input file: `file` is neither a URL nor valid base64") from err
+
+
+def is_url(value: str) -> bool:
+    """PaddleX's test: an http(s) scheme and a host."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(value)
+    return parsed.scheme in ("http", "https") and bool(parsed.netloc)
+
+
+def pruned_result(
+    page: PageResult, options: OcrOptions, reported: dict[str, Any], use_cls: bool
+) -> dict[str, Any]:
+    """PaddleOCR's `res` for one page, minus `input_path` and `page_index` (PaddleX's prune)."""
+    det = options.det
+    params = {
+        "limit_side_len": det.limit_side_len,
+        "limit_type": det.limit_type,
+        "thresh": det.thresh,
+        "max_side_limit": det.max_side_limit,
+        "box_thresh": det.box_thresh,
+        "unclip_ratio": det.unclip_ratio,
+    }
+    for key in _FALSY_MEANS_DEFAULT:
+        if key in reported:
+            params[key] = reported[key]
+    rec_polys = [line.poly for line in page.lines]
+    result: dict[str, Any] = {
+        "model_settings": {"use_doc_preprocessor": False, "use_textline_orientation": use_cls},
+        "dt_polys": [poly.tolist() for poly in page.dt_polys],
+        "text_det_params": params,
+        "text_type": "general",
+    }
+    if page.dt_polys:
+        result["textline_orientation_angles"] = list(page.orientations)
+    result["text_rec_score_thresh"] = reported.get("score_thresh", options.rec.score_thresh)
+    result["return_word_box"] = False
+    result["rec_texts"] = [line.text for line in page.lines]
+    result["rec_scores"] = [float(line.score) for line in page.lines]
+    result["rec_polys"] = [poly.tolist() for poly in rec_polys]
+    result["rec_boxes"] = boxes_from_polys(rec_polys).tolist() if rec_polys else []
+    return result
+
+
+def infer_result(
+    pages: list[PageOutput],
+    kind: FileKind,
+    options: OcrOptions,
+    reported: dict[str, Any],
+) -> dict[str, Any]:
+    """The `result` object of a successful `/ocr` response."""
+    use_cls = options.cls is not None
+    ocr_results = []
+    for page in pages:
+        entry: dict[str, Any] = {"prunedResult": pruned_result(page.result, options, reported, use_cls)}
+        if page.images:
+            entry["ocrImage"] = page.images["ocrImage"]
+            entry["inputImage"] = page.images["inputImage"]
+        ocr_results.append(entry)
+    if kind == "pdf":
+        data_info: dict[str, Any] = {
+            "numPages": len(pages),
+            "pages": [{"width": p.result.width, "height": p.result.height} for p in pages],
+            "type": "pdf",
+        }
+    else:
+        first = pages[0].result
+        data_info = {"width": first.width, "height": first.height, "type": "image"}
+    return {"ocrResults": ocr_results, "dataInfo": data_info}
+
+
+def envelope(log_id: str, result: dict[str, Any] | None = None, *, status: int = 0,
+             message: str = "Success") -> dict[str, Any]:
+    """PaddleX's response envelope; errors carry the HTTP status as `errorCode`."""
+    body: dict[str, Any] = {"logId": log_id, "errorCode": status, "errorMsg": message}
+    if result is not None:
+        body["result"] = result
+    return body

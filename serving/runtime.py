@@ -1,0 +1,159 @@
+"""Everything behind the HTTP layer, wired from the config: pools, scheduler, devices, service."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from serving import shm
+from serving.batching import Scheduler
+from serving.config import STAGES, AppConfig
+from serving.cpu_pool import CpuPool
+from serving.device_pool import DevicePool, DeviceWorker, discard_payload
+from serving.device_worker import DeviceSpec, WorkerSetup
+from serving.engine import ModelBundle, engine_options, load_bundle
+from serving.errors import NotReady
+from serving.inputs import DecodeLimits
+from serving.ocr_service import Admission, OcrService
+
+logger = logging.getLogger(__name__)
+
+
+def visible_gpus() -> int:
+    """GPUs Paddle can use, asked in a child process so this one never imports Paddle."""
+    code = (
+        "import paddle\n"
+        "print(paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0)"
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        )
+        return int(out.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+        logger.warning("could not count GPUs; using the CPU")
+        return 0
+
+
+def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[DeviceSpec]:
+    """Resolve `workers.devices` into one spec per device worker process."""
+    workers = config.workers
+    devices: list[str] = []
+    for entry in workers.devices:
+        if entry == "auto":
+            count = visible_gpus() if gpu_count is None else gpu_count
+            devices.extend([f"gpu:{i}" for i in range(count)] or ["cpu"])
+        else:
+            devices.append(entry)
+    specs = []
+    for device in dict.fromkeys(devices):
+        kind = workers.gpu if device.startswith("gpu:") else workers.cpu
+        instances = workers.gpu_instances if device.startswith("gpu:") else 1
+        for i in range(instances):
+            name = device if instances == 1 else f"{device}#{i}"
+            specs.append(DeviceSpec(name=name, device=device, stages=kind.stages))
+    return specs
+
+
+@dataclass
+class Runtime:
+    """The server's moving parts; `start()` brings them up, `stop()` takes them down."""
+
+    config: AppConfig
+    bundle: ModelBundle
+    prefix: str
+    cpu: CpuPool
+    scheduler: Scheduler
+    devices: DevicePool
+    service: OcrService
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    startup_error: str | None = None
+
+    @classmethod
+    def build(
+        cls, config: AppConfig, *, specs: list[DeviceSpec] | None = None,
+        predictor_factory: str | None = None,
+    ) -> Runtime:
+        """Read the models and build every part (no process is started)."""
+        bundle = load_bundle(config.models)
+        prefix = shm.server_prefix()
+        queues = {stage: config.workers.queue(stage) for stage in STAGES}
+        scheduler = Scheduler(queues, on_drop=discard_payload)
+        setup = WorkerSetup(
+            model_dirs=bundle.model_dirs,
+            engine=engine_options(config.engine, "cpu", config.cpu_threads),
+            shm_prefix=prefix,
+            log_level=config.server.log_level,
+        )
+        if predictor_factory is not None:
+            setup = WorkerSetup(
+                model_dirs=setup.model_dirs, engine=setup.engine, shm_prefix=prefix,
+                log_level=setup.log_level, predictor_factory=predictor_factory,
+            )
+        workers = []
+        for spec in specs if specs is not None else device_specs(config):
+            kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
+            limits = {stage: kind.limits(stage) for stage in STAGES}
+            workers.append(DeviceWorker(spec=spec, limits=limits, setup=setup))
+        devices = DevicePool(
+            workers, scheduler, restart_backoff_s=config.workers.restart_backoff_s
+        )
+        cpu = CpuPool(config.cpu_workers, bundle.charset, prefix)
+        limits = DecodeLimits(
+            max_pdf_pages=config.input.max_pdf_pages,
+            pdf_render_scale=config.input.pdf_render_scale,
+            max_image_pixels=config.input.max_image_pixels,
+        )
+        service = OcrService(
+            cpu=cpu,
+            scheduler=scheduler,
+            limits=limits,
+            admission=Admission(max_pages=config.server.max_inflight_pages),
+        )
+        return cls(
+            config=config, bundle=bundle, prefix=prefix, cpu=cpu, scheduler=scheduler,
+            devices=devices, service=service,
+        )
+
+    @property
+    def ready(self) -> bool:
+        """Models loaded, warm-up pages run, every device worker alive."""
+        return self.started.is_set() and self.devices.ready
+
+    def check_ready(self) -> None:
+        """Raise NotReady (503) unless the server can take requests."""
+        if not self.ready:
+            raise NotReady(self.startup_error or None)
+
+    async def start(self) -> None:
+        """Start the CPU pool and the device workers; readiness follows."""
+        try:
+            self.cpu.start()
+            await asyncio.gather(self.cpu.warm_up(), self.devices.start())
+        except Exception as err:
+            self.startup_error = f"Start-up failed: {err}"
+            logger.exception("start-up failed")
+            raise
+        self.started.set()
+        logger.info(
+            "ready: %d CPU workers, device workers %s",
+            self.cpu.workers,
+            ", ".join(f"{w.spec.name} (pid {w.pid})" for w in self.devices.workers),
+        )
+
+    async def stop(self) -> None:
+        """Stop every process and remove any shared-memory segment left."""
+        for item in self.scheduler.drain():
+            discard_payload(item)
+            if not item.future.done():
+                item.future.cancel()
+        await self.devices.stop()
+        await asyncio.to_thread(self.cpu.stop)
+        swept = shm.sweep(self.prefix)
+        if swept:
+            logger.info("removed %d shared-memory segments left by workers", swept)
+        logger.info("stopped (pid %d)", os.getpid())

@@ -1,0 +1,177 @@
+"""Batching policy with a fake clock: sizes, waits, buckets, priorities, deadlines, shedding."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serving.batching import BACKGROUND, INTERACTIVE, BatchPolicy, Scheduler, WorkItem
+from serving.config import QueueConfig, StageLimits
+from serving.errors import DeadlineExceeded, Overloaded
+
+LIMITS = {
+    "det": StageLimits(max_batch_size=2, max_cost=10_000),
+    "rec": StageLimits(max_batch_size=12, max_cost=12 * 400),
+    "cls": StageLimits(max_batch_size=12, max_cost=12 * 400),
+}
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def queues(wait_ms: float = 0.0, max_len: int = 100) -> dict[str, QueueConfig]:
+    return {s: QueueConfig(max_wait_ms=wait_ms, max_queue_len=max_len) for s in ("det", "cls", "rec")}
+
+
+def item(loop, stage="rec", bucket=320, count=6, priority=INTERACTIVE, deadline=1e9, name=""):
+    it = WorkItem(
+        stage=stage, bucket=bucket, payload=name, count=count, cost=count * (bucket if stage != "det" else 1000),
+        priority=priority, deadline=deadline, future=loop.create_future(),
+    )
+    return it
+
+
+def names(batch):
+    return [it.payload for it in batch]
+
+
+def test_batch_closes_at_max_size(loop):
+    policy = BatchPolicy(queues(wait_ms=50))
+    for i in range(3):
+        policy.submit(item(loop, name=f"r{i}"), now=0.0)
+    sel = policy.select(0.0, ["rec"], LIMITS)
+    assert names(sel.batch) == ["r0", "r1"]  # 12 crops = 2 chunks of 6: full, no waiting
+    assert policy.depth("rec") == 1
+
+
+def test_batch_waits_then_closes_at_max_wait(loop):
+    policy = BatchPolicy(queues(wait_ms=50))
+    policy.submit(item(loop, name="a"), now=0.0)
+    sel = policy.select(0.010, ["rec"], LIMITS)
+    assert sel.batch == []
+    assert sel.wake_at == pytest.approx(0.050)
+    policy.submit(item(loop, count=3, name="b"), now=0.020)
+    assert policy.select(0.049, ["rec"], LIMITS).batch == []
+    sel = policy.select(0.050, ["rec"], LIMITS)
+    assert names(sel.batch) == ["a", "b"]
+
+
+def test_zero_wait_takes_what_is_queued(loop):
+    policy = BatchPolicy(queues(wait_ms=0))
+    policy.submit(item(loop, count=2, name="a"), now=0.0)
+    policy.submit(item(loop, count=2, name="b"), now=0.0)
+    assert names(policy.select(0.0, ["rec"], LIMITS).batch) == ["a", "b"]
+
+
+def test_buckets_never_mix(loop):
+    policy = BatchPolicy(queues())
+    policy.submit(item(loop, bucket=320, count=1, name="w320"), now=0.0)
+    policy.submit(item(loop, bucket=640, count=1, name="w640"), now=0.1)
+    policy.submit(item(loop, bucket=320, count=1, name="w320b"), now=0.2)
+    first = policy.select(1.0, ["rec"], LIMITS).batch
+    second = policy.select(1.0, ["rec"], LIMITS).batch
+    assert names(first) == ["w320", "w320b"]
+    assert names(second) == ["w640"]
+    assert {it.bucket for it in first} == {320}
+
+
+def test_cost_cap_limits_batch(loop):
+    policy = BatchPolicy(queues())
+    for i in range(4):
+        policy.submit(item(loop, bucket=400, count=6, name=f"c{i}"), now=0.0)
+    limits = {**LIMITS, "rec": StageLimits(max_batch_size=100, max_cost=6 * 400 * 3)}
+    assert names(policy.select(0.0, ["rec"], limits).batch) == ["c0", "c1", "c2"]
+
+
+def test_item_over_the_cap_runs_alone(loop):
+    policy = BatchPolicy(queues())
+    policy.submit(item(loop, bucket=3200, count=6, name="huge"), now=0.0)
+    assert names(policy.select(0.0, ["rec"], LIMITS).batch) == ["huge"]
+
+
+def test_interactive_before_background(loop):
+    policy = BatchPolicy(queues())
+    policy.submit(item(loop, bucket=320, count=6, priority=BACKGROUND, name="job"), now=0.0)
+    policy.submit(item(loop, bucket=640, count=6, priority=INTERACTIVE, name="user"), now=1.0)
+    assert names(policy.select(2.0, ["rec"], LIMITS).batch) == ["user"]
+    assert names(policy.select(2.0, ["rec"], LIMITS).batch) == ["job"]
+
+
+def test_background_items_fill_after_interactive_in_same_bucket(loop):
+    policy = BatchPolicy(queues())
+    policy.submit(item(loop, count=6, priority=BACKGROUND, name="job"), now=0.0)
+    policy.submit(item(loop, count=6, priority=INTERACTIVE, name="user"), now=1.0)
+    policy.submit(item(loop, count=6, priority=INTERACTIVE, name="user2"), now=1.0)
+    assert names(policy.select(2.0, ["rec"], LIMITS).batch) == ["user", "user2"]
+
+
+def test_later_stage_first_then_age(loop):
+    policy = BatchPolicy(queues())
+    policy.submit(item(loop, stage="det", bucket=(32, 32), count=1, name="det"), now=0.0)
+    policy.submit(item(loop, stage="rec", count=6, name="rec"), now=1.0)
+    assert names(policy.select(2.0, ["det", "rec"], LIMITS).batch) == ["rec"]
+    # A worker limited to det does not see rec work.
+    policy.submit(item(loop, stage="rec", count=6, name="rec2"), now=1.0)
+    assert names(policy.select(2.0, ["det"], LIMITS).batch) == ["det"]
+
+
+def test_expired_items_are_dropped_not_run(loop):
+    policy = BatchPolicy(queues())
+    old = item(loop, deadline=5.0, name="old")
+    policy.submit(old, now=0.0)
+    policy.submit(item(loop, deadline=50.0, name="fresh"), now=0.0)
+    sel = policy.select(10.0, ["rec"], LIMITS)
+    assert names(sel.batch) == ["fresh"]
+    assert sel.dropped == [old]
+    assert policy.depth("rec") == 0
+
+
+def test_cancelled_items_are_dropped(loop):
+    policy = BatchPolicy(queues())
+    gone = item(loop, name="gone")
+    policy.submit(gone, now=0.0)
+    gone.future.cancel()
+    sel = policy.select(0.0, ["rec"], LIMITS)
+    assert sel.batch == []
+    assert sel.dropped == [gone]
+
+
+def test_full_queue_sheds_load(loop):
+    policy = BatchPolicy(queues(max_len=2))
+    policy.submit(item(loop), now=0.0)
+    policy.submit(item(loop), now=0.0)
+    with pytest.raises(Overloaded):
+        policy.submit(item(loop), now=0.0)
+    # A retry after a worker died is re-queued even when the queue is full.
+    retry = item(loop, name="retry")
+    retry.enqueued_at = -1.0
+    policy.submit(retry, now=0.0, front=True)
+    assert names(policy.select(0.0, ["rec"], LIMITS).batch)[0] == "retry"
+
+
+def test_scheduler_wakes_waiting_worker_and_fails_expired():
+    async def scenario():
+        now = [0.0]
+        dropped = []
+        scheduler = Scheduler(queues(), clock=lambda: now[0], on_drop=dropped.append)
+        loop = asyncio.get_running_loop()
+        waiter = asyncio.ensure_future(scheduler.next_batch(["rec"], LIMITS))
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        expired = item(loop, deadline=1.0, name="expired")
+        scheduler.submit(expired)
+        now[0] = 2.0
+        live = item(loop, deadline=10.0, name="live")
+        scheduler.submit(live)
+        batch = await asyncio.wait_for(waiter, 5)
+        assert names(batch) == ["live"]
+        with pytest.raises(DeadlineExceeded):
+            expired.future.result()
+        assert dropped == [expired]
+
+    asyncio.run(scenario())
