@@ -1,0 +1,84 @@
+"""Detection preprocessing: resize a BGR page to multiples of 32 and normalise it to CHW float32."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from pipelines.types import DetInput, DetParams
+
+# NormalizeImage constants from the detector's inference.yml, applied to BGR channels as they are.
+_SCALE = 1.0 / 255.0
+_MEAN = (0.485, 0.456, 0.406)
+_STD = (0.229, 0.224, 0.225)
+# PaddleX multiplies float32 planes by Python floats, which numpy casts to float32 first.
+_ALPHA = tuple(np.float32(_SCALE / s) for s in _STD)
+_BETA = tuple(np.float32(-m / s) for m, s in zip(_MEAN, _STD, strict=True))
+
+
+def preprocess_det(image: np.ndarray, params: DetParams) -> DetInput:
+    """Prepares one page for the text detector exactly as PaddleX's detection predictor does.
+
+    Args:
+        image: BGR uint8 image of shape (H, W, 3).
+        params: Resize limits.
+
+    Returns:
+        The normalised (3, H', W') float32 tensor, with the source size and the resize ratios.
+
+    Raises:
+        ValueError: If the image is not (H, W, 3) with positive sides, or the limit type is unknown.
+    """
+    if image.ndim != 3 or image.shape[2] != 3 or image.shape[0] < 1 or image.shape[1] < 1:
+        raise ValueError(f"expected a BGR image of shape (H, W, 3), got {image.shape}")
+    src_h, src_w = int(image.shape[0]), int(image.shape[1])
+    img = image
+    if src_h + src_w < 64:
+        img = _pad_to_32(img)
+    img, ratio_h, ratio_w = _resize_type0(img, params)
+    return DetInput(
+        tensor=_normalize_chw(img), src_h=src_h, src_w=src_w, ratio_h=ratio_h, ratio_w=ratio_w
+    )
+
+
+def _pad_to_32(img: np.ndarray) -> np.ndarray:
+    # DetResizeForTest.image_padding: zero pad bottom/right to at least 32 x 32.
+    h, w, c = img.shape
+    padded = np.zeros((max(32, h), max(32, w), c), np.uint8)
+    padded[:h, :w, :] = img
+    return padded
+
+
+def _resize_type0(img: np.ndarray, params: DetParams) -> tuple[np.ndarray, float, float]:
+    # Mirrors DetResizeForTest.resize_image_type0 (PaddleX 3.7.2).
+    h, w = int(img.shape[0]), int(img.shape[1])
+    limit = params.limit_side_len
+    if params.limit_type == "max":
+        ratio = (float(limit) / h if h > w else float(limit) / w) if max(h, w) > limit else 1.0
+    elif params.limit_type == "min":
+        ratio = (float(limit) / h if h < w else float(limit) / w) if min(h, w) < limit else 1.0
+    elif params.limit_type == "resize_long":
+        ratio = float(limit) / max(h, w)
+    else:
+        raise ValueError(f"unsupported limit_type {params.limit_type!r}")
+    resize_h = int(h * ratio)
+    resize_w = int(w * ratio)
+    if max(resize_h, resize_w) > params.max_side_limit:
+        ratio = float(params.max_side_limit) / max(resize_h, resize_w)
+        resize_h, resize_w = int(resize_h * ratio), int(resize_w * ratio)
+    resize_h = max(round(resize_h / 32) * 32, 32)
+    resize_w = max(round(resize_w / 32) * 32, 32)
+    if resize_h == h and resize_w == w:
+        return img, 1.0, 1.0
+    resized = cv2.resize(img, (resize_w, resize_h))
+    return resized, resize_h / float(h), resize_w / float(w)
+
+
+def _normalize_chw(img: np.ndarray) -> np.ndarray:
+    # NormalizeImage (x.astype(float32) * alpha + beta per channel) followed by ToCHWImage.
+    h, w = img.shape[:2]
+    out = np.empty((3, h, w), np.float32)
+    for c in range(3):
+        np.multiply(img[:, :, c], _ALPHA[c], out=out[c], dtype=np.float32)
+        out[c] += _BETA[c]
+    return out

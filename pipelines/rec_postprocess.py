@@ -1,0 +1,66 @@
+"""Recognition postprocessing: greedy CTC decoding of the recogniser's per-step outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+_BLANK = 0
+
+
+def build_charset(character_dict: Sequence[str], use_space_char: bool = True) -> tuple[str, ...]:
+    """Builds the CTC label table as PaddleX's CTCLabelDecode does.
+
+    Args:
+        character_dict: `PostProcess.character_dict` from the recogniser's inference.yml (a list
+            of characters, or one string of characters).
+        use_space_char: Append " " as the last label, as PaddleX does by default.
+
+    Returns:
+        The labels: "blank" at index 0, then the dictionary, then " " when requested.
+    """
+    labels = list(character_dict)
+    if use_space_char:
+        labels.append(" ")
+    return ("blank", *labels)
+
+
+def reduce_rec_output(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Reduces the recogniser's [n, T, C] softmax output to what decoding needs.
+
+    Args:
+        probs: Per-step class probabilities, shape (n, T, C).
+
+    Returns:
+        The argmax class per step (int32, shape (n, T)) and its probability (float32, (n, T)).
+    """
+    return probs.argmax(axis=-1).astype(np.int32), probs.max(axis=-1).astype(np.float32)
+
+
+def decode_ctc(
+    indices: np.ndarray, max_probs: np.ndarray, charset: Sequence[str]
+) -> list[tuple[str, float]]:
+    """Decodes greedy CTC paths exactly as PaddleX's CTCLabelDecode does.
+
+    Repeated labels are merged and blanks dropped. The score is numpy's float32 mean of the kept
+    steps' probabilities, converted to a Python float, or 0.0 when no step is kept.
+
+    Args:
+        indices: Argmax class per step, shape (n, T).
+        max_probs: Probability of that class, float32, shape (n, T).
+        charset: Labels from `build_charset`.
+
+    Returns:
+        One (text, score) pair per row.
+    """
+    results: list[tuple[str, float]] = []
+    for row, probs in zip(indices, max_probs, strict=True):
+        selection = np.ones(len(row), dtype=bool)
+        selection[1:] = row[1:] != row[:-1]
+        selection &= row != _BLANK
+        text = "".join(charset[i] for i in row[selection])
+        kept = probs[selection]
+        score = float(np.mean(kept)) if len(kept) else 0.0
+        results.append((text, score))
+    return results
