@@ -11,6 +11,7 @@ company when the batch is not full. Expired and cancelled items are dropped, nev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -159,8 +160,7 @@ class BatchPolicy:
         count = cost = 0
         for item in sorted(items, key=lambda it: it.sort_key):
             fits = (
-                count + item.count <= limits.max_batch_size
-                and cost + item.cost <= limits.max_cost
+                count + item.count <= limits.max_batch_size and cost + item.cost <= limits.max_cost
             )
             if batch and not fits:
                 return batch, True
@@ -217,10 +217,8 @@ class Scheduler:
             timeout = None
             if selection.wake_at is not None:
                 timeout = max(0.0, selection.wake_at - self._clock())
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
-            except TimeoutError:
-                pass
 
     def drain(self) -> list[WorkItem]:
         """Remove every queued item (shutdown)."""

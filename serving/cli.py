@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         host=config.server.host,
         port=config.server.port,
         log_config=None,
-        timeout_graceful_shutdown=config.server.shutdown_grace_s,
+        timeout_graceful_shutdown=round(config.server.shutdown_grace_s),
         access_log=False,
     )
     return 0

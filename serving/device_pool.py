@@ -12,7 +12,6 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -95,7 +94,9 @@ class DeviceWorker:
         if self._conn is None or not self.ready:
             raise WorkerDied(self.spec.name)
         batch_id = next(self._ids)
-        future: asyncio.Future[list[ItemOk | ItemFailed]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[list[ItemOk | ItemFailed]] = (
+            asyncio.get_running_loop().create_future()
+        )
         self._pending[batch_id] = future
         try:
             self._conn.send(("run", batch_id, stage, refs))
@@ -113,9 +114,7 @@ class DeviceWorker:
         if self._conn is not None and self.process.is_alive():
             with contextlib.suppress(OSError, ValueError):
                 self._conn.send(("stop",))
-        deadline = time.monotonic() + timeout_s
-        while self.process.is_alive() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await asyncio.to_thread(self.process.join, timeout_s)
         self._kill()
 
     def _on_message(self) -> None:
@@ -214,7 +213,9 @@ class DevicePool:
                 outcomes = await worker.execute(stage, [item.payload for item in batch])
             except WorkerDied:
                 logger.error(
-                    "device worker %s died holding a %s batch of %d", worker.spec.name, stage,
+                    "device worker %s died holding a %s batch of %d",
+                    worker.spec.name,
+                    stage,
                     len(batch),
                 )
                 self._requeue(batch)

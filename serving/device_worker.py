@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -126,7 +127,9 @@ class _Worker:
             start += n
         return outcomes
 
-    def _run_split(self, stage: str, batch: np.ndarray, rows: list[int]) -> list[ItemOk | ItemFailed]:
+    def _run_split(
+        self, stage: str, batch: np.ndarray, rows: list[int]
+    ) -> list[ItemOk | ItemFailed]:
         output = self.predictors[stage].run(batch)
         if output.shape[0] != batch.shape[0]:
             raise PredictorFailed(f"{stage} returned {output.shape[0]} rows for {batch.shape[0]}")
@@ -161,12 +164,17 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
     """Process entry point: load, warm up with a real page, report ready, serve until told."""
     from serving.log_config import configure_logging
 
-    configure_logging(setup.log_level, process_name=f"device[{spec.name}]")
+    process_name = f"device[{spec.name}]"
+    configure_logging(setup.log_level, process_name=process_name)
+    # Paddle warns about a missing ccache at import; it compiles nothing here.
+    warnings.filterwarnings("ignore", message="No ccache found")
     # The main process handles SIGINT/SIGTERM and stops workers in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker = _Worker(spec=spec, setup=setup, conn=conn)
     try:
         worker.load()
+        # Importing paddle lowers the root logger to WARNING; restore ours.
+        configure_logging(setup.log_level, process_name=process_name)
         info = worker.warm_up()
     except Exception as err:
         logger.exception("device worker %s failed to start", spec.name)

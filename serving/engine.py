@@ -70,7 +70,9 @@ class ModelBundle:
             batch_size=pipeline.rec.batch_size,
             score_thresh=_pick(overrides.get("score_thresh"), pipeline.rec.score_thresh),
         )
-        use_cls = _pick(overrides.get("use_textline_orientation"), pipeline.use_textline_orientation)
+        use_cls = _pick(
+            overrides.get("use_textline_orientation"), pipeline.use_textline_orientation
+        )
         cls = None
         if use_cls and self.cls is not None:
             cls = self.cls.cls_params
@@ -98,7 +100,7 @@ def engine_options(engine: EngineConfig, device: str, cpu_threads: int) -> Engin
         enable_mkldnn=engine.enable_mkldnn and not gpu,
         mkldnn_cache_capacity=engine.mkldnn_cache_capacity,
         gpu_memory_pool_mb=engine.gpu_memory_pool_mb,
-        precision=engine.precision if gpu else "fp32",
+        precision="fp16" if gpu and engine.precision == "fp16" else "fp32",
         use_tensorrt=engine.use_tensorrt and gpu,
         trt_workspace_bytes=engine.trt_workspace_bytes,
         trt_min_subgraph_size=engine.trt_min_subgraph_size,

@@ -190,4 +190,3 @@ class OcrService:
         except asyncio.CancelledError:
             future.cancel()
             raise
-

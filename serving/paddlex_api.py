@@ -80,7 +80,7 @@ def parse_request(body: Any) -> OcrRequest:
         value = body.get(name)
         if value is None:
             continue
-        if isinstance(value, bool) and bool not in types_ or not isinstance(value, types_):
+        if (isinstance(value, bool) and bool not in types_) or not isinstance(value, types_):
             kind = "/".join(t.__name__ for t in types_)
             problems.append({"type": f"{kind}_type", "loc": name, "msg": f"Input should be {kind}"})
             continue
@@ -97,11 +97,13 @@ def parse_request(body: Any) -> OcrRequest:
         raise ValidationFailed("returnWordBox is not supported by this server")
     if overrides.get("limit_type") not in (None, "min", "max", "resize_long"):
         raise ValidationFailed("textDetLimitType must be min, max or resize_long")
-    kind: FileKind | None = None if file_type is None else ("pdf" if file_type == 0 else "image")
+    file_kind: FileKind | None = None
+    if file_type is not None:
+        file_kind = "pdf" if file_type == 0 else "image"
     return OcrRequest(
         log_id=log_id_of(body),
         file=str(file),
-        file_type=kind,
+        file_type=file_kind,
         overrides=overrides,
         visualize=body.get("visualize"),
     )
@@ -183,7 +185,9 @@ def infer_result(
     use_cls = options.cls is not None
     ocr_results = []
     for page in pages:
-        entry: dict[str, Any] = {"prunedResult": pruned_result(page.result, options, reported, use_cls)}
+        entry: dict[str, Any] = {
+            "prunedResult": pruned_result(page.result, options, reported, use_cls)
+        }
         if page.images:
             entry["ocrImage"] = page.images["ocrImage"]
             entry["inputImage"] = page.images["inputImage"]
@@ -200,8 +204,9 @@ def infer_result(
     return {"ocrResults": ocr_results, "dataInfo": data_info}
 
 
-def envelope(log_id: str, result: dict[str, Any] | None = None, *, status: int = 0,
-             message: str = "Success") -> dict[str, Any]:
+def envelope(
+    log_id: str, result: dict[str, Any] | None = None, *, status: int = 0, message: str = "Success"
+) -> dict[str, Any]:
     """PaddleX's response envelope; errors carry the HTTP status as `errorCode`."""
     body: dict[str, Any] = {"logId": log_id, "errorCode": status, "errorMsg": message}
     if result is not None:

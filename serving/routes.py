@@ -121,7 +121,10 @@ async def paddlex_ocr(request: Request) -> Response:
         pages = await until_disconnect(
             request,
             runtime.service.ocr(
-                data, kind, options, visualize=visualize,
+                data,
+                kind,
+                options,
+                visualize=visualize,
                 timeout_s=runtime.config.server.request_timeout_s,
             ),
         )
@@ -214,16 +217,22 @@ async def _v1_file(request: Request, runtime: Runtime) -> tuple[bytes, FileKind]
         )
     if not data:
         raise InvalidInput("Invalid input file: empty file")
-    kind = sniff_kind(data) or _V1_TYPES.get(part_type) or (
-        "image" if part_type.startswith("image/") else None
+    kind = (
+        sniff_kind(data)
+        or _V1_TYPES.get(part_type)
+        or ("image" if part_type.startswith("image/") else None)
     )
     if kind is None:
         raise InvalidInput("Invalid input file: neither a PDF nor a supported image")
     return data, kind
 
 
-_V1_FLOATS = {"det_thresh": "thresh", "det_box_thresh": "box_thresh",
-              "det_unclip_ratio": "unclip_ratio", "score_thresh": "score_thresh"}
+_V1_FLOATS = {
+    "det_thresh": "thresh",
+    "det_box_thresh": "box_thresh",
+    "det_unclip_ratio": "unclip_ratio",
+    "score_thresh": "score_thresh",
+}
 
 
 def _v1_options(request: Request) -> dict[str, Any]:

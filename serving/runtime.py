@@ -75,7 +75,10 @@ class Runtime:
 
     @classmethod
     def build(
-        cls, config: AppConfig, *, specs: list[DeviceSpec] | None = None,
+        cls,
+        config: AppConfig,
+        *,
+        specs: list[DeviceSpec] | None = None,
         predictor_factory: str | None = None,
     ) -> Runtime:
         """Read the models and build every part (no process is started)."""
@@ -91,19 +94,20 @@ class Runtime:
         )
         if predictor_factory is not None:
             setup = WorkerSetup(
-                model_dirs=setup.model_dirs, engine=setup.engine, shm_prefix=prefix,
-                log_level=setup.log_level, predictor_factory=predictor_factory,
+                model_dirs=setup.model_dirs,
+                engine=setup.engine,
+                shm_prefix=prefix,
+                log_level=setup.log_level,
+                predictor_factory=predictor_factory,
             )
         workers = []
         for spec in specs if specs is not None else device_specs(config):
             kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
             limits = {stage: kind.limits(stage) for stage in STAGES}
             workers.append(DeviceWorker(spec=spec, limits=limits, setup=setup))
-        devices = DevicePool(
-            workers, scheduler, restart_backoff_s=config.workers.restart_backoff_s
-        )
+        devices = DevicePool(workers, scheduler, restart_backoff_s=config.workers.restart_backoff_s)
         cpu = CpuPool(config.cpu_workers, bundle.charset, prefix)
-        limits = DecodeLimits(
+        decode_limits = DecodeLimits(
             max_pdf_pages=config.input.max_pdf_pages,
             pdf_render_scale=config.input.pdf_render_scale,
             max_image_pixels=config.input.max_image_pixels,
@@ -111,12 +115,17 @@ class Runtime:
         service = OcrService(
             cpu=cpu,
             scheduler=scheduler,
-            limits=limits,
+            limits=decode_limits,
             admission=Admission(max_pages=config.server.max_inflight_pages),
         )
         return cls(
-            config=config, bundle=bundle, prefix=prefix, cpu=cpu, scheduler=scheduler,
-            devices=devices, service=service,
+            config=config,
+            bundle=bundle,
+            prefix=prefix,
+            cpu=cpu,
+            scheduler=scheduler,
+            devices=devices,
+            service=service,
         )
 
     @property

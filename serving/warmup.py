@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 
+from models.spec import load_model_spec
 from serving.config import PipelineConfig
 from serving.engine import ModelBundle, ocr_page
-from models.spec import load_model_spec
-from pathlib import Path
 
 WARMUP_TEXT = ("Warm-up page 2026", "OCR server 0123456789")
 

@@ -25,15 +25,22 @@ def loop():
 
 
 def queues(wait_ms: float = 0.0, max_len: int = 100) -> dict[str, QueueConfig]:
-    return {s: QueueConfig(max_wait_ms=wait_ms, max_queue_len=max_len) for s in ("det", "cls", "rec")}
+    return {
+        s: QueueConfig(max_wait_ms=wait_ms, max_queue_len=max_len) for s in ("det", "cls", "rec")
+    }
 
 
 def item(loop, stage="rec", bucket=320, count=6, priority=INTERACTIVE, deadline=1e9, name=""):
-    it = WorkItem(
-        stage=stage, bucket=bucket, payload=name, count=count, cost=count * (bucket if stage != "det" else 1000),
-        priority=priority, deadline=deadline, future=loop.create_future(),
+    return WorkItem(
+        stage=stage,
+        bucket=bucket,
+        payload=name,
+        count=count,
+        cost=count * (bucket if stage != "det" else 1000),
+        priority=priority,
+        deadline=deadline,
+        future=loop.create_future(),
     )
-    return it
 
 
 def names(batch):
