@@ -1,0 +1,95 @@
+"""`ocr-serve` started as a subprocess on a free port, with the real embedded models."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+CONFIG = """
+[server]
+max_body_bytes = 8000000
+log_level = "info"
+[input]
+max_pdf_pages = 3
+[paddlex]
+visualize = false
+[workers]
+devices = ["cpu"]
+cpu_workers = 2
+"""
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(tmp: Path, config: str = CONFIG) -> Server:
+    config_path = tmp / "config.toml"
+    config_path.write_text(config)
+    port = free_port()
+    log = tmp / "server.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "serving", "--config", str(config_path), "--port", str(port)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    return Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
+
+
+def wait_ready(server: Server, timeout_s: float = 300.0) -> list[int]:
+    """Wait for /readyz; returns the status codes seen on the way."""
+    seen = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"ocr-serve exited:\n{server.log.read_text()[-3000:]}")
+        try:
+            status = httpx.get(f"{server.url}/readyz", timeout=5).status_code
+        except httpx.TransportError:
+            time.sleep(0.2)
+            continue
+        seen.append(status)
+        if status == 200:
+            return seen
+        time.sleep(0.2)
+    raise TimeoutError(server.log.read_text()[-3000:])
+
+
+def stop_server(server: Server) -> int:
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            return server.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+    return server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("serve"))
+    try:
+        srv.readiness = wait_ready(srv)  # type: ignore[attr-defined]
+        yield srv
+    finally:
+        stop_server(srv)
