@@ -101,9 +101,19 @@ class BatchPolicy:
         self._sizes[item.stage] += 1
 
     def select(
-        self, now: float, stages: Iterable[str], limits: Mapping[str, StageLimits]
+        self,
+        now: float,
+        stages: Iterable[str],
+        limits: Mapping[str, StageLimits],
+        *,
+        company_possible: bool = True,
     ) -> Selection:
-        """Pick the next batch for a worker serving `stages` with batch caps `limits`."""
+        """Pick the next batch for a worker serving `stages` with batch caps `limits`.
+
+        A bucket that is not full waits up to its stage's `max_wait_ms`, but only while
+        `company_possible` (other work in flight could still join it), and never while other
+        buckets are ready: the worker runs those meanwhile.
+        """
         selection = Selection()
         candidates: list[tuple[tuple[int, int, float], str, Hashable]] = []
         for stage in stages:
@@ -120,7 +130,7 @@ class BatchPolicy:
             batch, full = self._fill(self._buckets[stage][bucket], limits[stage])
             oldest = min(it.enqueued_at for it in batch)
             ready_at = oldest + self._config[stage].max_wait_ms / 1000.0
-            if full or now >= ready_at:
+            if full or now >= ready_at or not company_possible:
                 self._take(stage, bucket, batch)
                 selection.batch = batch
                 return selection
@@ -189,11 +199,13 @@ class Scheduler:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_drop: Callable[[WorkItem], None] | None = None,
+        company_possible: Callable[[], bool] = lambda: True,
     ) -> None:
         self.policy = BatchPolicy(queues)
         self._clock = clock
         self._changed = asyncio.Event()
         self._on_drop = on_drop
+        self._company_possible = company_possible
 
     def submit(self, item: WorkItem, *, front: bool = False) -> None:
         """Queue an item and wake the waiting workers."""
@@ -207,7 +219,9 @@ class Scheduler:
         stages = tuple(stages)
         while True:
             self._changed.clear()
-            selection = self.policy.select(self._clock(), stages, limits)
+            selection = self.policy.select(
+                self._clock(), stages, limits, company_possible=self._company_possible()
+            )
             for item in selection.dropped:
                 self._drop(item)
             if selection.batch:

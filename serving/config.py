@@ -210,7 +210,10 @@ class QueueConfig:
     """One stage's batching queue."""
 
     max_wait_ms: float = 0.0
-    """How long the oldest item may wait for company; 0 batches only what is already queued."""
+    """How long the oldest item may wait for company; 0 batches only what is already queued.
+
+    The wait costs nothing while the worker has other ready work (it runs that meanwhile), and is
+    skipped when no other page is in flight."""
     max_queue_len: int = 4096
     """Items; beyond this, new requests are shed."""
 
@@ -228,8 +231,8 @@ class WorkersConfig:
     cpu: DeviceClassConfig = field(default_factory=DeviceClassConfig)
     gpu: DeviceClassConfig = field(default_factory=_gpu_class)
     det_queue: QueueConfig = field(default_factory=QueueConfig)
-    rec_queue: QueueConfig = field(default_factory=QueueConfig)
-    cls_queue: QueueConfig = field(default_factory=QueueConfig)
+    rec_queue: QueueConfig = field(default_factory=lambda: QueueConfig(max_wait_ms=20.0))
+    cls_queue: QueueConfig = field(default_factory=lambda: QueueConfig(max_wait_ms=20.0))
     restart_backoff_s: float = 1.0
 
     def __post_init__(self) -> None:
@@ -279,22 +282,41 @@ def _check(ok: bool, path: str, problem: str) -> None:
 T = TypeVar("T")
 
 
-def build(cls: type[T], raw: dict[str, Any], path: str = "") -> T:
-    """Build dataclass `cls` from a TOML mapping, rejecting unknown keys and wrong types."""
+def build(cls: type[T], raw: dict[str, Any], path: str = "", base: T | None = None) -> T:
+    """Build dataclass `cls` from a TOML mapping, rejecting unknown keys and wrong types.
+
+    Keys missing from `raw` keep their value in `base` (default: the field defaults), so a
+    partial `[workers.gpu]` table keeps the GPU defaults of the keys it leaves out.
+    """
     if not isinstance(raw, dict):
         raise ConfigError(path or "<root>", "must be a table")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for key in raw:
-        if key not in names:
+        if key not in fields:
             raise ConfigError(_join(path, key), "unknown key")
-    kwargs = {key: _convert(hints[key], value, _join(path, key)) for key, value in raw.items()}
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        hint, sub = hints[key], _join(path, key)
+        if dataclasses.is_dataclass(hint):
+            inner = getattr(base, key) if base is not None else _field_default(fields[key])
+            kwargs[key] = build(hint, value, sub, inner)  # type: ignore[arg-type]
+        else:
+            kwargs[key] = _convert(hint, value, sub)
     try:
+        if base is not None:
+            return dataclasses.replace(base, **kwargs)  # type: ignore[type-var]
         return cls(**kwargs)
     except ConfigError:
         raise
     except TypeError as err:
         raise ConfigError(path or "<root>", str(err)) from err
+
+
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
 
 
 def _join(path: str, key: str) -> str:

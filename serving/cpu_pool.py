@@ -26,10 +26,17 @@ T = TypeVar("T")
 class CpuPool:
     """Process pool for decode and pre/post-processing, with self-healing."""
 
-    def __init__(self, workers: int, charset: tuple[str, ...], prefix: str) -> None:
+    def __init__(
+        self,
+        workers: int,
+        charset: tuple[str, ...],
+        prefix: str,
+        on_restart: Callable[[], None] | None = None,
+    ) -> None:
         self.workers = workers
         self._initargs = (charset, prefix)
         self._executor: ProcessPoolExecutor | None = None
+        self._on_restart = on_restart
         self.restarts = 0
 
     def start(self) -> None:
@@ -73,6 +80,8 @@ class CpuPool:
         if self._executor is not broken:
             return  # another caller already rebuilt it
         self.restarts += 1
+        if self._on_restart is not None:
+            self._on_restart()
         broken.shutdown(wait=False, cancel_futures=True)
         self._executor = self._new_executor()
 

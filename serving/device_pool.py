@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -23,6 +24,7 @@ from serving.batching import Scheduler, WorkItem
 from serving.config import StageLimits
 from serving.device_worker import DeviceSpec, ItemFailed, ItemOk, WorkerSetup, device_worker_main
 from serving.errors import OcrError, WorkerUnavailable
+from serving.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -175,10 +177,12 @@ class DevicePool:
         workers: list[DeviceWorker],
         scheduler: Scheduler,
         *,
+        metrics: Metrics | None = None,
         restart_backoff_s: float = 1.0,
     ) -> None:
         self.workers = workers
         self.scheduler = scheduler
+        self.metrics = metrics or Metrics()
         self._restart_backoff_s = restart_backoff_s
         self._tasks: list[asyncio.Task[None]] = []
         self.restarts = 0
@@ -209,6 +213,8 @@ class DevicePool:
         while True:
             batch = await self.scheduler.next_batch(worker.spec.stages, limits)
             stage = batch[0].stage
+            started = time.monotonic()
+            self._observe_batch(worker, batch, started)
             try:
                 outcomes = await worker.execute(stage, [item.payload for item in batch])
             except WorkerDied:
@@ -221,7 +227,26 @@ class DevicePool:
                 self._requeue(batch)
                 await self._restart(worker)
                 continue
+            self.metrics.inference_seconds.labels(stage=stage, device=worker.spec.name).observe(
+                time.monotonic() - started
+            )
             self._complete(batch, outcomes)
+
+    def _observe_batch(self, worker: DeviceWorker, batch: list[WorkItem], now: float) -> None:
+        stage = batch[0].stage
+        rows = sum(item.count for item in batch)
+        logger.debug(
+            "batch device=%s stage=%s bucket=%s items=%d rows=%d",
+            worker.spec.name,
+            stage,
+            batch[0].bucket,
+            len(batch),
+            rows,
+        )
+        self.metrics.batch_size.labels(stage=stage, device=worker.spec.name).observe(rows)
+        wait = self.metrics.queue_wait_seconds.labels(stage=stage)
+        for item in batch:
+            wait.observe(max(0.0, now - item.enqueued_at))
 
     def _complete(self, batch: list[WorkItem], outcomes: list[ItemOk | ItemFailed]) -> None:
         if len(outcomes) != len(batch):
@@ -254,6 +279,7 @@ class DevicePool:
     async def _restart(self, worker: DeviceWorker) -> None:
         self.restarts += 1
         worker.restarts += 1
+        self.metrics.worker_restarts.labels(kind="device").inc()
         await worker.stop(timeout_s=1.0)
         while True:
             await asyncio.sleep(self._restart_backoff_s)

@@ -64,7 +64,7 @@ def decode_document(data: bytes, kind: FileKind, limits: DecodeLimits) -> list[n
 def decode_image(data: bytes, limits: DecodeLimits) -> np.ndarray:
     """Decode one image to BGR uint8 (alpha dropped), as PaddleX's `cv2.imdecode(IMREAD_COLOR)`."""
     buf = np.frombuffer(data, dtype=np.uint8)
-    image = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    image = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None  # empty: cv2.error
     if image is None or image.size == 0:
         raise InvalidInput("Invalid input file: not a decodable image")
     _check_pixels(image.shape[0], image.shape[1], limits)

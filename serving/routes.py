@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,6 +31,7 @@ from serving.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _runtime(request: Request) -> Runtime:
@@ -128,6 +131,7 @@ async def paddlex_ocr(request: Request) -> Response:
                 timeout_s=runtime.config.server.request_timeout_s,
             ),
         )
+        runtime.metrics.pages.inc(len(pages))
         result = paddlex_api.infer_result(pages, kind, options, parsed.overrides)
         return JSONResponse(paddlex_api.envelope(log_id, result))
     except OcrError as err:
@@ -177,6 +181,7 @@ async def v1_ocr(request: Request) -> Response:
             status_code=_status(err, runtime),
             headers={**_error_headers(err, runtime), "X-Request-ID": request_id},
         )
+    runtime.metrics.pages.inc(len(pages))
     body = {
         "pages": [
             {
@@ -255,6 +260,25 @@ def _v1_options(request: Request) -> dict[str, Any]:
     return overrides
 
 
+def observed(endpoint: str, handler: Handler) -> Handler:
+    """Count and time an endpoint's answers in `ocr_requests_total` and `ocr_request_seconds`."""
+
+    async def wrapper(request: Request) -> Response:
+        metrics = _runtime(request).metrics
+        started = time.monotonic()
+        response = await handler(request)
+        metrics.request_seconds.labels(endpoint=endpoint).observe(time.monotonic() - started)
+        metrics.requests.labels(endpoint=endpoint, status=str(response.status_code)).inc()
+        return response
+
+    return wrapper
+
+
+async def metrics(request: Request) -> Response:
+    """`GET /metrics`: Prometheus text format."""
+    return Response(_runtime(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
 async def health(request: Request) -> Response:
     """`GET /health`: PaddleX's liveness answer."""
     return JSONResponse({"logId": str(uuid.uuid4()), "errorCode": 0, "errorMsg": "Healthy"})
@@ -272,15 +296,20 @@ async def readyz(request: Request) -> Response:
         w.spec.name: {"ready": w.ready, "pid": w.pid, "restarts": w.restarts}
         for w in runtime.devices.workers
     }
-    body: dict[str, Any] = {"ready": runtime.ready, "devices": workers}
+    body: dict[str, Any] = {
+        "ready": runtime.ready,
+        "devices": workers,
+        "cpu_workers": {"pids": runtime.cpu.pids(), "restarts": runtime.cpu.restarts},
+    }
     if runtime.startup_error:
         body["error"] = runtime.startup_error
     return JSONResponse(body, status_code=200 if runtime.ready else 503)
 
 
 ROUTES = [
-    Route("/ocr", paddlex_ocr, methods=["POST"]),
-    Route("/v1/ocr", v1_ocr, methods=["POST"]),
+    Route("/ocr", observed("/ocr", paddlex_ocr), methods=["POST"]),
+    Route("/v1/ocr", observed("/v1/ocr", v1_ocr), methods=["POST"]),
+    Route("/metrics", metrics, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
     Route("/livez", livez, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),

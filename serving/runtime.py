@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import subprocess
@@ -18,6 +19,7 @@ from serving.device_worker import DeviceSpec, WorkerSetup
 from serving.engine import ModelBundle, engine_options, load_bundle
 from serving.errors import NotReady
 from serving.inputs import DecodeLimits
+from serving.metrics import Metrics
 from serving.ocr_service import Admission, OcrService
 
 logger = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ class Runtime:
     scheduler: Scheduler
     devices: DevicePool
     service: OcrService
+    metrics: Metrics
     started: asyncio.Event = field(default_factory=asyncio.Event)
     startup_error: str | None = None
 
@@ -85,7 +88,11 @@ class Runtime:
         bundle = load_bundle(config.models)
         prefix = shm.server_prefix()
         queues = {stage: config.workers.queue(stage) for stage in STAGES}
-        scheduler = Scheduler(queues, on_drop=discard_payload)
+        admission = Admission(max_pages=config.server.max_inflight_pages)
+        # Waiting for a batch to fill only helps while other pages are in flight.
+        scheduler = Scheduler(
+            queues, on_drop=discard_payload, company_possible=lambda: admission.inflight > 1
+        )
         setup = WorkerSetup(
             model_dirs=bundle.model_dirs,
             engine=engine_options(config.engine, "cpu", config.cpu_threads),
@@ -105,8 +112,18 @@ class Runtime:
             kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
             limits = {stage: kind.limits(stage) for stage in STAGES}
             workers.append(DeviceWorker(spec=spec, limits=limits, setup=setup))
-        devices = DevicePool(workers, scheduler, restart_backoff_s=config.workers.restart_backoff_s)
-        cpu = CpuPool(config.cpu_workers, bundle.charset, prefix)
+        metrics = Metrics()
+        for stage in STAGES:
+            metrics.track_queue_depth(stage, functools.partial(scheduler.policy.depth, stage))
+        devices = DevicePool(
+            workers, scheduler, metrics=metrics, restart_backoff_s=config.workers.restart_backoff_s
+        )
+        cpu = CpuPool(
+            config.cpu_workers,
+            bundle.charset,
+            prefix,
+            on_restart=metrics.worker_restarts.labels(kind="cpu").inc,
+        )
         decode_limits = DecodeLimits(
             max_pdf_pages=config.input.max_pdf_pages,
             pdf_render_scale=config.input.pdf_render_scale,
@@ -116,7 +133,7 @@ class Runtime:
             cpu=cpu,
             scheduler=scheduler,
             limits=decode_limits,
-            admission=Admission(max_pages=config.server.max_inflight_pages),
+            admission=admission,
         )
         return cls(
             config=config,
@@ -126,6 +143,7 @@ class Runtime:
             scheduler=scheduler,
             devices=devices,
             service=service,
+            metrics=metrics,
         )
 
     @property

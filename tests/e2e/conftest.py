@@ -26,6 +26,10 @@ visualize = false
 [workers]
 devices = ["cpu"]
 cpu_workers = 2
+[workers.rec_queue]
+# One CPU device is always busy, so rec chunks of different requests meet only if they wait
+# about one detection run; the worker runs detection meanwhile.
+max_wait_ms = 1000.0
 """
 
 

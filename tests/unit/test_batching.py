@@ -182,3 +182,20 @@ def test_scheduler_wakes_waiting_worker_and_fails_expired():
         assert dropped == [expired]
 
     asyncio.run(scenario())
+
+
+def test_no_wait_when_no_company_is_possible(loop):
+    policy = BatchPolicy(queues(wait_ms=50))
+    policy.submit(item(loop, name="alone"), now=0.0)
+    assert policy.select(0.0, ["rec"], LIMITS).batch == []
+    assert names(policy.select(0.0, ["rec"], LIMITS, company_possible=False).batch) == ["alone"]
+
+
+def test_waiting_bucket_lets_worker_run_other_ready_work(loop):
+    policy = BatchPolicy(queues(wait_ms=50))
+    policy.submit(item(loop, stage="rec", name="rec"), now=0.0)
+    policy.submit(item(loop, stage="det", bucket=(32, 32), count=1, name="det"), now=0.0)
+    limits = {**LIMITS, "det": StageLimits(max_batch_size=1, max_cost=10_000)}
+    sel = policy.select(0.001, ["det", "rec"], limits)
+    assert names(sel.batch) == ["det"]
+    assert names(policy.select(0.050, ["det", "rec"], limits).batch) == ["rec"]

@@ -1,0 +1,63 @@
+"""Prometheus metrics. Every value is observed in the main process, where requests are answered
+and batches are dispatched, so the figures are correct across all worker processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+class Metrics:
+    """The server's metric families, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "ocr_requests", "Requests answered.", ["endpoint", "status"], registry=r
+        )
+        self.request_seconds = Histogram(
+            "ocr_request_seconds",
+            "Request latency.",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge("ocr_queue_depth", "Items queued.", ["stage"], registry=r)
+        self.queue_wait_seconds = Histogram(
+            "ocr_queue_wait_seconds",
+            "Time items waited in a batching queue.",
+            ["stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "ocr_batch_size",
+            "Rows per predictor call (pages for det, crops for rec/cls).",
+            ["stage", "device"],
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.inference_seconds = Histogram(
+            "ocr_inference_seconds",
+            "Batch round trip to a device worker.",
+            ["stage", "device"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.pages = Counter("ocr_pages", "Pages recognised.", registry=r)
+        self.worker_restarts = Counter(
+            "ocr_worker_restarts", "Worker processes restarted after dying.", ["kind"], registry=r
+        )
+
+    def track_queue_depth(self, stage: str, depth: Callable[[], int]) -> None:
+        """Report a queue's depth when scraped."""
+        self.queue_depth.labels(stage=stage).set_function(depth)
+
+    def render(self) -> bytes:
+        """The text exposition format."""
+        return generate_latest(self.registry)
