@@ -1,0 +1,218 @@
+"""Accuracy harness: character error rate (CER) of an OCR function against ground-truth text.
+
+Text is normalised before comparison (see ``normalize_text``), so CER measures the characters,
+not the layout: OCR returns one string per detected line, in its own order and spacing, while a
+PDF's text layer has its own line breaks and spaces.
+
+Run the baseline from the repository root (the default OCR is PaddleOCR's own pipeline on the
+embedded models, from tests/reference.py)::
+
+    PYTHONPATH=. python -m loadtest.accuracy --pages 10 --dpi 150
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rapidfuzz.distance import Levenshtein
+
+from loadtest import pages as pdf_pages
+
+__all__ = ["AccuracyReport", "PageAccuracy", "cer", "char_edits", "evaluate", "normalize_text"]
+
+OcrFn = Callable[[np.ndarray], list[str]]
+
+
+def normalize_text(text: str) -> str:
+    """Normalise text for CER: NFKC, then drop all whitespace and control characters.
+
+    NFKC folds compatibility forms: ligatures ("ﬁ" -> "fi", which PDF text layers often carry
+    and OCR never returns), full-width ASCII ("，" -> ",", "１" -> "1", common in Chinese text),
+    superscript digits ("⁴" -> "4") and no-break spaces. Whitespace is removed entirely rather
+    than collapsed to one space, because OCR line breaks and inter-word spaces (and whether a
+    recogniser emits a space at all, as PP-OCR often does not between Chinese characters) differ
+    from the text layer's; CER then counts only visible characters. Typographic quotes and
+    dashes are kept as they are: NFKC leaves "’" and "–" alone, and so does this function.
+    """
+    folded = unicodedata.normalize("NFKC", text)
+    return "".join(ch for ch in folded if not ch.isspace() and unicodedata.category(ch) != "Cc")
+
+
+def char_edits(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(Levenshtein edits, reference length) between the normalised texts."""
+    ref, hyp = normalize_text(reference), normalize_text(hypothesis)
+    return Levenshtein.distance(ref, hyp), len(ref)
+
+
+def cer(reference: str, hypothesis: str) -> float:
+    """Character error rate: edits (insertions, deletions, substitutions) / reference characters.
+
+    Both texts go through ``normalize_text`` first. CER can exceed 1.0 when the hypothesis is much
+    longer than the reference. An empty reference gives 0.0 against an empty hypothesis and 1.0
+    against any other.
+    """
+    edits, n_ref = char_edits(reference, hypothesis)
+    if n_ref == 0:
+        return 0.0 if edits == 0 else 1.0
+    return edits / n_ref
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageAccuracy:
+    """CER of one page."""
+
+    label: str
+    edits: int
+    reference_chars: int
+    ocr_s: float
+    """Wall-clock seconds the OCR function took on this page (``time.monotonic``)."""
+    hypothesis: str
+    """The OCR lines joined with newlines, before normalisation."""
+
+    @property
+    def cer(self) -> float:
+        """Edits / reference characters, 0.0 or 1.0 for an empty reference (as ``cer``)."""
+        if self.reference_chars == 0:
+            return 0.0 if self.edits == 0 else 1.0
+        return self.edits / self.reference_chars
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccuracyReport:
+    """Per-page results and their aggregate."""
+
+    pages: tuple[PageAccuracy, ...]
+
+    @property
+    def total_edits(self) -> int:
+        """Edits summed over all pages."""
+        return sum(p.edits for p in self.pages)
+
+    @property
+    def total_reference_chars(self) -> int:
+        """Reference characters summed over all pages."""
+        return sum(p.reference_chars for p in self.pages)
+
+    @property
+    def cer(self) -> float:
+        """Aggregate CER: total edits / total reference characters (long pages weigh more)."""
+        if self.total_reference_chars == 0:
+            return 0.0 if self.total_edits == 0 else 1.0
+        return self.total_edits / self.total_reference_chars
+
+    @property
+    def mean_ocr_s(self) -> float:
+        """Mean seconds per page spent in the OCR function."""
+        return sum(p.ocr_s for p in self.pages) / len(self.pages) if self.pages else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable summary with every page."""
+        return {
+            "cer": self.cer,
+            "total_edits": self.total_edits,
+            "total_reference_chars": self.total_reference_chars,
+            "mean_ocr_s": self.mean_ocr_s,
+            "pages": [{**asdict(p), "cer": p.cer} for p in self.pages],
+        }
+
+
+def evaluate(
+    pages: Sequence[tuple[np.ndarray, str]],
+    ocr: OcrFn,
+    *,
+    labels: Sequence[str] | None = None,
+) -> AccuracyReport:
+    """Run ``ocr`` on every (image, ground truth) pair and measure CER.
+
+    Args:
+        pages: BGR uint8 images with their ground-truth text.
+        ocr: Returns the recognised lines of one image; they are joined before comparison.
+        labels: Names for the pages in the report; defaults to "page0", "page1", ...
+    """
+    if labels is not None and len(labels) != len(pages):
+        raise ValueError(f"{len(labels)} labels for {len(pages)} pages")
+    results: list[PageAccuracy] = []
+    for i, (image, truth) in enumerate(pages):
+        started = time.monotonic()
+        lines = ocr(image)
+        ocr_s = time.monotonic() - started
+        hypothesis = "\n".join(lines)
+        edits, n_ref = char_edits(truth, hypothesis)
+        label = labels[i] if labels is not None else f"page{i}"
+        results.append(
+            PageAccuracy(
+                label=label, edits=edits, reference_chars=n_ref, ocr_s=ocr_s, hypothesis=hypothesis
+            )
+        )
+    return AccuracyReport(pages=tuple(results))
+
+
+def _load_ocr(spec: str) -> OcrFn:
+    """Import "module:function"; it may return the lines or a dict with "rec_texts"."""
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"--ocr must look like 'module:function', got {spec!r}")
+    fn = getattr(importlib.import_module(module_name), attr)
+
+    def ocr(image: np.ndarray) -> list[str]:
+        out = fn(image)
+        texts = out["rec_texts"] if isinstance(out, Mapping) else out
+        return [str(t) for t in texts]
+
+    return ocr
+
+
+def _spread(total: int, n_buckets: int) -> list[int]:
+    return [total // n_buckets + (1 if i < total % n_buckets else 0) for i in range(n_buckets)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: render text pages of real PDFs, OCR them, print per-page and aggregate CER."""
+    parser = argparse.ArgumentParser(prog="python -m loadtest.accuracy", description=main.__doc__)
+    parser.add_argument("--pages", type=int, default=10, help="pages in all, spread over PDFs")
+    parser.add_argument("--dpi", type=float, default=150.0)
+    parser.add_argument("--pdf", type=Path, action="append", help="default: the Debian doc PDFs")
+    parser.add_argument("--ocr", default="tests.reference:reference_ocr", help="module:function")
+    parser.add_argument("--json", type=Path, help="also write the full report here")
+    args = parser.parse_args(argv)
+
+    pdfs: list[Path] = args.pdf or pdf_pages.find_real_pdfs()
+    if not pdfs:
+        print("no PDFs found; run scripts/system-deps.sh", file=sys.stderr)
+        return 2
+    samples: list[tuple[np.ndarray, str]] = []
+    labels: list[str] = []
+    for pdf, n in zip(pdfs, _spread(args.pages, len(pdfs)), strict=True):
+        for index in pdf_pages.select_text_pages(pdf, n):
+            (image,) = pdf_pages.render_pdf_pages(pdf, dpi=args.dpi, first=index, count=1)
+            samples.append((image, pdf_pages.pdf_page_text(pdf, index)))
+            labels.append(f"{pdf.name}:p{index + 1}")
+    report = evaluate(samples, _load_ocr(args.ocr), labels=labels)
+
+    for page in report.pages:
+        print(
+            f"{page.label:40s} cer={page.cer:.4f} edits={page.edits:5d} "
+            f"chars={page.reference_chars:5d} ocr_s={page.ocr_s:.2f}"
+        )
+    print(
+        f"TOTAL pages={len(report.pages)} dpi={args.dpi:g} cer={report.cer:.4f} "
+        f"edits={report.total_edits} chars={report.total_reference_chars} "
+        f"mean_ocr_s={report.mean_ocr_s:.2f}"
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps(report.to_dict(), ensure_ascii=False, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The offline engine limit: our whole pipeline in one process, page after page, no server.
+
+This is the yardstick for the server's throughput: the same models, engine settings and pages,
+with nothing overlapped and no IPC. `python -m loadtest.engine_limit --pages 10` prints pages/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from loadtest import pages as pdf_pages
+from serving.config import AppConfig, load_config
+from serving.engine import LocalEngine
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimit:
+    """Page-after-page throughput of the in-process engine."""
+
+    pages: int
+    lines: int
+    wall_s: float
+    pages_per_s: float
+    median_page_s: float
+
+
+def real_page_set(n: int, dpi: float = 150.0) -> list[tuple[str, np.ndarray, str]]:
+    """`n` text pages spread over the real PDFs: (label, BGR image, text-layer truth)."""
+    pdfs = pdf_pages.find_real_pdfs()
+    if not pdfs:
+        raise RuntimeError("no real PDFs found; run scripts/system-deps.sh")
+    per_pdf = [n // len(pdfs) + (1 if i < n % len(pdfs) else 0) for i in range(len(pdfs))]
+    chosen = []
+    for pdf, count in zip(pdfs, per_pdf, strict=True):
+        for index in pdf_pages.select_text_pages(pdf, count):
+            (image,) = pdf_pages.render_pdf_pages(pdf, dpi=dpi, first=index, count=1)
+            chosen.append((f"{pdf.stem}-p{index + 1}", image, pdf_pages.pdf_page_text(pdf, index)))
+    return chosen
+
+
+def write_page_set(page_set: Sequence[tuple[str, np.ndarray, str]], out_dir: Path) -> list[Path]:
+    """Save the pages as lossless PNGs (the server then sees the engine's exact pixels)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for label, image, _ in page_set:
+        path = out_dir / f"{label}.png"
+        cv2.imwrite(str(path), image)
+        paths.append(path)
+    return paths
+
+
+def measure(engine: LocalEngine, images: Sequence[np.ndarray], *, warmup: int = 1) -> EngineLimit:
+    """OCR every image in turn after `warmup` untimed pages."""
+    for image in images[:warmup]:
+        engine.ocr(image)
+    times = []
+    lines = 0
+    started = time.monotonic()
+    for image in images:
+        t0 = time.monotonic()
+        lines += len(engine.ocr(image).lines)
+        times.append(time.monotonic() - t0)
+    wall = time.monotonic() - started
+    return EngineLimit(
+        pages=len(images),
+        lines=lines,
+        wall_s=round(wall, 3),
+        pages_per_s=round(len(images) / wall, 4),
+        median_page_s=round(statistics.median(times), 4),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: measure the engine limit on real document pages."""
+    parser = argparse.ArgumentParser(prog="python -m loadtest.engine_limit", description=__doc__)
+    parser.add_argument("--pages", type=int, default=10)
+    parser.add_argument("--dpi", type=float, default=150.0)
+    parser.add_argument("--config", type=Path, help="config.toml (engine settings)")
+    args = parser.parse_args(argv)
+    config = load_config(args.config) if args.config else AppConfig()
+    engine = LocalEngine(config)
+    engine.load()
+    page_set = real_page_set(args.pages, args.dpi)
+    result = measure(engine, [image for _, image, _ in page_set])
+    print(json.dumps(asdict(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests and the accuracy harness need, only those missing.
+#
+#   fonts-dejavu-core   DejaVuSans, the Latin font tests/images.py renders with
+#   fonts-wqy-microhei  WenQuanYi Micro Hei, the CJK font tests/images.py renders with
+#   libtasn1-doc        /usr/share/doc/libtasn1-doc/libtasn1.pdf (36 pages, English, text layer)
+#   shared-mime-info    /usr/share/doc/shared-mime-info/shared-mime-info-spec.pdf (17 pages, English)
+#   maint-guide         /usr/share/doc/maint-guide/maint-guide.en.pdf (63 pages, English)
+#   maint-guide-zh-cn   /usr/share/doc/maint-guide-zh-cn/maint-guide.zh-cn.pdf (63 pages, Simplified
+#                       Chinese with English commands; the same guide as maint-guide)
+#
+# The PDFs are real documents nobody here wrote; loadtest/pages.py renders them and uses their text
+# layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
+# without apt-get, it prints what is missing and exits 0.
+set -euo pipefail
+
+PACKAGES=(fonts-dejavu-core fonts-wqy-microhei libtasn1-doc shared-mime-info maint-guide
+  maint-guide-zh-cn)
+
+is_installed() {
+  [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
+}
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if is_installed "$pkg"; then
+    echo "system-deps: $pkg already installed"
+  else
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "system-deps: nothing to install"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "system-deps: missing (run as root with apt-get to install): ${missing[*]}"
+  exit 0
+fi
+
+has_candidate() {
+  local candidate
+  candidate="$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}')"
+  [ -n "$candidate" ] && [ "$candidate" != "(none)" ]
+}
+
+# apt-cache knows nothing before the first `apt-get update` on a fresh image.
+for pkg in "${missing[@]}"; do
+  if ! has_candidate "$pkg"; then
+    echo "system-deps: no candidate for $pkg, running apt-get update"
+    apt-get update -qq
+    break
+  fi
+done
+
+echo "system-deps: installing ${missing[*]}"
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if command -v fc-cache >/dev/null 2>&1; then
+  fc-cache -f >/dev/null
+fi
+echo "system-deps: installed ${missing[*]}"
