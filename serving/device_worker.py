@@ -34,6 +34,8 @@ class DeviceSpec:
     device: str
     """"cpu" or "gpu:N"."""
     stages: tuple[str, ...]
+    max_rows: dict[str, int] = field(default_factory=dict)
+    """Largest batch (rows) this worker pulls per stage; sizes GPU TensorRT profiles."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,7 +49,7 @@ class WorkerSetup:
     shm_prefix: str
     log_level: str = "info"
     predictor_factory: str = "serving.engine:create_predictor"
-    """Import path of `factory(stage, model_dir, engine, device) -> Predictor`; tests swap it."""
+    """Import path of `factory(stage, model_dir, engine, device, max_rows) -> Predictor`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,8 @@ class _Worker:
             model_dir = self.setup.model_dirs.get(stage)
             if model_dir is None:
                 continue
-            predictor = factory(stage, model_dir, self.setup.engine, self.spec.device)
+            max_rows = self.spec.max_rows.get(stage, 1)
+            predictor = factory(stage, model_dir, self.setup.engine, self.spec.device, max_rows)
             predictor.load()
             self.predictors[stage] = predictor
 

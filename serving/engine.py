@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from models.embedded import resolve_model_dir
+from models.gpu_predictor import GpuPredictor
 from models.paddle_predictor import EngineOptions, PaddlePredictor
 from models.spec import ModelSpec, load_model_spec
 from pipelines.ocr import run_page
@@ -109,9 +110,18 @@ def engine_options(engine: EngineConfig, device: str, cpu_threads: int) -> Engin
     )
 
 
-def create_predictor(stage: str, model_dir: str, engine: EngineOptions, device: str) -> Any:
-    """A Paddle predictor for `stage` on `device` (the device worker's default factory)."""
+def create_predictor(
+    stage: str, model_dir: str, engine: EngineOptions, device: str, max_rows: int
+) -> Any:
+    """A predictor for `stage` on `device` (the device worker's default factory).
+
+    On a GPU each instance gets its own stream and pinned staging (`GpuPredictor`); TensorRT
+    profiles are sized for the largest batch the instance pulls (`max_rows`).
+    """
     spec = load_model_spec(Path(model_dir), stage)
+    if device.startswith("gpu:"):
+        options = dataclasses.replace(engine, device=device, trt_max_batch_size=max_rows)
+        return GpuPredictor(spec, options)
     return PaddlePredictor(spec, dataclasses.replace(engine, device=device))
 
 

@@ -57,7 +57,10 @@ def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[Device
         instances = workers.gpu_instances if device.startswith("gpu:") else 1
         for i in range(instances):
             name = device if instances == 1 else f"{device}#{i}"
-            specs.append(DeviceSpec(name=name, device=device, stages=kind.stages))
+            max_rows = {stage: kind.limits(stage).max_batch_size for stage in STAGES}
+            specs.append(
+                DeviceSpec(name=name, device=device, stages=kind.stages, max_rows=max_rows)
+            )
     return specs
 
 
