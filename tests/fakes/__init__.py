@@ -1,0 +1,1 @@
+"""Fakes for fault injection and for stages whose models cannot be had offline."""

@@ -1,0 +1,116 @@
+"""The device worker's batch execution, without a process: collation, splitting, isolation."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from serving import shm
+from serving.device_worker import DeviceSpec, ItemFailed, ItemOk, WorkerSetup, _Worker
+from serving.errors import PredictorFailed
+
+POISON = 42.0
+
+
+class FakeRec:
+    """Rec-shaped output; raises when any row starts with the poison value."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        self.batches.append(batch.shape[0])
+        if (batch[:, 0, 0, 0] == POISON).any():
+            raise RuntimeError("bad crop")
+        steps = batch.shape[-1] // 8
+        probs = np.zeros((batch.shape[0], steps, 5), dtype=np.float32)
+        for row in range(batch.shape[0]):
+            probs[row, :, int(batch[row, 0, 0, 1]) % 5] = 1.0
+        return probs
+
+    def close(self) -> None:
+        return None
+
+
+class FakeDet:
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        return batch[:, :1] * 2.0
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+def prefix():
+    prefix = f"test{uuid.uuid4().hex[:8]}_"
+    yield prefix
+    shm.sweep(prefix)
+
+
+def worker(prefix: str, **predictors) -> _Worker:
+    spec = DeviceSpec(name="cpu", device="cpu", stages=tuple(predictors))
+    setup = WorkerSetup(model_dirs={}, engine=None, shm_prefix=prefix)
+    w = _Worker(spec=spec, setup=setup, conn=None)  # type: ignore[arg-type]
+    w.predictors.update(predictors)
+    return w
+
+
+def chunk(rows: int, label: int, prefix: str, poison: bool = False) -> shm.ShmRef:
+    data = np.zeros((rows, 3, 48, 320), dtype=np.float32)
+    data[:, 0, 0, 1] = label
+    if poison:
+        data[0, 0, 0, 0] = POISON
+    return shm.put(data, prefix)
+
+
+def test_rec_batch_is_split_back_per_item(prefix) -> None:
+    rec = FakeRec()
+    w = worker(prefix, rec=rec)
+    outcomes = w.run_batch("rec", [chunk(6, 1, prefix), chunk(2, 3, prefix)])
+    assert rec.batches == [8]
+    assert [type(o) for o in outcomes] == [ItemOk, ItemOk]
+    first, second = outcomes[0].value, outcomes[1].value
+    assert first[0].shape == (6, 40)
+    assert (first[0] == 1).all()
+    assert second[0].shape == (2, 40)
+    assert (second[0] == 3).all()
+
+
+def test_one_bad_item_fails_alone(prefix) -> None:
+    rec = FakeRec()
+    w = worker(prefix, rec=rec)
+    refs = [chunk(6, 1, prefix), chunk(6, 2, prefix, poison=True), chunk(4, 4, prefix)]
+    outcomes = w.run_batch("rec", refs)
+    # The whole batch failed once, then each item ran alone.
+    assert rec.batches == [16, 6, 6, 4]
+    assert isinstance(outcomes[0], ItemOk)
+    assert isinstance(outcomes[1], ItemFailed)
+    assert isinstance(outcomes[1].error, PredictorFailed)
+    assert isinstance(outcomes[2], ItemOk)
+    assert (outcomes[2].value[0] == 4).all()
+
+
+def test_inputs_stay_for_a_retry_and_det_outputs_go_to_shared_memory(prefix) -> None:
+    w = worker(prefix, det=FakeDet())
+    page = np.full((1, 3, 32, 64), 0.25, dtype=np.float32)
+    ref = shm.put(page, prefix)
+    (outcome,) = w.run_batch("det", [ref])
+    assert isinstance(outcome, ItemOk)
+    assert isinstance(outcome.value, shm.ShmRef)
+    prob_map = shm.take(outcome.value)
+    assert prob_map.shape == (1, 32, 64)
+    assert np.allclose(prob_map, 0.5)
+    # The worker did not consume its input: the main process frees it once the outcome is in.
+    assert np.array_equal(shm.take(ref), page)
+
+
+def test_wrong_row_count_is_a_failure(prefix) -> None:
+    class Short(FakeRec):
+        def run(self, batch: np.ndarray) -> np.ndarray:
+            return super().run(batch)[:-1]
+
+    w = worker(prefix, rec=Short())
+    (outcome,) = w.run_batch("rec", [chunk(3, 1, prefix)])
+    assert isinstance(outcome, ItemFailed)
