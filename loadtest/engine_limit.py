@@ -59,25 +59,28 @@ def write_page_set(page_set: Sequence[tuple[str, np.ndarray, str]], out_dir: Pat
     return paths
 
 
-def measure(engine: LocalEngine, images: Sequence[np.ndarray], *, warmup: int = 1) -> EngineLimit:
-    """OCR every image in turn after `warmup` untimed pages."""
+def measure(
+    engine: LocalEngine, images: Sequence[np.ndarray], *, warmup: int = 1
+) -> tuple[EngineLimit, list[list[str]]]:
+    """OCR every image in turn after `warmup` untimed pages; also returns each page's texts."""
     for image in images[:warmup]:
         engine.ocr(image)
     times = []
-    lines = 0
+    texts = []
     started = time.monotonic()
     for image in images:
         t0 = time.monotonic()
-        lines += len(engine.ocr(image).lines)
+        texts.append([line.text for line in engine.ocr(image).lines])
         times.append(time.monotonic() - t0)
     wall = time.monotonic() - started
-    return EngineLimit(
+    limit = EngineLimit(
         pages=len(images),
-        lines=lines,
+        lines=sum(len(t) for t in texts),
         wall_s=round(wall, 3),
         pages_per_s=round(len(images) / wall, 4),
         median_page_s=round(statistics.median(times), 4),
     )
+    return limit, texts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,13 +89,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=10)
     parser.add_argument("--dpi", type=float, default=150.0)
     parser.add_argument("--config", type=Path, help="config.toml (engine settings)")
+    parser.add_argument("--pages-dir", type=Path, help="PNG pages to use instead of rendering")
+    parser.add_argument("--json", type=Path, help="write the result and each page's texts here")
     args = parser.parse_args(argv)
     config = load_config(args.config) if args.config else AppConfig()
     engine = LocalEngine(config)
     engine.load()
-    page_set = real_page_set(args.pages, args.dpi)
-    result = measure(engine, [image for _, image, _ in page_set])
+    if args.pages_dir is not None:
+        paths = sorted(args.pages_dir.glob("*.png"))
+        names = [p.name for p in paths]
+        images = [cv2.imread(str(p), cv2.IMREAD_COLOR) for p in paths]
+    else:
+        page_set = real_page_set(args.pages, args.dpi)
+        names = [label for label, _, _ in page_set]
+        images = [image for _, image, _ in page_set]
+    result, texts = measure(engine, images)
     print(json.dumps(asdict(result)))
+    if args.json is not None:
+        data = {**asdict(result), "texts": dict(zip(names, texts, strict=True))}
+        args.json.write_text(json.dumps(data, ensure_ascii=False, indent=1))
     return 0
 
 

@@ -1,0 +1,280 @@
+"""`make bench`: the offline engine limit, our server and PaddleX basic serving, side by side.
+
+One run, one page set (real document pages rendered at 150 dpi from the Debian doc PDFs), the
+same models, detection settings and CPU threads for all three; servers on loopback only, started
+and stopped here. Prints a Markdown table of throughput, latency, accuracy and peak memory, with
+the ratios the targets are stated in, and writes results.json and results.md under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from loadtest.accuracy import char_edits
+from loadtest.client import Api
+from loadtest.documents import Document, load_documents
+from loadtest.engine_limit import real_page_set, write_page_set
+from loadtest.result import LevelResult
+from loadtest.run import run_level
+from loadtest.servers import ServerProcess, start_ours, start_paddlex
+from models.embedded import embedded_model_dir
+
+OURS_CONFIG = """
+[server]
+log_level = "warning"
+[paddlex]
+visualize = false
+[workers]
+devices = ["cpu"]
+cpu_workers = {cpu_workers}
+[engine]
+cpu_threads = {threads}
+"""
+
+
+def _cer(truths: dict[str, str], texts: dict[str, list[str]]) -> float:
+    edits = chars = 0
+    for name, truth in truths.items():
+        e, n = char_edits(truth, "\n".join(texts[name]))
+        edits += e
+        chars += n
+    return edits / chars if chars else 0.0
+
+
+async def _read_all(
+    server: ServerProcess, api: Api, documents: Sequence[Document], concurrency: int
+) -> dict[str, list[str]]:
+    """OCR every page once, `concurrency` at a time; page name -> texts."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(client: httpx.AsyncClient, doc: Document) -> tuple[str, list[str]]:
+        async with semaphore:
+            if api == "v1":
+                r = await client.post(
+                    f"{server.url}/v1/ocr",
+                    content=doc.data,
+                    headers={"content-type": doc.content_type},
+                )
+                r.raise_for_status()
+                texts = [line["text"] for p in r.json()["pages"] for line in p["lines"]]
+            else:
+                body = {
+                    "file": base64.b64encode(doc.data).decode(),
+                    "fileType": 1,
+                    "visualize": False,
+                }
+                r = await client.post(f"{server.url}/ocr", json=body)
+                r.raise_for_status()
+                texts = r.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"]
+            return Path(doc.name).name, texts
+
+    async with httpx.AsyncClient(timeout=600) as client:
+        pairs = await asyncio.gather(*(one(client, d) for d in documents))
+    return dict(pairs)
+
+
+def _levels(
+    server: ServerProcess,
+    api: Api,
+    documents: Sequence[Document],
+    levels: Sequence[int],
+    requests: int,
+    max_time_s: float,
+) -> list[LevelResult]:
+    results = []
+    for concurrency in levels:
+        result = asyncio.run(
+            run_level(
+                server.url,
+                api,
+                documents,
+                concurrency=concurrency,
+                requests=requests,
+                warmup=min(concurrency, 2),
+                timeout_s=600,
+                max_time_s=max_time_s,
+                progress=True,
+            )
+        )
+        print(
+            f"  {server.name} c={concurrency}: {result.throughput_pages_s:.3f} pages/s "
+            f"p50 {result.p50_s} s errors {result.errors}",
+            file=sys.stderr,
+        )
+        results.append(result)
+    return results
+
+
+def _level_dict(result: LevelResult) -> dict[str, Any]:
+    data = asdict(result)
+    data.pop("metrics", None)
+    if result.metrics:
+        data["mean_batch_rows"] = {s: m.mean_batch_size for s, m in result.metrics.items()}
+    return data
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark; returns everything measured."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    threads = args.cpu_threads or (os.cpu_count() or 1)
+    page_set = real_page_set(args.pages, args.dpi)
+    paths = write_page_set(page_set, out / "pages")
+    truths = {p.name: truth for p, (_, _, truth) in zip(paths, page_set, strict=True)}
+    documents = load_documents(paths)
+    requests = args.requests or 2 * len(documents)
+    report: dict[str, Any] = {
+        "command": " ".join(sys.argv),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "pages": [p.name for p in paths],
+        "dpi": args.dpi,
+        "cpu_threads": threads,
+        "cpu_count": os.cpu_count(),
+    }
+
+    print("engine limit (in process, page after page)...", file=sys.stderr)
+    config = out / "engine.toml"
+    config.write_text(f"[engine]\ncpu_threads = {threads}\n")
+    engine_json = out / "engine.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadtest.engine_limit",
+            "--config",
+            str(config),
+            "--pages-dir",
+            str(out / "pages"),
+            "--json",
+            str(engine_json),
+        ],
+        check=True,
+    )
+    engine = json.loads(engine_json.read_text())
+    engine["cer"] = _cer(truths, engine.pop("texts"))
+    report["engine"] = engine
+
+    print("our server...", file=sys.stderr)
+    ours = start_ours(out, OURS_CONFIG.format(cpu_workers=args.cpu_workers, threads=threads))
+    try:
+        ours.wait_ready("/readyz")
+        report["ours_levels"] = [
+            _level_dict(r)
+            for r in _levels(ours, "v1", documents, args.levels, requests, args.max_time_s)
+        ]
+        concurrent = asyncio.run(_read_all(ours, "v1", documents, max(args.levels)))
+        report["ours_cer"] = _cer(truths, concurrent)
+        report["ours_peak_rss_mb"] = round(ours.memory.peak_bytes / 2**20)
+    finally:
+        ours.stop()
+
+    if not args.skip_paddlex:
+        print("PaddleX basic serving...", file=sys.stderr)
+        pdx = start_paddlex(
+            out,
+            embedded_model_dir("PP-OCRv5_mobile_det"),
+            embedded_model_dir("PP-OCRv5_mobile_rec"),
+            threads,
+        )
+        try:
+            pdx.wait_ready("/health")
+            report["paddlex_levels"] = [
+                _level_dict(r)
+                for r in _levels(
+                    pdx, "paddlex", documents, args.paddlex_levels, requests, args.max_time_s
+                )
+            ]
+            report["paddlex_cer"] = _cer(
+                truths, asyncio.run(_read_all(pdx, "paddlex", documents, 1))
+            )
+            report["paddlex_peak_rss_mb"] = round(pdx.memory.peak_bytes / 2**20)
+        finally:
+            pdx.stop()
+    return report
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The summary table, with ratios."""
+    engine = report["engine"]
+    limit = engine["pages_per_s"]
+    rows = [
+        "| system | concurrency | pages/s | x engine limit | p50 s | p95 s | errors |",
+        "|---|---|---|---|---|---|---|",
+        f"| engine limit (in process) | 1 | {limit:.3f} | 1.00 | "
+        f"{engine['median_page_s']:.2f} (median page) | | |",
+    ]
+    for name, key in (("ours", "ours_levels"), ("PaddleX basic serving", "paddlex_levels")):
+        for level in report.get(key, []):
+            rows.append(
+                f"| {name} | {level['concurrency']} | {level['throughput_pages_s']:.3f} | "
+                f"{level['throughput_pages_s'] / limit:.2f} | {level['p50_s'] or 0:.2f} | "
+                f"{level['p95_s'] or 0:.2f} | {sum(level['errors'].values())} |"
+            )
+    lines = ["\n".join(rows), ""]
+    ours = {lv["concurrency"]: lv for lv in report.get("ours_levels", [])}
+    pdx = {lv["concurrency"]: lv for lv in report.get("paddlex_levels", [])}
+    if 4 in ours and 4 in pdx and pdx[4]["throughput_pages_s"]:
+        ratio = ours[4]["throughput_pages_s"] / pdx[4]["throughput_pages_s"]
+        lines.append(f"- ours / PaddleX at concurrency 4: {ratio:.2f}x")
+    if 1 in ours and ours[1]["p50_s"]:
+        lines.append(
+            f"- ours p50 at concurrency 1 / engine median page time: "
+            f"{ours[1]['p50_s'] / engine['median_page_s']:.2f}"
+        )
+    lines.append(
+        f"- CER on the page set: engine {engine['cer']:.4f}, ours at concurrency "
+        f"{max(ours) if ours else '-'} {report.get('ours_cer', float('nan')):.4f}"
+        + (f", PaddleX {report['paddlex_cer']:.4f}" if "paddlex_cer" in report else "")
+    )
+    lines.append(
+        f"- peak RSS of all server processes: ours {report.get('ours_peak_rss_mb')} MiB"
+        + (
+            f", PaddleX {report['paddlex_peak_rss_mb']} MiB"
+            if "paddlex_peak_rss_mb" in report
+            else ""
+        )
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point of `make bench`."""
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--pages", type=int, default=8)
+    parser.add_argument("--dpi", type=float, default=150.0)
+    parser.add_argument(
+        "--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 8]
+    )
+    parser.add_argument(
+        "--paddlex-levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4]
+    )
+    parser.add_argument("--requests", type=int, default=0, help="per level; default 2 x pages")
+    parser.add_argument("--cpu-threads", type=int, default=0, help="0 = number of cores")
+    parser.add_argument("--cpu-workers", type=int, default=0, help="ours; 0 = number of cores")
+    parser.add_argument("--max-time-s", type=float, default=900.0, help="bound per level")
+    parser.add_argument("--skip-paddlex", action="store_true")
+    args = parser.parse_args(argv)
+    report = run(args)
+    table = markdown(report)
+    (args.out / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    (args.out / "results.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

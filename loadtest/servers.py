@@ -1,0 +1,168 @@
+"""Servers under benchmark: started as subprocesses on loopback, watched, and stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class MemorySampler:
+    """Samples the resident memory of a process and all its descendants, keeping the peak."""
+
+    pid: int
+    interval_s: float = 0.5
+    peak_bytes: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Sample in a background thread until `stop()`."""
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def sample(self) -> int:
+        """Current RSS of the process tree in bytes."""
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0
+        total = 0
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak_bytes = max(self.peak_bytes, self.sample())
+            self._stop.wait(self.interval_s)
+
+
+@dataclass
+class ServerProcess:
+    """A server started for a benchmark."""
+
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    memory: MemorySampler
+
+    def wait_ready(self, path: str, timeout_s: float = 600.0) -> float:
+        """Poll `path` until it answers 200; returns the seconds it took."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited; see {self.log}")
+            try:
+                if httpx.get(f"{self.url}{path}", timeout=5).status_code == 200:
+                    return time.monotonic() - started
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.name} not ready after {timeout_s} s; see {self.log}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 60 s; stops the memory sampler."""
+        self.memory.stop()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start(name: str, argv: list[str], port: int, log: Path, env: dict[str, str]) -> ServerProcess:
+    """Start a server process whose output goes to `log`."""
+    process = subprocess.Popen(
+        argv,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **env},
+    )
+    memory = MemorySampler(process.pid)
+    memory.start()
+    return ServerProcess(
+        name=name, url=f"http://127.0.0.1:{port}", process=process, log=log, memory=memory
+    )
+
+
+def start_ours(out: Path, config_text: str) -> ServerProcess:
+    """`ocr-serve` with the given config, on a free loopback port."""
+    port = free_port()
+    config = out / "ours.toml"
+    config.write_text(config_text)
+    argv = [sys.executable, "-m", "serving", "--config", str(config), "--port", str(port)]
+    return start("ours", argv, port, out / "ours.log", {})
+
+
+PADDLEX_PIPELINE = """pipeline_name: OCR
+text_type: general
+use_doc_preprocessor: False
+use_textline_orientation: False
+SubModules:
+  TextDetection:
+    module_name: text_detection
+    model_name: PP-OCRv5_mobile_det
+    model_dir: {det}
+    limit_side_len: 64
+    limit_type: min
+    max_side_limit: 4000
+    thresh: 0.3
+    box_thresh: 0.6
+    unclip_ratio: 1.5
+    engine_config:
+      cpu_threads: {threads}
+  TextRecognition:
+    module_name: text_recognition
+    model_name: PP-OCRv5_mobile_rec
+    model_dir: {rec}
+    batch_size: 6
+    score_thresh: 0.0
+    engine_config:
+      cpu_threads: {threads}
+Serving:
+  visualize: False
+"""
+
+
+def start_paddlex(out: Path, det_dir: Path, rec_dir: Path, cpu_threads: int) -> ServerProcess:
+    """`paddlex --serve` (PaddleX basic serving) on the same models and detection settings."""
+    port = free_port()
+    pipeline = out / "paddlex-ocr.yaml"
+    pipeline.write_text(PADDLEX_PIPELINE.format(det=det_dir, rec=rec_dir, threads=cpu_threads))
+    paddlex = Path(sys.executable).with_name("paddlex")
+    argv = [str(paddlex), "--serve", "--pipeline", str(pipeline), "--device", "cpu"]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    # On CPU PaddleX runs both models with oneDNN ("mkldnn" run mode), as ours does.
+    env = {"PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK": "True"}
+    return start("paddlex", argv, port, out / "paddlex.log", env)
