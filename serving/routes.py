@@ -84,6 +84,14 @@ class ClientGone(OcrError):
     default_message = "Client closed the request"
 
 
+def _as_ocr_error(exc: Exception, request_id: str) -> OcrError:
+    """Our errors pass through; anything else is logged in full and answered as a bare 500."""
+    if isinstance(exc, OcrError):
+        return exc
+    logger.error("request %s failed", request_id, exc_info=exc)
+    return OcrError()
+
+
 def _error_headers(err: OcrError, runtime: Runtime) -> dict[str, str]:
     if isinstance(err, Overloaded) or err.http_status == 503:
         return {"Retry-After": str(runtime.config.server.retry_after_s)}
@@ -134,12 +142,13 @@ async def paddlex_ocr(request: Request) -> Response:
         runtime.metrics.pages.inc(len(pages))
         result = paddlex_api.infer_result(pages, kind, options, parsed.overrides)
         return JSONResponse(paddlex_api.envelope(log_id, result))
-    except OcrError as err:
-        status = _status(err, runtime)
+    except Exception as exc:  # the HTTP boundary: every failure is answered in the envelope
+        error = _as_ocr_error(exc, log_id)
+        status = _status(error, runtime)
         return JSONResponse(
-            paddlex_api.envelope(log_id, status=status, message=err.message),
+            paddlex_api.envelope(log_id, status=status, message=error.message),
             status_code=status,
-            headers=_error_headers(err, runtime),
+            headers=_error_headers(error, runtime),
         )
 
 
@@ -175,7 +184,8 @@ async def v1_ocr(request: Request) -> Response:
                 data, kind, options, timeout_s=runtime.config.server.request_timeout_s
             ),
         )
-    except OcrError as err:
+    except Exception as exc:  # the HTTP boundary: every failure is answered as JSON
+        err = _as_ocr_error(exc, request_id)
         return JSONResponse(
             {"error": {"code": err.code, "message": err.message, "request_id": request_id}},
             status_code=_status(err, runtime),
