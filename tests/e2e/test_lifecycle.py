@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 
@@ -87,3 +88,25 @@ def test_sigterm_drains_in_flight_requests(tmp_path) -> None:
         assert server.process.wait(timeout=60) in (0, -signal.SIGTERM)
     finally:
         stop_server(server)
+
+
+def test_client_disconnect_cancels_its_work(server) -> None:
+    dense = images.encode_png(images.dense_page().image)
+    with contextlib.suppress(httpx.TimeoutException):
+        httpx.post(
+            f"{server.url}/v1/ocr",
+            content=dense,
+            headers={"content-type": "image/png"},
+            timeout=1.0,
+        )
+    # The server notices the closed connection, cancels the request and drops its queued work.
+    deadline = time.monotonic() + 60
+    while True:
+        metrics = httpx.get(f"{server.url}/metrics").text
+        gone = 'ocr_requests_total{endpoint="/v1/ocr",status="499"}' in metrics
+        idle = all(f'ocr_queue_depth{{stage="{s}"}} 0.0' in metrics for s in ("det", "rec"))
+        if gone and idle:
+            break
+        assert time.monotonic() < deadline, metrics
+        time.sleep(0.5)
+    assert "client went away" in server.log.read_text()
