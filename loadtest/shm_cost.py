@@ -15,7 +15,7 @@ import numpy as np
 from serving import shm
 
 # One A4 page at 150 dpi: det input and map at 1760 x 1248, seven rec chunks of six crops.
-PAGE = {
+PAGE: dict[str, list[tuple[tuple[int, ...], type[np.generic]]]] = {
     "image (uint8)": [((1754, 1241, 3), np.uint8)],
     "det input": [((1, 3, 1760, 1248), np.float32)],
     "det map": [((1, 1760, 1248), np.float32)],
