@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,9 +37,12 @@ class ServerConfig:
     shutdown_grace_s: float = 30.0
     """On SIGTERM, in-flight requests get this long to finish."""
     log_level: str = "info"
+    log_format: str = "text"
+    """"text": human-readable lines; "json": one JSON object per line (for log collectors)."""
 
     def __post_init__(self) -> None:
         _check(self.port > 0 and self.port < 65536, "server.port", "must be 1..65535")
+        _check(self.log_format in ("text", "json"), "server.log_format", "must be text or json")
         _check(self.max_body_bytes > 0, "server.max_body_bytes", "must be > 0")
         _check(self.request_timeout_s > 0, "server.request_timeout_s", "must be > 0")
         _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
@@ -252,6 +257,32 @@ class WorkersConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobsConfig:
+    """Batch document jobs (`/v1/jobs`): where they are kept, how long, and their limits."""
+
+    data_dir: str = "var/jobs"
+    """Job store (SQLite), uploads and per-page results; relative to the working directory."""
+    retention_s: float = 86400.0
+    """Finished jobs (succeeded, failed, cancelled) are deleted this long after they end."""
+    max_files_per_job: int = 100
+    """Files in one job, counting each document inside an uploaded zip; more get 422."""
+    max_pages_per_job: int = 1000
+    """Pages in one job (an image is one page); more get 422."""
+    max_upload_bytes: int = 500 * 1024 * 1024
+    """Bytes uploaded for one job, and bytes unpacked from its zips; more get 413."""
+    max_inflight_pages: int = 8
+    """Job pages in flight at once in this server, all jobs together."""
+
+    def __post_init__(self) -> None:
+        _check(bool(self.data_dir), "jobs.data_dir", "must not be empty")
+        _check(self.retention_s > 0, "jobs.retention_s", "must be > 0")
+        _check(self.max_files_per_job > 0, "jobs.max_files_per_job", "must be > 0")
+        _check(self.max_pages_per_job > 0, "jobs.max_pages_per_job", "must be > 0")
+        _check(self.max_upload_bytes > 0, "jobs.max_upload_bytes", "must be > 0")
+        _check(self.max_inflight_pages > 0, "jobs.max_inflight_pages", "must be > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AppConfig:
     """The whole configuration; built once in `cli.main` and passed down."""
 
@@ -262,6 +293,7 @@ class AppConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
 
     @property
     def cpu_workers(self) -> int:
@@ -347,18 +379,63 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
     raise ConfigError(path, f"unsupported type {hint!r}")
 
 
-def load_config(path: Path | None) -> AppConfig:
-    """Read `path` (or use the defaults when None) into an `AppConfig`."""
-    if path is None:
-        return AppConfig()
-    try:
-        with path.open("rb") as f:
-            raw = tomllib.load(f)
-    except OSError as err:
-        raise ConfigError(str(path), f"cannot read: {err.strerror}") from err
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(str(path), f"invalid TOML: {err}") from err
+def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> AppConfig:
+    """Read `path` (or start from the defaults when None), apply the `OCR_*` overrides found in
+    `environ` (none when None), and build the `AppConfig`."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with path.open("rb") as f:
+                raw = tomllib.load(f)
+        except OSError as err:
+            raise ConfigError(str(path), f"cannot read: {err.strerror}") from err
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(str(path), f"invalid TOML: {err}") from err
+    if environ is not None:
+        raw = apply_env_overrides(raw, environ)
     return build(AppConfig, raw)
+
+
+ENV_PREFIX = "OCR_"
+"""`OCR_<SECTION>__<KEY>=value` overrides `[section] key`; `__` separates every level."""
+
+
+def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of the TOML mapping `raw` with the `OCR_<SECTION>__<KEY>` variables applied.
+
+    Only names holding `__` are overrides (`OCR_CONFIG`, the file's path, is not one). Names are
+    lower-cased into a key path: `OCR_WORKERS__CPU__DET__MAX_BATCH_SIZE` sets
+    `workers.cpu.det.max_batch_size`. Values are read as TOML values (`9000`, `true`,
+    `["gpu:0", "cpu"]`, `{ max_batch_size = 2, max_cost = 9 }`), else taken as plain strings
+    (`0.0.0.0`, `debug`). Unknown keys are refused later by `build`, with their path.
+    """
+    merged = copy.deepcopy(raw)
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        keys = name[len(ENV_PREFIX) :].lower().split("__")
+        path = ".".join(keys)
+        if not all(keys):
+            raise ConfigError(path, f"empty key in the environment variable {name}")
+        table = merged
+        for depth, key in enumerate(keys[:-1]):
+            inner = table.setdefault(key, {})
+            if not isinstance(inner, dict):
+                where = ".".join(keys[: depth + 1])
+                raise ConfigError(where, f"is not a table, so {name} cannot set a key inside it")
+            table = inner
+        table[keys[-1]] = env_value(environ[name])
+    return merged
+
+
+def env_value(text: str) -> Any:
+    """An environment value as TOML reads it after `v = `, else the text itself."""
+    if "\n" in text or "\r" in text:
+        return text
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
 
 
 def describe(config: AppConfig) -> dict[str, Any]:

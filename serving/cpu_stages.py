@@ -196,3 +196,30 @@ def _jpeg_b64(image: np.ndarray, max_side: int = 2000) -> str:
     if not ok:
         raise ValueError("JPEG encoding failed")
     return base64.b64encode(buf.tobytes()).decode("ascii")
+
+
+def prepare_page_of(
+    source: bytes | str, kind: FileKind, index: int, limits: DecodeLimits, det_params: DetParams
+) -> PreparedPage:
+    """Decode page `index` of a document (a file's bytes or its path) and prepare it for detection.
+
+    Batch jobs take documents one page at a time, so a long PDF is never rendered in one call.
+    """
+    from serving.documents import decode_page  # imported here: batch-only, keeps the imports above
+
+    image = decode_page(source, kind, index, limits)
+    det_input = preprocess_det(image, det_params)
+    image_ref = shm.put(image, _PREFIX)
+    try:
+        det_ref = shm.put(det_input.tensor[np.newaxis], _PREFIX)
+    except BaseException:
+        shm.discard(image_ref)
+        raise
+    return PreparedPage(
+        image=image_ref,
+        det_tensor=det_ref,
+        src_h=det_input.src_h,
+        src_w=det_input.src_w,
+        ratio_h=det_input.ratio_h,
+        ratio_w=det_input.ratio_w,
+    )

@@ -15,7 +15,7 @@ from serving.errors import InvalidInput
 FileKind = Literal["pdf", "image"]
 
 # pdfium is not thread-safe; each CPU worker is a process, but tests call this from threads too.
-_PDFIUM_LOCK = threading.Lock()
+PDFIUM_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,11 +73,8 @@ def decode_image(data: bytes, limits: DecodeLimits) -> np.ndarray:
 
 def render_pdf(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
     """Render every page of a PDF to BGR at `pdf_render_scale`; too many pages is an error."""
-    with _PDFIUM_LOCK:
-        try:
-            doc = pdfium.PdfDocument(data)
-        except pdfium.PdfiumError as err:
-            raise InvalidInput(f"Invalid input file: not a readable PDF ({err})") from err
+    with PDFIUM_LOCK:
+        doc = open_pdf(data)
         try:
             count = len(doc)
             if count == 0:
@@ -88,22 +85,35 @@ def render_pdf(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
                     f"{limits.max_pdf_pages} per request (input.max_pdf_pages)"
                 )
             doc.init_forms()
-            pages = []
-            for index in range(count):
-                page = doc[index]
-                try:
-                    width, height = page.get_size()
-                    scale = limits.pdf_render_scale
-                    _check_pixels(int(height * scale), int(width * scale), limits)
-                    bitmap = page.render(scale=scale, rotation=0)
-                    # pypdfium2 renders BGR(x) by default, which is what the pipeline expects.
-                    array = bitmap.to_numpy()
-                    pages.append(np.ascontiguousarray(array[:, :, :3]))
-                finally:
-                    page.close()
-            return pages
+            return [render_pdf_page(doc, index, limits) for index in range(count)]
         finally:
             doc.close()
+
+
+def open_pdf(source: bytes | str) -> pdfium.PdfDocument:
+    """Open a PDF from bytes or a path; hold `PDFIUM_LOCK` while using it."""
+    try:
+        return pdfium.PdfDocument(source)
+    except (pdfium.PdfiumError, OSError) as err:
+        raise InvalidInput(f"Invalid input file: not a readable PDF ({err})") from err
+
+
+def render_pdf_page(doc: pdfium.PdfDocument, index: int, limits: DecodeLimits) -> np.ndarray:
+    """Render one page to BGR at `pdf_render_scale`, checking the pixel cap before rendering.
+
+    The caller holds `PDFIUM_LOCK` and has called `doc.init_forms()`.
+    """
+    page = doc[index]
+    try:
+        width, height = page.get_size()
+        scale = limits.pdf_render_scale
+        _check_pixels(int(height * scale), int(width * scale), limits)
+        bitmap = page.render(scale=scale, rotation=0)
+        # pypdfium2 renders BGR(x) by default, which is what the pipeline expects.
+        array = bitmap.to_numpy()
+        return np.ascontiguousarray(array[:, :, :3])
+    finally:
+        page.close()
 
 
 def _check_pixels(height: int, width: int, limits: DecodeLimits) -> None:

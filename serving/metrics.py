@@ -53,6 +53,7 @@ class Metrics:
         self.worker_restarts = Counter(
             "ocr_worker_restarts", "Worker processes restarted after dying.", ["kind"], registry=r
         )
+        self.jobs = Gauge("ocr_jobs", "Batch jobs in the job store.", ["status"], registry=r)
 
     def track_queue_depth(self, stage: str, depth: Callable[[], int]) -> None:
         """Report a queue's depth when scraped."""

@@ -190,3 +190,39 @@ class OcrService:
         except asyncio.CancelledError:
             future.cancel()
             raise
+
+    async def ocr_page_of(
+        self,
+        source: bytes | str,
+        kind: FileKind,
+        page_index: int,
+        options: OcrOptions,
+        *,
+        priority: int,
+        timeout_s: float,
+    ) -> PageOutput:
+        """OCR one page of a document: page `page_index` of a PDF, or an image (index 0).
+
+        `source` is the file's bytes or its path, which the CPU worker reads (a long PDF is not
+        copied for each page). Batch jobs call this once per page, at background priority.
+
+        Raises:
+            InvalidInput: the page does not decode or breaks a limit.
+            Overloaded: too much work in flight.
+            DeadlineExceeded: not done within `timeout_s`.
+        """
+        deadline = self._clock() + timeout_s
+        self.admission.admit(1)
+        try:
+            async with asyncio.timeout(timeout_s):
+                page = await self.cpu.run(
+                    cpu_stages.prepare_page_of, source, kind, page_index, self.limits, options.det
+                )
+                try:
+                    return await self._page(page, options, False, deadline, priority)
+                finally:
+                    free_segments(page)
+        except TimeoutError as err:
+            raise DeadlineExceeded() from err
+        finally:
+            self.admission.release(1)

@@ -6,17 +6,17 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from serving import paddlex_api
+from serving import paddlex_api, request_id
 from serving.errors import (
     InvalidInput,
     OcrError,
@@ -26,6 +26,7 @@ from serving.errors import (
     ValidationFailed,
 )
 from serving.inputs import FileKind, sniff_kind
+from serving.routes_jobs import job_routes
 from serving.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def _status(err: OcrError, runtime: Runtime) -> int:
 async def paddlex_ocr(request: Request) -> Response:
     """`POST /ocr`: PaddleX basic serving's OCR endpoint."""
     runtime = _runtime(request)
-    log_id = str(uuid.uuid4())
+    log_id = request_id.current_or_new()
     try:
         raw = await read_body(request, runtime.config.server.max_body_bytes)
         try:
@@ -115,7 +116,7 @@ async def paddlex_ocr(request: Request) -> Response:
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             problem = [{"type": "json_invalid", "loc": "body", "msg": f"JSON decode error: {err}"}]
             raise ValidationFailed(json.dumps(problem)) from err
-        log_id = paddlex_api.log_id_of(body)
+        log_id = paddlex_api.log_id_of(body, default=log_id)
         parsed = paddlex_api.parse_request(body)
         runtime.check_ready()
         data, kind = await _paddlex_file(parsed, runtime)
@@ -170,7 +171,7 @@ _V1_TYPES: dict[str, FileKind] = {"application/pdf": "pdf"}
 async def v1_ocr(request: Request) -> Response:
     """`POST /v1/ocr`: multipart `file`, or a raw image or PDF body."""
     runtime = _runtime(request)
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    rid = request_id.current_or_new()
     try:
         runtime.check_ready()
         data, kind = await _v1_file(request, runtime)
@@ -185,11 +186,11 @@ async def v1_ocr(request: Request) -> Response:
             ),
         )
     except Exception as exc:  # the HTTP boundary: every failure is answered as JSON
-        err = _as_ocr_error(exc, request_id)
+        err = _as_ocr_error(exc, rid)
         return JSONResponse(
-            {"error": {"code": err.code, "message": err.message, "request_id": request_id}},
+            {"error": {"code": err.code, "message": err.message, "request_id": rid}},
             status_code=_status(err, runtime),
-            headers={**_error_headers(err, runtime), "X-Request-ID": request_id},
+            headers={**_error_headers(err, runtime), "X-Request-ID": rid},
         )
     runtime.metrics.pages.inc(len(pages))
     body = {
@@ -206,7 +207,7 @@ async def v1_ocr(request: Request) -> Response:
             for index, page in enumerate(pages)
         ]
     }
-    return JSONResponse(body, headers={"X-Request-ID": request_id})
+    return JSONResponse(body, headers={"X-Request-ID": rid})
 
 
 async def _v1_file(request: Request, runtime: Runtime) -> tuple[bytes, FileKind]:
@@ -216,12 +217,17 @@ async def _v1_file(request: Request, runtime: Runtime) -> tuple[bytes, FileKind]
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise PayloadTooLarge(f"Request body of {declared} bytes; the limit is {limit}")
-        async with request.form(max_files=1, max_fields=16, max_part_size=limit) as form:
-            upload = form.get("file")
-            if not isinstance(upload, UploadFile):
-                raise ValidationFailed("Send the document in a multipart field named `file`")
-            data = await upload.read()
-            part_type = (upload.content_type or "").lower()
+        try:
+            async with request.form(max_files=1, max_fields=16, max_part_size=limit) as form:
+                upload = form.get("file")
+                if not isinstance(upload, UploadFile):
+                    raise ValidationFailed("Send the document in a multipart field named `file`")
+                data = await upload.read()
+                part_type = (upload.content_type or "").lower()
+        except HTTPException as err:  # Starlette's multipart parser refuses the body
+            if "maximum size" in err.detail:
+                raise PayloadTooLarge(f"{err.detail} (server.max_body_bytes)") from err
+            raise ValidationFailed(f"Malformed multipart body: {err.detail}") from err
     elif content_type.startswith("image/") or content_type in _V1_TYPES:
         data = await read_body(request, limit)
         part_type = content_type
@@ -291,7 +297,9 @@ async def metrics(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     """`GET /health`: PaddleX's liveness answer."""
-    return JSONResponse({"logId": str(uuid.uuid4()), "errorCode": 0, "errorMsg": "Healthy"})
+    return JSONResponse(
+        {"logId": request_id.current_or_new(), "errorCode": 0, "errorMsg": "Healthy"}
+    )
 
 
 async def livez(request: Request) -> Response:
@@ -323,4 +331,5 @@ ROUTES = [
     Route("/health", health, methods=["GET"]),
     Route("/livez", livez, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
+    *job_routes(observed),
 ]

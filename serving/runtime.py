@@ -19,6 +19,7 @@ from serving.device_worker import DeviceSpec, WorkerSetup
 from serving.engine import ModelBundle, engine_options, load_bundle
 from serving.errors import NotReady
 from serving.inputs import DecodeLimits
+from serving.jobs_runner import JobRunner
 from serving.metrics import Metrics
 from serving.ocr_service import Admission, OcrService
 
@@ -78,6 +79,8 @@ class Runtime:
     metrics: Metrics
     started: asyncio.Event = field(default_factory=asyncio.Event)
     startup_error: str | None = None
+    jobs: JobRunner | None = None
+    """Batch jobs (`/v1/jobs`); None where the runtime serves no jobs (`ocr-batch`)."""
 
     @classmethod
     def build(
@@ -86,6 +89,7 @@ class Runtime:
         *,
         specs: list[DeviceSpec] | None = None,
         predictor_factory: str | None = None,
+        jobs: bool = True,
     ) -> Runtime:
         """Read the models and build every part (no process is started)."""
         bundle = load_bundle(config.models)
@@ -101,6 +105,7 @@ class Runtime:
             engine=engine_options(config.engine, "cpu", config.cpu_threads),
             shm_prefix=prefix,
             log_level=config.server.log_level,
+            log_format=config.server.log_format,
         )
         if predictor_factory is not None:
             setup = WorkerSetup(
@@ -108,6 +113,7 @@ class Runtime:
                 engine=setup.engine,
                 shm_prefix=prefix,
                 log_level=setup.log_level,
+                log_format=setup.log_format,
                 predictor_factory=predictor_factory,
             )
         workers = []
@@ -147,6 +153,7 @@ class Runtime:
             devices=devices,
             service=service,
             metrics=metrics,
+            jobs=JobRunner.build(config, service, bundle, metrics) if jobs else None,
         )
 
     @property
@@ -169,6 +176,8 @@ class Runtime:
             logger.exception("start-up failed")
             raise
         self.started.set()
+        if self.jobs is not None:
+            await self.jobs.start()
         logger.info(
             "ready: %d CPU workers, device workers %s",
             self.cpu.workers,
@@ -177,6 +186,8 @@ class Runtime:
 
     async def stop(self) -> None:
         """Stop every process and remove any shared-memory segment left."""
+        if self.jobs is not None:
+            await self.jobs.stop()
         for item in self.scheduler.drain():
             discard_payload(item)
             if not item.future.done():

@@ -1,0 +1,315 @@
+"""The job runner: feeds job pages, each its own unit of work, to OCR at background priority.
+
+A feed task claims pending pages from the store while fewer than `jobs.max_inflight_pages` are in
+flight (all jobs together), and runs each in its own task; a page's result is committed once. A
+page refused for overload (interactive work comes first) goes back to pending and waits its turn
+for as long as that lasts; one that met another passing condition (a worker restart, a deadline)
+is tried again up to `MAX_ATTEMPTS` times. A second task deletes finished jobs past
+`jobs.retention_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from pipelines.types import PageResult
+from serving.batching import BACKGROUND
+from serving.config import AppConfig, JobsConfig
+from serving.documents import Document
+from serving.engine import ModelBundle
+from serving.errors import OcrError, Overloaded
+from serving.jobs_options import overrides, page_record
+from serving.jobs_store import JobStore
+from serving.jobs_types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
+from serving.metrics import Metrics
+from serving.ocr_service import OcrService
+
+logger = logging.getLogger(__name__)
+
+PageOcr = Callable[[PageTask], Awaitable[PageResult]]
+"""OCRs one claimed page."""
+
+MAX_ATTEMPTS = 4
+"""Tries of one page when it meets a passing condition (503 or 504) other than overload."""
+RETRY_BACKOFF_S = 1.0
+"""Wait before a page goes back to pending after a passing condition; doubles each attempt."""
+
+
+class JobEvents:
+    """Wakes the followers of a job (result streams) when one of its pages ends or it changes."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+
+    def watch(self, job_id: str) -> asyncio.Event:
+        """An event set at the job's next change: take it before reading, then wait on it."""
+        event = self._events.get(job_id)
+        if event is None:
+            event = self._events[job_id] = asyncio.Event()
+        return event
+
+    def notify(self, job_id: str) -> None:
+        """Wake everyone watching `job_id`."""
+        event = self._events.pop(job_id, None)
+        if event is not None:
+            event.set()
+
+    def notify_all(self) -> None:
+        """Wake every follower (shutdown)."""
+        for event in self._events.values():
+            event.set()
+        self._events.clear()
+
+
+class JobRunner:
+    """Runs the jobs of one store; `start()` and `stop()` come from the runtime's lifecycle."""
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        ocr: PageOcr,
+        config: JobsConfig,
+        metrics: Metrics | None = None,
+        sweep_interval_s: float | None = None,
+        retry_backoff_s: float = RETRY_BACKOFF_S,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.events = JobEvents()
+        self._ocr = ocr
+        self._metrics = metrics
+        self._sweep_interval_s = sweep_interval_s or min(max(config.retention_s / 10, 1.0), 600.0)
+        self._retry_backoff_s = retry_backoff_s
+        self._wake = asyncio.Event()
+        self._open_lock = asyncio.Lock()
+        self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._loops: list[asyncio.Task[None]] = []
+
+    @classmethod
+    def build(
+        cls, config: AppConfig, service: OcrService, bundle: ModelBundle, metrics: Metrics
+    ) -> JobRunner:
+        """A runner over `jobs.data_dir` whose pages go through `service` at background priority."""
+        timeout_s = config.server.request_timeout_s
+
+        async def ocr(task: PageTask) -> PageResult:
+            options = bundle.options(config.pipeline, **overrides(task.options))
+            output = await service.ocr_page_of(
+                str(task.path),
+                task.kind,
+                task.page,
+                options,
+                priority=BACKGROUND,
+                timeout_s=timeout_s,
+            )
+            return output.result
+
+        store = JobStore(Path(config.jobs.data_dir))
+        return cls(store=store, ocr=ocr, config=config.jobs, metrics=metrics)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self, *, create: bool = True) -> bool:
+        """Open the store (creating it only when `create`), resetting pages left running.
+
+        Servers that never get a job never create a data directory. Returns False when there is no
+        store and `create` is False.
+
+        Raises:
+            JobStoreUnavailable: the store is locked by another process or cannot be read.
+        """
+        if self.store.is_open:
+            return True
+        async with self._open_lock:
+            if self.store.is_open:
+                return True
+            if not create and not self.store.exists:
+                return False
+            reset = await asyncio.to_thread(self.store.open)
+            logger.info(
+                "job store open at %s; %d pages left running set back to pending",
+                self.store.data_dir,
+                reset,
+            )
+            self._wake.set()
+        await self._refresh_metrics()
+        return True
+
+    async def start(self) -> None:
+        """Open an existing store, so its unfinished jobs resume, and start feeding pages."""
+        try:
+            await self.open(create=False)
+        except OcrError as err:
+            logger.error("jobs: %s; the jobs API answers 503 until this is fixed", err.message)
+        self._loops = [
+            asyncio.create_task(self._feed(), name="jobs-feed"),
+            asyncio.create_task(self._sweep(), name="jobs-retention"),
+        ]
+
+    async def stop(self) -> None:
+        """Cancel pages in flight (they go back to pending) and close the store."""
+        pages = list(self._tasks)
+        for task in [*self._loops, *self._tasks.values()]:
+            task.cancel()
+        await asyncio.gather(*self._loops, *self._tasks.values(), return_exceptions=True)
+        self._loops = []
+        if self.store.is_open:
+            for job_id, seq in pages:
+                await asyncio.to_thread(self.store.release_page, job_id, seq, refund=True)
+            await asyncio.to_thread(self.store.close)
+        self.events.notify_all()
+
+    # --- the API's operations -----------------------------------------------------------------
+
+    async def submit(
+        self, job_id: str, documents: list[Document], options: dict[str, Any]
+    ) -> JobInfo:
+        """Record a job whose documents are staged under `store.job_dir(job_id)`; it is queued."""
+        info = await asyncio.to_thread(self.store.create_job, job_id, documents, options)
+        logger.info("job %s queued: %d files, %d pages", job_id, len(documents), info.pages_total)
+        self._wake.set()
+        await self._refresh_metrics()
+        return info
+
+    async def get(self, job_id: str) -> JobInfo:
+        """The job's state.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        if not await self.open(create=False):
+            raise JobNotFound(f"No job {job_id}")
+        return await asyncio.to_thread(self.store.get_job, job_id)
+
+    async def list(self, *, status: JobStatus | None, limit: int) -> list[JobInfo]:
+        """Jobs, newest first."""
+        if not await self.open(create=False):
+            return []
+        return await asyncio.to_thread(self.store.list_jobs, status=status, limit=limit)
+
+    async def cancel(self, job_id: str) -> JobInfo:
+        """Cancel a queued or running job; its pages in flight are dropped."""
+        await self.get(job_id)
+        info = await asyncio.to_thread(self.store.cancel_job, job_id)
+        self._drop_pages(job_id)
+        logger.info("job %s cancelled (%s)", job_id, info.status)
+        await self._changed(job_id)
+        return info
+
+    async def delete(self, job_id: str) -> None:
+        """Cancel a job and delete it with its files and results."""
+        await self.get(job_id)
+        await asyncio.to_thread(self.store.delete_job, job_id)
+        self._drop_pages(job_id)
+        logger.info("job %s deleted", job_id)
+        await self._changed(job_id)
+
+    # --- internals ----------------------------------------------------------------------------
+
+    async def _feed(self) -> None:
+        slots = asyncio.Semaphore(self.config.max_inflight_pages)
+        while True:
+            await slots.acquire()
+            self._wake.clear()
+            try:
+                task = (
+                    await asyncio.to_thread(self.store.claim_next) if self.store.is_open else None
+                )
+            except Exception:  # the runner's boundary: a store error must not end the feed
+                logger.exception("jobs: cannot claim a page")
+                task = None
+            if task is None:
+                slots.release()
+                await self._wake.wait()
+                continue
+            key = (task.job_id, task.seq)
+            page = asyncio.create_task(self._run_page(task), name=f"job-{task.job_id}-{task.seq}")
+            self._tasks[key] = page
+            page.add_done_callback(functools.partial(self._page_ended, key, slots))
+
+    def _page_ended(
+        self, key: tuple[str, int], slots: asyncio.Semaphore, task: asyncio.Task[None]
+    ) -> None:
+        self._tasks.pop(key, None)
+        slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("job %s page %d: %r", key[0], key[1], task.exception())
+
+    async def _run_page(self, task: PageTask) -> None:
+        try:
+            result = await self._ocr(task)
+            record = page_record(task.file_name, task.page, result, file_index=task.file_index)
+            line = json.dumps(record, ensure_ascii=False).encode()
+            committed = await asyncio.to_thread(
+                self.store.complete_page, task.job_id, task.seq, line
+            )
+        except Overloaded:
+            await self._again(task, self._retry_backoff_s, refund=True)
+            return
+        except OcrError as err:
+            if err.http_status in (503, 504) and task.attempts < MAX_ATTEMPTS:
+                logger.warning(
+                    "job %s page %d: %s; trying again", task.job_id, task.seq, err.message
+                )
+                await self._again(task, self._retry_backoff_s * 2 ** (task.attempts - 1))
+                return
+            committed = await self._fail(task, err.code, err.message)
+        except Exception:  # the runner's boundary: one page's failure must not stop the job
+            logger.exception("job %s page %d failed", task.job_id, task.seq)
+            committed = await self._fail(task, "internal", "Internal error")
+        if committed:
+            if self._metrics is not None:
+                self._metrics.pages.inc()
+            await self._changed(task.job_id)
+
+    async def _again(self, task: PageTask, wait_s: float, *, refund: bool = False) -> None:
+        await asyncio.sleep(wait_s)
+        await asyncio.to_thread(self.store.release_page, task.job_id, task.seq, refund=refund)
+        self._wake.set()
+
+    async def _fail(self, task: PageTask, code: str, message: str) -> bool:
+        logger.info("job %s page %d failed: %s", task.job_id, task.seq, message)
+        return await asyncio.to_thread(self.store.fail_page, task.job_id, task.seq, code, message)
+
+    def _drop_pages(self, job_id: str) -> None:
+        for (owner, _seq), task in list(self._tasks.items()):
+            if owner == job_id:
+                task.cancel()
+
+    async def _changed(self, job_id: str) -> None:
+        self.events.notify(job_id)
+        await self._refresh_metrics()
+
+    async def _sweep(self) -> None:
+        while True:
+            if self.store.is_open:
+                try:
+                    deleted = await asyncio.to_thread(
+                        self.store.purge_expired, self.config.retention_s
+                    )
+                except Exception:  # the runner's boundary: retry at the next sweep
+                    logger.exception("jobs: retention sweep failed")
+                    deleted = []
+                for job_id in deleted:
+                    self.events.notify(job_id)
+                if deleted:
+                    logger.info("jobs: deleted %d jobs past retention", len(deleted))
+                    await self._refresh_metrics()
+            await asyncio.sleep(self._sweep_interval_s)
+
+    async def _refresh_metrics(self) -> None:
+        if self._metrics is None or not self.store.is_open:
+            return
+        try:
+            counts = await asyncio.to_thread(self.store.counts)
+        except OcrError:
+            return  # closed meanwhile
+        for status in STATUSES:
+            self._metrics.jobs.labels(status=status).set(counts[status])

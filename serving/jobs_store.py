@@ -1,0 +1,466 @@
+"""The durable job store: jobs, their files and pages in SQLite (WAL); uploads and results as files.
+
+Layout under the data directory: `jobs.sqlite3` (schema version in `PRAGMA user_version`), `lock`
+(held with `flock` while a process has the store open, so two servers never share it), and per job
+`jobs/<id>/files/<n>` (the uploaded documents) and `jobs/<id>/results/<seq>.json` (one page's
+result, the exact NDJSON line). Every page is its own unit of work: `claim_next` marks it running,
+and `complete_page` writes its result file atomically and marks it done in one transaction, only if
+it is still running, so a page is committed at most once; `open` sets pages left running by a
+killed process back to pending, so each page is committed exactly once.
+
+Methods are synchronous and serialised by a lock; async callers run them with `asyncio.to_thread`.
+Timestamps are wall-clock seconds (`time.time()`), since they must mean the same after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from serving.documents import Document
+from serving.inputs import FileKind
+from serving.jobs_schema import file_info, finished_page, job_info, migrate, page_error
+from serving.jobs_types import (
+    STATUSES,
+    FinishedPage,
+    JobInfo,
+    JobNotFound,
+    JobStatus,
+    JobStoreUnavailable,
+    PageTask,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class JobStore:
+    """Jobs in SQLite under `data_dir`; see the module docstring for the layout and guarantees."""
+
+    def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.data_dir = data_dir
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def exists(self) -> bool:
+        """Whether a store was ever created here (there may be jobs to resume)."""
+        return (self.data_dir / "jobs.sqlite3").is_file()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether `open` succeeded and `close` was not called since."""
+        return self._db is not None
+
+    def open(self) -> int:
+        """Create or open the store, take its lock, and reset pages left running.
+
+        Returns the number of pages set back to pending.
+
+        Raises:
+            JobStoreUnavailable: another process holds the store, or it cannot be read.
+        """
+        with self._lock:
+            if self._db is not None:
+                return 0
+            try:
+                self.data_dir.mkdir(parents=True, exist_ok=True)
+                self._lock_fd = _take_lock(self.data_dir / "lock")
+                db = sqlite3.connect(
+                    self.data_dir / "jobs.sqlite3", isolation_level=None, check_same_thread=False
+                )
+            except OSError as err:
+                self._release_lock()
+                raise JobStoreUnavailable(f"Cannot open the job store: {err}") from err
+            try:
+                db.row_factory = sqlite3.Row
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")
+                db.execute("PRAGMA busy_timeout = 5000")
+                migrate(db)
+                with _transaction(db):
+                    reset = db.execute(
+                        "UPDATE pages SET status = 'pending' WHERE status = 'running' AND job_id IN"
+                        " (SELECT id FROM jobs WHERE status IN ('queued', 'running'))"
+                    ).rowcount
+                self._db = db
+                self._sweep_orphans()
+            except (sqlite3.Error, JobStoreUnavailable) as err:
+                db.close()
+                self._release_lock()
+                if isinstance(err, JobStoreUnavailable):
+                    raise
+                raise JobStoreUnavailable(f"Cannot open the job store: {err}") from err
+            return reset
+
+    def close(self) -> None:
+        """Close the database and release the lock (waits for a call in progress)."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            self._release_lock()
+
+    def job_dir(self, job_id: str) -> Path:
+        """Where a job's files and results live."""
+        return self.data_dir / "jobs" / job_id
+
+    def discard(self, job_id: str) -> None:
+        """Remove the directory of a job that was never created (its upload was refused)."""
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+
+    # --- jobs ---------------------------------------------------------------------------------
+
+    def create_job(
+        self, job_id: str, documents: Sequence[Document], options: dict[str, Any]
+    ) -> JobInfo:
+        """Record a job whose documents already sit under `job_dir(job_id) / "files"`."""
+        now = self._clock()
+        with self._locked() as db, _transaction(db):
+            total = sum(d.pages for d in documents)
+            db.execute(
+                "INSERT INTO jobs (id, status, options, pages_total, created_at)"
+                " VALUES (?, 'queued', ?, ?, ?)",
+                (job_id, json.dumps(options), total, now),
+            )
+            db.executemany(
+                "INSERT INTO files (job_id, idx, name, stored_as, kind, pages, size_bytes)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (job_id, i, d.name, d.path.name, d.kind, d.pages, d.size_bytes)
+                    for i, d in enumerate(documents)
+                ],
+            )
+            rows = [
+                (job_id, seq, i, page)
+                for seq, (i, page) in enumerate(
+                    (i, page) for i, d in enumerate(documents) for page in range(d.pages)
+                )
+            ]
+            db.executemany(
+                "INSERT INTO pages (job_id, seq, file_idx, page) VALUES (?, ?, ?, ?)", rows
+            )
+            return self._info(db, job_id, detail=True)
+
+    def get_job(self, job_id: str) -> JobInfo:
+        """The job's state, with its files and failed pages.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        with self._locked() as db:
+            return self._info(db, job_id, detail=True)
+
+    def list_jobs(self, *, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
+        """Jobs, newest first."""
+        with self._locked() as db:
+            where, args = ("WHERE status = ?", (status,)) if status else ("", ())
+            rows = db.execute(
+                f"SELECT * FROM jobs {where} ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+            return [job_info(row) for row in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per status (every status present, zero where none)."""
+        with self._locked() as db:
+            found = dict(db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall())
+            return {status: int(found.get(status, 0)) for status in STATUSES}
+
+    def cancel_job(self, job_id: str) -> JobInfo:
+        """Mark a queued or running job cancelled; a finished job is left as it is.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        now = self._clock()
+        with self._locked() as db, _transaction(db):
+            db.execute(
+                "UPDATE jobs SET status = 'cancelled', finished_at = ?"
+                " WHERE id = ? AND status IN ('queued', 'running')",
+                (now, job_id),
+            )
+            return self._info(db, job_id, detail=True)
+
+    def delete_job(self, job_id: str) -> None:
+        """Delete a job's rows, uploads and results (a page being OCR'd is not committed).
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        with self._locked() as db:
+            with _transaction(db):
+                if db.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount == 0:
+                    raise JobNotFound(f"No job {job_id}")
+                db.execute("DELETE FROM files WHERE job_id = ?", (job_id,))
+                db.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
+            # Under the lock: a concurrent `complete_page` sees no row and writes nothing.
+            shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+
+    def purge_expired(self, retention_s: float) -> list[str]:
+        """Delete jobs that finished more than `retention_s` ago; returns their ids."""
+        cutoff = self._clock() - retention_s
+        with self._locked() as db:
+            ids = [
+                row[0]
+                for row in db.execute(
+                    "SELECT id FROM jobs WHERE status IN ('succeeded', 'failed', 'cancelled')"
+                    " AND finished_at < ?",
+                    (cutoff,),
+                )
+            ]
+        for job_id in ids:
+            with contextlib.suppress(JobNotFound):
+                self.delete_job(job_id)
+        return ids
+
+    # --- pages --------------------------------------------------------------------------------
+
+    def claim_next(self) -> PageTask | None:
+        """Mark the next pending page of the oldest active job running; None when there is none."""
+        now = self._clock()
+        with self._locked() as db, _transaction(db):
+            for job in db.execute(
+                "SELECT id, options FROM jobs WHERE status IN ('queued', 'running') ORDER BY rowid"
+            ).fetchall():
+                row = db.execute(
+                    "SELECT p.seq, p.file_idx, p.page, p.attempts, f.name, f.stored_as, f.kind"
+                    " FROM pages p JOIN files f ON f.job_id = p.job_id AND f.idx = p.file_idx"
+                    " WHERE p.job_id = ? AND p.status = 'pending' ORDER BY p.seq LIMIT 1",
+                    (job["id"],),
+                ).fetchone()
+                if row is None:
+                    continue
+                db.execute(
+                    "UPDATE pages SET status = 'running', attempts = attempts + 1"
+                    " WHERE job_id = ? AND seq = ?",
+                    (job["id"], row["seq"]),
+                )
+                db.execute(
+                    "UPDATE jobs SET status = 'running', started_at = COALESCE(started_at, ?)"
+                    " WHERE id = ?",
+                    (now, job["id"]),
+                )
+                return PageTask(
+                    job_id=job["id"],
+                    seq=row["seq"],
+                    file_index=row["file_idx"],
+                    file_name=row["name"],
+                    page=row["page"],
+                    kind=cast(FileKind, row["kind"]),
+                    path=self.job_dir(job["id"]) / "files" / row["stored_as"],
+                    options=json.loads(job["options"]),
+                    attempts=row["attempts"] + 1,
+                )
+        return None
+
+    def complete_page(self, job_id: str, seq: int, line: bytes) -> bool:
+        """Commit a page's result: the file written atomically, the row updated, once.
+
+        Returns False (and writes nothing) when the page is no longer running in a running job:
+        the job was cancelled or deleted, or the page was already committed.
+        """
+        with self._locked() as db, _transaction(db):
+            if not self._is_running(db, job_id, seq):
+                return False
+            results = self.job_dir(job_id) / "results"
+            results.mkdir(exist_ok=True)
+            _write_atomic(results / f"{seq}.json", line)
+            self._finish_page(db, job_id, seq, "done", None, None)
+            return True
+
+    def fail_page(self, job_id: str, seq: int, code: str, message: str) -> bool:
+        """Record that a page failed; False when it was no longer running in a running job."""
+        with self._locked() as db, _transaction(db):
+            if not self._is_running(db, job_id, seq):
+                return False
+            self._finish_page(db, job_id, seq, "failed", code, message)
+            return True
+
+    def release_page(self, job_id: str, seq: int, *, refund: bool = False) -> bool:
+        """Put a running page back to pending (to try again later, or at shutdown).
+
+        `refund` takes back the attempt its claim counted: the page never started (overload).
+        """
+        with self._locked() as db, _transaction(db):
+            return (
+                db.execute(
+                    "UPDATE pages SET status = 'pending', attempts = attempts - ?"
+                    " WHERE job_id = ? AND seq = ? AND status = 'running'",
+                    (int(refund), job_id, seq),
+                ).rowcount
+                == 1
+            )
+
+    def finished_pages(
+        self, job_id: str, *, after_order: int = 0, from_seq: int | None = None
+    ) -> tuple[JobInfo, list[FinishedPage]]:
+        """The job and its finished pages: after `after_order` in completion order, or (with
+        `from_seq`) the finished pages from `from_seq` on in document order, stopping at the
+        first page not finished yet. Both are read at one instant.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        with self._locked() as db:
+            info = self._info(db, job_id, detail=False)
+            columns = (
+                "SELECT p.seq, p.finished_order, p.file_idx, p.page, p.status, p.error_code,"
+                " p.error_message, f.name FROM pages p"
+                " JOIN files f ON f.job_id = p.job_id AND f.idx = p.file_idx WHERE p.job_id = ?"
+            )
+            if from_seq is None:
+                rows = db.execute(
+                    f"{columns} AND p.finished_order > ? ORDER BY p.finished_order",
+                    (job_id, after_order),
+                ).fetchall()
+            else:
+                rows = []
+                for row in db.execute(
+                    f"{columns} AND p.seq >= ? ORDER BY p.seq", (job_id, from_seq)
+                ):
+                    if row["status"] not in ("done", "failed"):
+                        break
+                    rows.append(row)
+            return info, [finished_page(row) for row in rows]
+
+    def read_result(self, job_id: str, seq: int) -> bytes:
+        """A done page's result line.
+
+        Raises:
+            JobNotFound: the job (and so its results) was deleted.
+        """
+        try:
+            return (self.job_dir(job_id) / "results" / f"{seq}.json").read_bytes()
+        except FileNotFoundError as err:
+            raise JobNotFound(f"No job {job_id}") from err
+
+    # --- internals ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._db is None:
+                raise JobStoreUnavailable("The job store is not open")
+            yield self._db
+
+    def _info(self, db: sqlite3.Connection, job_id: str, *, detail: bool) -> JobInfo:
+        row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(f"No job {job_id}")
+        if not detail:
+            return job_info(row)
+        files = tuple(
+            file_info(f)
+            for f in db.execute("SELECT * FROM files WHERE job_id = ? ORDER BY idx", (job_id,))
+        )
+        failed = tuple(
+            page_error(p, files[p["file_idx"]].name)
+            for p in db.execute(
+                "SELECT * FROM pages WHERE job_id = ? AND status = 'failed' ORDER BY seq",
+                (job_id,),
+            )
+        )
+        return job_info(row, files=files, failed=failed)
+
+    @staticmethod
+    def _is_running(db: sqlite3.Connection, job_id: str, seq: int) -> bool:
+        row = db.execute(
+            "SELECT p.status, j.status FROM pages p JOIN jobs j ON j.id = p.job_id"
+            " WHERE p.job_id = ? AND p.seq = ?",
+            (job_id, seq),
+        ).fetchone()
+        return row is not None and tuple(row) == ("running", "running")
+
+    def _finish_page(
+        self,
+        db: sqlite3.Connection,
+        job_id: str,
+        seq: int,
+        status: str,
+        code: str | None,
+        message: str | None,
+    ) -> None:
+        job = db.execute(
+            "SELECT pages_total, pages_done, pages_failed FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+        order = job["pages_done"] + job["pages_failed"] + 1
+        db.execute(
+            "UPDATE pages SET status = ?, finished_order = ?, error_code = ?, error_message = ?"
+            " WHERE job_id = ? AND seq = ?",
+            (status, order, code, message, job_id, seq),
+        )
+        done = job["pages_done"] + (status == "done")
+        failed = job["pages_failed"] + (status == "failed")
+        final: JobStatus | None = None
+        if done + failed == job["pages_total"]:
+            final = "succeeded" if failed == 0 else "failed"
+        db.execute(
+            "UPDATE jobs SET pages_done = ?, pages_failed = ?, status = COALESCE(?, status),"
+            " finished_at = CASE WHEN ? IS NULL THEN finished_at ELSE ? END WHERE id = ?",
+            (done, failed, final, final, self._clock(), job_id),
+        )
+
+    def _sweep_orphans(self) -> None:
+        """Remove job directories without a row: uploads cut short by a crash."""
+        root = self.data_dir / "jobs"
+        if not root.is_dir() or self._db is None:
+            return
+        known = {row[0] for row in self._db.execute("SELECT id FROM jobs")}
+        for path in root.iterdir():
+            if path.name not in known:
+                logger.info("removing job directory %s with no job", path.name)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = None
+
+
+def _take_lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as err:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise JobStoreUnavailable(
+            f"The job store {path.parent} is in use by pid {holder} (jobs.data_dir)"
+        ) from err
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

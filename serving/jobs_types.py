@@ -1,0 +1,141 @@
+"""Job store values as the API reports them: statuses, jobs, files, pages and their errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from serving.errors import OcrError
+from serving.inputs import FileKind
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+ACTIVE: tuple[JobStatus, ...] = ("queued", "running")
+FINISHED: tuple[JobStatus, ...] = ("succeeded", "failed", "cancelled")
+STATUSES: tuple[JobStatus, ...] = (*ACTIVE, *FINISHED)
+
+
+class JobNotFound(OcrError):
+    """No job with this id (never created, or deleted)."""
+
+    http_status = 404
+    code = "job_not_found"
+    default_message = "Job not found"
+
+
+class JobStoreUnavailable(OcrError):
+    """The store cannot be opened: locked by another process, unreadable, or too new."""
+
+    http_status = 503
+    code = "job_store_unavailable"
+    default_message = "The job store is unavailable"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileInfo:
+    """One document of a job."""
+
+    index: int
+    name: str
+    kind: FileKind
+    pages: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageError:
+    """A page that failed, and why."""
+
+    file_index: int
+    file: str
+    page: int
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The page's entry in `failed_pages` and its NDJSON line."""
+        return {
+            "file": self.file,
+            "file_index": self.file_index,
+            "page": self.page,
+            "error": {"code": self.code, "message": self.message},
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobInfo:
+    """A job's state as the API reports it."""
+
+    id: str
+    status: JobStatus
+    options: dict[str, Any]
+    pages_total: int
+    pages_done: int
+    pages_failed: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    files: tuple[FileInfo, ...] = ()
+    failed: tuple[PageError, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded, failed or cancelled: nothing more will happen to it."""
+        return self.status in FINISHED
+
+    def to_json(self, *, detail: bool = True) -> dict[str, Any]:
+        """The `GET /v1/jobs/{id}` body (`detail=False`: the `GET /v1/jobs` entry)."""
+        body: dict[str, Any] = {
+            "id": self.id,
+            "status": self.status,
+            "pages_total": self.pages_total,
+            "pages_done": self.pages_done,
+            "pages_failed": self.pages_failed,
+            "created_at": iso_time(self.created_at),
+            "started_at": iso_time(self.started_at),
+            "finished_at": iso_time(self.finished_at),
+        }
+        if detail:
+            body["options"] = self.options
+            body["files"] = [
+                {"name": f.name, "kind": f.kind, "pages": f.pages, "bytes": f.size_bytes}
+                for f in self.files
+            ]
+            body["failed_pages"] = [p.to_json() for p in self.failed]
+        return body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageTask:
+    """One claimed page: what the runner needs to OCR it."""
+
+    job_id: str
+    seq: int
+    file_index: int
+    file_name: str
+    page: int
+    kind: FileKind
+    path: Path
+    options: dict[str, Any] = field(default_factory=dict)
+    attempts: int = 1
+    """Including this one."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishedPage:
+    """A page that is done or failed, in a job's completion or document order."""
+
+    seq: int
+    order: int
+    file_index: int
+    page: int
+    error: PageError | None
+    """None when the page is done (its result file holds the line)."""
+
+
+def iso_time(timestamp: float | None) -> str | None:
+    """A wall-clock timestamp as ISO 8601 in UTC, or None."""
+    if timestamp is None:
+        return None
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")

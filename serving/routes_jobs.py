@@ -1,0 +1,277 @@
+"""HTTP endpoints of batch jobs: submit, status, list, results (streamed NDJSON or text), cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import IO, Any, cast
+
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from serving.documents import BatchLimits, stage_uploads
+from serving.errors import (
+    OcrError,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+from serving.jobs_options import parse_options
+from serving.jobs_runner import JobRunner
+from serving.jobs_types import STATUSES, FinishedPage, JobNotFound
+from serving.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+FOLLOW_CHECK_S = 30.0
+"""A following stream rereads the job at least this often (a safety net; pages wake it)."""
+
+
+class JobsDisabled(OcrError):
+    """This runtime serves no jobs."""
+
+    http_status = 404
+    code = "jobs_disabled"
+    default_message = "Batch jobs are not enabled on this server"
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def _runner(request: Request) -> JobRunner:
+    runner = _runtime(request).jobs
+    if runner is None:
+        raise JobsDisabled()
+    return runner
+
+
+def _error(err: OcrError, request: Request) -> JSONResponse:
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    headers = {}
+    if err.http_status == 503:
+        headers["Retry-After"] = str(_runtime(request).config.server.retry_after_s)
+    body = {"error": {"code": err.code, "message": err.message, "request_id": request_id}}
+    return JSONResponse(body, status_code=err.http_status, headers=headers)
+
+
+def _answers_errors(handler: Handler) -> Handler:
+    async def wrapper(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except OcrError as err:
+            return _error(err, request)
+
+    return wrapper
+
+
+async def create_job(request: Request) -> Response:
+    """`POST /v1/jobs`: multipart, one or more `file` parts (images, PDFs, zips of them)."""
+    runner = _runner(request)
+    config = _runtime(request).config.jobs
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "multipart/form-data":
+        raise UnsupportedMediaType("Send multipart/form-data with one or more `file` parts")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > config.max_upload_bytes:
+        raise PayloadTooLarge(
+            f"Upload of {declared} bytes; a job takes at most {config.max_upload_bytes} "
+            "(jobs.max_upload_bytes)"
+        )
+    await runner.open()
+    job_id = uuid.uuid4().hex
+    limits = BatchLimits(
+        max_files=config.max_files_per_job,
+        max_pages=config.max_pages_per_job,
+        max_bytes=config.max_upload_bytes,
+    )
+    try:
+        async with request.form(
+            max_files=config.max_files_per_job,
+            max_fields=64,
+            max_part_size=config.max_upload_bytes,
+        ) as form:
+            raw_options: dict[str, Any] = dict(request.query_params)
+            if isinstance(form.get("options"), str):
+                raw_options.update(_json_object(cast(str, form["options"])))
+            options = parse_options(raw_options)
+            if options.get("textline_orientation") and _runtime(request).bundle.cls is None:
+                raise ValidationFailed("textline_orientation=true needs a classifier (models.cls)")
+            uploads = [
+                (value.filename or f"file{i}", cast(IO[bytes], value.file))
+                for i, (_key, value) in enumerate(form.multi_items())
+                if isinstance(value, UploadFile)
+            ]
+            dest = runner.store.job_dir(job_id) / "files"
+            documents = await asyncio.to_thread(stage_uploads, uploads, dest, limits)
+        info = await runner.submit(job_id, documents, options)
+    except HTTPException as err:
+        runner.store.discard(job_id)
+        raise _form_error(err.detail, config.max_files_per_job) from err
+    except BaseException:
+        runner.store.discard(job_id)
+        raise
+    body = {"id": info.id, "status": info.status, "pages_total": info.pages_total}
+    return JSONResponse(body, status_code=202, headers={"Location": f"/v1/jobs/{info.id}"})
+
+
+def _form_error(detail: str, max_files: int) -> OcrError:
+    """Starlette's multipart limits (answered as 400) as this API's statuses."""
+    if detail.startswith("Too many files"):
+        return ValidationFailed(f"More than {max_files} files in one job (jobs.max_files_per_job)")
+    if "maximum size" in detail:
+        return PayloadTooLarge(f"{detail} (jobs.max_upload_bytes)")
+    return ValidationFailed(f"Malformed multipart body: {detail}")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValidationFailed(f"The `options` field is not JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise ValidationFailed("The `options` field must be a JSON object")
+    return value
+
+
+async def get_job(request: Request) -> Response:
+    """`GET /v1/jobs/{id}`: status, counts, timestamps, files and failed pages."""
+    info = await _runner(request).get(request.path_params["job_id"])
+    return JSONResponse(info.to_json())
+
+
+async def list_jobs(request: Request) -> Response:
+    """`GET /v1/jobs`: jobs newest first; `?status=` filters, `?limit=` caps (default 100)."""
+    status = request.query_params.get("status")
+    if status is not None and status not in STATUSES:
+        raise ValidationFailed(f"status must be one of {', '.join(STATUSES)}")
+    limit_text = request.query_params.get("limit", "100")
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= 1000:
+        raise ValidationFailed("limit must be an integer in 1..1000")
+    jobs = await _runner(request).list(status=status, limit=int(limit_text))
+    return JSONResponse({"jobs": [info.to_json(detail=False) for info in jobs]})
+
+
+async def cancel_job(request: Request) -> Response:
+    """`POST /v1/jobs/{id}/cancel`: stop a job and keep what it finished."""
+    info = await _runner(request).cancel(request.path_params["job_id"])
+    return JSONResponse(info.to_json())
+
+
+async def delete_job(request: Request) -> Response:
+    """`DELETE /v1/jobs/{id}`: cancel the job and delete it with its files and results."""
+    job_id = request.path_params["job_id"]
+    await _runner(request).delete(job_id)
+    return JSONResponse({"id": job_id, "deleted": True})
+
+
+async def job_results(request: Request) -> Response:
+    """`GET /v1/jobs/{id}/results`: NDJSON, one line per finished page as pages finish, following
+    the job until it ends (`?follow=false`: what is finished now). `?format=text`: plain text in
+    document order, pages ended by a form feed."""
+    runner = _runner(request)
+    job_id = request.path_params["job_id"]
+    await runner.get(job_id)  # 404 before the stream starts
+    follow = request.query_params.get("follow", "true").lower() not in ("0", "false")
+    fmt = request.query_params.get("format", "ndjson")
+    if fmt == "text":
+        return StreamingResponse(
+            _text(runner, job_id, follow), media_type="text/plain; charset=utf-8"
+        )
+    if fmt != "ndjson":
+        raise ValidationFailed("format must be ndjson or text")
+    return StreamingResponse(_ndjson(runner, job_id, follow), media_type="application/x-ndjson")
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """How far a results stream got: in completion order (NDJSON) or document order (text)."""
+
+    after_order: int = 0
+    from_seq: int | None = None
+
+
+async def _ndjson(runner: JobRunner, job_id: str, follow: bool) -> AsyncIterator[bytes]:
+    cursor = _Cursor()
+    async for pages in _follow(runner, job_id, follow, cursor):
+        for page in pages:
+            line = await _line(runner, job_id, page)
+            if line is None:
+                return  # deleted meanwhile
+            yield line + b"\n"
+            cursor.after_order = page.order
+
+
+async def _text(runner: JobRunner, job_id: str, follow: bool) -> AsyncIterator[bytes]:
+    cursor = _Cursor(from_seq=0)
+    async for pages in _follow(runner, job_id, follow, cursor):
+        for page in pages:
+            text = ""
+            if page.error is None:
+                line = await _line(runner, job_id, page)
+                if line is None:
+                    return
+                text = "".join(f"{row['text']}\n" for row in json.loads(line)["lines"])
+            yield (text + "\f").encode()
+            cursor.from_seq = page.seq + 1
+
+
+async def _follow(
+    runner: JobRunner, job_id: str, follow: bool, cursor: _Cursor
+) -> AsyncIterator[list[FinishedPage]]:
+    """Finished pages as they come, until the job ends (or now, without `follow`) or is deleted."""
+    while True:
+        changed = runner.events.watch(job_id)
+        try:
+            info, pages = await asyncio.to_thread(
+                runner.store.finished_pages,
+                job_id,
+                after_order=cursor.after_order,
+                from_seq=cursor.from_seq,
+            )
+        except OcrError:
+            return  # deleted, or the server is stopping
+        if pages:
+            yield pages
+            continue
+        if info.finished or not follow:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), FOLLOW_CHECK_S)
+
+
+async def _line(runner: JobRunner, job_id: str, page: FinishedPage) -> bytes | None:
+    """The page's NDJSON line: its result, or its error; None when the job was deleted."""
+    if page.error is not None:
+        return json.dumps(page.error.to_json(), ensure_ascii=False).encode()
+    try:
+        return await asyncio.to_thread(runner.store.read_result, job_id, page.seq)
+    except JobNotFound:
+        return None
+
+
+def job_routes(observe: Callable[[str, Handler], Handler]) -> list[Route]:
+    """The jobs API's routes, each wrapped by `observe(endpoint, handler)` (metrics)."""
+
+    def route(path: str, handler: Handler, method: str) -> Route:
+        return Route(path, observe(path, _answers_errors(handler)), methods=[method])
+
+    return [
+        route("/v1/jobs", create_job, "POST"),
+        route("/v1/jobs", list_jobs, "GET"),
+        route("/v1/jobs/{job_id}", get_job, "GET"),
+        route("/v1/jobs/{job_id}", delete_job, "DELETE"),
+        route("/v1/jobs/{job_id}/results", job_results, "GET"),
+        route("/v1/jobs/{job_id}/cancel", cancel_job, "POST"),
+    ]

@@ -1,0 +1,87 @@
+"""`ocr-batch` in-process on a folder of images and a multi-page PDF; reruns do no work twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from loadtest.accuracy import cer
+from tests import images
+
+CONFIG = """
+[workers]
+devices = ["cpu"]
+cpu_workers = 2
+"""
+
+
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG)
+    command = [sys.executable, "-m", "serving.batch_cli", *args, "--config", str(config)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+
+def test_folder_to_jsonl_then_reruns_skip_what_is_done(tmp_path: Path) -> None:
+    latin, chinese = images.latin_lines(), images.chinese_lines()
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "doc.pdf").write_bytes(images.make_pdf([latin.image, chinese.image], dpi=144.0))
+    (folder / "latin.png").write_bytes(images.encode_png(latin.image))
+    (folder / "sub" / "chinese.png").write_bytes(images.encode_png(chinese.image))
+    (folder / "notes.md").write_text("not a document: a folder walk leaves it out")
+    out = tmp_path / "out"
+
+    first = _run(tmp_path, str(folder), "--out", str(out))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "3 documents, 4 pages: 4 to do, 0 skipped" in first.stdout
+    assert "4 pages done now" in first.stdout
+    assert "page/s" in first.stderr  # the progress bar
+    records = [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["file"], r["page"]) for r in records] == [
+        ("doc.pdf", 0),
+        ("doc.pdf", 1),
+        ("latin.png", 0),
+        ("sub/chinese.png", 0),
+    ]
+    texts = [[line["text"] for line in r["lines"]] for r in records]
+    assert texts[2] == latin.lines
+    assert texts[3] == chinese.lines
+    # PIL stores PDF pages as JPEG: the text must survive, spaces and a few strokes may not.
+    truth = "".join(latin.lines + chinese.lines)
+    assert cer(truth, "".join(texts[0] + texts[1])) < 0.05
+    assert all(len(r["sha256"]) == 64 for r in records)
+    manifest = (out / "manifest.jsonl").read_text().splitlines()
+    assert len(manifest) == 4
+
+    results_before = (out / "results.jsonl").stat().st_mtime_ns
+    rerun = _run(tmp_path, str(folder), "--out", str(out))
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "4 to do" not in rerun.stdout
+    assert "0 to do, 4 skipped (already done)" in rerun.stdout
+    assert "0 pages done now" in rerun.stdout
+    assert "outputs unchanged" in rerun.stdout
+    assert (out / "results.jsonl").stat().st_mtime_ns == results_before
+    assert (out / "manifest.jsonl").read_text().splitlines() == manifest
+
+    # A new file: only its page runs; text files come from what the manifest holds.
+    (folder / "more.png").write_bytes(images.encode_png(latin.image[:, ::-1].copy()))
+    third = _run(tmp_path, str(folder), "--out", str(out), "--format", "txt")
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "4 documents, 5 pages: 1 to do, 4 skipped (already done)" in third.stdout
+    assert len((out / "manifest.jsonl").read_text().splitlines()) == 5
+    assert (out / "latin.png.txt").read_text().split("\f")[0].splitlines() == latin.lines
+    assert (out / "sub" / "chinese.png.txt").read_text() == "\n".join(chinese.lines) + "\n\f"
+    assert len((out / "doc.pdf.txt").read_text().split("\f")) == 3
+
+
+def test_nothing_to_ocr_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = _run(tmp_path, str(tmp_path / "empty"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "no document to OCR" in result.stderr
+    missing = _run(tmp_path, str(tmp_path / "nope-*.pdf"), "--out", str(tmp_path / "out"))
+    assert missing.returncode == 2
+    assert "no such file" in missing.stderr

@@ -1,0 +1,278 @@
+"""Unit tests for serving/jobs_store.py: lifecycle, exactly-once commits, recovery, retention."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from serving.documents import Document
+from serving.jobs_schema import SCHEMA_VERSION
+from serving.jobs_store import JobStore
+from serving.jobs_types import JobNotFound, JobStoreUnavailable
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock):
+    store = JobStore(tmp_path / "jobs", clock=clock)
+    store.open()
+    yield store
+    store.close()
+
+
+def _create(store: JobStore, job_id: str, pages: tuple[int, ...] = (1, 3)) -> None:
+    files = store.job_dir(job_id) / "files"
+    files.mkdir(parents=True)
+    documents = []
+    for i, count in enumerate(pages):
+        path = files / str(i)
+        path.write_bytes(b"%PDF-" if count > 1 else b"\x89PNG")
+        kind = "pdf" if count > 1 else "image"
+        documents.append(Document(name=f"doc{i}", path=path, kind=kind, pages=count, size_bytes=5))
+    store.create_job(job_id, documents, {"det_thresh": 0.2})
+
+
+def _line(seq: int) -> bytes:
+    return json.dumps({"seq": seq, "lines": [{"text": f"page {seq}"}]}).encode()
+
+
+def test_lifecycle_queued_running_succeeded(store: JobStore, clock: Clock) -> None:
+    _create(store, "a")
+    info = store.get_job("a")
+    assert (info.status, info.pages_total, info.pages_done) == ("queued", 4, 0)
+    assert info.started_at is None
+    assert [(f.name, f.kind, f.pages) for f in info.files] == [
+        ("doc0", "image", 1),
+        ("doc1", "pdf", 3),
+    ]
+    assert info.options == {"det_thresh": 0.2}
+    clock.now += 5
+    claimed = []
+    while (task := store.claim_next()) is not None:
+        claimed.append(task)
+    assert [(t.file_index, t.page) for t in claimed] == [(0, 0), (1, 0), (1, 1), (1, 2)]
+    assert claimed[1].path == store.job_dir("a") / "files" / "1"
+    assert claimed[1].kind == "pdf"
+    assert claimed[1].options == {"det_thresh": 0.2}
+    running = store.get_job("a")
+    assert running.status == "running"
+    assert running.started_at == clock.now
+    for task in reversed(claimed):
+        clock.now += 1
+        assert store.complete_page("a", task.seq, _line(task.seq))
+    done = store.get_job("a")
+    assert (done.status, done.pages_done, done.pages_failed) == ("succeeded", 4, 0)
+    assert done.finished_at == clock.now
+    # Completion order is the order pages ended in; document order is by seq.
+    _, pages = store.finished_pages("a")
+    assert [p.seq for p in pages] == [3, 2, 1, 0]
+    assert [p.order for p in pages] == [1, 2, 3, 4]
+    _, in_order = store.finished_pages("a", from_seq=0)
+    assert [p.seq for p in in_order] == [0, 1, 2, 3]
+    assert store.read_result("a", 2) == _line(2)
+
+
+def test_page_is_committed_exactly_once(store: JobStore) -> None:
+    _create(store, "a", (2,))
+    first = store.claim_next()
+    assert first is not None
+    assert store.complete_page("a", first.seq, _line(first.seq))
+    assert not store.complete_page("a", first.seq, b"second result")
+    assert not store.fail_page("a", first.seq, "internal", "late failure")
+    assert store.read_result("a", first.seq) == _line(first.seq)
+    info, pages = store.finished_pages("a")
+    assert info.pages_done == 1
+    assert [p.seq for p in pages] == [first.seq]
+    # A page that is not running (pending, never claimed) cannot be committed either.
+    assert not store.complete_page("a", 1, _line(1))
+    assert store.get_job("a").pages_done == 1
+
+
+def test_failed_pages_are_listed_and_fail_the_job(store: JobStore) -> None:
+    _create(store, "a", (2,))
+    one, two = store.claim_next(), store.claim_next()
+    assert one is not None
+    assert two is not None
+    assert store.fail_page("a", one.seq, "invalid_input", "not a readable PDF")
+    assert store.get_job("a").status == "running"
+    assert store.complete_page("a", two.seq, _line(two.seq))
+    info = store.get_job("a")
+    assert (info.status, info.pages_done, info.pages_failed) == ("failed", 1, 1)
+    assert [(p.file, p.page, p.code) for p in info.failed] == [("doc0", 0, "invalid_input")]
+    _, pages = store.finished_pages("a")
+    assert pages[0].error is not None
+    assert pages[0].error.message == "not a readable PDF"
+    assert pages[1].error is None
+
+
+def test_reopen_resets_running_pages(tmp_path: Path, clock: Clock) -> None:
+    store = JobStore(tmp_path / "jobs", clock=clock)
+    store.open()
+    _create(store, "a", (3,))
+    first, second = store.claim_next(), store.claim_next()
+    assert first is not None
+    assert second is not None
+    assert store.complete_page("a", first.seq, _line(first.seq))
+    store.close()  # as after kill -9: the second page stays marked running
+
+    again = JobStore(tmp_path / "jobs", clock=clock)
+    assert again.open() == 1
+    try:
+        claimed = []
+        while (task := again.claim_next()) is not None:
+            claimed.append(task)
+        assert [t.seq for t in claimed] == [1, 2]
+        assert claimed[0].attempts == 2
+        for task in claimed:
+            assert again.complete_page("a", task.seq, _line(task.seq))
+        info, pages = again.finished_pages("a")
+        assert info.status == "succeeded"
+        assert sorted(p.seq for p in pages) == [0, 1, 2]
+    finally:
+        again.close()
+
+
+def test_cancel_stops_claims_and_commits(store: JobStore, clock: Clock) -> None:
+    _create(store, "a", (3,))
+    task = store.claim_next()
+    assert task is not None
+    clock.now += 2
+    info = store.cancel_job("a")
+    assert info.status == "cancelled"
+    assert info.finished_at == clock.now
+    assert store.claim_next() is None
+    assert not store.complete_page("a", task.seq, _line(task.seq))
+    assert not (store.job_dir("a") / "results" / f"{task.seq}.json").exists()
+    # Cancelling a finished job leaves it as it is.
+    assert store.cancel_job("a").finished_at == info.finished_at
+
+
+def test_delete_removes_rows_and_files(store: JobStore) -> None:
+    _create(store, "a", (2,))
+    task = store.claim_next()
+    assert task is not None
+    store.delete_job("a")
+    assert not store.job_dir("a").exists()
+    with pytest.raises(JobNotFound):
+        store.get_job("a")
+    with pytest.raises(JobNotFound):
+        store.delete_job("a")
+    # The page in flight is not committed, and its directory is not recreated.
+    assert not store.complete_page("a", task.seq, _line(task.seq))
+    assert not store.job_dir("a").exists()
+
+
+def test_retention_deletes_only_jobs_finished_long_ago(store: JobStore, clock: Clock) -> None:
+    for job_id in ("old", "recent", "active"):
+        _create(store, job_id, (1,))
+    for job_id in ("old", "recent"):
+        task = store.claim_next()
+        assert task is not None
+        assert task.job_id == job_id
+        assert store.complete_page(job_id, task.seq, _line(0))
+        clock.now += 100
+    assert store.purge_expired(retention_s=150) == ["old"]
+    assert not store.job_dir("old").exists()
+    assert store.job_dir("recent").exists()
+    assert {j.id for j in store.list_jobs()} == {"recent", "active"}
+    clock.now += 1000
+    assert store.purge_expired(retention_s=150) == ["recent"]
+    assert [j.id for j in store.list_jobs()] == ["active"]
+
+
+def test_listing_newest_first_and_by_status(store: JobStore, clock: Clock) -> None:
+    for job_id in ("a", "b", "c"):
+        _create(store, job_id, (1,))
+        clock.now += 1
+    store.cancel_job("b")
+    assert [j.id for j in store.list_jobs()] == ["c", "b", "a"]
+    assert [j.id for j in store.list_jobs(status="cancelled")] == ["b"]
+    assert [j.id for j in store.list_jobs(limit=2)] == ["c", "b"]
+    assert store.counts() == {
+        "queued": 2,
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+        "cancelled": 1,
+    }
+    listed = store.list_jobs()[0].to_json(detail=False)
+    assert set(listed) == {
+        "id",
+        "status",
+        "pages_total",
+        "pages_done",
+        "pages_failed",
+        "created_at",
+        "started_at",
+        "finished_at",
+    }
+    assert listed["created_at"].endswith("+00:00")
+
+
+def test_orphan_upload_directories_are_swept(tmp_path: Path, clock: Clock) -> None:
+    store = JobStore(tmp_path / "jobs", clock=clock)
+    store.open()
+    _create(store, "kept", (1,))
+    (store.job_dir("orphan") / "files").mkdir(parents=True)
+    store.close()
+    store.open()
+    try:
+        assert store.job_dir("kept").exists()
+        assert not store.job_dir("orphan").exists()
+    finally:
+        store.close()
+
+
+def test_second_process_is_locked_out(tmp_path: Path) -> None:
+    first = JobStore(tmp_path / "jobs")
+    first.open()
+    try:
+        # flock locks belong to the open file description, so a second open in this process is
+        # refused just as another server would be.
+        with pytest.raises(JobStoreUnavailable, match="in use"):
+            JobStore(tmp_path / "jobs").open()
+    finally:
+        first.close()
+    second = JobStore(tmp_path / "jobs")
+    second.open()
+    second.close()
+
+
+def test_schema_is_versioned_and_newer_is_refused(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs")
+    store.open()
+    store.close()
+    db = sqlite3.connect(tmp_path / "jobs" / "jobs.sqlite3")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(JobStoreUnavailable, match="schema version"):
+        JobStore(tmp_path / "jobs").open()
+    assert not store.is_open
+
+
+def test_store_is_created_only_on_open(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs")
+    assert not store.exists
+    assert not (tmp_path / "jobs").exists()
+    with pytest.raises(JobStoreUnavailable):
+        store.get_job("a")
+    store.open()
+    store.close()
+    assert store.exists
