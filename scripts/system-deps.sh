@@ -8,6 +8,8 @@
 #   maint-guide         /usr/share/doc/maint-guide/maint-guide.en.pdf (63 pages, English)
 #   maint-guide-zh-cn   /usr/share/doc/maint-guide-zh-cn/maint-guide.zh-cn.pdf (63 pages, Simplified
 #                       Chinese with English commands; the same guide as maint-guide)
+#   chromium            Debian's Chromium (/usr/bin/chromium): tests/e2e/test_web_ui.py drives the web
+#                       page in it with playwright; playwright's own browser download is never used
 #
 # The PDFs are real documents nobody here wrote; loadtest/pages.py renders them and uses their text
 # layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
@@ -15,7 +17,7 @@
 set -euo pipefail
 
 PACKAGES=(fonts-dejavu-core fonts-wqy-microhei libtasn1-doc shared-mime-info maint-guide
-  maint-guide-zh-cn)
+  maint-guide-zh-cn chromium)
 
 is_installed() {
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

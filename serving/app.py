@@ -8,7 +8,10 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
+from serving import openapi, ui
+from serving.request_id import RequestIdMiddleware
 from serving.routes import ROUTES
 from serving.runtime import Runtime
 
@@ -34,6 +37,10 @@ def build_app(runtime: Runtime) -> Starlette:
                 await starting
             await runtime.stop()
 
-    app = Starlette(routes=ROUTES, lifespan=lifespan)
+    app = Starlette(
+        routes=[*ROUTES, *openapi.ROUTES, *ui.ROUTES],
+        middleware=[Middleware(RequestIdMiddleware)],
+        lifespan=lifespan,
+    )
     app.state.runtime = runtime
     return app

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import uvicorn
@@ -21,7 +22,13 @@ logger = logging.getLogger("serving")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line flags; they override the config file."""
-    parser = argparse.ArgumentParser(prog="ocr-serve", description="Serve OCR over HTTP.")
+    parser = argparse.ArgumentParser(
+        prog="ocr-serve",
+        description="Serve OCR over HTTP.",
+        epilog="Environment: OCR_CONFIG (the config file), and OCR_<SECTION>__<KEY>=value for "
+        'any key, e.g. OCR_SERVER__PORT=9000 or OCR_WORKERS__DEVICES=\'["gpu:0", "cpu"]\' '
+        "(values in TOML syntax, else plain strings). Flags > environment > file > defaults.",
+    )
     parser.add_argument(
         "--config",
         type=Path,
@@ -34,11 +41,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def resolve_config(args: argparse.Namespace) -> AppConfig:
-    """The config file with the command-line overrides applied."""
+def resolve_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> AppConfig:
+    """The config: defaults < file < `OCR_<SECTION>__<KEY>` variables (`environ`, default
+    `os.environ`) < command-line flags."""
     import dataclasses
 
-    config = load_config(Path(args.config) if args.config else None)
+    environ = os.environ if environ is None else environ
+    config = load_config(Path(args.config) if args.config else None, environ)
     server = config.server
     changes = {
         key: value
@@ -58,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"ocr-serve: configuration error: {err}")  # noqa: T201
         return 2
-    configure_logging(config.server.log_level)
+    configure_logging(config.server.log_level, log_format=config.server.log_format)
     logger.info("effective configuration: %s", json.dumps(describe(config)))
     try:
         runtime = Runtime.build(config)

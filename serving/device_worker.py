@@ -48,6 +48,8 @@ class WorkerSetup:
     """models.paddle_predictor.EngineOptions without the device (filled per worker)."""
     shm_prefix: str
     log_level: str = "info"
+    log_format: str = "text"
+    """"text" or "json", as `server.log_format`."""
     predictor_factory: str = "serving.engine:create_predictor"
     """Import path of `factory(stage, model_dir, engine, device, max_rows) -> Predictor`."""
 
@@ -168,7 +170,7 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
     from serving.log_config import configure_logging
 
     process_name = f"device[{spec.name}]"
-    configure_logging(setup.log_level, process_name=process_name)
+    configure_logging(setup.log_level, process_name=process_name, log_format=setup.log_format)
     # Paddle warns about a missing ccache at import; it compiles nothing here.
     warnings.filterwarnings("ignore", message="No ccache found")
     # The main process handles SIGINT/SIGTERM and stops workers in order.
@@ -177,7 +179,7 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
     try:
         worker.load()
         # Importing paddle lowers the root logger to WARNING; restore ours.
-        configure_logging(setup.log_level, process_name=process_name)
+        configure_logging(setup.log_level, process_name=process_name, log_format=setup.log_format)
         info = worker.warm_up()
     except Exception as err:
         logger.exception("device worker %s failed to start", spec.name)

@@ -1,26 +1,77 @@
-"""One logging configuration for the server and its worker processes."""
+"""One logging configuration for the server and its worker processes: text or JSON lines."""
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.config
+from datetime import UTC, datetime
+from typing import Any
+
+from serving import request_id
 
 LEVELS = ("critical", "error", "warning", "info", "debug")
+FORMATS = ("text", "json")
 
 
-def configure_logging(level: str = "info", *, process_name: str = "main") -> None:
-    """Human-readable lines on stderr, each naming its process."""
+class RequestIdFilter(logging.Filter):
+    """Stamps every record with the current request's id (`-` outside a request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Add `record.request_id`; never drops a record."""
+        if not hasattr(record, "request_id"):
+            record.request_id = request_id.current() or "-"
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, process, logger, request id, message, traceback."""
+
+    def __init__(self, process_name: str = "main") -> None:
+        super().__init__()
+        self.process_name = process_name
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as a single line of JSON."""
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "process": self.process_name,
+            "pid": record.process,
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", "-"),
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc_info"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def configure_logging(
+    level: str = "info", *, process_name: str = "main", log_format: str = "text"
+) -> None:
+    """Log to stderr: readable lines ("text"), or JSON lines ("json"), each naming its process
+    and carrying the request id."""
+    if log_format not in FORMATS:
+        raise ValueError(f"log_format must be one of {', '.join(FORMATS)}, got {log_format!r}")
+    text = f"%(asctime)s %(levelname)s [{process_name}] %(request_id)s %(name)s: %(message)s"
     logging.config.dictConfig(
         {
             "version": 1,
             "disable_existing_loggers": False,
+            "filters": {"request_id": {"()": RequestIdFilter}},
             "formatters": {
-                "text": {
-                    "format": f"%(asctime)s %(levelname)s [{process_name}] %(name)s: %(message)s",
-                },
+                "text": {"format": text},
+                "json": {"()": JsonFormatter, "process_name": process_name},
             },
             "handlers": {
-                "stderr": {"class": "logging.StreamHandler", "formatter": "text"},
+                "stderr": {
+                    "class": "logging.StreamHandler",
+                    "formatter": log_format,
+                    "filters": ["request_id"],
+                },
             },
             "root": {"handlers": ["stderr"], "level": level.upper()},
         }

@@ -49,11 +49,12 @@ class OcrRequest:
     visualize: bool | None
 
 
-def log_id_of(body: Any) -> str:
-    """The request's `logId` when it has a usable one, else a new id (as PaddleX)."""
+def log_id_of(body: Any, default: str | None = None) -> str:
+    """The request's `logId` when it has a usable one, else `default` (the request id), else a
+    new id (as PaddleX)."""
     if isinstance(body, dict) and isinstance(body.get("logId"), str):
         return str(body["logId"])
-    return str(uuid.uuid4())
+    return default or str(uuid.uuid4())
 
 
 def parse_request(body: Any) -> OcrRequest:

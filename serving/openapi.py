@@ -1,0 +1,289 @@
+"""The OpenAPI 3 description of every endpoint, served at `/openapi.json`, with a page at `/docs`.
+
+The description is written by hand, one entry per (path, method), and filtered to the routes the
+app has, so `/openapi.json` never lists an endpoint that is not served. A unit test checks the
+converse: every route the app serves is described here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from importlib import resources
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from serving.openapi_schemas import SCHEMAS, Json
+
+_BINARY: Json = {"type": "string", "format": "binary"}
+
+
+def _ref(name: str) -> Json:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(description: str, schema: Json) -> Json:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int, schema: str = "Error") -> dict[str, Json]:
+    text = {
+        404: "Not found",
+        413: "Body over `server.max_body_bytes` (or the jobs limit)",
+        415: "Unsupported content type",
+        422: "Invalid input or parameters",
+        503: "Not ready, overloaded (with Retry-After) or a worker unavailable",
+        504: "Deadline (`server.request_timeout_s`) exceeded",
+    }
+    return {str(status): _json(text[status], _ref(schema)) for status in statuses}
+
+
+def _query(name: str, schema: Json, description: str) -> Json:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+_JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_OCR_OPTIONS = [
+    _query("det_limit_side_len", {"type": "integer", "minimum": 1}, "Detection resize limit"),
+    _query("det_limit_type", {"type": "string", "enum": ["min", "max", "resize_long"]}, ""),
+    _query("det_thresh", {"type": "number"}, "Pixel threshold of the detector"),
+    _query("det_box_thresh", {"type": "number"}, "Box score threshold"),
+    _query("det_unclip_ratio", {"type": "number"}, "Box expansion"),
+    _query("score_thresh", {"type": "number"}, "Drop lines scoring below this"),
+    _query("textline_orientation", {"type": "boolean"}, "Run the orientation classifier"),
+]
+_DOCUMENT_BODY: Json = {
+    "required": True,
+    "description": "The document: multipart field `file`, or raw bytes typed as an image or PDF",
+    "content": {
+        "multipart/form-data": {
+            "schema": {"type": "object", "required": ["file"], "properties": {"file": _BINARY}}
+        },
+        "image/png": {"schema": _BINARY},
+        "image/jpeg": {"schema": _BINARY},
+        "application/pdf": {"schema": _BINARY},
+    },
+}
+_TEXT = {"text/plain": {"schema": {"type": "string"}}}
+_HTML = {"description": "HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}
+
+OPERATIONS: dict[tuple[str, str], Json] = {
+    ("/ocr", "post"): {
+        "summary": "PaddleX basic serving's OCR endpoint (drop-in)",
+        "tags": ["ocr"],
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _ref("PaddlexRequest")}},
+        },
+        "responses": {
+            "200": _json("Recognised pages in PaddleX's envelope", _ref("PaddlexEnvelope")),
+            **_errors(413, 422, 503, 504, schema="PaddlexEnvelope"),
+        },
+    },
+    ("/v1/ocr", "post"): {
+        "summary": "Recognise an image or a PDF",
+        "tags": ["ocr"],
+        "parameters": _OCR_OPTIONS,
+        "requestBody": _DOCUMENT_BODY,
+        "responses": {
+            "200": _json("One entry per page", _ref("OcrResult")),
+            **_errors(413, 415, 422, 503, 504),
+        },
+    },
+    ("/v1/render", "post"): {
+        "summary": "One page as the server sees it, as PNG (the web page shows PDF pages with it)",
+        "tags": ["ocr"],
+        "parameters": [
+            _query("page", {"type": "integer", "minimum": 0}, "0-based page, default 0")
+        ],
+        "requestBody": _DOCUMENT_BODY,
+        "responses": {
+            "200": {"description": "The page", "content": {"image/png": {"schema": _BINARY}}},
+            **_errors(413, 415, 422, 503),
+        },
+    },
+    ("/v1/jobs", "post"): {
+        "summary": "Submit a batch job: one or more `file` parts (images, PDFs, zips of them)",
+        "tags": ["jobs"],
+        "parameters": _OCR_OPTIONS,
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file"],
+                        "properties": {
+                            "file": {"type": "array", "items": _BINARY},
+                            "options": {"type": "string", "description": "JSON object of options"},
+                        },
+                    }
+                }
+            },
+        },
+        "responses": {
+            "202": _json("Accepted; `Location` names the job", _ref("Job")),
+            **_errors(404, 413, 415, 422),
+        },
+    },
+    ("/v1/jobs", "get"): {
+        "summary": "Jobs, newest first",
+        "tags": ["jobs"],
+        "parameters": [
+            _query(
+                "status",
+                {
+                    "type": "string",
+                    "enum": ["queued", "running", "succeeded", "failed", "cancelled"],
+                },
+                "",
+            ),
+            _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "Default 100"),
+        ],
+        "responses": {
+            "200": _json(
+                "Jobs",
+                {"type": "object", "properties": {"jobs": {"type": "array", "items": _ref("Job")}}},
+            ),
+            **_errors(404, 422),
+        },
+    },
+    ("/v1/jobs/{job_id}", "get"): {
+        "summary": "A job's status, counts, files and failed pages",
+        "tags": ["jobs"],
+        "parameters": [_JOB_ID],
+        "responses": {"200": _json("The job", _ref("Job")), **_errors(404)},
+    },
+    ("/v1/jobs/{job_id}", "delete"): {
+        "summary": "Cancel a job and delete it with its files and results",
+        "tags": ["jobs"],
+        "parameters": [_JOB_ID],
+        "responses": {"200": _json("Deleted", {"type": "object"}), **_errors(404)},
+    },
+    ("/v1/jobs/{job_id}/results", "get"): {
+        "summary": "Finished pages as NDJSON (following the job until it ends), or plain text",
+        "tags": ["jobs"],
+        "parameters": [
+            _JOB_ID,
+            _query("follow", {"type": "boolean"}, "Default true: stream until the job ends"),
+            _query("format", {"type": "string", "enum": ["ndjson", "text"]}, "Default ndjson"),
+        ],
+        "responses": {
+            "200": {
+                "description": "One JSON line per page, or text with pages ended by form feeds",
+                "content": {"application/x-ndjson": {"schema": {"type": "string"}}, **_TEXT},
+            },
+            **_errors(404, 422),
+        },
+    },
+    ("/v1/jobs/{job_id}/cancel", "post"): {
+        "summary": "Stop a job, keeping what it finished",
+        "tags": ["jobs"],
+        "parameters": [_JOB_ID],
+        "responses": {"200": _json("The job", _ref("Job")), **_errors(404)},
+    },
+    ("/health", "get"): {
+        "summary": "PaddleX's health answer",
+        "tags": ["operations"],
+        "responses": {"200": _json("Healthy", _ref("PaddlexEnvelope"))},
+    },
+    ("/livez", "get"): {
+        "summary": "The process answers",
+        "tags": ["operations"],
+        "responses": {"200": _json("Alive", {"type": "object"})},
+    },
+    ("/readyz", "get"): {
+        "summary": "Ready once every device worker has loaded its models and run a warm-up page",
+        "tags": ["operations"],
+        "responses": {
+            "200": _json("Ready", _ref("Readiness")),
+            "503": _json("Not ready yet (or start-up failed)", _ref("Readiness")),
+        },
+    },
+    ("/metrics", "get"): {
+        "summary": "Prometheus metrics (text exposition format)",
+        "tags": ["operations"],
+        "responses": {"200": {"description": "Metrics", "content": _TEXT}},
+    },
+    ("/openapi.json", "get"): {
+        "summary": "This description",
+        "tags": ["operations"],
+        "responses": {"200": _json("OpenAPI 3", {"type": "object"})},
+    },
+    ("/docs", "get"): {
+        "summary": "API documentation page",
+        "tags": ["pages"],
+        "responses": {"200": _HTML},
+    },
+    ("/", "get"): {
+        "summary": "Web page to try OCR",
+        "tags": ["pages"],
+        "responses": {"200": _HTML},
+    },
+    ("/static/{path}", "get"): {
+        "summary": "Files of the web pages",
+        "tags": ["pages"],
+        "parameters": [
+            {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}
+        ],
+        "responses": {"200": {"description": "The file"}, "404": {"description": "No such file"}},
+    },
+}
+
+
+def served_operations(routes: Iterable[BaseRoute]) -> set[tuple[str, str]]:
+    """(path, method) of every endpoint in `routes`; a mount counts as `{path}/{path}` GET."""
+    served: set[tuple[str, str]] = set()
+    for route in routes:
+        if isinstance(route, Route):
+            for method in route.methods or ():
+                if method != "HEAD":
+                    served.add((route.path, method.lower()))
+        elif isinstance(route, Mount):
+            served.add((f"{route.path}/{{path}}", "get"))
+    return served
+
+
+def build_spec(routes: Iterable[BaseRoute]) -> Json:
+    """The OpenAPI document for the endpoints among `routes`."""
+    served = served_operations(routes)
+    paths: dict[str, Json] = {}
+    for (path, method), operation in OPERATIONS.items():
+        if (path, method) in served:
+            paths.setdefault(path, {})[method] = operation
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "ocr-serving",
+            "version": "0.1.0",
+            "description": "OCR over HTTP: a PaddleX-compatible `/ocr`, a native `/v1` API, batch "
+            "jobs and operations endpoints. Every response carries `X-Request-ID` (the client's, "
+            "or a new one).",
+        },
+        "paths": paths,
+        "components": {"schemas": SCHEMAS},
+    }
+
+
+async def openapi_json(request: Request) -> Response:
+    """`GET /openapi.json`: this server's OpenAPI document."""
+    return JSONResponse(build_spec(request.app.routes))
+
+
+async def docs(request: Request) -> Response:
+    """`GET /docs`: a page that renders `/openapi.json` (no external assets)."""
+    page = resources.files("serving").joinpath("static/docs.html").read_text(encoding="utf-8")
+    return HTMLResponse(page)
+
+
+ROUTES = [
+    Route("/openapi.json", openapi_json, methods=["GET"]),
+    Route("/docs", docs, methods=["GET"]),
+]

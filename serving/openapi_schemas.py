@@ -1,0 +1,132 @@
+"""The OpenAPI component schemas: errors, PaddleX envelopes, OCR results, readiness, jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Json = dict[str, Any]
+
+_ERROR: Json = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "request_id"],
+            "properties": {
+                "code": {"type": "string", "example": "invalid_input"},
+                "message": {"type": "string"},
+                "request_id": {"type": "string"},
+            },
+        }
+    },
+}
+_ENVELOPE: Json = {
+    "type": "object",
+    "required": ["logId", "errorCode", "errorMsg"],
+    "properties": {
+        "logId": {"type": "string", "description": "The request's logId, else the request id"},
+        "errorCode": {"type": "integer", "description": "0, or the HTTP status on errors"},
+        "errorMsg": {"type": "string"},
+        "result": {
+            "type": "object",
+            "description": "`ocrResults[]` (`prunedResult`, and `ocrImage`/`inputImage` when "
+            "visualised) and `dataInfo`, as PaddleX basic serving",
+        },
+    },
+}
+_LINE: Json = {
+    "type": "object",
+    "required": ["text", "score", "box"],
+    "properties": {
+        "text": {"type": "string"},
+        "score": {"type": "number"},
+        "box": {
+            "type": "array",
+            "description": "Four [x, y] corners in page pixels, clockwise from top left",
+            "items": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
+        },
+    },
+}
+_PAGE: Json = {
+    "type": "object",
+    "required": ["page", "width", "height", "lines"],
+    "properties": {
+        "page": {"type": "integer", "description": "0-based"},
+        "width": {"type": "integer"},
+        "height": {"type": "integer"},
+        "lines": {"type": "array", "items": {"$ref": "#/components/schemas/Line"}},
+    },
+}
+_JOB: Json = {
+    "type": "object",
+    "required": ["id", "status", "pages_total", "pages_done", "pages_failed", "created_at"],
+    "properties": {
+        "id": {"type": "string"},
+        "status": {
+            "type": "string",
+            "enum": ["queued", "running", "succeeded", "failed", "cancelled"],
+        },
+        "pages_total": {"type": "integer"},
+        "pages_done": {"type": "integer"},
+        "pages_failed": {"type": "integer"},
+        "created_at": {"type": "string", "format": "date-time"},
+        "started_at": {"type": "string", "format": "date-time", "nullable": True},
+        "finished_at": {"type": "string", "format": "date-time", "nullable": True},
+        "options": {"type": "object"},
+        "files": {"type": "array", "items": {"type": "object"}},
+        "failed_pages": {"type": "array", "items": {"type": "object"}},
+    },
+}
+_PADDLEX_REQUEST: Json = {
+    "type": "object",
+    "required": ["file"],
+    "properties": {
+        "file": {"type": "string", "description": "Base64 of the file (URLs are refused)"},
+        "fileType": {
+            "type": "integer",
+            "enum": [0, 1],
+            "nullable": True,
+            "description": "0 PDF, 1 image",
+        },
+        "useDocOrientationClassify": {"type": "boolean", "nullable": True},
+        "useDocUnwarping": {"type": "boolean", "nullable": True},
+        "useTextlineOrientation": {"type": "boolean", "nullable": True},
+        "textDetLimitSideLen": {"type": "integer", "nullable": True},
+        "textDetLimitType": {
+            "type": "string",
+            "enum": ["min", "max", "resize_long"],
+            "nullable": True,
+        },
+        "textDetThresh": {"type": "number", "nullable": True},
+        "textDetBoxThresh": {"type": "number", "nullable": True},
+        "textDetUnclipRatio": {"type": "number", "nullable": True},
+        "textRecScoreThresh": {"type": "number", "nullable": True},
+        "returnWordBox": {"type": "boolean", "nullable": True},
+        "visualize": {"type": "boolean", "nullable": True},
+        "logId": {"type": "string", "nullable": True},
+    },
+}
+SCHEMAS: dict[str, Json] = {
+    "Error": _ERROR,
+    "PaddlexRequest": _PADDLEX_REQUEST,
+    "PaddlexEnvelope": _ENVELOPE,
+    "Line": _LINE,
+    "Page": _PAGE,
+    "OcrResult": {
+        "type": "object",
+        "required": ["pages"],
+        "properties": {"pages": {"type": "array", "items": {"$ref": "#/components/schemas/Page"}}},
+    },
+    "Readiness": {
+        "type": "object",
+        "required": ["ready"],
+        "properties": {
+            "ready": {"type": "boolean"},
+            "devices": {"type": "object"},
+            "cpu_workers": {"type": "object"},
+            "error": {"type": "string"},
+        },
+    },
+    "Job": _JOB,
+}

@@ -1,0 +1,52 @@
+"""The web page at `/` to try OCR in a browser, its static files, and `/v1/render` for PDF pages."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from serving import request_id
+from serving.errors import ValidationFailed
+from serving.page_image import page_png
+
+# The `/v1/ocr` helpers, so both endpoints read bodies and answer errors alike.
+from serving.routes import _as_ocr_error, _error_headers, _runtime, _status, _v1_file, observed
+
+STATIC = resources.files("serving").joinpath("static")
+
+
+async def index(request: Request) -> Response:
+    """`GET /`: upload an image or a PDF, see its boxes and text."""
+    return HTMLResponse(STATIC.joinpath("index.html").read_text(encoding="utf-8"))
+
+
+async def render(request: Request) -> Response:
+    """`POST /v1/render?page=N`: page N of the posted document as PNG (body as `/v1/ocr`)."""
+    runtime = _runtime(request)
+    rid = request_id.current_or_new()
+    try:
+        runtime.check_ready()
+        page_text = request.query_params.get("page", "0")
+        if not page_text.isdigit() or len(page_text) > 6:
+            raise ValidationFailed("page must be a page number counted from 0")
+        data, kind = await _v1_file(request, runtime)
+        png = await runtime.cpu.run(page_png, data, kind, int(page_text), runtime.service.limits)
+    except Exception as exc:  # the HTTP boundary: every failure is answered as JSON
+        err = _as_ocr_error(exc, rid)
+        return JSONResponse(
+            {"error": {"code": err.code, "message": err.message, "request_id": rid}},
+            status_code=_status(err, runtime),
+            headers=_error_headers(err, runtime),
+        )
+    return Response(png, media_type="image/png")
+
+
+ROUTES = [
+    Route("/", index, methods=["GET"]),
+    Route("/v1/render", observed("/v1/render", render), methods=["POST"]),
+    Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
+]

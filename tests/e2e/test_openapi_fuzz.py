@@ -1,0 +1,102 @@
+"""Schemathesis against `/openapi.json` of a running `ocr-serve`: generated requests for every
+operation, bounded and seeded, and not one 5xx answer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+
+SEED = 20240518
+MAX_EXAMPLES = 20
+"""Generated cases per operation in the fuzzing phase (the coverage phase adds its own)."""
+
+CONFIG = """
+[server]
+max_body_bytes = 2000000
+request_timeout_s = 60.0
+log_level = "warning"
+[input]
+max_pdf_pages = 2
+[paddlex]
+visualize = false
+[workers]
+devices = ["cpu"]
+cpu_workers = 1
+[jobs]
+data_dir = "{jobs}"
+max_files_per_job = 4
+max_pages_per_job = 8
+max_upload_bytes = 2000000
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("openapi")
+    srv = start_server(tmp, CONFIG.format(jobs=tmp / "jobs"))
+    try:
+        wait_ready(srv)
+        yield srv
+    finally:
+        stop_server(srv)
+
+
+def test_spec_and_docs_are_served(server: Server) -> None:
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    for path in ("/ocr", "/v1/ocr", "/health", "/livez", "/readyz", "/metrics", "/v1/jobs"):
+        assert path in spec["paths"]
+    docs = httpx.get(f"{server.url}/docs")
+    assert docs.status_code == 200
+    assert "/static/docs.js" in docs.text
+
+
+def test_no_server_errors_on_generated_requests(server: Server, tmp_path: Path) -> None:
+    har = tmp_path / "requests.har"
+    command = [
+        str(Path(sys.executable).parent / "st"),
+        "run",
+        f"{server.url}/openapi.json",
+        "--checks",
+        "not_a_server_error",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--seed",
+        str(SEED),
+        "--workers",
+        "1",
+        "--no-shrink",
+        "--request-timeout",
+        "60",
+        "--suppress-health-check",
+        "all",
+        "--report",
+        "har",
+        "--report-har-path",
+        str(har),
+    ]
+    # tmp_path as the working directory keeps hypothesis' example database out of the repo.
+    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    entries = json.loads(har.read_text())["log"]["entries"] if har.exists() else []
+    statuses = Counter(entry["response"]["status"] for entry in entries)
+    operations = Counter(
+        f"{entry['request']['method']} {httpx.URL(entry['request']['url']).path}"
+        for entry in entries
+    )
+    print(f"schemathesis sent {len(entries)} requests; statuses {dict(sorted(statuses.items()))}")
+    print(f"requests per path: {dict(operations.most_common(12))}")
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert entries, run.stdout[-3000:]
+    assert not [status for status in statuses if status >= 500]
+    # The server is still healthy afterwards.
+    assert httpx.get(f"{server.url}/readyz").status_code == 200

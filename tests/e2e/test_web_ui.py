@@ -1,0 +1,137 @@
+"""The web page at `/` in headless Chromium (Debian's, driven by playwright): upload a rendered
+image and a PDF, see a box per recognised line over the page and the text beside it, copy the
+text, download the JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import images
+from tests.e2e.conftest import Server
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Debian's Chromium, never playwright's own download (`playwright install` needs the network).
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 180_000
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser, server: Server) -> Iterator[object]:
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(f"{server.url}/")
+    yield page
+    context.close()
+    assert not errors, errors
+
+
+def _upload(page, path: Path) -> None:
+    page.set_input_files("#file", str(path))
+    page.wait_for_selector("#pages[data-state=done], #pages[data-state=error]")
+    assert page.get_attribute("#pages", "data-state") == "done", page.text_content("#status")
+
+
+def _page_views(page) -> list[dict[str, object]]:
+    return page.eval_on_selector_all(
+        "article.page",
+        """views => views.map(view => ({
+            texts: [...view.querySelectorAll('.lines li .text')].map(li => li.textContent),
+            boxes: view.querySelectorAll('.overlay polygon.box').length,
+            viewBox: view.querySelector('.overlay').getAttribute('viewBox'),
+            image: view.querySelector('.page-image') && {
+                width: view.querySelector('.page-image').naturalWidth,
+                height: view.querySelector('.page-image').naturalHeight,
+            },
+        }))""",
+    )
+
+
+def test_image_upload_shows_boxes_and_text(page, tmp_path: Path) -> None:
+    latin = images.latin_lines()
+    path = tmp_path / "latin.png"
+    path.write_bytes(images.encode_png(latin.image))
+    _upload(page, path)
+    page.wait_for_function("document.querySelector('.page-image').complete")
+    (view,) = _page_views(page)
+    assert view["texts"] == list(latin.lines)
+    assert view["boxes"] == len(latin.lines)
+    height, width = latin.image.shape[:2]
+    assert view["viewBox"] == f"0 0 {width} {height}"
+    assert view["image"] == {"width": width, "height": height}
+    assert "1 page, 4 lines" in page.text_content("#status")
+    page.screenshot(path=str(tmp_path / "web-ui.png"), full_page=True)
+
+    # Copy text: the clipboard holds the lines.
+    page.click("#copy")
+    page.wait_for_function("document.querySelector('#status').textContent.startsWith('Copied')")
+    assert page.evaluate("navigator.clipboard.readText()") == "\n".join(latin.lines)
+
+    # Download JSON: the /v1/ocr answer.
+    with page.expect_download() as info:
+        page.click("#download")
+    download = info.value
+    assert download.suggested_filename == "latin.ocr.json"
+    result = json.loads(Path(download.path()).read_text())
+    assert [line["text"] for line in result["pages"][0]["lines"]] == list(latin.lines)
+
+
+def test_pdf_pages_are_rendered_by_the_server(page, tmp_path: Path) -> None:
+    latin = images.latin_lines()
+    chinese = images.chinese_lines()
+    path = tmp_path / "two-pages.pdf"
+    # At 144 dpi the server's 2.0 render scale gives back the original pixels.
+    path.write_bytes(images.make_pdf([latin.image, chinese.image], dpi=144.0))
+    _upload(page, path)
+    page.wait_for_function(
+        "[...document.querySelectorAll('.page-image')].every(img => img.complete)"
+    )
+    views = _page_views(page)
+    assert len(views) == 2
+    for view, truth in zip(views, (latin, chinese), strict=True):
+        height, width = truth.image.shape[:2]
+        assert view["image"] == {"width": width, "height": height}
+        assert view["boxes"] == len(view["texts"]) == len(truth.lines)
+    # PIL stores PDF page images as JPEG, so a character may differ; the page shows what came back.
+    assert views[0]["texts"][0] == latin.lines[0]
+    page.screenshot(path=str(tmp_path / "web-ui-pdf.png"), full_page=True)
+
+
+def test_docs_page_lists_every_operation(page, server: Server, tmp_path: Path) -> None:
+    spec = page.evaluate("fetch('/openapi.json').then(r => r.json())")
+    expected = sum(len(item) for item in spec["paths"].values())
+    page.goto(f"{server.url}/docs")
+    page.wait_for_selector("details.op")
+    assert page.locator("details.op").count() == expected
+    assert page.locator('details.op[data-path="/v1/ocr"][data-method="post"]').count() == 1
+    page.screenshot(path=str(tmp_path / "docs.png"), full_page=True)

