@@ -54,6 +54,9 @@ class Metrics:
             "ocr_worker_restarts", "Worker processes restarted after dying.", ["kind"], registry=r
         )
         self.jobs = Gauge("ocr_jobs", "Batch jobs in the job store.", ["status"], registry=r)
+        # Series that exist from the start, so dashboards and alerts see zeros, not gaps.
+        for kind in ("cpu", "device"):
+            self.worker_restarts.labels(kind=kind)
 
     def track_queue_depth(self, stage: str, depth: Callable[[], int]) -> None:
         """Report a queue's depth when scraped."""
