@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from loadtest import job_impact
 from loadtest.accuracy import char_edits
 from loadtest.client import Api
 from loadtest.documents import Document, load_documents
@@ -40,6 +41,8 @@ visualize = false
 [workers]
 devices = ["cpu"]
 cpu_workers = {cpu_workers}
+[jobs]
+data_dir = "{jobs_dir}"
 [engine]
 cpu_threads = {threads}
 """
@@ -168,7 +171,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report["engine"] = engine
 
     print("our server...", file=sys.stderr)
-    ours = start_ours(out, OURS_CONFIG.format(cpu_workers=args.cpu_workers, threads=threads))
+    ours = start_ours(
+        out,
+        OURS_CONFIG.format(cpu_workers=args.cpu_workers, threads=threads, jobs_dir=out / "jobs"),
+    )
     try:
         ours.wait_ready("/readyz")
         report["ours_levels"] = [
@@ -177,6 +183,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]
         concurrent = asyncio.run(_read_all(ours, "v1", documents, max(args.levels)))
         report["ours_cer"] = _cer(truths, concurrent)
+        if not args.skip_job_impact:
+            print("  /ocr beside a batch job...", file=sys.stderr)
+            report["job_impact"] = job_impact.measure(
+                ours,
+                documents,
+                paths,
+                requests=requests,
+                job_copies=5,
+                max_time_s=args.max_time_s,
+            )
         report["ours_peak_rss_mb"] = round(ours.memory.peak_bytes / 2**20)
     finally:
         ours.stop()
@@ -239,6 +255,15 @@ def markdown(report: dict[str, Any]) -> str:
         f"{max(ours) if ours else '-'} {report.get('ours_cer', float('nan')):.4f}"
         + (f", PaddleX {report['paddlex_cer']:.4f}" if "paddlex_cer" in report else "")
     )
+    impact = report.get("job_impact")
+    if impact:
+        alone, beside = impact["alone"], impact["with_job"]
+        lines.append(
+            f"- /ocr at concurrency 2: p95 {alone['p95_s'] or 0:.2f} s alone, "
+            f"{beside['p95_s'] or 0:.2f} s beside a {beside['job_pages_total']}-page job "
+            f"(p50 {alone['p50_s'] or 0:.2f} / {beside['p50_s'] or 0:.2f} s; the job did "
+            f"{beside['job_pages_done_meanwhile']} pages meanwhile)"
+        )
     lines.append(
         f"- peak RSS of all server processes: ours {report.get('ours_peak_rss_mb')} MiB"
         + (
@@ -267,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cpu-workers", type=int, default=0, help="ours; 0 = number of cores")
     parser.add_argument("--max-time-s", type=float, default=900.0, help="bound per level")
     parser.add_argument("--skip-paddlex", action="store_true")
+    parser.add_argument("--skip-job-impact", action="store_true")
     args = parser.parse_args(argv)
     report = run(args)
     table = markdown(report)
