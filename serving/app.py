@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Mapping
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 
 from serving import openapi, ui
+from serving.auth import ApiKeyMiddleware, load_api_keys
+from serving.config import AppConfig
 from serving.request_id import RequestIdMiddleware
 from serving.routes import ROUTES
 from serving.runtime import Runtime
@@ -18,11 +22,44 @@ from serving.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 
-def build_app(runtime: Runtime) -> Starlette:
+def middleware(config: AppConfig, environ: Mapping[str, str]) -> list[Middleware]:
+    """Request ids outermost, then CORS (only with `server.cors_origins`), then API keys.
+
+    CORS sits outside the key check so that browsers' preflight requests, which carry no key,
+    are answered.
+
+    Raises:
+        ConfigError: the API key file cannot be read.
+    """
+    stack = [Middleware(RequestIdMiddleware)]
+    if config.server.cors_origins:
+        stack.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.server.cors_origins),
+                allow_methods=["GET", "POST", "DELETE"],
+                allow_headers=["Authorization", "Content-Type", "X-API-Key", "X-Request-ID"],
+                expose_headers=["X-Request-ID", "Retry-After"],
+            )
+        )
+    keys = load_api_keys(config.auth, environ)
+    logger.info("API keys: %s", f"{len(keys)} configured" if keys else "none, access is open")
+    if keys:
+        stack.append(
+            Middleware(ApiKeyMiddleware, keys=keys, protect_metrics=config.auth.protect_metrics)
+        )
+    return stack
+
+
+def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Starlette:
     """The HTTP app over a built (not yet started) runtime.
 
     The runtime starts in the background, so the port answers `/livez` at once and `/readyz`
-    turns 200 when every device worker has run its warm-up page.
+    turns 200 when every device worker has run its warm-up page. API keys are read from
+    `environ` (default `os.environ`) and the configured key file.
+
+    Raises:
+        ConfigError: the API key file cannot be read.
     """
 
     @contextlib.asynccontextmanager
@@ -39,7 +76,7 @@ def build_app(runtime: Runtime) -> Starlette:
 
     app = Starlette(
         routes=[*ROUTES, *openapi.ROUTES, *ui.ROUTES],
-        middleware=[Middleware(RequestIdMiddleware)],
+        middleware=middleware(runtime.config, os.environ if environ is None else environ),
         lifespan=lifespan,
     )
     app.state.runtime = runtime

@@ -71,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("effective configuration: %s", json.dumps(describe(config)))
     try:
         runtime = Runtime.build(config)
+        app = build_app(runtime)
     except (ConfigError, ValueError, OSError) as err:
         logger.error("cannot start: %s", err)
         return 2
-    app = build_app(runtime)
     uvicorn.run(
         app,
         host=config.server.host,

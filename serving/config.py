@@ -39,6 +39,8 @@ class ServerConfig:
     log_level: str = "info"
     log_format: str = "text"
     """"text": human-readable lines; "json": one JSON object per line (for log collectors)."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins allowed to call the API from a browser (CORS); empty = CORS off."""
 
     def __post_init__(self) -> None:
         _check(self.port > 0 and self.port < 65536, "server.port", "must be 1..65535")
@@ -48,6 +50,11 @@ class ServerConfig:
         _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
         _check(self.overload_status in (429, 503), "server.overload_status", "must be 429 or 503")
         _check(self.shutdown_grace_s >= 0, "server.shutdown_grace_s", "must be >= 0")
+        for origin in self.cors_origins:
+            ok = origin == "*" or (
+                origin.startswith(("http://", "https://")) and "/" not in origin[8:]
+            )
+            _check(ok, "server.cors_origins", f"not an origin (scheme://host[:port]): {origin!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,11 +69,28 @@ class InputConfig:
     """Per image or rendered page, as PaddleX."""
     allow_url: bool = False
     """Accept http(s) URLs in `/ocr`'s `file` field. Off by default."""
+    url_allowed_hosts: tuple[str, ...] = ()
+    """Hosts URL inputs may name (exact names or literal IPs); empty refuses every URL."""
+    url_timeout_s: float = 10.0
+    """A URL input not downloaded within this gets 422."""
 
     def __post_init__(self) -> None:
+        _check(self.url_timeout_s > 0, "input.url_timeout_s", "must be > 0")
         _check(self.max_pdf_pages > 0, "input.max_pdf_pages", "must be > 0")
         _check(self.pdf_render_scale > 0, "input.pdf_render_scale", "must be > 0")
         _check(self.max_image_pixels > 0, "input.max_image_pixels", "must be > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthConfig:
+    """Optional API keys; with no key configured, authentication is off."""
+
+    api_keys_env: str = "OCR_API_KEYS"
+    """Environment variable holding comma-separated keys; "" = none read from the environment."""
+    api_keys_file: str = ""
+    """File with one key per line (blank lines and `#` comments skipped); never a file in git."""
+    protect_metrics: bool = False
+    """Require a key for `/metrics` too (the probes `/livez`, `/readyz`, `/health` never do)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,6 +312,7 @@ class AppConfig:
 
     server: ServerConfig = field(default_factory=ServerConfig)
     input: InputConfig = field(default_factory=InputConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     paddlex: PaddlexConfig = field(default_factory=PaddlexConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import io
+import struct
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
 import cv2
 import numpy as np
 import pypdfium2 as pdfium
+from PIL import Image, ImageSequence
 
 from serving.errors import InvalidInput
 
@@ -16,6 +20,18 @@ FileKind = Literal["pdf", "image"]
 
 # pdfium is not thread-safe; each CPU worker is a process, but tests call this from threads too.
 PDFIUM_LOCK = threading.Lock()
+
+# Our own cap, input.max_image_pixels, is checked from the image header before any decode (see
+# `_probe`); PIL's global one would warn (an error under pytest) or refuse with its own figure.
+Image.MAX_IMAGE_PIXELS = None
+
+# Formats whose frames are pages. Not MPO: phone cameras store a JPEG's previews and depth maps as
+# further frames, and its first image is the picture (decoded by OpenCV, EXIF orientation applied).
+_FRAME_FORMATS = frozenset(("TIFF", "GIF", "WEBP"))
+
+# What PIL raises on malformed headers: its own OSError subclasses, and a few plain errors from
+# the plugins' parsing of bad bytes.
+_PIL_ERRORS = (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError, TypeError)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,6 +41,15 @@ class DecodeLimits:
     max_pdf_pages: int
     pdf_render_scale: float
     max_image_pixels: int
+
+
+def frames_type(data: bytes) -> str:
+    """How `/ocr`'s dataInfo names a multi-frame image: "gif", "webp" or "tiff"."""
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return "tiff"
 
 
 def sniff_kind(data: bytes) -> FileKind | None:
@@ -58,17 +83,105 @@ def decode_document(data: bytes, kind: FileKind, limits: DecodeLimits) -> list[n
         raise InvalidInput("Invalid input file: empty file")
     if kind == "pdf":
         return render_pdf(data, limits)
-    return [decode_image(data, limits)]
+    return decode_frames(data, limits)
+
+
+@dataclass(frozen=True, slots=True)
+class _Header:
+    format: str
+    """PIL's format name: "PNG", "JPEG", "TIFF", "GIF", ..."""
+    width: int
+    height: int
+    frames: int
+
+
+def _probe(data: bytes) -> _Header | None:
+    """The image's format, size and frame count from its header, without decoding pixels.
+
+    None when PIL does not know the format (OpenCV may still decode it).
+    """
+    try:
+        # PIL warns about damaged metadata (EXIF) in untrusted files; only its errors matter here.
+        with warnings.catch_warnings(action="ignore"), Image.open(io.BytesIO(data)) as img:
+            frames = int(getattr(img, "n_frames", 1))
+            return _Header(
+                format=img.format or "", width=img.width, height=img.height, frames=frames
+            )
+    except _PIL_ERRORS:
+        return None
+
+
+def decode_frames(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
+    """Decode an image to BGR uint8 pages: one per frame of a multi-frame TIFF or animated image.
+
+    The size of each frame and the number of frames are checked against `limits` from the
+    headers, before any pixels are decoded. Frames count against `max_pdf_pages`.
+
+    Raises:
+        InvalidInput: the bytes do not decode, or a limit is exceeded.
+    """
+    header = _probe(data)
+    if header is not None:
+        _check_pixels(header.height, header.width, limits)
+        if header.format == "GIF" or (header.frames > 1 and header.format in _FRAME_FORMATS):
+            return _decode_with_pil(data, header, limits)
+    return [_decode_with_cv2(data, header, limits)]
 
 
 def decode_image(data: bytes, limits: DecodeLimits) -> np.ndarray:
-    """Decode one image to BGR uint8 (alpha dropped), as PaddleX's `cv2.imdecode(IMREAD_COLOR)`."""
+    """Decode one image (its first frame) to BGR uint8, alpha dropped.
+
+    Single-frame images are decoded as PaddleX does, with `cv2.imdecode(IMREAD_COLOR)`, which
+    also applies the EXIF orientation. The pixel cap is checked from the header first.
+    """
+    header = _probe(data)
+    if header is not None:
+        _check_pixels(header.height, header.width, limits)
+        if header.format == "GIF" or (header.frames > 1 and header.format in _FRAME_FORMATS):
+            return _decode_with_pil(data, header, limits, first_only=True)[0]
+    return _decode_with_cv2(data, header, limits)
+
+
+def _decode_with_cv2(data: bytes, header: _Header | None, limits: DecodeLimits) -> np.ndarray:
+    if header is not None and header.format in ("JPEG", "MPO") and _jpeg_truncated(data):
+        # libjpeg fills the missing rows with grey and OpenCV returns the image regardless.
+        raise InvalidInput("Invalid input file: the JPEG is truncated")
     buf = np.frombuffer(data, dtype=np.uint8)
     image = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None  # empty: cv2.error
     if image is None or image.size == 0:
         raise InvalidInput("Invalid input file: not a decodable image")
     _check_pixels(image.shape[0], image.shape[1], limits)
     return np.ascontiguousarray(image)
+
+
+def _jpeg_truncated(data: bytes) -> bool:
+    # 0xFF is byte-stuffed in entropy-coded data, so the last end-of-image marker must follow the
+    # last start-of-scan marker (an EXIF thumbnail's own markers come before both).
+    return data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda")
+
+
+def _decode_with_pil(
+    data: bytes, header: _Header, limits: DecodeLimits, *, first_only: bool = False
+) -> list[np.ndarray]:
+    if header.frames > limits.max_pdf_pages and not first_only:
+        raise InvalidInput(
+            f"The image has {header.frames} frames; this server accepts at most "
+            f"{limits.max_pdf_pages} pages per request (input.max_pdf_pages)"
+        )
+    pages: list[np.ndarray] = []
+    try:
+        with warnings.catch_warnings(action="ignore"), Image.open(io.BytesIO(data)) as img:
+            for frame in ImageSequence.Iterator(img):
+                _check_pixels(frame.height, frame.width, limits)
+                rgb = np.asarray(frame.convert("RGB"))
+                pages.append(np.ascontiguousarray(rgb[:, :, ::-1]))
+                if first_only:
+                    break
+    except _PIL_ERRORS as err:
+        raise InvalidInput("Invalid input file: not a decodable image") from err
+    if not pages:
+        raise InvalidInput("Invalid input file: not a decodable image")
+    return pages
 
 
 def render_pdf(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
@@ -94,7 +207,13 @@ def open_pdf(source: bytes | str) -> pdfium.PdfDocument:
     """Open a PDF from bytes or a path; hold `PDFIUM_LOCK` while using it."""
     try:
         return pdfium.PdfDocument(source)
-    except (pdfium.PdfiumError, OSError) as err:
+    except pdfium.PdfiumError as err:
+        if getattr(err, "err_code", None) == pdfium.raw.FPDF_ERR_PASSWORD:
+            raise InvalidInput(
+                "Invalid input file: encrypted PDF (password protected); send it decrypted"
+            ) from err
+        raise InvalidInput(f"Invalid input file: not a readable PDF ({err})") from err
+    except OSError as err:
         raise InvalidInput(f"Invalid input file: not a readable PDF ({err})") from err
 
 

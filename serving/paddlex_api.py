@@ -181,8 +181,14 @@ def infer_result(
     kind: FileKind,
     options: OcrOptions,
     reported: dict[str, Any],
+    *,
+    frames_type: str = "tiff",
 ) -> dict[str, Any]:
-    """The `result` object of a successful `/ocr` response."""
+    """The `result` object of a successful `/ocr` response.
+
+    An image of several frames (multi-frame TIFF, animated GIF) is described as a document of
+    several pages, `type` being `frames_type`.
+    """
     use_cls = options.cls is not None
     ocr_results = []
     for page in pages:
@@ -193,11 +199,11 @@ def infer_result(
             entry["ocrImage"] = page.images["ocrImage"]
             entry["inputImage"] = page.images["inputImage"]
         ocr_results.append(entry)
-    if kind == "pdf":
+    if kind == "pdf" or len(pages) > 1:
         data_info: dict[str, Any] = {
             "numPages": len(pages),
             "pages": [{"width": p.result.width, "height": p.result.height} for p in pages],
-            "type": "pdf",
+            "type": "pdf" if kind == "pdf" else frames_type,
         }
     else:
         first = pages[0].result

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from serving import paddlex_api, request_id
+from serving import paddlex_api, request_id, url_fetch
 from serving.errors import (
     InvalidInput,
     OcrError,
@@ -25,7 +25,7 @@ from serving.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-from serving.inputs import FileKind, sniff_kind
+from serving.inputs import FileKind, frames_type, sniff_kind
 from serving.routes_jobs import job_routes
 from serving.runtime import Runtime
 
@@ -141,7 +141,9 @@ async def paddlex_ocr(request: Request) -> Response:
             ),
         )
         runtime.metrics.pages.inc(len(pages))
-        result = paddlex_api.infer_result(pages, kind, options, parsed.overrides)
+        result = paddlex_api.infer_result(
+            pages, kind, options, parsed.overrides, frames_type=frames_type(data)
+        )
         return JSONResponse(paddlex_api.envelope(log_id, result))
     except Exception as exc:  # the HTTP boundary: every failure is answered in the envelope
         error = _as_ocr_error(exc, log_id)
@@ -159,7 +161,13 @@ async def _paddlex_file(parsed: paddlex_api.OcrRequest, runtime: Runtime) -> tup
             raise InvalidInput(
                 "URL inputs are disabled on this server (input.allow_url); send the file as base64"
             )
-        raise InvalidInput("URL inputs are not implemented yet; send the file as base64")
+        kind = parsed.file_type or url_fetch.kind_from_url(parsed.file)
+        limits = url_fetch.FetchLimits(
+            allowed_hosts=runtime.config.input.url_allowed_hosts,
+            timeout_s=runtime.config.input.url_timeout_s,
+            max_bytes=runtime.config.server.max_body_bytes,
+        )
+        return await url_fetch.fetch(parsed.file, limits), kind
     if parsed.file_type is None:
         raise InvalidInput("File type cannot be determined")
     return paddlex_api.decode_base64_file(parsed.file), parsed.file_type

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import base64
 import glob
+import io
 import signal
+import struct
+import time
+import zlib
+from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
+from PIL import Image
 
 from loadtest.accuracy import cer
 from tests import images
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
 
 
 def _texts_ok(texts: list[str], truth: list[str], *, lossy: bool = False) -> None:
@@ -151,6 +158,106 @@ def test_v1_errors(server: Server) -> None:
     assert garbage.status_code == 422
     # The server keeps serving after bad input.
     assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+def _tiff_of(pages: list[np.ndarray]) -> bytes:
+    frames = [Image.fromarray(np.ascontiguousarray(page[:, :, ::-1])) for page in pages]
+    buf = io.BytesIO()
+    frames[0].save(buf, format="TIFF", save_all=True, append_images=frames[1:])
+    return buf.getvalue()
+
+
+def test_multi_frame_tiff_is_one_page_per_frame(server: Server) -> None:
+    latin = images.latin_lines()
+    body = {"file": base64.b64encode(_tiff_of([latin.image] * 2)).decode(), "fileType": 1}
+    response = httpx.post(f"{server.url}/ocr", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    height, width = latin.image.shape[:2]
+    assert result["dataInfo"] == {
+        "numPages": 2,
+        "pages": [{"width": width, "height": height}] * 2,
+        "type": "tiff",
+    }
+    for entry in result["ocrResults"]:
+        assert entry["prunedResult"]["rec_texts"] == latin.lines
+    over = {"file": base64.b64encode(_tiff_of([latin.image] * 4)).decode(), "fileType": 1}
+    refused = httpx.post(f"{server.url}/ocr", json=over, timeout=60)
+    assert refused.status_code == 422
+    assert "input.max_pdf_pages" in refused.json()["errorMsg"]
+
+
+def _zeros_png(width: int, height: int) -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    packer = zlib.compressobj(9)
+    row = b"\0" * (1 + 3 * width)
+    idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def test_bad_input_gets_clear_4xx_and_the_server_keeps_serving(server: Server) -> None:
+    bomb = _zeros_png(20000, 20000)
+    started = time.monotonic()
+    response = httpx.post(
+        f"{server.url}/v1/ocr", content=bomb, headers={"content-type": "image/png"}, timeout=60
+    )
+    assert response.status_code == 422
+    assert "input.max_image_pixels" in response.json()["error"]["message"]
+    assert time.monotonic() - started < 10
+    truncated = images.encode_jpeg(images.latin_lines().image)
+    truncated = truncated[: len(truncated) // 2]
+    body = {"file": base64.b64encode(truncated).decode(), "fileType": 1}
+    response = httpx.post(f"{server.url}/ocr", json=body, timeout=60)
+    assert response.status_code == 422
+    assert "truncated" in response.json()["errorMsg"]
+    for size in ((1, 1), (20000, 20)):
+        tiny = images.encode_png(np.full((size[1], size[0], 3), 255, np.uint8))
+        response = httpx.post(
+            f"{server.url}/v1/ocr", content=tiny, headers={"content-type": "image/png"}, timeout=120
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["pages"][0]["lines"] == []
+    assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+def test_api_keys_and_open_probes(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# test keys\ne2e-key\n")
+    config = CONFIG.replace(
+        "[input]\n", '[input]\nallow_url = true\nurl_allowed_hosts = ["127.0.0.1"]\n'
+    )
+    srv = start_server(tmp_path, config + f'[auth]\napi_keys_file = "{keys}"\n')
+    try:
+        wait_ready(srv)
+        png = images.encode_png(images.latin_lines().image)
+        body = {"file": base64.b64encode(png).decode(), "fileType": 1}
+        refused = httpx.post(f"{srv.url}/ocr", json=body, timeout=60)
+        assert refused.status_code == 401
+        assert refused.json()["errorCode"] == 401
+        v1 = httpx.post(f"{srv.url}/v1/ocr", content=png, headers={"content-type": "image/png"})
+        assert v1.status_code == 401
+        assert v1.json()["error"]["code"] == "unauthorized"
+        ok = httpx.post(f"{srv.url}/ocr", json=body, headers={"X-API-Key": "e2e-key"}, timeout=120)
+        assert ok.status_code == 200, ok.text
+        for path in ("/livez", "/readyz", "/health", "/metrics"):
+            assert httpx.get(f"{srv.url}{path}").status_code == 200
+        # URL inputs, switched on: only allow-listed hosts, never a loopback address.
+        key = {"X-API-Key": "e2e-key"}
+        for url, file_type, message in [
+            ("http://files.example/a.png", 1, "not allowed (input.url_allowed_hosts)"),
+            (f"{srv.url}/livez.png", 1, "loopback address"),
+            (f"{srv.url}/page.html", None, "Unsupported file type"),
+        ]:
+            url_body = {"file": url, "fileType": file_type}
+            response = httpx.post(f"{srv.url}/ocr", json=url_body, headers=key, timeout=60)
+            assert response.status_code == 422, response.text
+            assert message in response.json()["errorMsg"]
+    finally:
+        stop_server(srv)
 
 
 def test_sigterm_stops_cleanly_and_leaves_no_shared_memory(tmp_path) -> None:
