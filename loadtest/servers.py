@@ -103,12 +103,10 @@ class ServerProcess:
 
 def start(name: str, argv: list[str], port: int, log: Path, env: dict[str, str]) -> ServerProcess:
     """Start a server process whose output goes to `log`."""
-    process = subprocess.Popen(
-        argv,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **env},
-    )
+    with log.open("wb") as out:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}
+        )
     memory = MemorySampler(process.pid)
     memory.start()
     return ServerProcess(

@@ -51,12 +51,13 @@ def start_server(tmp: Path, config: str = CONFIG) -> Server:
     config_path.write_text(config)
     port = free_port()
     log = tmp / "server.log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "serving", "--config", str(config_path), "--port", str(port)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    with log.open("wb") as out:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "serving", "--config", str(config_path), "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     return Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from typing import cast
 
 import pytest
@@ -11,13 +12,15 @@ from starlette.routing import Route
 
 from serving import openapi
 from serving.app import build_app
+from serving.config import AppConfig
 from serving.runtime import Runtime
 
 
 @pytest.fixture(scope="module")
 def app() -> Starlette:
-    # The routes do not touch the runtime until a request comes, and no lifespan runs here.
-    return build_app(cast(Runtime, object()))
+    # The routes do not touch the runtime until a request comes, and no lifespan runs here; the
+    # middleware reads only its configuration.
+    return build_app(cast(Runtime, types.SimpleNamespace(config=AppConfig())), environ={})
 
 
 def test_spec_is_valid_openapi_3(app: Starlette) -> None:
