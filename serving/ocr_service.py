@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,20 @@ class Admission:
         self.inflight -= pages
 
 
+@dataclass(slots=True)
+class _Slot:
+    """Pages one request holds in the admission count, and its deadline."""
+
+    admission: Admission
+    deadline: float
+    pages: int = 1
+
+    def grow_to(self, pages: int) -> None:
+        """Hold `pages` in all; raises Overloaded (keeping what is held) when they do not fit."""
+        self.admission.admit(pages - self.pages)
+        self.pages = pages
+
+
 class OcrService:
     """Runs documents through the CPU pool and the device workers."""
 
@@ -81,29 +96,33 @@ class OcrService:
             Overloaded: too much work in flight.
             DeadlineExceeded: not done within `timeout_s`.
         """
-        deadline = self._clock() + timeout_s
+        async with self._admitted(timeout_s) as slot:
+            pages = await self.cpu.run(
+                cpu_stages.prepare_document, data, kind, self.limits, options.det
+            )
+            try:
+                slot.grow_to(len(pages))
+                return await asyncio.gather(
+                    *(
+                        self._page(page, options, visualize, slot.deadline, priority)
+                        for page in pages
+                    )
+                )
+            finally:
+                free_segments(pages)
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self, timeout_s: float) -> AsyncIterator[_Slot]:
+        """Admit one page (more with `grow_to`) for the work inside, bounded by `timeout_s`."""
         self.admission.admit(1)
-        reserved = 1
+        slot = _Slot(self.admission, deadline=self._clock() + timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
-                pages = await self.cpu.run(
-                    cpu_stages.prepare_document, data, kind, self.limits, options.det
-                )
-                try:
-                    self.admission.admit(len(pages) - reserved)
-                    reserved = len(pages)
-                    return await asyncio.gather(
-                        *(
-                            self._page(page, options, visualize, deadline, priority)
-                            for page in pages
-                        )
-                    )
-                finally:
-                    free_segments(pages)
+                yield slot
         except TimeoutError as err:
             raise DeadlineExceeded() from err
         finally:
-            self.admission.release(reserved)
+            self.admission.release(slot.pages)
 
     async def _page(
         self,
@@ -211,18 +230,11 @@ class OcrService:
             Overloaded: too much work in flight.
             DeadlineExceeded: not done within `timeout_s`.
         """
-        deadline = self._clock() + timeout_s
-        self.admission.admit(1)
-        try:
-            async with asyncio.timeout(timeout_s):
-                page = await self.cpu.run(
-                    cpu_stages.prepare_page_of, source, kind, page_index, self.limits, options.det
-                )
-                try:
-                    return await self._page(page, options, False, deadline, priority)
-                finally:
-                    free_segments(page)
-        except TimeoutError as err:
-            raise DeadlineExceeded() from err
-        finally:
-            self.admission.release(1)
+        async with self._admitted(timeout_s) as slot:
+            page = await self.cpu.run(
+                cpu_stages.prepare_page_of, source, kind, page_index, self.limits, options.det
+            )
+            try:
+                return await self._page(page, options, False, slot.deadline, priority)
+            finally:
+                free_segments(page)
