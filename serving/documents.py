@@ -18,7 +18,8 @@ from serving.inputs import (
     PDFIUM_LOCK,
     DecodeLimits,
     FileKind,
-    decode_image,
+    decode_image_page,
+    image_page_count,
     open_pdf,
     render_pdf_page,
     sniff_kind,
@@ -52,13 +53,13 @@ class BatchLimits:
 
 
 def count_pages(source: bytes | str | Path, kind: FileKind) -> int:
-    """Pages in a document: 1 for an image.
+    """Pages in a document: for an image, its frames when it is read by frames, else 1.
 
     Raises:
-        InvalidInput: not a readable PDF, or one with no pages.
+        InvalidInput: not a readable PDF, or one with no pages; an unreadable stored file.
     """
     if kind == "image":
-        return 1
+        return image_page_count(_read(source))
     with PDFIUM_LOCK:
         doc = open_pdf(source if isinstance(source, bytes) else str(source))
         try:
@@ -70,10 +71,17 @@ def count_pages(source: bytes | str | Path, kind: FileKind) -> int:
     return count
 
 
+def _read(source: bytes | str | Path) -> bytes:
+    try:
+        return source if isinstance(source, bytes) else Path(source).read_bytes()
+    except OSError as err:
+        raise InvalidInput(f"Cannot read the stored file: {err.strerror}") from err
+
+
 def decode_page(
     source: bytes | str | Path, kind: FileKind, index: int, limits: DecodeLimits
 ) -> np.ndarray:
-    """Page `index` of a document as BGR uint8: an image (index 0), or one rendered PDF page.
+    """Page `index` of a document as BGR uint8: a frame of an image, or one rendered PDF page.
 
     `source` is the file's bytes or its path. A PDF page renders exactly as `inputs.render_pdf`
     renders it, so a job's results equal `/v1/ocr`'s.
@@ -82,13 +90,7 @@ def decode_page(
         InvalidInput: the file does not decode, the page does not exist, or a limit is exceeded.
     """
     if kind == "image":
-        if index != 0:
-            raise InvalidInput(f"An image has one page; there is no page {index + 1}")
-        try:
-            data = source if isinstance(source, bytes) else Path(source).read_bytes()
-        except OSError as err:
-            raise InvalidInput(f"Cannot read the stored file: {err.strerror}") from err
-        return decode_image(data, limits)
+        return decode_image_page(_read(source), index, limits)
     with PDFIUM_LOCK:
         doc = open_pdf(source if isinstance(source, bytes) else str(source))
         try:

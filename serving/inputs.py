@@ -123,9 +123,38 @@ def decode_frames(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
     header = _probe(data)
     if header is not None:
         _check_pixels(header.height, header.width, limits)
-        if header.format == "GIF" or (header.frames > 1 and header.format in _FRAME_FORMATS):
+        if _by_frames(header):
             return _decode_with_pil(data, header, limits)
     return [_decode_with_cv2(data, header, limits)]
+
+
+def _by_frames(header: _Header) -> bool:
+    """Whether the image is read frame by frame with PIL (GIF, multi-frame TIFF and WebP)."""
+    return header.format == "GIF" or (header.frames > 1 and header.format in _FRAME_FORMATS)
+
+
+def image_page_count(data: bytes) -> int:
+    """Pages `decode_frames` makes of an image: one per frame when read by frames, else 1."""
+    header = _probe(data)
+    return header.frames if header is not None and _by_frames(header) else 1
+
+
+def decode_image_page(data: bytes, index: int, limits: DecodeLimits) -> np.ndarray:
+    """Page `index` of an image, numbered as `decode_frames` numbers them, decoding that frame only.
+
+    Batch jobs read multi-frame images page by page, so `max_pdf_pages` does not cap them here.
+
+    Raises:
+        InvalidInput: no such page, the bytes do not decode, or the pixel cap is exceeded.
+    """
+    header = _probe(data)
+    count = header.frames if header is not None and _by_frames(header) else 1
+    if not 0 <= index < count:
+        raise InvalidInput(f"The image has {count} pages; there is no page {index + 1}")
+    if header is not None and _by_frames(header):
+        _check_pixels(header.height, header.width, limits)
+        return _decode_with_pil(data, header, limits, only=index)[0]
+    return decode_image(data, limits)
 
 
 def decode_image(data: bytes, limits: DecodeLimits) -> np.ndarray:
@@ -137,8 +166,8 @@ def decode_image(data: bytes, limits: DecodeLimits) -> np.ndarray:
     header = _probe(data)
     if header is not None:
         _check_pixels(header.height, header.width, limits)
-        if header.format == "GIF" or (header.frames > 1 and header.format in _FRAME_FORMATS):
-            return _decode_with_pil(data, header, limits, first_only=True)[0]
+        if _by_frames(header):
+            return _decode_with_pil(data, header, limits, only=0)[0]
     return _decode_with_cv2(data, header, limits)
 
 
@@ -161,9 +190,10 @@ def _jpeg_truncated(data: bytes) -> bool:
 
 
 def _decode_with_pil(
-    data: bytes, header: _Header, limits: DecodeLimits, *, first_only: bool = False
+    data: bytes, header: _Header, limits: DecodeLimits, *, only: int | None = None
 ) -> list[np.ndarray]:
-    if header.frames > limits.max_pdf_pages and not first_only:
+    """Every frame, or frame `only`; all frames count against `max_pdf_pages`."""
+    if header.frames > limits.max_pdf_pages and only is None:
         raise InvalidInput(
             f"The image has {header.frames} frames; this server accepts at most "
             f"{limits.max_pdf_pages} pages per request (input.max_pdf_pages)"
@@ -171,17 +201,21 @@ def _decode_with_pil(
     pages: list[np.ndarray] = []
     try:
         with warnings.catch_warnings(action="ignore"), Image.open(io.BytesIO(data)) as img:
-            for frame in ImageSequence.Iterator(img):
+            frames = ImageSequence.Iterator(img) if only is None else [_seek(img, only)]
+            for frame in frames:
                 _check_pixels(frame.height, frame.width, limits)
                 rgb = np.asarray(frame.convert("RGB"))
                 pages.append(np.ascontiguousarray(rgb[:, :, ::-1]))
-                if first_only:
-                    break
     except _PIL_ERRORS as err:
         raise InvalidInput("Invalid input file: not a decodable image") from err
     if not pages:
         raise InvalidInput("Invalid input file: not a decodable image")
     return pages
+
+
+def _seek(img: Image.Image, index: int) -> Image.Image:
+    img.seek(index)
+    return img
 
 
 def render_pdf(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
