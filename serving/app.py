@@ -18,12 +18,14 @@ from serving.config import AppConfig
 from serving.request_id import RequestIdMiddleware
 from serving.routes import ROUTES
 from serving.runtime import Runtime
+from serving.upload_timeout import UploadTimeoutMiddleware
 
 logger = logging.getLogger(__name__)
 
 
 def middleware(config: AppConfig, environ: Mapping[str, str]) -> list[Middleware]:
-    """Request ids outermost, then CORS (only with `server.cors_origins`), then API keys.
+    """Request ids outermost, then upload timeouts, then CORS (only with `server.cors_origins`),
+    then API keys.
 
     CORS sits outside the key check so that browsers' preflight requests, which carry no key,
     are answered.
@@ -31,7 +33,14 @@ def middleware(config: AppConfig, environ: Mapping[str, str]) -> list[Middleware
     Raises:
         ConfigError: the API key file cannot be read.
     """
-    stack = [Middleware(RequestIdMiddleware)]
+    stack = [
+        Middleware(RequestIdMiddleware),
+        Middleware(
+            UploadTimeoutMiddleware,
+            idle_timeout_s=config.server.upload_idle_timeout_s,
+            total_timeout_s=config.server.upload_timeout_s,
+        ),
+    ]
     if config.server.cors_origins:
         stack.append(
             Middleware(

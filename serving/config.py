@@ -28,6 +28,10 @@ class ServerConfig:
     """Larger bodies get 413 before they are read in full."""
     request_timeout_s: float = 300.0
     """A request still running after this gets 504 and its queued work is dropped."""
+    upload_idle_timeout_s: float = 30.0
+    """An upload that sends no body bytes for this long gets 408 (stalled clients)."""
+    upload_timeout_s: float = 600.0
+    """The whole request body must arrive within this, else 408 (slow clients)."""
     max_inflight_pages: int = 64
     """Admission limit: beyond this many pages in flight new requests are shed."""
     overload_status: int = 503
@@ -47,6 +51,8 @@ class ServerConfig:
         _check(self.log_format in ("text", "json"), "server.log_format", "must be text or json")
         _check(self.max_body_bytes > 0, "server.max_body_bytes", "must be > 0")
         _check(self.request_timeout_s > 0, "server.request_timeout_s", "must be > 0")
+        _check(self.upload_idle_timeout_s > 0, "server.upload_idle_timeout_s", "must be > 0")
+        _check(self.upload_timeout_s > 0, "server.upload_timeout_s", "must be > 0")
         _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
         _check(self.overload_status in (429, 503), "server.overload_status", "must be 429 or 503")
         _check(self.shutdown_grace_s >= 0, "server.shutdown_grace_s", "must be >= 0")

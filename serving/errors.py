@@ -50,6 +50,14 @@ class PayloadTooLarge(OcrError):
     default_message = "Request body too large"
 
 
+class UploadTimeout(OcrError):
+    """The request body stalled, or did not arrive whole in time (slow or stalled upload)."""
+
+    http_status = 408
+    code = "upload_timeout"
+    default_message = "Request body not received in time"
+
+
 class Overloaded(OcrError):
     """Queues are full: the client should retry later (503 with Retry-After)."""
 

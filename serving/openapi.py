@@ -30,6 +30,7 @@ def _json(description: str, schema: Json) -> Json:
 def _errors(*statuses: int, schema: str = "Error") -> dict[str, Json]:
     text = {
         404: "Not found",
+        408: "Upload stalled or too slow (`server.upload_idle_timeout_s`, `upload_timeout_s`)",
         413: "Body over `server.max_body_bytes` (or the jobs limit)",
         415: "Unsupported content type",
         422: "Invalid input or parameters",
@@ -84,7 +85,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         },
         "responses": {
             "200": _json("Recognised pages in PaddleX's envelope", _ref("PaddlexEnvelope")),
-            **_errors(413, 422, 503, 504, schema="PaddlexEnvelope"),
+            **_errors(408, 413, 422, 503, 504, schema="PaddlexEnvelope"),
         },
     },
     ("/v1/ocr", "post"): {
@@ -94,7 +95,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         "requestBody": _DOCUMENT_BODY,
         "responses": {
             "200": _json("One entry per page", _ref("OcrResult")),
-            **_errors(413, 415, 422, 503, 504),
+            **_errors(408, 413, 415, 422, 503, 504),
         },
     },
     ("/v1/render", "post"): {
@@ -106,7 +107,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         "requestBody": _DOCUMENT_BODY,
         "responses": {
             "200": {"description": "The page", "content": {"image/png": {"schema": _BINARY}}},
-            **_errors(413, 415, 422, 503),
+            **_errors(408, 413, 415, 422, 503),
         },
     },
     ("/v1/jobs", "post"): {
@@ -130,7 +131,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         },
         "responses": {
             "202": _json("Accepted; `Location` names the job", _ref("Job")),
-            **_errors(404, 413, 415, 422),
+            **_errors(404, 408, 413, 415, 422),
         },
     },
     ("/v1/jobs", "get"): {

@@ -19,6 +19,8 @@ CONFIG = """
 [server]
 max_body_bytes = 8000000
 log_level = "info"
+upload_idle_timeout_s = 2.0
+upload_timeout_s = 8.0
 [input]
 max_pdf_pages = 3
 [paddlex]
