@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -16,6 +17,33 @@ from typing import Any, TypeVar
 from serving.errors import ConfigError
 
 STAGES = ("det", "cls", "rec")
+
+PIPELINE_RANGES: dict[str, tuple[float, float]] = {
+    "limit_side_len": (1, 100_000),
+    "thresh": (-math.inf, math.inf),
+    "box_thresh": (-math.inf, math.inf),
+    "unclip_ratio": (0.0, 100.0),
+    "score_thresh": (-math.inf, math.inf),
+}
+"""Pipeline settings -> the closed range a config value or request override must be in; NaN and
+infinities never are. Past these the CPU worker fails (a negative unclip ratio: cv2.error; a side
+limit past float range: OverflowError), runs out of memory (unclip_ratio=1e14 offsets each box by
+~1e15 px with round joins), or answers NaN, which is not JSON."""
+
+
+def in_range(name: str, value: Any) -> bool:
+    """Whether `value` is a finite number within `PIPELINE_RANGES[name]`."""
+    low, high = PIPELINE_RANGES[name]
+    try:
+        return math.isfinite(value) and low <= value <= high
+    except OverflowError:  # an int past float range
+        return False
+
+
+def range_text(name: str) -> str:
+    """`PIPELINE_RANGES[name]` in words, for error messages."""
+    low, high = PIPELINE_RANGES[name]
+    return "a finite number" if math.isinf(low) else f"a number in [{low}, {high}]"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,8 +162,10 @@ class DetPipelineConfig:
             "pipeline.det.limit_type",
             "must be min, max or resize_long",
         )
-        _check(self.limit_side_len > 0, "pipeline.det.limit_side_len", "must be > 0")
         _check(self.max_side_limit >= 32, "pipeline.det.max_side_limit", "must be >= 32")
+        for name in ("limit_side_len", "thresh", "box_thresh", "unclip_ratio"):
+            path = f"pipeline.det.{name}"
+            _check(in_range(name, getattr(self, name)), path, f"must be {range_text(name)}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +178,8 @@ class RecPipelineConfig:
 
     def __post_init__(self) -> None:
         _check(self.batch_size > 0, "pipeline.rec.batch_size", "must be > 0")
+        score_ok = in_range("score_thresh", self.score_thresh)
+        _check(score_ok, "pipeline.rec.score_thresh", f"must be {range_text('score_thresh')}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,10 +434,15 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             if option is not type(None):
                 return _convert(option, value, path)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        try:
+            value = float(value)
+        except OverflowError as err:  # TOML integers have no size limit in tomllib
+            raise ConfigError(path, "must be a finite number") from err
     if hint in (int, float, str, bool):
         if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
             raise ConfigError(path, f"must be {hint.__name__}, got {type(value).__name__}")
+        if hint is float and not math.isfinite(value):
+            raise ConfigError(path, f"must be a finite number, got {value}")
         return value
     raise ConfigError(path, f"unsupported type {hint!r}")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +18,16 @@ from models.spec import ModelSpec, load_model_spec
 from pipelines.ocr import run_page
 from pipelines.rec_postprocess import build_charset, reduce_rec_output
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
-from serving.config import AppConfig, EngineConfig, ModelsConfig, PipelineConfig
+from serving.config import (
+    PIPELINE_RANGES,
+    AppConfig,
+    EngineConfig,
+    ModelsConfig,
+    PipelineConfig,
+    in_range,
+    range_text,
+)
+from serving.errors import ValidationFailed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +62,12 @@ class ModelBundle:
         return build_charset(self.rec.character_dict)
 
     def options(self, pipeline: PipelineConfig, **overrides: Any) -> OcrOptions:
-        """Request options: config defaults, then the request's overrides (None = default)."""
+        """Request options: config defaults, then the request's overrides (None = default).
+
+        Raises:
+            ValidationFailed: an override is out of range (`check_overrides`).
+        """
+        check_overrides(overrides)
         det_cfg = pipeline.det
         model_det = self.det.det_params or DetParams()
         det = DetParams(
@@ -78,6 +92,18 @@ class ModelBundle:
         if use_cls and self.cls is not None:
             cls = self.cls.cls_params
         return OcrOptions(det=det, rec=rec, cls=cls)
+
+
+def check_overrides(overrides: Mapping[str, Any]) -> None:
+    """Refuse numeric overrides outside `config.PIPELINE_RANGES`; None means "not given".
+
+    Raises:
+        ValidationFailed: naming the option, its range and the value.
+    """
+    for name in PIPELINE_RANGES:
+        value = overrides.get(name)
+        if value is not None and not in_range(name, value):
+            raise ValidationFailed(f"{name} must be {range_text(name)}, got {value!r:.40}")
 
 
 def _pick(value: Any, default: Any) -> Any:

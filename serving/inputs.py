@@ -255,8 +255,17 @@ def render_pdf_page(doc: pdfium.PdfDocument, index: int, limits: DecodeLimits) -
     """Render one page to BGR at `pdf_render_scale`, checking the pixel cap before rendering.
 
     The caller holds `PDFIUM_LOCK` and has called `doc.init_forms()`.
+
+    Raises:
+        InvalidInput: the page does not load (a page tree that counts more pages than it holds),
+            or it is over the pixel cap.
     """
-    page = doc[index]
+    try:
+        page = doc[index]
+    except pdfium.PdfiumError as err:
+        raise InvalidInput(
+            f"Invalid input file: page {index + 1} of the PDF cannot be read ({err})"
+        ) from err
     try:
         width, height = page.get_size()
         scale = limits.pdf_render_scale

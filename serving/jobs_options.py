@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipelines.types import PageResult
+from serving.engine import check_overrides
 from serving.errors import ValidationFailed
 
 OPTIONS: dict[str, tuple[str, type]] = {
@@ -26,7 +27,7 @@ def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Checked options; strings are converted, so query parameters and JSON values both work.
 
     Raises:
-        ValidationFailed: an unknown option, or a value of the wrong type.
+        ValidationFailed: an unknown option, a value of the wrong type or out of range.
     """
     options: dict[str, Any] = {}
     for name, value in raw.items():
@@ -36,6 +37,7 @@ def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
         options[name] = _coerce(name, value, OPTIONS[name][1])
     if options.get("det_limit_type", "min") not in _LIMIT_TYPES:
         raise ValidationFailed("det_limit_type must be min, max or resize_long")
+    check_overrides(overrides(options))
     return options
 
 
@@ -77,5 +79,8 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         and not isinstance(value, bool)
         and (kind is float or isinstance(value, int))
     ):
-        return kind(value)
+        try:
+            return kind(value)
+        except OverflowError:  # an int past float range
+            pass
     raise ValidationFailed(f"Option {name}: expected {kind.__name__}, got {value!r}")

@@ -52,11 +52,15 @@ def _query(name: str, schema: Json, description: str) -> Json:
 
 _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _OCR_OPTIONS = [
-    _query("det_limit_side_len", {"type": "integer", "minimum": 1}, "Detection resize limit"),
+    _query(
+        "det_limit_side_len",
+        {"type": "integer", "minimum": 1, "maximum": 100_000},
+        "Detection resize limit",
+    ),
     _query("det_limit_type", {"type": "string", "enum": ["min", "max", "resize_long"]}, ""),
     _query("det_thresh", {"type": "number"}, "Pixel threshold of the detector"),
     _query("det_box_thresh", {"type": "number"}, "Box score threshold"),
-    _query("det_unclip_ratio", {"type": "number"}, "Box expansion"),
+    _query("det_unclip_ratio", {"type": "number", "minimum": 0, "maximum": 100}, "Box expansion"),
     _query("score_thresh", {"type": "number"}, "Drop lines scoring below this"),
     _query("textline_orientation", {"type": "boolean"}, "Run the orientation classifier"),
 ]

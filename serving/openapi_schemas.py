@@ -92,7 +92,13 @@ _PADDLEX_REQUEST: Json = {
         "useDocOrientationClassify": {"type": "boolean", "nullable": True},
         "useDocUnwarping": {"type": "boolean", "nullable": True},
         "useTextlineOrientation": {"type": "boolean", "nullable": True},
-        "textDetLimitSideLen": {"type": "integer", "nullable": True},
+        "textDetLimitSideLen": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 100_000,
+            "nullable": True,
+            "description": "0: the default",
+        },
         "textDetLimitType": {
             "type": "string",
             "enum": ["min", "max", "resize_long"],
@@ -100,7 +106,7 @@ _PADDLEX_REQUEST: Json = {
         },
         "textDetThresh": {"type": "number", "nullable": True},
         "textDetBoxThresh": {"type": "number", "nullable": True},
-        "textDetUnclipRatio": {"type": "number", "nullable": True},
+        "textDetUnclipRatio": {"type": "number", "minimum": 0, "maximum": 100, "nullable": True},
         "textRecScoreThresh": {"type": "number", "nullable": True},
         "returnWordBox": {"type": "boolean", "nullable": True},
         "visualize": {"type": "boolean", "nullable": True},

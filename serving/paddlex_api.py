@@ -57,6 +57,21 @@ def log_id_of(body: Any, default: str | None = None) -> str:
     return default or str(uuid.uuid4())
 
 
+def load_body(raw: bytes) -> Any:
+    """The JSON value of an `/ocr` request body.
+
+    Raises:
+        ValidationFailed: not JSON, with PaddleX's `json_invalid` problem list. That includes a
+            number of more than 4300 digits and nesting past the recursion limit, which
+            `json.loads` raises as a plain ValueError and a RecursionError.
+    """
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+        problem = [{"type": "json_invalid", "loc": "body", "msg": f"JSON decode error: {err}"}]
+        raise ValidationFailed(json.dumps(problem)) from err
+
+
 def parse_request(body: Any) -> OcrRequest:
     """Validate an `/ocr` JSON body.
 

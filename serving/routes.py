@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -111,11 +110,7 @@ async def paddlex_ocr(request: Request) -> Response:
     log_id = request_id.current_or_new()
     try:
         raw = await read_body(request, runtime.config.server.max_body_bytes)
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            problem = [{"type": "json_invalid", "loc": "body", "msg": f"JSON decode error: {err}"}]
-            raise ValidationFailed(json.dumps(problem)) from err
+        body = paddlex_api.load_body(raw)
         log_id = paddlex_api.log_id_of(body, default=log_id)
         parsed = paddlex_api.parse_request(body)
         runtime.check_ready()

@@ -138,7 +138,7 @@ def _form_error(detail: str, max_files: int) -> OcrError:
 def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as err:
+    except (ValueError, RecursionError) as err:  # also 4300+ digit numbers and deep nesting
         raise ValidationFailed(f"The `options` field is not JSON: {err}") from err
     if not isinstance(value, dict):
         raise ValidationFailed("The `options` field must be a JSON object")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 
 import pytest
+
+from tests import properties
 
 os.environ.setdefault("PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK", "True")
 
@@ -22,3 +25,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+    """Fail a property test (`tests.properties.counted`) that tried fewer inputs than configured."""
+    name = pyfuncitem.function.__name__
+    before = properties.TRIED[name]
+    result = yield
+    expected = properties.EXPECTED.get(name)
+    tried = properties.TRIED[name] - before
+    if expected is not None and tried < expected:
+        raise AssertionError(f"{name} tried {tried} inputs, fewer than max_examples={expected}")
+    return result
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if properties.TRIED:
+        terminalreporter.write_line(properties.summary())

@@ -19,6 +19,7 @@ from pipelines.det_preprocess import preprocess_det
 from pipelines.ocr import run_page
 from pipelines.rec_postprocess import build_charset, reduce_rec_output
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
+from serving.documents import count_pages, decode_page
 from serving.engine import OcrOptions
 from serving.errors import InvalidInput
 from serving.inputs import DecodeLimits, decode_document, decode_image, frames_type, render_pdf
@@ -381,6 +382,16 @@ def _pdf_with_pages(count: int) -> bytes:
     buf = io.BytesIO()
     doc.save(buf)
     return buf.getvalue()
+
+
+def test_pdf_page_tree_counting_more_pages_than_it_holds() -> None:
+    # Found by test_properties_inputs.py: pdfium counts 3 pages, then fails to load the third,
+    # which was a PdfiumError (500) on /v1/ocr, /ocr and in jobs.
+    data = _pdf_with_pages(2).replace(b"/Count 2", b"/Count 3")
+    assert "page 3 of the PDF cannot be read" in _refused(data, "pdf")
+    assert count_pages(data, "pdf") == 3
+    with pytest.raises(InvalidInput, match="page 3 of the PDF"):
+        decode_page(data, "pdf", 2, LIMITS)
 
 
 def test_ten_thousand_page_pdf_refused_before_rendering() -> None:

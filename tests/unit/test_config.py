@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -229,6 +230,16 @@ def test_int_accepted_for_float_field() -> None:
         ({"pipeline": {"det": {"limit_type": "long"}}}, "pipeline.det.limit_type"),
         ({"pipeline": {"det": {"limit_side_len": 0}}}, "pipeline.det.limit_side_len"),
         ({"pipeline": {"det": {"max_side_limit": 31}}}, "pipeline.det.max_side_limit"),
+        # Values the CPU worker cannot run with (found by test_properties_requests.py).
+        ({"pipeline": {"det": {"limit_side_len": 100_001}}}, "pipeline.det.limit_side_len"),
+        ({"pipeline": {"det": {"unclip_ratio": -2.0}}}, "pipeline.det.unclip_ratio"),
+        ({"pipeline": {"det": {"unclip_ratio": 1e14}}}, "pipeline.det.unclip_ratio"),
+        ({"pipeline": {"det": {"thresh": math.nan}}}, "pipeline.det.thresh"),
+        ({"pipeline": {"det": {"box_thresh": math.inf}}}, "pipeline.det.box_thresh"),
+        ({"pipeline": {"rec": {"score_thresh": math.nan}}}, "pipeline.rec.score_thresh"),
+        ({"input": {"pdf_render_scale": math.inf}}, "input.pdf_render_scale"),
+        ({"workers": {"rec_queue": {"max_wait_ms": math.nan}}}, "workers.rec_queue.max_wait_ms"),
+        ({"server": {"request_timeout_s": 10**400}}, "server.request_timeout_s"),
         ({"pipeline": {"rec": {"batch_size": 0}}}, "pipeline.rec.batch_size"),
         ({"engine": {"cpu_threads": -1}}, "engine.cpu_threads"),
         ({"engine": {"precision": "int8"}}, "engine.precision"),

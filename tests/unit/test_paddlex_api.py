@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams, TextLine
 from serving import paddlex_api
-from serving.engine import OcrOptions
+from serving.engine import OcrOptions, check_overrides
 from serving.errors import InvalidInput, ValidationFailed
 from serving.ocr_service import PageOutput
 from serving.paddlex_api import (
@@ -269,6 +269,41 @@ def test_effective_overrides_does_not_mutate() -> None:
     overrides = {"thresh": 0}
     effective_overrides(overrides)
     assert overrides == {"thresh": 0}
+
+
+# --- load_body and out-of-range options (found by test_properties_requests.py) -----------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"file": ' + b"7" * 4301 + b"}",  # json.loads: ValueError past 4300 digits
+        b"[" * 100_000 + b"]" * 100_000,  # json.loads: RecursionError
+        b'{"file": "\xff"}',
+        b"",
+    ],
+)
+def test_load_body_refuses_what_is_not_json(raw: bytes) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        paddlex_api.load_body(raw)
+    assert _problems(info.value)[0]["type"] == "json_invalid"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("textDetUnclipRatio", -2.0),  # cv2.error in the DB postprocess
+        ("textDetUnclipRatio", 1e14),  # the worker runs out of memory
+        ("textDetThresh", float("nan")),  # the response is not JSON
+        ("textRecScoreThresh", float("inf")),
+        ("textDetLimitSideLen", 10**400),  # OverflowError in the det resize
+    ],
+)
+def test_options_the_pipeline_cannot_run_are_refused(field: str, value: Any) -> None:
+    parsed = parse_request({"file": "eA==", "fileType": 1, field: value})
+    with pytest.raises(ValidationFailed) as info:
+        check_overrides(effective_overrides(parsed.overrides))
+    assert info.value.http_status == 422
 
 
 # --- decode_base64_file / is_url ------------------------------------------------------------
