@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 from hypothesis import HealthCheck, settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from serving.errors import OcrError
 
@@ -25,10 +28,15 @@ MAX_EXAMPLES = 100
 SCALE = float(os.environ.get("PROPERTY_EXAMPLES_SCALE", "1"))
 """Multiplies every property's inputs, for a deeper run: `PROPERTY_EXAMPLES_SCALE=20 pytest ...`."""
 
+# Hypothesis caches constants and Unicode tables even without an example database; keep them out
+# of the repository.
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+    set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "ocr-serving-hypothesis")
+
 settings.register_profile(
     PROFILE,
     derandomize=True,  # the seed comes from the test's name: the same inputs on every run
-    database=None,  # nothing written under .hypothesis/
+    database=None,  # no example database: failures are reproduced from the fixed seed
     deadline=None,  # a loaded CI machine must not turn slow examples into failures
     max_examples=MAX_EXAMPLES,
     print_blob=True,
