@@ -1,0 +1,227 @@
+"""`make soak`: steady real traffic for a while; memory, fds and segments of every server process.
+
+Starts `ocr-serve` on a free loopback port with the embedded real models (or `--config`), drives
+a closed loop of real document pages at varying sizes, samples every process of the server each
+`--sample-s`, stops it with SIGTERM and judges the run (see `loadtest.soak_report` for the
+definitions). Writes soak.json, soak.md and soak.png under `--out`; exits 1 if a criterion fails.
+
+    python -m loadtest.soak --duration-s 600 --out soak-out [--mkldnn-cache-capacity 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from loadtest.client import API_NAMES
+from loadtest.engine_limit import real_page_set
+from loadtest.result import LevelResult
+from loadtest.servers import ServerProcess, free_port, start
+from loadtest.soak_output import SoakRun, write_outputs
+from loadtest.soak_probe import Sampler, count_segments, roles_from_readyz
+from loadtest.soak_report import Limits, after_warmup, judge, process_rows, total_growth
+from loadtest.soak_traffic import ScaledPages, drive
+from serving.shm import server_prefix
+
+__all__ = ["DEFAULT_CONFIG", "main", "server_env"]
+
+DEFAULT_CONFIG = """\
+[server]
+log_level = "info"
+[paddlex]
+visualize = false
+[workers]
+devices = ["cpu"]
+"""
+"""The server soaked unless `--config` names another: the embedded models, on the CPU."""
+
+_IDLE_WAIT_S = 10.0
+_RSS_READ_S = 0.5
+_EFFECTIVE_CONFIG = "effective configuration: "
+
+
+def server_env(out: Path, mkldnn_cache_capacity: int | None) -> dict[str, str]:
+    """`OCR_*` overrides for the soaked server (they beat the config file).
+
+    The job store goes under `out`, so the soak never meets another server's store; the oneDNN
+    shape-cache bound is set only when given (0 = unbounded in Paddle).
+    """
+    env = {"OCR_JOBS__DATA_DIR": str(out / "jobs")}
+    if mkldnn_cache_capacity is not None:
+        env["OCR_ENGINE__MKLDNN_CACHE_CAPACITY"] = str(mkldnn_cache_capacity)
+    return env
+
+
+def effective_config(log: Path) -> dict[str, Any] | None:
+    """The configuration the server logged at start-up (text log format), if it did."""
+    for line in log.read_text(errors="replace").splitlines():
+        if _EFFECTIVE_CONFIG in line:
+            try:
+                data: dict[str, Any] = json.loads(line.split(_EFFECTIVE_CONFIG, 1)[1])
+            except json.JSONDecodeError:
+                return None
+            return data
+    return None
+
+
+async def _soak(
+    server: ServerProcess, sampler: Sampler, pages: ScaledPages, args: argparse.Namespace
+) -> tuple[LevelResult, int]:
+    stop = asyncio.Event()
+    started = time.monotonic()
+    task = asyncio.create_task(sampler.run(started, stop))
+    try:
+        return await drive(
+            server.url,
+            args.api,
+            pages,
+            concurrency=args.concurrency,
+            duration_s=args.duration_s,
+            timeout_s=args.timeout_s,
+            progress=not args.no_progress,
+        )
+    finally:
+        stop.set()
+        await task
+
+
+def _idle_segments(prefix: str) -> int:
+    """Segments left once traffic ended, after giving late clean-up up to 10 s."""
+    deadline = time.monotonic() + _IDLE_WAIT_S
+    while (count := count_segments(prefix)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return count
+
+
+def _swept_at_stop(log: Path) -> int:
+    marker = "removed "
+    for line in log.read_text(errors="replace").splitlines():
+        if "shared-memory segments left by workers" in line and marker in line:
+            return int(line.split(marker, 1)[1].split()[0])
+    return 0
+
+
+def run(args: argparse.Namespace) -> SoakRun:
+    """The whole soak: start, drive and sample, stop, judge."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    warmup_s = args.warmup_s if args.warmup_s is not None else 0.3 * args.duration_s
+    print(f"rendering {args.pages} real pages at {args.dpi:g} dpi...", file=sys.stderr)
+    pages = ScaledPages(
+        [(label, image) for label, image, _ in real_page_set(args.pages, args.dpi)],
+        args.min_scale,
+        args.max_scale,
+        args.seed,
+    )
+    config = out / "server.toml"
+    config.write_text(args.config.read_text() if args.config else DEFAULT_CONFIG)
+    port = free_port()
+    argv = [sys.executable, "-m", "serving", "--config", str(config), "--port", str(port)]
+    env = server_env(out, args.mkldnn_cache_capacity)
+    server = start("ocr-serve", argv, port, out / "server.log", env)
+    prefix = server_prefix(server.process.pid)
+    try:
+        print(f"starting ocr-serve (log {server.log})...", file=sys.stderr)
+        server.wait_ready("/readyz")
+        roles = roles_from_readyz(httpx.get(f"{server.url}/readyz", timeout=30).json())
+        sampler = Sampler(server.process.pid, roles, args.sample_s, _RSS_READ_S)
+        result, sizes = asyncio.run(_soak(server, sampler, pages, args))
+        idle = _idle_segments(prefix)
+    finally:
+        server.stop()
+    judged = after_warmup(sampler.samples, warmup_s, args.duration_s)
+    limits = Limits(max_growth=args.max_growth, fd_tolerance=args.fd_tolerance)
+    rows = process_rows(judged, limits.window_fraction)
+    total = total_growth(judged, limits.window_fraction)
+    stop_segments = count_segments(prefix)
+    criteria = judge(
+        rows,
+        total,
+        limits,
+        judged_samples=len(judged),
+        requests=result.requests,
+        errors=result.errors,
+        idle_segments=idle,
+        stop_segments=stop_segments,
+        exit_code=server.process.returncode,
+    )
+    effective = effective_config(server.log) or {}
+    return SoakRun(
+        command=list(sys.argv),
+        settings={k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        server={
+            "pid": server.process.pid,
+            "prefix": prefix,
+            "roles": {str(pid): role for pid, role in roles.items()},
+            "mkldnn_cache_capacity": effective.get("engine", {}).get("mkldnn_cache_capacity"),
+            "exit_code": server.process.returncode,
+            "swept_at_stop": _swept_at_stop(server.log),
+            "log": str(server.log),
+        },
+        result=result,
+        distinct_sizes=sizes,
+        samples=sampler.samples,
+        warmup_s=warmup_s,
+        limits=limits,
+        rows=rows,
+        total=total,
+        idle_segments=idle,
+        stop_segments=stop_segments,
+        criteria=criteria,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m loadtest.soak`."""
+    parser = argparse.ArgumentParser(prog="python -m loadtest.soak", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("soak-out"), help="report directory")
+    parser.add_argument("--duration-s", type=float, default=600.0, help="traffic (default 600)")
+    parser.add_argument(
+        "--warmup-s", type=float, help="first seconds of traffic not judged (default 30 %%)"
+    )
+    parser.add_argument("--sample-s", type=float, default=5.0, help="sampling interval")
+    parser.add_argument("--concurrency", type=int, default=2, help="closed-loop clients")
+    parser.add_argument("--api", choices=API_NAMES, default="v1", help="v1: /v1/ocr, paddlex: /ocr")
+    parser.add_argument("--config", type=Path, help="server config (default: embedded, CPU)")
+    parser.add_argument(
+        "--mkldnn-cache-capacity",
+        type=int,
+        help="sets [engine] mkldnn_cache_capacity (0 = unbounded oneDNN shape cache)",
+    )
+    parser.add_argument("--pages", type=int, default=8, help="real pages to rescale")
+    parser.add_argument("--dpi", type=float, default=150.0, help="render resolution of the pages")
+    parser.add_argument("--min-scale", type=float, default=0.5, help="smallest resize factor")
+    parser.add_argument("--max-scale", type=float, default=1.2, help="largest resize factor")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the page and factor draws")
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="per request")
+    parser.add_argument("--max-growth", type=float, default=0.05, help="memory limit (0.05 = 5 %%)")
+    parser.add_argument("--fd-tolerance", type=int, default=4, help="fds a process may gain")
+    parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a soak; 0 when every criterion passed, 1 otherwise (reports written either way)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.duration_s <= 0 or args.sample_s <= 0 or args.concurrency < 1:
+        parser.error("--duration-s and --sample-s must be > 0, --concurrency >= 1")
+    if args.mkldnn_cache_capacity is not None and args.mkldnn_cache_capacity < 0:
+        parser.error("--mkldnn-cache-capacity must be >= 0")
+    soak = run(args)
+    written = write_outputs(soak, args.out)
+    print((args.out / "soak.md").read_text(), end="")
+    print("wrote " + ", ".join(str(path) for path in written), file=sys.stderr)
+    return 0 if all(c.passed for c in soak.criteria) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

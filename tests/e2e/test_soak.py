@@ -1,0 +1,78 @@
+"""A short `make soak` in CI: ocr-serve under real pages of varying sizes leaks nothing.
+
+`loadtest.soak` starts the real server (embedded models, CPU), drives two clients for 90 s and
+samples every process each 2 s. Memory is judged with a looser bound than the 5 % of the full
+soak; see MAX_GROWTH. About 100 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from loadtest.soak import main
+
+DURATION_S = 90
+WARMUP_S = 30
+# A 90 s run judges 60 s: windows of 3 samples, 6 s each, against a device worker whose RSS swings
+# by 10 % with the page in flight. Three runs on 2 cores measured the server's growth at -6.3 %,
+# +3.4 % and +0.7 % (the largest process +0.0 %, +2.9 % and +2.4 % of the server): within 5 %, but
+# with a spread as wide as the bound itself, so 5 % would fail now and then with no leak. 15 % keeps
+# twice that spread as margin; it still catches a leak of about 250 MiB a minute. The full
+# `make soak` (10 minutes, windows of 40 s) judges 5 %.
+MAX_GROWTH = 0.15
+
+
+def test_short_soak_answers_everything_and_leaks_nothing(tmp_path: Path) -> None:
+    """Every request 200; no segment left idle or after stop; fds flat; memory within bounds."""
+    out = tmp_path / "soak"
+    started = time.monotonic()
+    code = main(
+        [
+            "--out",
+            str(out),
+            "--duration-s",
+            str(DURATION_S),
+            "--warmup-s",
+            str(WARMUP_S),
+            "--sample-s",
+            "2",
+            "--concurrency",
+            "2",
+            "--pages",
+            "4",
+            "--max-growth",
+            str(MAX_GROWTH),
+            "--no-progress",
+        ]
+    )
+    elapsed_s = time.monotonic() - started
+    data = json.loads((out / "soak.json").read_text())
+    verdicts = {c["name"]: c for c in data["criteria"]}
+    report = (out / "soak.md").read_text()
+    assert code == 0, report
+
+    result = data["result"]
+    assert result["requests"] >= 6, report
+    assert result["successes"] == result["requests"], result["errors"]
+    assert verdicts["segments idle"]["passed"], report
+    assert data["idle_segments"] == 0
+    assert data["stop_segments"] == 0
+    assert verdicts["fd growth"]["passed"], report
+    assert all(p["fd_growth"] <= 4 for p in data["processes"])
+    assert verdicts["processes"]["passed"], report
+    assert verdicts["memory growth"]["passed"], report
+    assert data["total"]["fraction"] < MAX_GROWTH
+
+    roles = {p["role"] for p in data["processes"]}
+    assert {"main", "device cpu", "cpu-worker 1", "cpu-worker 2"} <= roles, roles
+    assert data["server"]["mkldnn_cache_capacity"] == 10
+    assert data["distinct_sizes"] >= result["requests"] - 1  # sizes vary request by request
+    samples = data["samples"]
+    assert len(samples) >= DURATION_S // 2
+    assert all(len(s["processes"]) >= 5 for s in samples)
+    assert all(p["rss_mean_bytes"] > 0 and p["fds"] > 0 for s in samples for p in s["processes"])
+    assert "| main |" in report
+    assert (out / "soak.png").stat().st_size > 10_000
+    print(f"short soak: {elapsed_s:.0f} s; {report}")
