@@ -109,3 +109,12 @@ def prob_map(seed: int, height: int, width: int, blobs: int) -> np.ndarray:
         h, w = rng.integers(1, max(2, height // 3)), rng.integers(1, width + 1)
         prob[y : y + h, x : x + w] = rng.uniform(0.5, 1.0)
     return prob
+
+
+def assert_bgr_image(image: np.ndarray) -> None:
+    """A non-empty 8-bit, 3-channel image, as decoders and crops must give."""
+    assert image.dtype == np.uint8
+    assert image.ndim == 3
+    assert image.shape[2] == 3
+    assert image.shape[0] >= 1
+    assert image.shape[1] >= 1

@@ -27,7 +27,7 @@ from serving.inputs import (
     sniff_kind,
 )
 from tests.images import make_pdf
-from tests.properties import counted, outcome
+from tests.properties import assert_bgr_image, counted, outcome
 
 ROOMY = DecodeLimits(max_pdf_pages=8, pdf_render_scale=0.5, max_image_pixels=10**7)
 
@@ -61,11 +61,7 @@ def decoded_or_refused(fn: Callable[[], list[np.ndarray]]) -> list[np.ndarray] |
     if isinstance(pages, OcrError):
         return None
     for page in pages:
-        assert page.dtype == np.uint8
-        assert page.ndim == 3
-        assert page.shape[2] == 3
-        assert page.shape[0] >= 1
-        assert page.shape[1] >= 1
+        assert_bgr_image(page)
         assert page.flags.c_contiguous
     return pages
 

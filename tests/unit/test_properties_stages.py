@@ -18,7 +18,7 @@ from pipelines.ocr import run_page
 from pipelines.rec_postprocess import build_charset, decode_ctc, reduce_rec_output
 from pipelines.rec_preprocess import plan_rec_chunks, resize_norm_rec
 from pipelines.types import ClsParams, DetParams, RecParams
-from tests.properties import counted, prob_map
+from tests.properties import assert_bgr_image, counted, prob_map
 
 seeds = st.integers(0, 2**32 - 1)
 sides = st.integers(1, 400)
@@ -104,11 +104,7 @@ def test_crops_of_random_quads_are_non_empty_uint8(
     assert len(crops) == len(kept) <= len(polys)
     assert kept.shape == (len(crops), 4, 2)
     for crop in crops:
-        assert crop.dtype == np.uint8
-        assert crop.ndim == 3
-        assert crop.shape[2] == 3
-        assert crop.shape[0] >= 1
-        assert crop.shape[1] >= 1
+        assert_bgr_image(crop)
         assert crop.shape[0] < 1.5 * crop.shape[1]  # tall crops are turned on their side
     boxes = boxes_from_polys(kept)
     assert (boxes[:, 0] <= boxes[:, 2]).all()
