@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from serving.openapi_schemas import SCHEMAS, Json
+from serving.openapi_schemas import SCHEMAS, Json, bounds
 
 _BINARY: Json = {"type": "string", "format": "binary"}
 
@@ -54,13 +54,13 @@ _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": 
 _OCR_OPTIONS = [
     _query(
         "det_limit_side_len",
-        {"type": "integer", "minimum": 1, "maximum": 100_000},
+        {"type": "integer", **bounds("limit_side_len")},
         "Detection resize limit",
     ),
     _query("det_limit_type", {"type": "string", "enum": ["min", "max", "resize_long"]}, ""),
     _query("det_thresh", {"type": "number"}, "Pixel threshold of the detector"),
     _query("det_box_thresh", {"type": "number"}, "Box score threshold"),
-    _query("det_unclip_ratio", {"type": "number", "minimum": 0, "maximum": 100}, "Box expansion"),
+    _query("det_unclip_ratio", {"type": "number", **bounds("unclip_ratio")}, "Box expansion"),
     _query("score_thresh", {"type": "number"}, "Drop lines scoring below this"),
     _query("textline_orientation", {"type": "boolean"}, "Run the orientation classifier"),
 ]

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from serving.config import PIPELINE_RANGES
+
 Json = dict[str, Any]
+
+
+def bounds(name: str) -> Json:
+    """JSON Schema `minimum` and `maximum` of an option, from `config.PIPELINE_RANGES`."""
+    low, high = PIPELINE_RANGES[name]
+    return {"minimum": low, "maximum": high}
+
 
 _ERROR: Json = {
     "type": "object",
@@ -95,7 +104,7 @@ _PADDLEX_REQUEST: Json = {
         "textDetLimitSideLen": {
             "type": "integer",
             "minimum": 0,
-            "maximum": 100_000,
+            "maximum": bounds("limit_side_len")["maximum"],
             "nullable": True,
             "description": "0: the default",
         },
@@ -106,7 +115,7 @@ _PADDLEX_REQUEST: Json = {
         },
         "textDetThresh": {"type": "number", "nullable": True},
         "textDetBoxThresh": {"type": "number", "nullable": True},
-        "textDetUnclipRatio": {"type": "number", "minimum": 0, "maximum": 100, "nullable": True},
+        "textDetUnclipRatio": {"type": "number", **bounds("unclip_ratio"), "nullable": True},
         "textRecScoreThresh": {"type": "number", "nullable": True},
         "returnWordBox": {"type": "boolean", "nullable": True},
         "visualize": {"type": "boolean", "nullable": True},
