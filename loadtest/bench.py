@@ -32,6 +32,7 @@ from loadtest.result import LevelResult
 from loadtest.run import run_level
 from loadtest.servers import ServerProcess, start_ours, start_paddlex
 from models.embedded import embedded_model_dir
+from models.paddle_predictor import onednn_fails_on_det
 
 OURS_CONFIG = """
 [server]
@@ -225,7 +226,7 @@ def _measure_paddlex(
     runs with oneDNN off ("paddle" run mode), which is what its users are left with.
     """
     paddle = _paddle_version(venv)
-    run_mode = "paddle" if paddle.startswith("3.3.") else None
+    run_mode = "paddle" if onednn_fails_on_det(paddle) else None
     pdx = start_paddlex(
         out,
         embedded_model_dir("PP-OCRv5_mobile_det"),

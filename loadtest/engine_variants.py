@@ -26,8 +26,8 @@ from models.paddle_predictor import (
     ONEDNN_PLACEMENT_PASS,
     EngineOptions,
     PaddlePredictor,
+    onednn_fails_on_det,
     paddle_version,
-    parse_paddle_version,
 )
 from models.spec import ModelKind, load_model_spec
 
@@ -61,7 +61,7 @@ class Timing:
 def variants_for(version: str) -> list[Variant]:
     """oneDNN off and on; on 3.3.x both the pass workaround and plain oneDNN (which fails)."""
     found = [Variant(label="oneDNN off", mkldnn=False), Variant(label="oneDNN", mkldnn=True)]
-    if parse_paddle_version(version) == (3, 3):
+    if onednn_fails_on_det(version):
         found.insert(
             1,
             Variant(

@@ -106,6 +106,11 @@ def parse_paddle_version(text: str) -> tuple[int, int]:
         return 0, 0
 
 
+def onednn_fails_on_det(version: str) -> bool:
+    """Whether this Paddle release fails on the detector with plain oneDNN (Paddle #77340)."""
+    return parse_paddle_version(version) == (3, 3)
+
+
 def needs_onednn_placement_workaround(
     spec: ModelSpec, options: EngineOptions, version: str
 ) -> bool:
@@ -120,7 +125,7 @@ def needs_onednn_placement_workaround(
         and options.auto_delete_passes
         and not options.is_gpu
         and options.enable_mkldnn
-        and parse_paddle_version(version) == (3, 3)
+        and onednn_fails_on_det(version)
     )
 
 
