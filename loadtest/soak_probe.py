@@ -219,13 +219,15 @@ class Sampler:
         next_snapshot_s = 0.0
         reads = 0
         while True:
+            # Read once: a stop set while a scheduled snapshot runs still earns a last one after it.
+            stopping = stop.is_set()
             now_s = time.monotonic() - started
-            if now_s >= next_snapshot_s or stop.is_set():
+            if now_s >= next_snapshot_s or stopping:
                 await asyncio.to_thread(self._snapshot, now_s)
                 next_snapshot_s += self._interval_s
             else:
                 await asyncio.to_thread(self._tracker.read)
-            if stop.is_set():
+            if stopping:
                 return
             reads += 1
             # The next read on the schedule (no drift), or at once when traffic ends.
