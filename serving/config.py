@@ -295,6 +295,8 @@ class WorkersConfig:
     """"auto" = every visible GPU, else the CPU; or a list such as ["gpu:0", "gpu:1", "cpu"]."""
     gpu_instances: int = 1
     """Device worker processes per GPU."""
+    cpu_instances: int = 1
+    """Device worker processes for "cpu"; the cores are split between them (`cpu_threads`)."""
     cpu: DeviceClassConfig = field(default_factory=DeviceClassConfig)
     gpu: DeviceClassConfig = field(default_factory=_gpu_class)
     det_queue: QueueConfig = field(default_factory=QueueConfig)
@@ -305,6 +307,7 @@ class WorkersConfig:
     def __post_init__(self) -> None:
         _check(self.cpu_workers >= 0, "workers.cpu_workers", "must be >= 0")
         _check(self.gpu_instances > 0, "workers.gpu_instances", "must be > 0")
+        _check(self.cpu_instances > 0, "workers.cpu_instances", "must be > 0")
         _check(len(self.devices) > 0, "workers.devices", "must not be empty")
         for dev in self.devices:
             ok = dev in ("auto", "cpu") or (dev.startswith("gpu:") and dev[4:].isdigit())
@@ -365,8 +368,9 @@ class AppConfig:
 
     @property
     def cpu_threads(self) -> int:
-        """Effective math threads per CPU device worker."""
-        return self.engine.cpu_threads or (os.cpu_count() or 1)
+        """Effective math threads per CPU device worker: the cores shared among its instances."""
+        cores = os.cpu_count() or 1
+        return self.engine.cpu_threads or max(1, cores // self.workers.cpu_instances)
 
 
 def _check(ok: bool, path: str, problem: str) -> None:

@@ -55,7 +55,7 @@ def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[Device
     specs = []
     for device in dict.fromkeys(devices):
         kind = workers.gpu if device.startswith("gpu:") else workers.cpu
-        instances = workers.gpu_instances if device.startswith("gpu:") else 1
+        instances = workers.gpu_instances if device.startswith("gpu:") else workers.cpu_instances
         for i in range(instances):
             name = device if instances == 1 else f"{device}#{i}"
             max_rows = {stage: kind.limits(stage).max_batch_size for stage in STAGES}

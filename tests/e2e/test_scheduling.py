@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
 
 
 def _documents() -> list[bytes]:
@@ -112,5 +113,38 @@ def test_kill_9_of_a_worker_under_load_loses_no_request(tmp_path, target: str) -
         assert [r.status_code for r in again] == [200, 200, 200]
         metrics = httpx.get(f"{server.url}/metrics").text
         assert f'ocr_worker_restarts_total{{kind="{target}"}}' in metrics
+    finally:
+        stop_server(server)
+
+
+def test_two_cpu_device_workers_share_the_cores_and_both_serve(tmp_path) -> None:
+    config = CONFIG.replace("cpu_workers = 2\n", "cpu_workers = 2\ncpu_instances = 2\n")
+    server = start_server(tmp_path, config)
+    try:
+        wait_ready(server)
+        devices = httpx.get(f"{server.url}/readyz").json()["devices"]
+        assert sorted(devices) == ["cpu#0", "cpu#1"]
+        assert devices["cpu#0"]["pid"] != devices["cpu#1"]["pid"]
+        documents = _documents()
+        sequential = [_texts(r) for r in asyncio.run(_post_many(server.url, documents))]
+        bodies = documents * 4
+        responses = asyncio.run(_post_many(server.url, bodies))
+        assert [r.status_code for r in responses] == [200] * len(bodies)
+        assert [_texts(r) for r in responses] == sequential * 4
+        metrics = httpx.get(f"{server.url}/metrics").text
+        for device in ("cpu#0", "cpu#1"):
+            calls = re.search(
+                rf'^ocr_batch_size_count{{device="{device}",stage="det"}} (\S+)$', metrics, re.M
+            )
+            assert calls is not None, (device, metrics[-2000:])
+            assert float(calls.group(1)) > 0, device
+        # The cores are split between the two workers: one math thread each on this machine.
+        effective = next(
+            line
+            for line in server.log.read_text().splitlines()
+            if "effective configuration" in line
+        )
+        threads = json.loads(effective.split("effective configuration: ", 1)[1])["engine"]
+        assert threads["cpu_threads"] == max(1, (os.cpu_count() or 1) // 2)
     finally:
         stop_server(server)

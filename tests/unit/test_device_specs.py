@@ -1,0 +1,59 @@
+"""`workers.devices`, `gpu_instances` and `cpu_instances` resolved into device worker processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from serving.config import AppConfig, build
+from serving.errors import ConfigError
+from serving.runtime import device_specs
+
+
+def _specs(workers: dict[str, Any], gpus: int) -> list[tuple[str, str]]:
+    config = build(AppConfig, {"workers": workers})
+    return [(s.name, s.device) for s in device_specs(config, gpu_count=gpus)]
+
+
+def test_auto_is_every_gpu_else_one_cpu_worker() -> None:
+    assert _specs({}, gpus=2) == [("gpu:0", "gpu:0"), ("gpu:1", "gpu:1")]
+    assert _specs({}, gpus=0) == [("cpu", "cpu")]
+
+
+def test_instances_multiply_each_device_and_get_numbered_names() -> None:
+    workers = {"devices": ["gpu:1", "cpu"], "gpu_instances": 2, "cpu_instances": 3}
+    assert _specs(workers, gpus=2) == [
+        ("gpu:1#0", "gpu:1"),
+        ("gpu:1#1", "gpu:1"),
+        ("cpu#0", "cpu"),
+        ("cpu#1", "cpu"),
+        ("cpu#2", "cpu"),
+    ]
+    # cpu_instances means nothing where "auto" finds GPUs.
+    assert _specs({"cpu_instances": 2}, gpus=1) == [("gpu:0", "gpu:0")]
+    assert _specs({"cpu_instances": 2}, gpus=0) == [("cpu#0", "cpu"), ("cpu#1", "cpu")]
+
+
+def test_a_device_named_twice_is_one_worker() -> None:
+    assert _specs({"devices": ["cpu", "cpu"]}, gpus=0) == [("cpu", "cpu")]
+
+
+@pytest.mark.parametrize(
+    ("cores", "instances", "expected"), [(2, 1, 2), (2, 2, 1), (2, 3, 1), (16, 4, 4)]
+)
+def test_cpu_instances_share_the_cores_unless_threads_are_set(
+    monkeypatch: pytest.MonkeyPatch, cores: int, instances: int, expected: int
+) -> None:
+    monkeypatch.setattr("serving.config.os.cpu_count", lambda: cores)
+    config = build(AppConfig, {"workers": {"cpu_instances": instances}})
+    assert config.cpu_threads == expected
+    explicit = build(
+        AppConfig, {"workers": {"cpu_instances": instances}, "engine": {"cpu_threads": 3}}
+    )
+    assert explicit.cpu_threads == 3
+
+
+def test_cpu_instances_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match=r"workers\.cpu_instances"):
+        build(AppConfig, {"workers": {"cpu_instances": 0}})
