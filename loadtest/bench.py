@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import os
 import subprocess
@@ -23,16 +22,24 @@ from typing import Any
 
 import httpx
 
-from loadtest import job_impact
+from loadtest import job_impact, onnx_export
 from loadtest.accuracy import char_edits
-from loadtest.client import Api
+from loadtest.client import Api, prepare_request, response_texts
 from loadtest.documents import Document, load_documents
 from loadtest.engine_limit import real_page_set, write_page_set
 from loadtest.result import LevelResult
 from loadtest.run import run_level
-from loadtest.servers import ServerProcess, start_ours, start_paddlex
+from loadtest.servers import (
+    ServerProcess,
+    rapidocr_params,
+    start_ours,
+    start_paddlex,
+    start_rapidocr,
+)
 from models.embedded import embedded_model_dir
 from models.paddle_predictor import onednn_fails_on_det
+from serving.config import AppConfig
+from serving.engine import load_bundle
 
 OURS_CONFIG = """
 [server]
@@ -42,10 +49,11 @@ visualize = false
 [workers]
 devices = ["cpu"]
 cpu_workers = {cpu_workers}
+cpu_instances = {cpu_instances}
 [jobs]
 data_dir = "{jobs_dir}"
 [engine]
-cpu_threads = {threads}
+cpu_threads = {ours_threads}
 """
 
 
@@ -65,25 +73,13 @@ async def _read_all(
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(client: httpx.AsyncClient, doc: Document) -> tuple[str, list[str]]:
+        request = prepare_request(api, doc)
         async with semaphore:
-            if api == "v1":
-                r = await client.post(
-                    f"{server.url}/v1/ocr",
-                    content=doc.data,
-                    headers={"content-type": doc.content_type},
-                )
-                r.raise_for_status()
-                texts = [line["text"] for p in r.json()["pages"] for line in p["lines"]]
-            else:
-                body = {
-                    "file": base64.b64encode(doc.data).decode(),
-                    "fileType": 1,
-                    "visualize": False,
-                }
-                r = await client.post(f"{server.url}/ocr", json=body)
-                r.raise_for_status()
-                texts = r.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"]
-            return Path(doc.name).name, texts
+            r = await client.post(
+                f"{server.url}{request.path}", content=request.body, headers=request.headers
+            )
+            r.raise_for_status()
+            return Path(doc.name).name, response_texts(api, r.json())
 
     async with httpx.AsyncClient(timeout=600) as client:
         pairs = await asyncio.gather(*(one(client, d) for d in documents))
@@ -146,6 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "pages": [p.name for p in paths],
         "dpi": args.dpi,
         "cpu_threads": threads,
+        "cpu_instances": args.cpu_instances,
         "cpu_count": os.cpu_count(),
     }
 
@@ -164,6 +161,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             str(out / "pages"),
             "--json",
             str(engine_json),
+            # Each page as often as a level sends it, so medians cover the same pages.
+            "--rounds",
+            str(max(1, round(requests / len(documents)))),
         ],
         check=True,
     )
@@ -174,7 +174,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print("our server...", file=sys.stderr)
     ours = start_ours(
         out,
-        OURS_CONFIG.format(cpu_workers=args.cpu_workers, threads=threads, jobs_dir=out / "jobs"),
+        OURS_CONFIG.format(
+            cpu_workers=args.cpu_workers,
+            cpu_instances=args.cpu_instances,
+            ours_threads=args.cpu_threads or max(1, threads // args.cpu_instances),
+            jobs_dir=out / "jobs",
+        ),
     )
     try:
         ours.wait_ready("/readyz")
@@ -206,7 +211,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for key, venv in paddlex_runs:
         print(f"PaddleX basic serving ({key})...", file=sys.stderr)
         report[key] = _measure_paddlex(out, key, venv, threads, documents, truths, args, requests)
+    if args.rapidocr_venv is not None:
+        print("RapidOCR's API server...", file=sys.stderr)
+        report["rapidocr"] = _measure_rapidocr(out, threads, documents, truths, args, requests)
     return report
+
+
+def _measure_rapidocr(
+    out: Path,
+    threads: int,
+    documents: Sequence[Document],
+    truths: dict[str, str],
+    args: argparse.Namespace,
+    requests: int,
+) -> dict[str, Any]:
+    """RapidOCR's API server on our models converted to ONNX, with our detection settings."""
+    venv: Path = args.rapidocr_venv
+    bundle = load_bundle(AppConfig().models)
+    models = onnx_export.export(venv, bundle.det, bundle.rec, out / "rapidocr-models")
+    options = bundle.options(AppConfig().pipeline)
+    server = start_rapidocr(out, venv, rapidocr_params(options, models, threads))
+    try:
+        server.wait_ready("/")
+        levels = _levels(
+            server, "rapidocr", documents, args.paddlex_levels, requests, args.max_time_s
+        )
+        return {
+            "onnxruntime": _package_version(venv, "onnxruntime"),
+            "rapidocr": _package_version(venv, "rapidocr"),
+            "levels": [_level_dict(r) for r in levels],
+            "cer": _cer(truths, asyncio.run(_read_all(server, "rapidocr", documents, 1))),
+            "peak_rss_mb": round(server.memory.peak_bytes / 2**20),
+        }
+    finally:
+        server.stop()
 
 
 def _measure_paddlex(
@@ -225,7 +263,7 @@ def _measure_paddlex(
     a 500, Paddle issue 77340) and PaddleX has no way to delete the failing pass, so there it
     runs with oneDNN off ("paddle" run mode), which is what its users are left with.
     """
-    paddle = _paddle_version(venv)
+    paddle = _package_version(venv, "paddlepaddle")
     run_mode = "paddle" if onednn_fails_on_det(paddle) else None
     pdx = start_paddlex(
         out,
@@ -250,20 +288,23 @@ def _measure_paddlex(
         pdx.stop()
 
 
-def _paddle_version(venv: Path | None) -> str:
+def _package_version(venv: Path | None, package: str) -> str:
     python = str(venv / "bin" / "python") if venv is not None else sys.executable
-    probe = [python, "-c", "import importlib.metadata as m; print(m.version('paddlepaddle'))"]
+    probe = [python, "-c", f"import importlib.metadata as m; print(m.version({package!r}))"]
     found = subprocess.run(probe, capture_output=True, text=True, check=False)
     return found.stdout.strip() or "unknown"
 
 
-PADDLEX_LABELS = {
+BASELINE_LABELS = {
     "paddlex": "PaddleX basic serving",
     "paddlex_default": "PaddleX basic serving, default install",
+    "rapidocr": "RapidOCR API server",
 }
 
 
 def _engine(run: dict[str, Any]) -> str:
+    if "onnxruntime" in run:
+        return f"ONNX Runtime {run['onnxruntime']}"
     onednn = "oneDNN" if run.get("run_mode", "mkldnn").startswith("mkldnn") else "oneDNN off"
     return f"Paddle {run['paddle']}, {onednn}"
 
@@ -287,28 +328,33 @@ def markdown(report: dict[str, Any]) -> str:
         f"{engine['median_page_s']:.2f} (median page) | | |",
     ]
     rows += [_level_row("ours", level, limit) for level in report.get("ours_levels", [])]
-    paddlex = {key: report[key] for key in PADDLEX_LABELS if key in report}
-    for key, run in paddlex.items():
-        label = f"{PADDLEX_LABELS[key]} ({_engine(run)})"
+    baselines = {key: report[key] for key in BASELINE_LABELS if key in report}
+    for key, run in baselines.items():
+        label = f"{BASELINE_LABELS[key]} ({_engine(run)})"
         rows += [_level_row(label, level, limit) for level in run["levels"]]
     lines = ["\n".join(rows), ""]
     ours = {lv["concurrency"]: lv for lv in report.get("ours_levels", [])}
-    for key, run in paddlex.items():
-        pdx = {lv["concurrency"]: lv for lv in run["levels"]}
-        if 4 in ours and 4 in pdx and pdx[4]["throughput_pages_s"]:
-            ratio = ours[4]["throughput_pages_s"] / pdx[4]["throughput_pages_s"]
+    for key, run in baselines.items():
+        other = {lv["concurrency"]: lv for lv in run["levels"]}
+        if 4 in ours and 4 in other and other[4]["throughput_pages_s"]:
+            ratio = ours[4]["throughput_pages_s"] / other[4]["throughput_pages_s"]
             lines.append(
-                f"- ours / {PADDLEX_LABELS[key]} ({_engine(run)}) at concurrency 4: {ratio:.2f}x"
+                f"- ours / {BASELINE_LABELS[key]} ({_engine(run)}) at concurrency 4: {ratio:.2f}x"
             )
     if 1 in ours and ours[1]["p50_s"]:
         lines.append(
             f"- ours p50 at concurrency 1 / engine median page time: "
             f"{ours[1]['p50_s'] / engine['median_page_s']:.2f}"
         )
+    if 1 in ours and ours[1].get("mean_s") and engine.get("mean_page_s"):
+        lines.append(
+            f"- ours mean latency at concurrency 1 / engine mean page time: "
+            f"{ours[1]['mean_s'] / engine['mean_page_s']:.2f}"
+        )
     cers = [f"engine {engine['cer']:.4f}"]
     if "ours_cer" in report:
         cers.append(f"ours at concurrency {max(ours)} {report['ours_cer']:.4f}")
-    cers += [f"{PADDLEX_LABELS[key]} {run['cer']:.4f}" for key, run in paddlex.items()]
+    cers += [f"{BASELINE_LABELS[key]} {run['cer']:.4f}" for key, run in baselines.items()]
     lines.append(f"- CER on the page set: {', '.join(cers)}")
     impact = report.get("job_impact")
     if impact:
@@ -320,7 +366,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{beside['job_pages_done_meanwhile']} pages meanwhile)"
         )
     peaks = [f"ours {report.get('ours_peak_rss_mb')} MiB"]
-    peaks += [f"{PADDLEX_LABELS[key]} {run['peak_rss_mb']} MiB" for key, run in paddlex.items()]
+    peaks += [f"{BASELINE_LABELS[key]} {run['peak_rss_mb']} MiB" for key, run in baselines.items()]
     lines.append(f"- peak RSS of all server processes: {', '.join(peaks)}")
     return "\n".join(lines) + "\n"
 
@@ -340,6 +386,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=0, help="per level; default 2 x pages")
     parser.add_argument("--cpu-threads", type=int, default=0, help="0 = number of cores")
     parser.add_argument("--cpu-workers", type=int, default=0, help="ours; 0 = number of cores")
+    parser.add_argument(
+        "--cpu-instances",
+        type=int,
+        default=1,
+        help="ours: CPU device workers, sharing the threads unless --cpu-threads is given",
+    )
     parser.add_argument("--max-time-s", type=float, default=900.0, help="bound per level")
     parser.add_argument("--skip-paddlex", action="store_true")
     parser.add_argument(
@@ -347,6 +399,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         help="also measure the PaddleX in this virtual environment (`make paddlex-default-venv`: "
         "PaddleX with the Paddle that pip installs by default)",
+    )
+    parser.add_argument(
+        "--rapidocr-venv",
+        type=Path,
+        help="also measure RapidOCR's API server from this virtual environment (`make "
+        "rapidocr-venv`), on our models converted to ONNX; at --paddlex-levels",
     )
     parser.add_argument("--skip-job-impact", action="store_true")
     args = parser.parse_args(argv)

@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--api",
         required=True,
         choices=API_NAMES,
-        help="paddlex: POST /ocr (JSON, base64); v1: POST /v1/ocr (raw bytes)",
+        help="paddlex: POST /ocr (JSON, base64); v1: POST /v1/ocr (raw bytes); "
+        "rapidocr: RapidOCR's API server, POST /ocr (multipart image_file; images only)",
     )
     parser.add_argument(
         "--inputs",

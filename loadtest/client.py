@@ -1,4 +1,4 @@
-"""HTTP side of the load generator: one OCR request per call, for the PaddleX and v1 APIs."""
+"""HTTP side of the load generator: one OCR request per call, for each API it speaks."""
 
 from __future__ import annotations
 
@@ -13,9 +13,17 @@ import httpx
 
 from loadtest.documents import Document
 
-__all__ = ["Api", "Outcome", "PreparedRequest", "count_pages", "prepare_request", "send"]
+__all__ = [
+    "Api",
+    "Outcome",
+    "PreparedRequest",
+    "count_pages",
+    "prepare_request",
+    "response_texts",
+    "send",
+]
 
-Api = Literal["paddlex", "v1"]
+Api = Literal["paddlex", "v1", "rapidocr"]
 API_NAMES: tuple[str, ...] = get_args(Api)
 
 _PADDLEX_FILE_TYPE = {"pdf": 0, "image": 1}
@@ -60,6 +68,14 @@ def prepare_request(api: Api, document: Document) -> PreparedRequest:
         # PDF would otherwise cost the event loop milliseconds per request and skew latencies.
         body = json.dumps(payload).encode("utf-8")
         return PreparedRequest("/ocr", body, {"content-type": "application/json"})
+    if api == "rapidocr":
+        # rapidocr_api's /ocr: a multipart `image_file`, decoded with PIL (images only).
+        if document.kind != "image":
+            raise ValueError(f"RapidOCR's API server takes images only, not {document.name}")
+        files = {"image_file": (document.name, document.data, document.content_type)}
+        multipart = httpx.Request("POST", "/ocr", files=files)
+        body = multipart.read()
+        return PreparedRequest("/ocr", body, {"content-type": multipart.headers["content-type"]})
     return PreparedRequest("/v1/ocr", document.data, {"content-type": document.content_type})
 
 
@@ -82,9 +98,25 @@ def count_pages(api: Api, status_code: int, body: Any) -> tuple[int, str | None]
             if code != 0:
                 return 0, f"errorCode_{code}"
             return len(body["result"]["ocrResults"]), None
+        if api == "rapidocr":
+            # One image, one page: {"0": {"rec_txt": ...}, ...}, or {} when it found no text.
+            return (1, None) if isinstance(body, dict) else (0, "invalid_body")
         return len(body["pages"]), None
     except (KeyError, TypeError):
         return 0, "invalid_body"
+
+
+def response_texts(api: Api, body: Any) -> list[str]:
+    """The recognised lines of a successful one-page response, in the server's order.
+
+    Raises:
+        KeyError, TypeError, ValueError: The body is not that API's success shape.
+    """
+    if api == "paddlex":
+        return list(body["result"]["ocrResults"][0]["prunedResult"]["rec_texts"])
+    if api == "rapidocr":
+        return [str(body[key]["rec_txt"]) for key in sorted(body, key=int)]
+    return [str(line["text"]) for page in body["pages"] for line in page["lines"]]
 
 
 async def send(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,9 @@ from pathlib import Path
 
 import httpx
 import psutil
+
+from loadtest.onnx_export import OnnxModels
+from serving.engine import OcrOptions
 
 
 def free_port() -> int:
@@ -180,3 +184,51 @@ def start_paddlex(
     # On CPU PaddleX runs both models with oneDNN ("mkldnn" run mode) unless told otherwise.
     env = {"PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK": "True"}
     return start(name, argv, port, out / f"{name}.log", env)
+
+
+# rapidocr_api builds its engine from three model paths only; the bench needs the other settings
+# too, so this swaps in an engine built from RAPIDOCR_PARAMS and then runs rapidocr_api's own
+# FastAPI app and command line. Models load lazily, so the first engine downloads nothing.
+RAPIDOCR_LAUNCH = """
+import json, os, sys
+import rapidocr_api.main as api
+from rapidocr import RapidOCR
+api.processor.ocr = RapidOCR(params=json.loads(os.environ["RAPIDOCR_PARAMS"]))
+sys.argv = ["rapidocr_api", *sys.argv[1:]]
+api.main()
+"""
+
+
+def rapidocr_params(options: OcrOptions, models: OnnxModels, cpu_threads: int) -> dict[str, object]:
+    """RapidOCR settings equal to ours: `options`' detection and recognition settings, no
+    orientation classifier, `cpu_threads` ONNX Runtime threads, our models and dictionary."""
+    det, rec = options.det, options.rec
+    return {
+        "Global.use_cls": False,
+        "Global.text_score": rec.score_thresh,
+        "Global.max_side_len": det.max_side_limit,
+        "Det.model_path": str(models.det),
+        "Det.limit_side_len": det.limit_side_len,
+        "Det.limit_type": det.limit_type,
+        "Det.thresh": det.thresh,
+        "Det.box_thresh": det.box_thresh,
+        "Det.unclip_ratio": det.unclip_ratio,
+        "Det.max_candidates": det.max_candidates,
+        "Det.use_dilation": False,
+        "Det.score_mode": "fast",
+        "Rec.model_path": str(models.rec),
+        "Rec.rec_keys_path": str(models.keys),
+        "Rec.rec_img_shape": [3, rec.image_height, rec.min_width],
+        "Rec.rec_batch_num": rec.batch_size,
+        "EngineConfig.onnxruntime.intra_op_num_threads": cpu_threads,
+        "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+    }
+
+
+def start_rapidocr(out: Path, venv: Path, params: dict[str, object]) -> ServerProcess:
+    """RapidOCR's API server (`rapidocr_api`, ONNX Runtime) from `venv`, on a free loopback port."""
+    port = free_port()
+    argv = [str(venv / "bin" / "python"), "-c", RAPIDOCR_LAUNCH, "-ip", "127.0.0.1"]
+    argv += ["-p", str(port)]
+    env = {"RAPIDOCR_PARAMS": json.dumps(params)}
+    return start("rapidocr", argv, port, out / "rapidocr.log", env)

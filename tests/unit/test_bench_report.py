@@ -13,6 +13,7 @@ def _level(concurrency: int, pages_s: float, p50_s: float) -> dict[str, Any]:
         "throughput_pages_s": pages_s,
         "p50_s": p50_s,
         "p95_s": p50_s * 2,
+        "mean_s": p50_s * 1.1,
         "errors": {"503": 1} if concurrency == 8 else {},
     }
 
@@ -29,7 +30,7 @@ def _paddlex(paddle: str, run_mode: str, pages_s: float, rss: int) -> dict[str, 
 
 
 REPORT: dict[str, Any] = {
-    "engine": {"pages_per_s": 0.2, "median_page_s": 4.0, "cer": 0.0084},
+    "engine": {"pages_per_s": 0.2, "median_page_s": 4.0, "mean_page_s": 4.4, "cer": 0.0084},
     "ours_levels": [_level(1, 0.18, 4.4), _level(4, 0.19, 19.0), _level(8, 0.2, 38.0)],
     "ours_cer": 0.0085,
     "ours_peak_rss_mb": 2100,
@@ -49,6 +50,7 @@ def test_rows_and_ratios_for_both_paddlex_installs() -> None:
     assert "ours / PaddleX basic serving (Paddle 3.2.2, oneDNN) at concurrency 4: 1.19x" in text
     assert "(Paddle 3.3.1, oneDNN off) at concurrency 4: 5.00x" in text
     assert "ours p50 at concurrency 1 / engine median page time: 1.10" in text
+    assert "ours mean latency at concurrency 1 / engine mean page time: 1.10" in text
     assert "ours at concurrency 8 0.0085" in text
     assert "PaddleX basic serving, default install 1500 MiB" in text
 
@@ -58,3 +60,14 @@ def test_without_paddlex_only_ours() -> None:
     text = markdown(report)
     assert "PaddleX" not in text
     assert "peak RSS of all server processes: ours 2100 MiB" in text
+
+
+def test_rapidocr_row_ratio_and_accuracy() -> None:
+    rapidocr = _paddlex("", "", 0.25, 900)
+    del rapidocr["paddle"], rapidocr["run_mode"]
+    rapidocr |= {"onnxruntime": "1.32.0", "rapidocr": "3.10.0", "cer": 0.0091}
+    text = markdown({**REPORT, "rapidocr": rapidocr})
+    assert "| RapidOCR API server (ONNX Runtime 1.32.0) | 4 | 0.250 | 1.25 |" in text
+    assert "ours / RapidOCR API server (ONNX Runtime 1.32.0) at concurrency 4: 0.76x" in text
+    assert "RapidOCR API server 0.0091" in text
+    assert "RapidOCR API server 900 MiB" in text

@@ -6,11 +6,14 @@ import itertools
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from loadtest.client import Outcome, count_pages, prepare_request
 from loadtest.documents import Document, load_documents
+from loadtest.engine_limit import measure
 from loadtest.plots import bucket_labels
 from loadtest.report import markdown_table, write_reports
 from loadtest.result import LevelResult, percentile, summarize
@@ -245,3 +248,22 @@ def test_write_reports_writes_json_and_markdown(tmp_path: Path) -> None:
     assert report["levels"][0]["p95_s"] == 0.2
     assert "| c=4 |" in (tmp_path / "out" / "results.md").read_text()
     assert math.isclose(report["levels"][0]["wall_s"], 1.0)
+
+
+def test_engine_limit_rounds_time_every_visit_and_keep_the_first_texts() -> None:
+    calls: list[int] = []
+
+    class Engine:
+        def ocr(self, image: np.ndarray) -> SimpleNamespace:
+            calls.append(int(image[0]))
+            return SimpleNamespace(lines=[SimpleNamespace(text=f"page {int(image[0])}")])
+
+    images = [np.full(1, i) for i in range(3)]
+    limit, texts = measure(Engine(), images, warmup=1, rounds=2)  # type: ignore[arg-type]
+    assert calls == [0, 0, 1, 2, 0, 1, 2]
+    assert texts == [["page 0"], ["page 1"], ["page 2"]]
+    assert (limit.pages, limit.lines) == (6, 3)
+    assert limit.pages_per_s > 0
+    assert 0 <= limit.median_page_s <= limit.wall_s
+    with pytest.raises(ValueError, match="rounds"):
+        measure(Engine(), images, rounds=0)  # type: ignore[arg-type]
