@@ -230,21 +230,12 @@ def _measure_rapidocr(
     bundle = load_bundle(AppConfig().models)
     models = onnx_export.export(venv, bundle.det, bundle.rec, out / "rapidocr-models")
     options = bundle.options(AppConfig().pipeline)
+    facts = {
+        "onnxruntime": _package_version(venv, "onnxruntime"),
+        "rapidocr": _package_version(venv, "rapidocr"),
+    }
     server = start_rapidocr(out, venv, rapidocr_params(options, models, threads))
-    try:
-        server.wait_ready("/")
-        levels = _levels(
-            server, "rapidocr", documents, args.paddlex_levels, requests, args.max_time_s
-        )
-        return {
-            "onnxruntime": _package_version(venv, "onnxruntime"),
-            "rapidocr": _package_version(venv, "rapidocr"),
-            "levels": [_level_dict(r) for r in levels],
-            "cer": _cer(truths, asyncio.run(_read_all(server, "rapidocr", documents, 1))),
-            "peak_rss_mb": round(server.memory.peak_bytes / 2**20),
-        }
-    finally:
-        server.stop()
+    return _measure_baseline(server, "rapidocr", "/", facts, documents, truths, args, requests)
 
 
 def _measure_paddlex(
@@ -274,18 +265,32 @@ def _measure_paddlex(
         name=name,
         run_mode=run_mode,
     )
+    facts = {"paddle": paddle, "run_mode": run_mode or "mkldnn"}
+    return _measure_baseline(pdx, "paddlex", "/health", facts, documents, truths, args, requests)
+
+
+def _measure_baseline(
+    server: ServerProcess,
+    api: Api,
+    ready_path: str,
+    facts: dict[str, str],
+    documents: Sequence[Document],
+    truths: dict[str, str],
+    args: argparse.Namespace,
+    requests: int,
+) -> dict[str, Any]:
+    """A started baseline server's levels, CER and peak memory, after `facts`; stops it."""
     try:
-        pdx.wait_ready("/health")
-        levels = _levels(pdx, "paddlex", documents, args.paddlex_levels, requests, args.max_time_s)
+        server.wait_ready(ready_path)
+        levels = _levels(server, api, documents, args.paddlex_levels, requests, args.max_time_s)
         return {
-            "paddle": paddle,
-            "run_mode": run_mode or "mkldnn",
+            **facts,
             "levels": [_level_dict(r) for r in levels],
-            "cer": _cer(truths, asyncio.run(_read_all(pdx, "paddlex", documents, 1))),
-            "peak_rss_mb": round(pdx.memory.peak_bytes / 2**20),
+            "cer": _cer(truths, asyncio.run(_read_all(server, api, documents, 1))),
+            "peak_rss_mb": round(server.memory.peak_bytes / 2**20),
         }
     finally:
-        pdx.stop()
+        server.stop()
 
 
 def _package_version(venv: Path | None, package: str) -> str:
