@@ -177,7 +177,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         OURS_CONFIG.format(
             cpu_workers=args.cpu_workers,
             cpu_instances=args.cpu_instances,
-            ours_threads=args.cpu_threads or max(1, threads // args.cpu_instances),
+            # 0 lets the server split the cores among its device workers by its own rule.
+            ours_threads=args.cpu_threads,
             jobs_dir=out / "jobs",
         ),
     )
