@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import struct
 import threading
 import warnings
@@ -223,9 +224,7 @@ def render_pdf(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
     with PDFIUM_LOCK:
         doc = open_pdf(data)
         try:
-            count = len(doc)
-            if count == 0:
-                raise InvalidInput("Invalid input file: the PDF has no pages")
+            count = len(doc)  # at least 1: `open_pdf` refuses a PDF with no pages
             if count > limits.max_pdf_pages:
                 raise InvalidInput(
                     f"The PDF has {count} pages; this server accepts at most "
@@ -238,17 +237,51 @@ def render_pdf(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
 
 
 def open_pdf(source: bytes | str) -> pdfium.PdfDocument:
-    """Open a PDF from bytes or a path; hold `PDFIUM_LOCK` while using it."""
-    try:
-        return pdfium.PdfDocument(source)
-    except pdfium.PdfiumError as err:
-        if getattr(err, "err_code", None) == pdfium.raw.FPDF_ERR_PASSWORD:
-            raise InvalidInput(
-                "Invalid input file: encrypted PDF (password protected); send it decrypted"
-            ) from err
-        raise InvalidInput(f"Invalid input file: not a readable PDF ({err})") from err
-    except OSError as err:
-        raise InvalidInput(f"Invalid input file: not a readable PDF ({err})") from err
+    """Open a PDF from bytes or a path; hold `PDFIUM_LOCK` while using it.
+
+    Raises:
+        InvalidInput: not a readable PDF, an encrypted one, or one with no pages.
+    """
+    # Not `pdfium.PdfDocument(source)`: pypdfium2 takes a PDF that loads with no pages for one
+    # that failed to load and quotes pdfium's last error, which pdfium sets only on failure, so a
+    # 0-page PDF was answered with whatever failed before in this process ("encrypted PDF", "Data
+    # format error"), and the loaded document was never closed.
+    data = source if isinstance(source, bytes) else None
+    if data is not None:
+        raw = pdfium.raw.FPDF_LoadMemDocument64(data, len(data), None)
+    else:
+        raw = pdfium.raw.FPDF_LoadDocument(os.fsencode(source), None)
+    if not raw:
+        raise _load_error(pdfium.raw.FPDF_GetLastError())  # set by this load, as it failed
+    if pdfium.raw.FPDF_GetPageCount(raw) < 1:
+        pdfium.raw.FPDF_CloseDocument(raw)
+        raise InvalidInput("Invalid input file: the PDF has no pages")
+    return _Pdf(raw, data)
+
+
+class _Pdf(pdfium.PdfDocument):  # type: ignore[misc]  # pypdfium2 is untyped
+    """A document loaded from its raw handle, holding the bytes pdfium reads as long as it lives."""
+
+    def __init__(self, raw: object, data: bytes | None) -> None:
+        super().__init__(raw)
+        self.data = data
+
+
+def _load_error(code: int) -> InvalidInput:
+    if code == pdfium.raw.FPDF_ERR_PASSWORD:
+        return InvalidInput(
+            "Invalid input file: encrypted PDF (password protected); send it decrypted"
+        )
+    reason = _LOAD_ERRORS.get(code, f"PDFium error {code}")
+    return InvalidInput(f"Invalid input file: not a readable PDF ({reason})")
+
+
+_LOAD_ERRORS = {
+    pdfium.raw.FPDF_ERR_FILE: "file not found or could not be opened",
+    pdfium.raw.FPDF_ERR_FORMAT: "data format error",
+    pdfium.raw.FPDF_ERR_SECURITY: "unsupported security scheme",
+    pdfium.raw.FPDF_ERR_UNKNOWN: "unknown error",
+}
 
 
 def render_pdf_page(doc: pdfium.PdfDocument, index: int, limits: DecodeLimits) -> np.ndarray:

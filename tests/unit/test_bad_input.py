@@ -9,6 +9,7 @@ import io
 import struct
 import time
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pypdfium2 as pdfium
@@ -439,3 +440,23 @@ def test_encrypted_pdf() -> None:
     assert "encrypted PDF" in message
     with pytest.raises(InvalidInput, match="encrypted PDF"):
         render_pdf(_encrypted_pdf(), LIMITS)
+
+
+@pytest.mark.parametrize(
+    "failing", [_encrypted_pdf(), b"%PDF-1.7\n" + bytes(range(256)) * 8], ids=["encrypted", "bad"]
+)
+def test_pdf_without_pages_whatever_failed_before(failing: bytes, tmp_path: Path) -> None:
+    # pypdfium2 takes a PDF that loads with no pages for one that failed to load, and quotes
+    # pdfium's last error, which only failures set: the answer was whatever failed before.
+    empty = _pdf_with_pages(0)
+    path = tmp_path / "empty.pdf"
+    path.write_bytes(empty)
+    for _ in range(2):
+        _refused(failing, "pdf")
+        assert _refused(empty, "pdf") == "Invalid input file: the PDF has no pages"
+        _refused(failing, "pdf")
+        with pytest.raises(InvalidInput, match=r"^Invalid input file: the PDF has no pages$"):
+            count_pages(path, "pdf")
+        _refused(failing, "pdf")
+        with pytest.raises(InvalidInput, match=r"^Invalid input file: the PDF has no pages$"):
+            decode_page(empty, "pdf", 0, LIMITS)
