@@ -335,6 +335,9 @@ class JobsConfig:
     """Pages in one job (an image is one page); more get 422."""
     max_upload_bytes: int = 500 * 1024 * 1024
     """Bytes uploaded for one job, and bytes unpacked from its zips; more get 413."""
+    max_zip_entries: int = 1000
+    """Entries in one job's zips, counting folders and skipped ones (__MACOSX/, dotfiles); more
+    get 422. Checked on each zip's central directory before it is unpacked."""
     max_inflight_pages: int = 8
     """Job pages in flight at once in this server, all jobs together."""
 
@@ -344,6 +347,7 @@ class JobsConfig:
         _check(self.max_files_per_job > 0, "jobs.max_files_per_job", "must be > 0")
         _check(self.max_pages_per_job > 0, "jobs.max_pages_per_job", "must be > 0")
         _check(self.max_upload_bytes > 0, "jobs.max_upload_bytes", "must be > 0")
+        _check(self.max_zip_entries > 0, "jobs.max_zip_entries", "must be > 0")
         _check(self.max_inflight_pages > 0, "jobs.max_inflight_pages", "must be > 0")
 
 

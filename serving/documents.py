@@ -24,6 +24,7 @@ from serving.inputs import (
     render_pdf_page,
     sniff_kind,
 )
+from serving.zip_entries import count_entries
 
 SUFFIXES = frozenset((".pdf", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif"))
 """What a directory walk picks up; files named explicitly are recognised by content."""
@@ -50,6 +51,8 @@ class BatchLimits:
     max_files: int
     max_pages: int
     max_bytes: int
+    max_zip_entries: int
+    """Entries in the job's zips, all together: folders and skipped metadata count too."""
 
 
 def count_pages(source: bytes | str | Path, kind: FileKind) -> int:
@@ -110,6 +113,7 @@ class _Stager:
         self.documents: list[Document] = []
         self.bytes = 0
         self.pages = 0
+        self.zip_entries = 0
         self._stored = 0
 
     def add_stream(self, name: str, stream: IO[bytes]) -> None:
@@ -123,6 +127,7 @@ class _Stager:
             self._add(name, path)
 
     def _unpack(self, name: str, path: Path) -> None:
+        self._count_entries(name, path)
         try:
             archive = zipfile.ZipFile(path)
         except zipfile.BadZipFile as err:
@@ -143,6 +148,18 @@ class _Stager:
                 if zipfile.is_zipfile(target):
                     raise ValidationFailed(f"{inner}: zips inside zips are not supported")
                 self._add(inner, target)
+
+    def _count_entries(self, name: str, path: Path) -> None:
+        """Count every entry, skipped ones too, from the central directory before `ZipFile`
+        builds an object for each of them."""
+        limit = self.limits.max_zip_entries
+        with path.open("rb") as f:
+            self.zip_entries += count_entries(f, at_most=limit - self.zip_entries)
+        if self.zip_entries > limit:
+            raise ValidationFailed(
+                f"More than {limit} entries in the zips of one job, at {name}; folders and "
+                "skipped entries such as __MACOSX/ and dotfiles count too (jobs.max_zip_entries)"
+            )
 
     def _copy(self, src: IO[bytes], out: IO[bytes], name: str, *, unpacked: bool = False) -> None:
         while chunk := src.read(_COPY_CHUNK):

@@ -95,6 +95,7 @@ async def create_job(request: Request) -> Response:
         max_files=config.max_files_per_job,
         max_pages=config.max_pages_per_job,
         max_bytes=config.max_upload_bytes,
+        max_zip_entries=config.max_zip_entries,
     )
     try:
         async with request.form(
