@@ -6,7 +6,9 @@ Layout under the data directory: `jobs.sqlite3` (schema version in `PRAGMA user_
 result, the exact NDJSON line). Every page is its own unit of work: `claim_next` marks it running,
 and `complete_page` writes its result file atomically and marks it done in one transaction, only if
 it is still running, so a page is committed at most once; `open` sets pages left running by a
-killed process back to pending, so each page is committed exactly once.
+killed process back to pending, so each page is committed exactly once. Commits survive power
+loss: SQLite syncs its WAL on every commit (`synchronous = FULL`), and uploads, result files and
+the directory entries naming them are fsynced before the rows that point at them are committed.
 
 Methods are synchronous and serialised by a lock; async callers run them with `asyncio.to_thread`.
 Timestamps are wall-clock seconds (`time.time()`), since they must mean the same after a restart.
@@ -88,7 +90,10 @@ class JobStore:
             try:
                 db.row_factory = sqlite3.Row
                 db.execute("PRAGMA journal_mode = WAL")
-                db.execute("PRAGMA synchronous = NORMAL")
+                # FULL: every commit fsyncs the WAL, so a committed page survives power loss;
+                # NORMAL syncs only at checkpoints and may lose the last commits (the page would
+                # then run again, its result file already written).
+                db.execute("PRAGMA synchronous = FULL")
                 db.execute("PRAGMA busy_timeout = 5000")
                 migrate(db)
                 with _transaction(db):
@@ -127,7 +132,15 @@ class JobStore:
     def create_job(
         self, job_id: str, documents: Sequence[Document], options: dict[str, Any]
     ) -> JobInfo:
-        """Record a job whose documents already sit under `job_dir(job_id) / "files"`."""
+        """Record a job whose documents already sit under `job_dir(job_id) / "files"`.
+
+        The documents and the directories holding them reach the disk before the job's row.
+        """
+        job_dir = self.job_dir(job_id)
+        for document in documents:
+            _fsync(document.path)
+        for directory in (job_dir / "files", job_dir, job_dir.parent):
+            _fsync(directory)
         now = self._clock()
         with self._locked() as db, _transaction(db):
             total = sum(d.pages for d in documents)
@@ -277,7 +290,9 @@ class JobStore:
             if not self._is_running(db, job_id, seq):
                 return False
             results = self.job_dir(job_id) / "results"
-            results.mkdir(exist_ok=True)
+            if not results.is_dir():
+                results.mkdir(exist_ok=True)
+                _fsync(results.parent)
             _write_atomic(results / f"{seq}.json", line)
             self._finish_page(db, job_id, seq, "done", None, None)
             return True
@@ -458,9 +473,20 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all, durably: its bytes, then its name (the rename)."""
     tmp = path.with_suffix(".tmp")
     with tmp.open("wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync(path.parent)  # the rename is an entry of the directory: durable once it is synced
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's bytes, or a directory's entries (new, renamed, removed), to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -276,3 +277,59 @@ def test_store_is_created_only_on_open(tmp_path: Path) -> None:
     store.open()
     store.close()
     assert store.exists
+
+
+# --- durability on power loss ------------------------------------------------------------------
+
+
+def _record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, list[str] | None]]:
+    """Every `os.fsync`: the path synced, and the entries of a directory at that moment."""
+    synced: list[tuple[Path, list[str] | None]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        synced.append((path, sorted(os.listdir(path)) if path.is_dir() else None))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_every_commit_syncs_the_wal(store: JobStore) -> None:
+    # NORMAL in WAL mode syncs only at checkpoints: a power cut could lose committed pages.
+    db = store._db
+    assert db is not None
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_a_result_is_renamed_into_place_durably(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _create(store, "a", (2,))
+    synced = _record_fsyncs(monkeypatch)
+    task = store.claim_next()
+    assert task is not None
+    assert store.complete_page("a", task.seq, _line(task.seq))
+    job_dir = store.job_dir("a").resolve()
+    results = job_dir / "results"
+    # The new results directory's entry, the result's bytes, then the rename, in that order.
+    assert [path for path, _ in synced] == [job_dir, results / f"{task.seq}.tmp", results]
+    assert synced[-1][1] == [f"{task.seq}.json"]
+
+
+def test_uploads_reach_the_disk_before_the_job_row(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced = _record_fsyncs(monkeypatch)
+    _create(store, "a", (1, 3))
+    job_dir = store.job_dir("a").resolve()
+    files = job_dir / "files"
+    assert [path for path, _ in synced] == [
+        files / "0",
+        files / "1",
+        files,
+        job_dir,
+        job_dir.parent,
+    ]
