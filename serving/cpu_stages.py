@@ -11,14 +11,17 @@ import base64
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import cv2
 import numpy as np
 
+from models.spec import load_model_spec
 from pipelines.cls_postprocess import apply_orientation
 from pipelines.cls_preprocess import plan_cls_batches
 from pipelines.det_preprocess import preprocess_det
 from pipelines.ocr import assemble_page, detect_lines, gather_orientations, gather_rec_results
+from pipelines.rec_postprocess import build_charset
 from pipelines.rec_preprocess import plan_rec_chunks
 from pipelines.types import ClsParams, DetInput, DetParams, PageResult, RecParams
 from serving import shm
@@ -28,10 +31,12 @@ _CHARSET: tuple[str, ...] = ()
 _PREFIX = ""
 
 
-def init_cpu_worker(charset: tuple[str, ...], prefix: str) -> None:
-    """Process initializer: keep the label table and segment prefix; one OpenCV thread."""
+def init_cpu_worker(rec_model_dir: str, prefix: str) -> None:
+    """Process initializer: read the label table from the recogniser's model directory (a path
+    keeps the start-up data small; the table is ~18,000 labels), keep the segment prefix; one
+    OpenCV thread."""
     global _CHARSET, _PREFIX
-    _CHARSET = charset
+    _CHARSET = build_charset(load_model_spec(Path(rec_model_dir), "rec").character_dict)
     _PREFIX = prefix
     cv2.setNumThreads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -118,7 +123,8 @@ def after_det(
 ) -> DetectedPage:
     """DB postprocess, sort, crop, then plan the classifier batches or recognition chunks."""
     image = shm.take(page.image, unlink=False)
-    det_map = shm.take(prob_map)
+    # The map stays until the caller knows the outcome: a killed worker leaves it for the retry.
+    det_map = shm.take(prob_map, unlink=False)
     det_input = DetInput(
         tensor=np.empty((0,), np.float32),
         src_h=page.src_h,

@@ -79,7 +79,8 @@ class DeviceWorker:
             name=f"ocr-device-{self.spec.name}",
             daemon=True,
         )
-        self.process.start()
+        # Spawning writes start-up data through a pipe: never on the event loop (see cpu_pool).
+        await asyncio.to_thread(self.process.start)
         child.close()
         self._conn = parent
         loop.add_reader(parent.fileno(), self._on_message)
@@ -87,7 +88,7 @@ class DeviceWorker:
         try:
             self.info = await asyncio.wait_for(asyncio.shield(self._ready), self.start_timeout_s)
         except TimeoutError:
-            self._kill()
+            await self._kill()
             raise
         logger.info("device worker %s up (pid %s)", self.spec.name, self.pid)
 
@@ -117,7 +118,7 @@ class DeviceWorker:
             with contextlib.suppress(OSError, ValueError):
                 self._conn.send(("stop",))
         await asyncio.to_thread(self.process.join, timeout_s)
-        self._kill()
+        await self._kill()
 
     def _on_message(self) -> None:
         conn = self._conn
@@ -161,12 +162,12 @@ class DeviceWorker:
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(self.process.sentinel)
 
-    def _kill(self) -> None:
+    async def _kill(self) -> None:
         self._detach()
         if self.process is not None and self.process.is_alive():
             self.process.kill()
         if self.process is not None:
-            self.process.join(timeout=5)
+            await asyncio.to_thread(self.process.join, 5)
 
 
 class DevicePool:
@@ -186,6 +187,7 @@ class DevicePool:
         self._restart_backoff_s = restart_backoff_s
         self._tasks: list[asyncio.Task[None]] = []
         self.restarts = 0
+        self.dispatch_failures = 0
 
     @property
     def ready(self) -> bool:
@@ -196,7 +198,22 @@ class DevicePool:
         """Start every worker (in parallel) and their dispatch loops."""
         await asyncio.gather(*(w.start() for w in self.workers))
         for worker in self.workers:
-            self._tasks.append(asyncio.create_task(self._serve(worker), name=worker.spec.name))
+            self._tasks.append(
+                asyncio.create_task(self._serve_forever(worker), name=worker.spec.name)
+            )
+
+    async def _serve_forever(self, worker: DeviceWorker) -> None:
+        """Feed `worker` until cancelled; a dispatch loop that fails is logged and started again,
+        so no worker is ever left without a feeder."""
+        while True:
+            try:
+                await self._serve(worker)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.dispatch_failures += 1
+                logger.exception("dispatch to %s failed; restarting it", worker.spec.name)
+                await asyncio.sleep(self._restart_backoff_s)
 
     async def stop(self) -> None:
         """Stop dispatching and stop the processes."""
@@ -227,6 +244,13 @@ class DevicePool:
                 self._requeue(batch)
                 await self._restart(worker)
                 continue
+            except asyncio.CancelledError:
+                _fail(batch, WorkerUnavailable("The server is stopping"))
+                raise
+            except Exception:
+                # The loop restarts (`_serve_forever`); the batch it held runs again, not dropped.
+                self._requeue(batch)
+                raise
             self.metrics.inference_seconds.labels(stage=stage, device=worker.spec.name).observe(
                 time.monotonic() - started
             )
@@ -293,3 +317,10 @@ class DevicePool:
 def discard_payload(item: WorkItem) -> None:
     if isinstance(item.payload, shm.ShmRef):
         shm.discard(item.payload)
+
+
+def _fail(batch: list[WorkItem], error: OcrError) -> None:
+    for item in batch:
+        discard_payload(item)
+        if not item.future.done():
+            item.future.set_exception(error)

@@ -135,9 +135,12 @@ class OcrService:
         det_ref = page.det_tensor
         _, _, h, w = det_ref.shape
         prob_map = await self._infer("det", det_ref, (h, w), 1, h * w, deadline, priority)
-        detected = await self.cpu.run(
-            cpu_stages.after_det, page, prob_map, options.det, options.rec, options.cls
-        )
+        try:
+            detected = await self.cpu.run(
+                cpu_stages.after_det, page, prob_map, options.det, options.rec, options.cls
+            )
+        finally:
+            shm.discard(prob_map)
         orientations: list[int] | None = None
         chunks = detected.rec_chunks
         try:

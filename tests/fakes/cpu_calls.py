@@ -1,0 +1,43 @@
+"""Functions and initializers for CPU pool tests: importable by spawned worker processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from serving.errors import InvalidInput
+
+
+def init_noop() -> None:
+    return None
+
+
+def init_slowly(pid_dir: str, delay_s: float) -> None:
+    """An initializer that announces its pid, then takes `delay_s` (a worker caught starting)."""
+    Path(pid_dir, f"starting-{os.getpid()}").touch()
+    time.sleep(delay_s)
+
+
+def pid() -> int:
+    return os.getpid()
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def refuse(message: str) -> None:
+    raise InvalidInput(message)
+
+
+def announce_then_sleep(pid_dir: str, delay_s: float) -> int:
+    """Write this worker's pid where the test can see it is busy, then work for `delay_s`."""
+    Path(pid_dir, f"busy-{os.getpid()}").touch()
+    time.sleep(delay_s)
+    return os.getpid()
+
+
+def die() -> None:
+    """Kill the worker running this call (an input that crashes its decoder, every time)."""
+    os._exit(9)

@@ -1,0 +1,186 @@
+"""The CPU worker pool with real spawned processes: outcomes, deaths, abandonment, start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from serving import cpu_pool, cpu_stages
+from serving.config import AppConfig
+from serving.cpu_pool import CpuPool
+from serving.errors import InvalidInput, WorkerUnavailable
+from serving.runtime import Runtime
+from tests.fakes import cpu_calls
+
+
+def _pool(workers: int = 2, **kwargs: object) -> CpuPool:
+    options: dict[str, object] = {"initializer": cpu_calls.init_noop, "initargs": ()}
+    options.update(kwargs)
+    return CpuPool(workers, **options)  # type: ignore[arg-type]
+
+
+async def _started(pool: CpuPool) -> CpuPool:
+    pool.start()
+    await pool.warm_up()
+    return pool
+
+
+def _poll_for_file(directory: Path, prefix: str) -> int:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = sorted(directory.glob(f"{prefix}-*"))
+        if found:
+            found[0].unlink()
+            return int(found[0].name.split("-", 1)[1])
+        time.sleep(0.02)
+    raise TimeoutError(prefix)
+
+
+async def _wait_for_file(directory: Path, prefix: str) -> int:
+    """The pid in the first file named `prefix-<pid>` (a worker reached a known point)."""
+    return await asyncio.to_thread(_poll_for_file, directory, prefix)
+
+
+def test_calls_return_values_and_raise_their_own_errors() -> None:
+    async def main() -> None:
+        pool = await _started(_pool())
+        try:
+            assert await pool.run(cpu_calls.add, 2, 3) == 5
+            with pytest.raises(InvalidInput, match="not a page"):
+                await pool.run(cpu_calls.refuse, "not a page")
+            pids = {await pool.run(cpu_calls.pid) for _ in range(6)}
+            assert pids <= set(pool.pids())
+            assert len(pool.pids()) == 2
+            assert pool.ready
+        finally:
+            await pool.stop()
+        assert pool.pids() == []
+
+    asyncio.run(main())
+
+
+def test_a_worker_killed_while_busy_costs_no_call(tmp_path: Path) -> None:
+    async def main() -> None:
+        pool = await _started(_pool())
+        try:
+            calls = [
+                asyncio.ensure_future(pool.run(cpu_calls.announce_then_sleep, str(tmp_path), 0.5))
+                for _ in range(4)
+            ]
+            victims = []
+            for _ in range(3):  # kill a busy worker three times over, replacements included
+                victim = await _wait_for_file(tmp_path, "busy")
+                os.kill(victim, signal.SIGKILL)
+                victims.append(victim)
+            done = await asyncio.wait_for(asyncio.gather(*calls), 120)
+            assert len(done) == 4
+            assert not set(done) & set(victims)
+            assert pool.restarts >= 3
+            assert await pool.run(cpu_calls.add, 1, 1) == 2
+        finally:
+            await pool.stop()
+
+    asyncio.run(main())
+
+
+def test_a_call_that_kills_every_worker_fails_alone_with_503() -> None:
+    async def main() -> None:
+        pool = await _started(_pool(max_attempts=3))
+        try:
+            poison = asyncio.ensure_future(pool.run(cpu_calls.die))
+            healthy = [asyncio.ensure_future(pool.run(cpu_calls.add, i, i)) for i in range(5)]
+            with pytest.raises(WorkerUnavailable):
+                await asyncio.wait_for(poison, 120)
+            assert await asyncio.wait_for(asyncio.gather(*healthy), 120) == [0, 2, 4, 6, 8]
+            assert pool.restarts >= 3
+        finally:
+            await pool.stop()
+
+    asyncio.run(main())
+
+
+def test_a_worker_killed_while_starting_is_started_again(tmp_path: Path) -> None:
+    async def main() -> None:
+        pool = _pool(1, initializer=cpu_calls.init_slowly, initargs=(str(tmp_path), 1.0))
+        pool.start()
+        try:
+            starting = await _wait_for_file(tmp_path, "starting")
+            os.kill(starting, signal.SIGKILL)
+            await pool.warm_up()
+            assert starting not in pool.pids()
+            assert await pool.run(cpu_calls.add, 20, 22) == 42
+        finally:
+            await pool.stop()
+
+    asyncio.run(main())
+
+
+def test_an_abandoned_call_is_cut_short_and_its_worker_replaced(tmp_path: Path) -> None:
+    async def main() -> None:
+        pool = await _started(_pool(1, abandon_grace_s=0.2))
+        try:
+            call = asyncio.ensure_future(
+                pool.run(cpu_calls.announce_then_sleep, str(tmp_path), 600.0)
+            )
+            busy = await _wait_for_file(tmp_path, "busy")
+            call.cancel()
+            # The 600 s call does not hold the only worker: the next call runs on a new one.
+            assert await asyncio.wait_for(pool.run(cpu_calls.pid), 120) != busy
+            assert pool.restarts == 1
+        finally:
+            await pool.stop()
+
+    asyncio.run(main())
+
+
+def test_a_spawn_that_never_returns_does_not_block_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wedge seen in a chaos test: the spawn's pipe write blocked the loop thread for good."""
+    release = threading.Event()
+    real_start = cpu_pool._MP.Process.start
+
+    def stuck_start(self: object) -> None:
+        release.wait(60)
+        real_start(self)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpu_pool._MP.Process, "start", stuck_start)
+
+    async def main() -> None:
+        pool = _pool(1)
+        pool.start()
+        try:
+            ticks = 0
+            for _ in range(5):  # the loop keeps running while the spawn is stuck
+                await asyncio.sleep(0.01)
+                ticks += 1
+            assert ticks == 5
+            assert not pool.ready
+            release.set()
+            await pool.warm_up()
+            assert await pool.run(cpu_calls.add, 1, 2) == 3
+        finally:
+            release.set()
+            await pool.stop()
+
+    asyncio.run(main())
+
+
+def test_worker_start_up_data_fits_in_a_pipe_buffer() -> None:
+    """Spawning writes the pickled initializer arguments through a pipe (64 KiB buffer); the
+    recogniser's 18,000-label charset once made them 112 KB, so a child that died before reading
+    left the parent blocked in `write` for good. A path travels instead."""
+    runtime = Runtime.build(AppConfig(), specs=[], jobs=False)
+    size = len(pickle.dumps(runtime.cpu._initargs))
+    assert size < 4096, size
+    # ... and the worker still gets the whole label table from it.
+    cpu_stages.init_cpu_worker(*runtime.cpu._initargs)
+    assert runtime.bundle.charset == cpu_stages._CHARSET
+    assert len(cpu_stages._CHARSET) > 10_000
