@@ -68,6 +68,8 @@ class ServerConfig:
     """Value of the Retry-After header on shed requests."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM, in-flight requests get this long to finish."""
+    watchdog_s: float = 60.0
+    """An event loop that runs nothing for this long ends the process for a restart; 0 = off."""
     log_level: str = "info"
     log_format: str = "text"
     """"text": human-readable lines; "json": one JSON object per line (for log collectors)."""
@@ -84,6 +86,7 @@ class ServerConfig:
         _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
         _check(self.overload_status in (429, 503), "server.overload_status", "must be 429 or 503")
         _check(self.shutdown_grace_s >= 0, "server.shutdown_grace_s", "must be >= 0")
+        _check(self.watchdog_s >= 0, "server.watchdog_s", "must be >= 0 (0 = off)")
         for origin in self.cors_origins:
             ok = origin == "*" or (
                 origin.startswith(("http://", "https://")) and "/" not in origin[8:]

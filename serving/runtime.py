@@ -14,6 +14,7 @@ from serving import shm
 from serving.batching import Scheduler
 from serving.config import STAGES, AppConfig
 from serving.cpu_pool import CpuPool
+from serving.cpu_stages import init_cpu_worker
 from serving.device_pool import DevicePool, DeviceWorker, discard_payload
 from serving.device_worker import DeviceSpec, WorkerSetup
 from serving.engine import ModelBundle, engine_options, load_bundle
@@ -22,6 +23,7 @@ from serving.inputs import DecodeLimits
 from serving.jobs_runner import JobRunner
 from serving.metrics import Metrics
 from serving.ocr_service import Admission, OcrService
+from serving.watchdog import LoopWatchdog
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ class Runtime:
     startup_error: str | None = None
     jobs: JobRunner | None = None
     """Batch jobs (`/v1/jobs`); None where the runtime serves no jobs (`ocr-batch`)."""
+    watchdog: LoopWatchdog | None = None
 
     @classmethod
     def build(
@@ -129,8 +132,8 @@ class Runtime:
         )
         cpu = CpuPool(
             config.cpu_workers,
-            bundle.charset,
-            prefix,
+            initializer=init_cpu_worker,
+            initargs=(str(bundle.rec.directory), prefix),
             on_restart=metrics.worker_restarts.labels(kind="cpu").inc,
         )
         decode_limits = DecodeLimits(
@@ -159,15 +162,22 @@ class Runtime:
     @property
     def ready(self) -> bool:
         """Models loaded, warm-up pages run, every device worker alive."""
-        return self.started.is_set() and self.devices.ready
+        return self.started.is_set() and self.devices.ready and self.cpu.ready
 
     def check_ready(self) -> None:
-        """Raise NotReady (503) unless the server can take requests."""
-        if not self.ready:
+        """Raise NotReady (503) until start-up has finished.
+
+        A worker restarting later does not refuse requests: they wait in the queues for it (within
+        their deadline), while `/readyz` answers 503 so a load balancer prefers other replicas.
+        """
+        if not self.started.is_set():
             raise NotReady(self.startup_error or None)
 
     async def start(self) -> None:
         """Start the CPU pool and the device workers; readiness follows."""
+        if self.config.server.watchdog_s > 0:
+            self.watchdog = LoopWatchdog(asyncio.get_running_loop(), self.config.server.watchdog_s)
+            self.watchdog.start()
         try:
             self.cpu.start()
             await asyncio.gather(self.cpu.warm_up(), self.devices.start())
@@ -186,6 +196,8 @@ class Runtime:
 
     async def stop(self) -> None:
         """Stop every process and remove any shared-memory segment left."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.jobs is not None:
             await self.jobs.stop()
         for item in self.scheduler.drain():
@@ -193,7 +205,7 @@ class Runtime:
             if not item.future.done():
                 item.future.cancel()
         await self.devices.stop()
-        await asyncio.to_thread(self.cpu.stop)
+        await self.cpu.stop()
         swept = shm.sweep(self.prefix)
         if swept:
             logger.info("removed %d shared-memory segments left by workers", swept)
