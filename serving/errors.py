@@ -50,6 +50,17 @@ class PayloadTooLarge(OcrError):
     default_message = "Request body too large"
 
 
+class ClientGone(OcrError):
+    """The client disconnected before the answer was ready, or mid-upload (nginx's 499).
+
+    Nobody reads the answer: it is counted in the metrics and logged at INFO, not as a failure.
+    """
+
+    http_status = 499
+    code = "client_closed_request"
+    default_message = "Client closed the request"
+
+
 class UploadTimeout(OcrError):
     """The request body stalled, or did not arrive whole in time (slow or stalled upload)."""
 

@@ -11,12 +11,13 @@ from typing import Any, TypeVar
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from serving import paddlex_api, request_id, url_fetch
 from serving.errors import (
+    ClientGone,
     InvalidInput,
     OcrError,
     Overloaded,
@@ -46,12 +47,21 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
         raise PayloadTooLarge(f"Request body of {declared} bytes; the limit is {max_bytes}")
     chunks = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise PayloadTooLarge(f"Request body over the limit of {max_bytes} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadTooLarge(f"Request body over the limit of {max_bytes} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect as err:
+        raise _gone_mid_upload() from err
     return b"".join(chunks)
+
+
+def _gone_mid_upload() -> ClientGone:
+    """The client hung up while sending the body: no failure of ours, so INFO and no traceback."""
+    logger.info("client went away during the upload")
+    return ClientGone("Client closed the request during the upload")
 
 
 async def until_disconnect(request: Request, work: Coroutine[Any, Any, T]) -> T:
@@ -74,14 +84,6 @@ async def until_disconnect(request: Request, work: Coroutine[Any, Any, T]) -> T:
         logger.info("client went away; request cancelled")
         raise ClientGone()
     return task.result()
-
-
-class ClientGone(OcrError):
-    """The client disconnected before the answer was ready (nginx's 499)."""
-
-    http_status = 499
-    code = "client_closed_request"
-    default_message = "Client closed the request"
 
 
 def _as_ocr_error(exc: Exception, request_id: str) -> OcrError:
@@ -231,6 +233,8 @@ async def _v1_file(request: Request, runtime: Runtime) -> tuple[bytes, FileKind]
             if "maximum size" in err.detail:
                 raise PayloadTooLarge(f"{err.detail} (server.max_body_bytes)") from err
             raise ValidationFailed(f"Malformed multipart body: {err.detail}") from err
+        except ClientDisconnect as err:
+            raise _gone_mid_upload() from err
     elif content_type.startswith("image/") or content_type in _V1_TYPES:
         data = await read_body(request, limit)
         part_type = content_type

@@ -13,12 +13,13 @@ from typing import IO, Any, cast
 
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from serving.documents import BatchLimits, stage_uploads
 from serving.errors import (
+    ClientGone,
     OcrError,
     PayloadTooLarge,
     UnsupportedMediaType,
@@ -120,6 +121,10 @@ async def create_job(request: Request) -> Response:
     except HTTPException as err:
         runner.store.discard(job_id)
         raise _form_error(err.detail, config.max_files_per_job) from err
+    except ClientDisconnect as err:  # no failure of ours: INFO, no traceback, answered as 499
+        runner.store.discard(job_id)
+        logger.info("client went away during the upload of job %s", job_id)
+        raise ClientGone("Client closed the request during the upload") from err
     except BaseException:
         runner.store.discard(job_id)
         raise
