@@ -52,6 +52,18 @@ def _pad_to_32(img: np.ndarray) -> np.ndarray:
 def _resize_type0(img: np.ndarray, params: DetParams) -> tuple[np.ndarray, float, float]:
     # Mirrors DetResizeForTest.resize_image_type0 (PaddleX 3.7.2).
     h, w = int(img.shape[0]), int(img.shape[1])
+    resize_h, resize_w = det_input_size(h, w, params)
+    if resize_h == h and resize_w == w:
+        return img, 1.0, 1.0
+    resized = cv2.resize(img, (resize_w, resize_h))
+    return resized, resize_h / float(h), resize_w / float(w)
+
+
+def det_input_size(h: int, w: int, params: DetParams) -> tuple[int, int]:
+    """(H', W') the detector sees for an (h, w) page: what the memory budget charges before any
+    pixel is decoded. Pages under 32 x 32 are padded to 32 first (`preprocess_det`)."""
+    if h + w < 64:
+        h, w = max(32, h), max(32, w)
     limit = params.limit_side_len
     if params.limit_type == "max":
         ratio = (float(limit) / h if h > w else float(limit) / w) if max(h, w) > limit else 1.0
@@ -66,12 +78,7 @@ def _resize_type0(img: np.ndarray, params: DetParams) -> tuple[np.ndarray, float
     if max(resize_h, resize_w) > params.max_side_limit:
         ratio = float(params.max_side_limit) / max(resize_h, resize_w)
         resize_h, resize_w = int(resize_h * ratio), int(resize_w * ratio)
-    resize_h = max(round(resize_h / 32) * 32, 32)
-    resize_w = max(round(resize_w / 32) * 32, 32)
-    if resize_h == h and resize_w == w:
-        return img, 1.0, 1.0
-    resized = cv2.resize(img, (resize_w, resize_h))
-    return resized, resize_h / float(h), resize_w / float(w)
+    return max(round(resize_h / 32) * 32, 32), max(round(resize_w / 32) * 32, 32)
 
 
 def _normalize_chw(img: np.ndarray) -> np.ndarray:

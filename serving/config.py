@@ -61,7 +61,11 @@ class ServerConfig:
     upload_timeout_s: float = 600.0
     """The whole request body must arrive within this, else 408 (slow clients)."""
     max_inflight_pages: int = 64
-    """Admission limit: beyond this many pages in flight new requests are shed."""
+    """Admission cap: beyond this many pages in flight new requests are shed. Below it, requests
+    that would finish past their deadline at the measured pace are shed too."""
+    memory_budget_bytes: int = 0
+    """Bytes of decoded pixels in flight, all requests together; 0 = a quarter of the memory
+    this process may use (the cgroup's limit in a container)."""
     overload_status: int = 503
     """Status for shed requests: 503 (default) or 429."""
     retry_after_s: int = 2
@@ -84,6 +88,7 @@ class ServerConfig:
         _check(self.upload_idle_timeout_s > 0, "server.upload_idle_timeout_s", "must be > 0")
         _check(self.upload_timeout_s > 0, "server.upload_timeout_s", "must be > 0")
         _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
+        _check(self.memory_budget_bytes >= 0, "server.memory_budget_bytes", "must be >= 0")
         _check(self.overload_status in (429, 503), "server.overload_status", "must be 429 or 503")
         _check(self.shutdown_grace_s >= 0, "server.shutdown_grace_s", "must be >= 0")
         _check(self.watchdog_s >= 0, "server.watchdog_s", "must be >= 0 (0 = off)")

@@ -24,8 +24,9 @@ from pipelines.ocr import assemble_page, detect_lines, gather_orientations, gath
 from pipelines.rec_postprocess import build_charset
 from pipelines.rec_preprocess import plan_rec_chunks
 from pipelines.types import ClsParams, DetInput, DetParams, PageResult, RecParams
-from serving import shm
-from serving.inputs import DecodeLimits, FileKind, decode_document
+from serving import documents, shm
+from serving.inputs import DecodeLimits, FileKind
+from serving.proc import die_with_parent
 
 _CHARSET: tuple[str, ...] = ()
 _PREFIX = ""
@@ -35,6 +36,7 @@ def init_cpu_worker(rec_model_dir: str, prefix: str) -> None:
     """Process initializer: read the label table from the recogniser's model directory (a path
     keeps the start-up data small; the table is ~18,000 labels), keep the segment prefix; one
     OpenCV thread."""
+    die_with_parent()
     global _CHARSET, _PREFIX
     _CHARSET = build_charset(load_model_spec(Path(rec_model_dir), "rec").character_dict)
     _PREFIX = prefix
@@ -87,31 +89,19 @@ class DetectedPage:
         return [c.tensor for c in (*self.rec_chunks, *self.cls_batches)]
 
 
-def prepare_document(
-    data: bytes, kind: FileKind, limits: DecodeLimits, det_params: DetParams
-) -> list[PreparedPage]:
-    """Decode a document and prepare every page for detection."""
-    pages = decode_document(data, kind, limits)
-    prepared = []
-    try:
-        for image in pages:
-            det_input = preprocess_det(image, det_params)
-            prepared.append(
-                PreparedPage(
-                    image=shm.put(image, _PREFIX),
-                    det_tensor=shm.put(det_input.tensor[np.newaxis], _PREFIX),
-                    src_h=det_input.src_h,
-                    src_w=det_input.src_w,
-                    ratio_h=det_input.ratio_h,
-                    ratio_w=det_input.ratio_w,
-                )
-            )
-    except BaseException:
-        for page in prepared:
-            for ref in page.refs():
-                shm.discard(ref)
-        raise
-    return prepared
+def page_sizes(
+    source: shm.ShmRef | bytes | str, kind: FileKind, limits: DecodeLimits, index: int | None
+) -> list[tuple[int, int]]:
+    """(width, height) of every page of a document, or of page `index`, from its headers: what
+    the memory budget charges before any page is decoded (`serving.documents.page_sizes`)."""
+    return documents.page_sizes(_bytes_or_path(source), kind, limits, index=index)
+
+
+def _bytes_or_path(source: shm.ShmRef | bytes | str) -> bytes | str:
+    """A document staged in shared memory (it stays there for its other pages) as bytes."""
+    if isinstance(source, shm.ShmRef):
+        return shm.take(source, unlink=False).tobytes()
+    return source
 
 
 def after_det(
@@ -205,15 +195,18 @@ def _jpeg_b64(image: np.ndarray, max_side: int = 2000) -> str:
 
 
 def prepare_page_of(
-    source: bytes | str, kind: FileKind, index: int, limits: DecodeLimits, det_params: DetParams
+    source: shm.ShmRef | bytes | str,
+    kind: FileKind,
+    index: int,
+    limits: DecodeLimits,
+    det_params: DetParams,
 ) -> PreparedPage:
-    """Decode page `index` of a document (a file's bytes or its path) and prepare it for detection.
+    """Decode page `index` of a document (staged in shared memory, bytes, or a file's path) and
+    prepare it for detection.
 
-    Batch jobs take documents one page at a time, so a long PDF is never rendered in one call.
+    Documents are decoded one page a call, so a page holds memory only while it is in flight.
     """
-    from serving.documents import decode_page  # imported here: batch-only, keeps the imports above
-
-    image = decode_page(source, kind, index, limits)
+    image = documents.decode_page(_bytes_or_path(source), kind, index, limits)
     det_input = preprocess_det(image, det_params)
     image_ref = shm.put(image, _PREFIX)
     try:

@@ -20,7 +20,9 @@ from serving.inputs import (
     FileKind,
     decode_image_page,
     image_page_count,
+    image_page_sizes,
     open_pdf,
+    pdf_page_size,
     render_pdf_page,
     sniff_kind,
 )
@@ -70,6 +72,37 @@ def count_pages(source: bytes | str | Path, kind: FileKind) -> int:
         finally:
             doc.close()
     return count
+
+
+def page_sizes(
+    source: bytes | str | Path, kind: FileKind, limits: DecodeLimits, *, index: int | None = None
+) -> list[tuple[int, int]]:
+    """(width, height) of each page as `decode_page` will decode it, or of page `index` only,
+    from the PDF's page tree or the image's headers: no pixel is decoded.
+
+    Every page counts against `max_pdf_pages` unless one `index` is asked for (batch jobs).
+
+    Raises:
+        InvalidInput: the file does not open, the page does not exist, or a limit is exceeded.
+    """
+    if kind == "image":
+        return image_page_sizes(_read(source), limits, only=index)
+    with PDFIUM_LOCK:
+        doc = open_pdf(source if isinstance(source, bytes) else str(source))
+        try:
+            count = len(doc)
+            if index is not None:
+                if not 0 <= index < count:
+                    raise InvalidInput(f"The PDF has {count} pages; there is no page {index + 1}")
+                return [pdf_page_size(doc, index, limits)]
+            if count > limits.max_pdf_pages:
+                raise InvalidInput(
+                    f"The PDF has {count} pages; this server accepts at most "
+                    f"{limits.max_pdf_pages} per request (input.max_pdf_pages)"
+                )
+            return [pdf_page_size(doc, i, limits) for i in range(count)]
+        finally:
+            doc.close()
 
 
 def _read(source: bytes | str | Path) -> bytes:

@@ -140,6 +140,62 @@ def image_page_count(data: bytes) -> int:
     return header.frames if header is not None and _by_frames(header) else 1
 
 
+def image_page_sizes(
+    data: bytes, limits: DecodeLimits, *, only: int | None = None
+) -> list[tuple[int, int]]:
+    """(width, height) of each page `decode_frames` would make, or of page `only`, read from
+    headers only. Frames count against `max_pdf_pages` unless one page is asked for (jobs).
+
+    Raises:
+        InvalidInput: the image does not decode, no such page, a frame is over the pixel cap, or
+            there are more frames than `max_pdf_pages`.
+    """
+    header = _probe(data)
+    if header is None:  # a format only OpenCV reads: no header to ask, so decode it
+        image = _decode_with_cv2(data, None, limits)
+        return [(image.shape[1], image.shape[0])]
+    _check_pixels(header.height, header.width, limits)
+    count = header.frames if _by_frames(header) else 1
+    if only is not None and not 0 <= only < count:
+        raise InvalidInput(f"The image has {count} pages; there is no page {only + 1}")
+    if count == 1:
+        return [(header.width, header.height)]
+    if only is None and count > limits.max_pdf_pages:
+        raise InvalidInput(
+            f"The image has {count} frames; this server accepts at most "
+            f"{limits.max_pdf_pages} pages per request (input.max_pdf_pages)"
+        )
+    sizes = []
+    try:
+        with warnings.catch_warnings(action="ignore"), Image.open(io.BytesIO(data)) as img:
+            for index in range(count) if only is None else (only,):
+                img.seek(index)  # reads the frame's header, not its pixels
+                _check_pixels(img.height, img.width, limits)
+                sizes.append((img.width, img.height))
+    except _PIL_ERRORS as err:
+        raise InvalidInput("Invalid input file: not a decodable image") from err
+    return sizes
+
+
+def pdf_page_size(doc: pdfium.PdfDocument, index: int, limits: DecodeLimits) -> tuple[int, int]:
+    """(width, height) page `index` renders to at `pdf_render_scale`, from the page tree, without
+    rendering; the caller holds `PDFIUM_LOCK`.
+
+    Raises:
+        InvalidInput: the page cannot be read, or it is over the pixel cap.
+    """
+    try:
+        width, height = doc.get_page_size(index)
+    except pdfium.PdfiumError as err:
+        raise InvalidInput(
+            f"Invalid input file: page {index + 1} of the PDF cannot be read ({err})"
+        ) from err
+    scale = limits.pdf_render_scale
+    size = (int(width * scale), int(height * scale))
+    _check_pixels(size[1], size[0], limits)
+    return size
+
+
 def decode_image_page(data: bytes, index: int, limits: DecodeLimits) -> np.ndarray:
     """Page `index` of an image, numbered as `decode_frames` numbers them, decoding that frame only.
 

@@ -10,13 +10,18 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pipelines.types import PageResult
 from serving import cpu_stages, shm
+from serving.admission import Admission
 from serving.batching import INTERACTIVE, Scheduler, WorkItem
 from serving.cpu_pool import CpuPool, free_segments
 from serving.engine import OcrOptions
-from serving.errors import DeadlineExceeded, Overloaded
+from serving.errors import DeadlineExceeded
 from serving.inputs import DecodeLimits, FileKind
+from serving.memory_budget import MemoryBudget, page_cost_bytes
+from serving.page_image import page_png
 
 logger = logging.getLogger(__name__)
 
@@ -30,39 +35,29 @@ class PageOutput:
 
 
 @dataclass(slots=True)
-class Admission:
-    """Counts pages in flight and sheds load beyond the limit."""
-
-    max_pages: int
-    inflight: int = 0
-
-    def admit(self, pages: int) -> None:
-        """Reserve `pages`; raises Overloaded when the server is full."""
-        if self.inflight > 0 and self.inflight + pages > self.max_pages:
-            raise Overloaded(f"{self.inflight} pages in flight; limit {self.max_pages}")
-        self.inflight += pages
-
-    def release(self, pages: int) -> None:
-        """Return `pages` reserved with `admit`."""
-        self.inflight -= pages
-
-
-@dataclass(slots=True)
 class _Slot:
     """Pages one request holds in the admission count, and its deadline."""
 
     admission: Admission
     deadline: float
+    clock: Callable[[], float]
     pages: int = 1
 
     def grow_to(self, pages: int) -> None:
         """Hold `pages` in all; raises Overloaded (keeping what is held) when they do not fit."""
-        self.admission.admit(pages - self.pages)
+        self.admission.admit(
+            pages - self.pages, deadline_s=self.deadline - self.clock(), held=self.pages
+        )
         self.pages = pages
 
 
 class OcrService:
-    """Runs documents through the CPU pool and the device workers."""
+    """Runs documents through the CPU pool and the device workers.
+
+    Every kind of work (`ocr`, `ocr_page_of` for jobs, `render_page` for the web page) is admitted
+    the same way, bounded by its deadline, and holds the memory budget for each page it decodes:
+    page sizes come from headers first, then pages are decoded one by one as the budget allows.
+    """
 
     def __init__(
         self,
@@ -71,12 +66,16 @@ class OcrService:
         scheduler: Scheduler,
         limits: DecodeLimits,
         admission: Admission,
+        budget: MemoryBudget,
+        prefix: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cpu = cpu
         self.scheduler = scheduler
         self.limits = limits
         self.admission = admission
+        self.budget = budget
+        self._prefix = prefix
         self._clock = clock
 
     async def ocr(
@@ -93,29 +92,86 @@ class OcrService:
 
         Raises:
             InvalidInput: the document does not decode or breaks a limit.
+            PayloadTooLarge: a page could never fit in the memory budget.
             Overloaded: too much work in flight.
             DeadlineExceeded: not done within `timeout_s`.
         """
         async with self._admitted(timeout_s) as slot:
-            pages = await self.cpu.run(
-                cpu_stages.prepare_document, data, kind, self.limits, options.det
-            )
+            # The document crosses to the workers once, in shared memory, whatever its pages.
+            source = shm.put(np.frombuffer(data, np.uint8), self._prefix)
             try:
-                slot.grow_to(len(pages))
+                sizes = await self.cpu.run(cpu_stages.page_sizes, source, kind, self.limits, None)
+                costs = [page_cost_bytes(w, h, options.det) for w, h in sizes]
+                for cost in costs:
+                    self.budget.check(cost)
+                slot.grow_to(len(sizes))
                 return await asyncio.gather(
                     *(
-                        self._page(page, options, visualize, slot.deadline, priority)
-                        for page in pages
+                        self._document_page(
+                            source, kind, index, cost, options, visualize, slot.deadline, priority
+                        )
+                        for index, cost in enumerate(costs)
                     )
                 )
             finally:
-                free_segments(pages)
+                shm.discard(source)
+
+    async def ocr_page_of(
+        self,
+        source: bytes | str,
+        kind: FileKind,
+        page_index: int,
+        options: OcrOptions,
+        *,
+        priority: int,
+        timeout_s: float,
+    ) -> PageOutput:
+        """OCR one page of a document: page `page_index` of a PDF, or an image (index 0).
+
+        `source` is the file's bytes or its path, which the CPU worker reads (a long PDF is not
+        copied for each page). Batch jobs call this once per page, at background priority.
+
+        Raises:
+            InvalidInput: the page does not decode or breaks a limit.
+            PayloadTooLarge: the page could never fit in the memory budget.
+            Overloaded: too much work in flight.
+            DeadlineExceeded: not done within `timeout_s`.
+        """
+        async with self._admitted(timeout_s) as slot:
+            ((width, height),) = await self.cpu.run(
+                cpu_stages.page_sizes, source, kind, self.limits, page_index
+            )
+            cost = page_cost_bytes(width, height, options.det)
+            return await self._document_page(
+                source, kind, page_index, cost, options, False, slot.deadline, priority
+            )
+
+    async def render_page(
+        self, data: bytes, kind: FileKind, page_index: int, *, timeout_s: float
+    ) -> bytes:
+        """Page `page_index` of a document as PNG (the web page's `/v1/render`), admitted and
+        budgeted like OCR work.
+
+        Raises:
+            InvalidInput: the page does not decode or breaks a limit.
+            PayloadTooLarge: the page could never fit in the memory budget.
+            Overloaded: too much work in flight.
+            DeadlineExceeded: not done within `timeout_s`.
+        """
+        async with self._admitted(timeout_s):
+            ((width, height),) = await self.cpu.run(
+                cpu_stages.page_sizes, data, kind, self.limits, page_index
+            )
+            # The decoded page and its PNG encoding, on top of the decode buffer.
+            async with self.budget.hold(10 * width * height):
+                png: bytes = await self.cpu.run(page_png, data, kind, page_index, self.limits)
+                return png
 
     @contextlib.asynccontextmanager
     async def _admitted(self, timeout_s: float) -> AsyncIterator[_Slot]:
         """Admit one page (more with `grow_to`) for the work inside, bounded by `timeout_s`."""
-        self.admission.admit(1)
-        slot = _Slot(self.admission, deadline=self._clock() + timeout_s)
+        self.admission.admit(1, deadline_s=timeout_s)
+        slot = _Slot(self.admission, deadline=self._clock() + timeout_s, clock=self._clock)
         try:
             async with asyncio.timeout(timeout_s):
                 yield slot
@@ -123,6 +179,30 @@ class OcrService:
             raise DeadlineExceeded() from err
         finally:
             self.admission.release(slot.pages)
+
+    async def _document_page(
+        self,
+        source: shm.ShmRef | bytes | str,
+        kind: FileKind,
+        index: int,
+        cost: int,
+        options: OcrOptions,
+        visualize: bool,
+        deadline: float,
+        priority: int,
+    ) -> PageOutput:
+        """Decode one page once the budget has room for it, and OCR it; the room is held until
+        its result is assembled."""
+        async with self.budget.hold(cost):
+            page = await self.cpu.run(
+                cpu_stages.prepare_page_of, source, kind, index, self.limits, options.det
+            )
+            try:
+                output = await self._page(page, options, visualize, deadline, priority)
+            finally:
+                free_segments(page)
+        self.admission.page_done()
+        return output
 
     async def _page(
         self,
@@ -212,32 +292,3 @@ class OcrService:
         except asyncio.CancelledError:
             future.cancel()
             raise
-
-    async def ocr_page_of(
-        self,
-        source: bytes | str,
-        kind: FileKind,
-        page_index: int,
-        options: OcrOptions,
-        *,
-        priority: int,
-        timeout_s: float,
-    ) -> PageOutput:
-        """OCR one page of a document: page `page_index` of a PDF, or an image (index 0).
-
-        `source` is the file's bytes or its path, which the CPU worker reads (a long PDF is not
-        copied for each page). Batch jobs call this once per page, at background priority.
-
-        Raises:
-            InvalidInput: the page does not decode or breaks a limit.
-            Overloaded: too much work in flight.
-            DeadlineExceeded: not done within `timeout_s`.
-        """
-        async with self._admitted(timeout_s) as slot:
-            page = await self.cpu.run(
-                cpu_stages.prepare_page_of, source, kind, page_index, self.limits, options.det
-            )
-            try:
-                return await self._page(page, options, False, slot.deadline, priority)
-            finally:
-                free_segments(page)

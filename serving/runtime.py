@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 
 from serving import shm
+from serving.admission import Admission
 from serving.batching import Scheduler
 from serving.config import STAGES, AppConfig
 from serving.cpu_pool import CpuPool
@@ -21,8 +22,9 @@ from serving.engine import ModelBundle, engine_options, load_bundle
 from serving.errors import NotReady
 from serving.inputs import DecodeLimits
 from serving.jobs_runner import JobRunner
+from serving.memory_budget import MemoryBudget, default_budget_bytes
 from serving.metrics import Metrics
-from serving.ocr_service import Admission, OcrService
+from serving.ocr_service import OcrService
 from serving.watchdog import LoopWatchdog
 
 logger = logging.getLogger(__name__)
@@ -99,6 +101,7 @@ class Runtime:
         prefix = shm.server_prefix()
         queues = {stage: config.workers.queue(stage) for stage in STAGES}
         admission = Admission(max_pages=config.server.max_inflight_pages)
+        budget = MemoryBudget(config.server.memory_budget_bytes or default_budget_bytes())
         # Waiting for a batch to fill only helps while other pages are in flight.
         scheduler = Scheduler(
             queues, on_drop=discard_payload, company_possible=lambda: admission.inflight > 1
@@ -146,6 +149,8 @@ class Runtime:
             scheduler=scheduler,
             limits=decode_limits,
             admission=admission,
+            budget=budget,
+            prefix=prefix,
         )
         return cls(
             config=config,

@@ -11,10 +11,17 @@ from starlette.staticfiles import StaticFiles
 
 from serving import request_id
 from serving.errors import ValidationFailed
-from serving.page_image import page_png
 
 # The `/v1/ocr` helpers, so both endpoints read bodies and answer errors alike.
-from serving.routes import _as_ocr_error, _error_headers, _runtime, _status, _v1_file, observed
+from serving.routes import (
+    _as_ocr_error,
+    _error_headers,
+    _runtime,
+    _status,
+    _v1_file,
+    observed,
+    until_disconnect,
+)
 
 STATIC = resources.files("serving").joinpath("static")
 
@@ -34,7 +41,12 @@ async def render(request: Request) -> Response:
         if not page_text.isdigit() or len(page_text) > 6:
             raise ValidationFailed("page must be a page number counted from 0")
         data, kind = await _v1_file(request, runtime)
-        png = await runtime.cpu.run(page_png, data, kind, int(page_text), runtime.service.limits)
+        png = await until_disconnect(
+            request,
+            runtime.service.render_page(
+                data, kind, int(page_text), timeout_s=runtime.config.server.request_timeout_s
+            ),
+        )
     except Exception as exc:  # the HTTP boundary: every failure is answered as JSON
         err = _as_ocr_error(exc, rid)
         return JSONResponse(

@@ -1,0 +1,141 @@
+"""The memory budget: bytes of decoded pixels in flight, charged before any pixel is decoded.
+
+A page's size is known from the PDF's page tree or the image's headers (`documents.page_sizes`),
+so its cost is charged before it is rendered, and released when its result is assembled. Pages
+wait for room first come, first served; a page that could never fit is refused with 413. Memory
+then follows the budget, not the page count or the page size of whatever clients send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections import deque
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psutil
+
+from pipelines.det_preprocess import det_input_size
+from pipelines.types import DetParams
+from serving.errors import PayloadTooLarge
+
+logger = logging.getLogger(__name__)
+
+HOST_SHARE = 0.25
+"""Share of the memory this process may use that the default budget takes."""
+
+_MIB = 1 << 20
+
+
+def page_cost_bytes(width: int, height: int, det: DetParams) -> int:
+    """What one page of `width` x `height` holds while in flight.
+
+    3 bytes a pixel for the BGR page in shared memory (kept for the crops), 4 while it is
+    decoded (pdfium renders BGRx), and 16 per detector pixel: the float32 input (12) and the
+    probability map (4).
+    """
+    det_h, det_w = det_input_size(height, width, det)
+    return 7 * width * height + 16 * det_h * det_w
+
+
+def host_memory_bytes() -> int:
+    """Memory this process may use: the host's, or its cgroup's limit when lower (containers)."""
+    total = int(psutil.virtual_memory().total)
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            text = Path(path).read_text().strip()
+            if text.isdigit():
+                total = min(total, int(text))
+    return total
+
+
+def default_budget_bytes() -> int:
+    """`HOST_SHARE` of `host_memory_bytes()`; warns when /dev/shm cannot hold that much."""
+    budget = int(host_memory_bytes() * HOST_SHARE)
+    with contextlib.suppress(OSError):
+        stat = os.statvfs("/dev/shm")
+        shm_bytes = stat.f_blocks * stat.f_frsize
+        if shm_bytes < budget // 2:
+            logger.warning(
+                "/dev/shm holds %d MiB, less than half the memory budget of %d MiB: pages in "
+                "flight may not fit (docker run --shm-size, or an emptyDir with medium Memory)",
+                shm_bytes // _MIB,
+                budget // _MIB,
+            )
+    return budget
+
+
+class MemoryBudget:
+    """Bytes of decoded pixels in flight, handed out first come, first served."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = total_bytes
+        self.used_bytes = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        """Pages waiting for room."""
+        return len(self._waiters)
+
+    def check(self, nbytes: int) -> None:
+        """Refuse a page that could never fit.
+
+        Raises:
+            PayloadTooLarge: `nbytes` is over the whole budget.
+        """
+        if nbytes > self.total_bytes:
+            raise PayloadTooLarge(
+                f"A page of this size needs about {nbytes // _MIB} MiB while in flight; this "
+                f"server's memory budget is {self.total_bytes // _MIB} MiB "
+                "(server.memory_budget_bytes): send it smaller, or at a lower resolution"
+            )
+
+    @contextlib.asynccontextmanager
+    async def hold(self, nbytes: int) -> AsyncIterator[None]:
+        """Hold `nbytes` of the budget for the work inside, waiting for room first.
+
+        Raises:
+            PayloadTooLarge: `nbytes` could never fit.
+        """
+        await self.acquire(nbytes)
+        try:
+            yield
+        finally:
+            self.release(nbytes)
+
+    async def acquire(self, nbytes: int) -> None:
+        """Take `nbytes`, waiting behind earlier pages until they fit (see `hold`)."""
+        self.check(nbytes)
+        if not self._waiters and self.used_bytes + nbytes <= self.total_bytes:
+            self.used_bytes += nbytes
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (nbytes, granted)
+        self._waiters.append(entry)
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.release(nbytes)  # room was granted as the waiter went away
+            else:
+                with contextlib.suppress(ValueError):  # `_grant` may have dropped it already
+                    self._waiters.remove(entry)
+                self._grant()  # the head may have left: those behind it may fit now
+            raise
+
+    def release(self, nbytes: int) -> None:
+        """Give back `nbytes` taken with `acquire`."""
+        self.used_bytes -= nbytes
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self.used_bytes + self._waiters[0][0] <= self.total_bytes:
+            nbytes, granted = self._waiters.popleft()
+            if granted.done():
+                continue
+            self.used_bytes += nbytes
+            granted.set_result(None)
