@@ -71,3 +71,7 @@ class Admission:
             self.page_s = sample
         else:
             self.page_s += self.smoothing * (sample - self.page_s)
+
+    def describe(self) -> dict[str, float | int | None]:
+        """For `/readyz`."""
+        return {"inflight_pages": self.inflight, "page_s": self.page_s, "max_pages": self.max_pages}

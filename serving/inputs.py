@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import os
 import struct
 import threading
@@ -191,7 +192,7 @@ def pdf_page_size(doc: pdfium.PdfDocument, index: int, limits: DecodeLimits) -> 
             f"Invalid input file: page {index + 1} of the PDF cannot be read ({err})"
         ) from err
     scale = limits.pdf_render_scale
-    size = (int(width * scale), int(height * scale))
+    size = (math.ceil(width * scale), math.ceil(height * scale))  # as pypdfium2's `render` sizes
     _check_pixels(size[1], size[0], limits)
     return size
 

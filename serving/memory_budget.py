@@ -81,6 +81,18 @@ class MemoryBudget:
         """Pages waiting for room."""
         return len(self._waiters)
 
+    def gauge(self, state: str) -> float:
+        """ "used" or "total" bytes, or pages "waiting" (for `/metrics`)."""
+        return float({"used": self.used_bytes, "total": self.total_bytes}.get(state, self.waiting))
+
+    def describe(self) -> dict[str, int]:
+        """For `/readyz`."""
+        return {
+            "total_bytes": self.total_bytes,
+            "used_bytes": self.used_bytes,
+            "waiting": self.waiting,
+        }
+
     def check(self, nbytes: int) -> None:
         """Refuse a page that could never fit.
 

@@ -3,6 +3,7 @@ and batches are dispatched, so the figures are correct across all worker process
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -57,6 +58,32 @@ class Metrics:
         # Series that exist from the start, so dashboards and alerts see zeros, not gaps.
         for kind in ("cpu", "device"):
             self.worker_restarts.labels(kind=kind)
+
+    def track_admission(
+        self,
+        inflight: Callable[[], float],
+        page_s: Callable[[], float],
+        memory: Callable[[str], float],
+    ) -> None:
+        """Report admission's pages in flight and measured pace, and the memory budget, when
+        scraped (`memory` answers for "used", "total" and "waiting")."""
+        r = self.registry
+        Gauge("ocr_pages_inflight", "Pages admitted and not done.", registry=r).set_function(
+            inflight
+        )
+        Gauge(
+            "ocr_page_pace_seconds",
+            "Measured seconds between page completions while busy (0 until measured).",
+            registry=r,
+        ).set_function(page_s)
+        budget = Gauge(
+            "ocr_memory_budget",
+            "Memory budget for decoded pages: used and total bytes, pages waiting for room.",
+            ["state"],
+            registry=r,
+        )
+        for state in ("used", "total", "waiting"):
+            budget.labels(state=state).set_function(functools.partial(memory, state))
 
     def track_queue_depth(self, stage: str, depth: Callable[[], int]) -> None:
         """Report a queue's depth when scraped."""

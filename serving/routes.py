@@ -325,6 +325,8 @@ async def readyz(request: Request) -> Response:
         "ready": runtime.ready,
         "devices": workers,
         "cpu_workers": {"pids": runtime.cpu.pids(), "restarts": runtime.cpu.restarts},
+        "admission": runtime.service.admission.describe(),
+        "memory_budget": runtime.service.budget.describe(),
     }
     if runtime.startup_error:
         body["error"] = runtime.startup_error

@@ -128,6 +128,9 @@ class Runtime:
             limits = {stage: kind.limits(stage) for stage in STAGES}
             workers.append(DeviceWorker(spec=spec, limits=limits, setup=setup))
         metrics = Metrics()
+        metrics.track_admission(
+            lambda: admission.inflight, lambda: admission.page_s or 0.0, budget.gauge
+        )
         for stage in STAGES:
             metrics.track_queue_depth(stage, functools.partial(scheduler.policy.depth, stage))
         devices = DevicePool(

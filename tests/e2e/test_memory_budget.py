@@ -143,5 +143,13 @@ def test_big_pages_are_decoded_as_the_budget_allows_and_render_is_admitted(tmp_p
         assert small.status_code == 200
         assert small.headers["content-type"] == "image/png"
         assert _segments_bytes(server) < 2 * MIB
+        ready = httpx.get(f"{server.url}/readyz").json()
+        assert ready["memory_budget"] == {"total_bytes": 600 * MIB, "used_bytes": 0, "waiting": 0}
+        assert ready["admission"]["inflight_pages"] == 0
+        assert ready["admission"]["page_s"] > 0  # the pace was measured on the pages above
+        metrics = httpx.get(f"{server.url}/metrics").text
+        assert 'ocr_memory_budget{state="total"} 6.291456e+08' in metrics
+        assert 'ocr_memory_budget{state="used"} 0.0' in metrics
+        assert "ocr_page_pace_seconds " in metrics
     finally:
         stop_server(server)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from serving.documents import count_pages, decode_page
+from serving.documents import count_pages, decode_page, page_sizes
 from serving.errors import InvalidInput
 from serving.inputs import DecodeLimits, decode_frames
 from tests import images
@@ -49,3 +49,41 @@ def test_single_images_and_pdfs() -> None:
     pdf = images.make_pdf([images.empty_page(100, 80)] * 2, dpi=144.0)
     assert count_pages(pdf, "pdf") == 2
     assert decode_page(pdf, "pdf", 1, LIMITS).shape == (80, 100, 3)
+
+
+def _tiff_of_sizes(sizes: list[tuple[int, int]]) -> bytes:
+    pages = [Image.new("RGB", size, COLOURS[i % 3]) for i, size in enumerate(sizes)]
+    buf = io.BytesIO()
+    pages[0].save(buf, format="TIFF", save_all=True, append_images=pages[1:])
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (images.encode_png(images.latin_lines().image), "image"),
+        (images.encode_jpeg(images.chinese_lines().image), "image"),
+        (_tiff_of_sizes([(40, 30), (17, 91)]), "image"),
+        (images.make_pdf([images.empty_page(100, 80), images.empty_page(37, 211)]), "pdf"),
+    ],
+)
+def test_page_sizes_from_headers_are_the_decoded_sizes(data: bytes, kind: str) -> None:
+    """The memory budget charges `page_sizes` before decoding: it must be what decoding gives."""
+    sizes = page_sizes(data, kind, LIMITS)  # type: ignore[arg-type]
+    decoded = [decode_page(data, kind, i, LIMITS) for i in range(len(sizes))]  # type: ignore[arg-type]
+    assert sizes == [(page.shape[1], page.shape[0]) for page in decoded]
+    assert page_sizes(data, kind, LIMITS, index=len(sizes) - 1) == sizes[-1:]  # type: ignore[arg-type]
+
+
+def test_page_sizes_refuse_before_decoding() -> None:
+    big = images.make_pdf([images.empty_page(100, 80)] * 3)
+    with pytest.raises(InvalidInput, match="max_pdf_pages"):
+        page_sizes(big, "pdf", LIMITS)
+    assert page_sizes(big, "pdf", LIMITS, index=2) == [page_sizes(big, "pdf", LIMITS, index=0)[0]]
+    with pytest.raises(InvalidInput, match="no page 4"):
+        page_sizes(big, "pdf", LIMITS, index=3)
+    tiny = DecodeLimits(max_pdf_pages=2, pdf_render_scale=2.0, max_image_pixels=1000)
+    with pytest.raises(InvalidInput, match="max_image_pixels"):
+        page_sizes(big, "pdf", tiny, index=0)
+    with pytest.raises(InvalidInput, match="max_image_pixels"):
+        page_sizes(_tiff_of_sizes([(10, 10), (40, 30)]), "image", tiny)

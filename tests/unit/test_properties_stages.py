@@ -13,7 +13,7 @@ from pipelines.cls_postprocess import apply_orientation, classify_orientation
 from pipelines.cls_preprocess import plan_cls_batches
 from pipelines.crop import boxes_from_polys, crop_text_lines, sort_quad_boxes
 from pipelines.det_postprocess import postprocess_det
-from pipelines.det_preprocess import preprocess_det
+from pipelines.det_preprocess import det_input_size, preprocess_det
 from pipelines.ocr import run_page
 from pipelines.rec_postprocess import build_charset, decode_ctc, reduce_rec_output
 from pipelines.rec_preprocess import plan_rec_chunks, resize_norm_rec
@@ -54,6 +54,8 @@ def test_det_resize_multiples_of_32_within_limits(
     # Sides are rounded to the nearest multiple of 32, so they may pass max_side_limit by 16.
     assert 32 <= min(det_h, det_w) <= max(det_h, det_w) <= max(32, params.max_side_limit + 16)
     assert (det_input.src_h, det_input.src_w) == (height, width)
+    # What the memory budget charges before decoding is what the detector then gets.
+    assert det_input_size(height, width, params) == (det_h, det_w)
     padded_h, padded_w = (
         (max(32, height), max(32, width)) if height + width < 64 else (height, width)
     )
