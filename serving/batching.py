@@ -5,7 +5,8 @@ width), so a batch never mixes shapes and never pads across requests. A free dev
 the next batch sized for it (work pulling): the policy picks the most urgent bucket among the stages
 the worker serves (priority first, then later pipeline stages first so requests in flight finish,
 then age), fills the batch up to the worker's count and cost caps, and waits up to `max_wait_ms` for
-company when the batch is not full. Expired and cancelled items are dropped, never run.
+company when the batch is not full. Expired and cancelled items are dropped, never run. When the
+server stops, `Scheduler.close` fails every item still awaited, queued or running, with a 503.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.config import QueueConfig, StageLimits
-from serving.errors import DeadlineExceeded, Overloaded
+from serving.errors import DeadlineExceeded, OcrError, Overloaded, ShuttingDown
 
 # Later stages first: finishing requests already in flight bounds latency and memory.
 STAGE_RANK = {"rec": 0, "cls": 1, "det": 2}
@@ -206,11 +207,48 @@ class Scheduler:
         self._changed = asyncio.Event()
         self._on_drop = on_drop
         self._company_possible = company_possible
+        self._open: set[WorkItem] = set()
+        """Items submitted and not yet answered: queued, or in a batch on a device."""
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """`close()` was called: the server is stopping."""
+        return self._closed
 
     def submit(self, item: WorkItem, *, front: bool = False) -> None:
-        """Queue an item and wake the waiting workers."""
+        """Queue an item and wake the waiting workers.
+
+        Raises:
+            Overloaded: the stage's queue is full.
+            ShuttingDown: the scheduler is closed.
+        """
+        if self._closed:
+            raise ShuttingDown()
         self.policy.submit(item, self._clock(), front=front)
+        if item not in self._open:  # a retry (`front`) is already tracked
+            self._open.add(item)
+            item.future.add_done_callback(lambda _: self._open.discard(item))
         self._changed.set()
+
+    def close(self) -> int:
+        """Shutdown: fail every item still awaited with ShuttingDown (503), whether queued or in a
+        batch on a device, and refuse new ones, so that requests answer before the grace runs out.
+
+        Queued items are removed and freed; a running batch's outcome is freed when it comes back.
+        Returns how many items were failed.
+        """
+        self._closed = True
+        failed = 0
+        for item in self.policy.drain():
+            failed += not item.future.done()
+            self._drop(item, ShuttingDown())
+        for item in list(self._open):
+            if not item.future.done():
+                item.future.set_exception(ShuttingDown())
+                failed += 1
+        self._open.clear()
+        return failed
 
     async def next_batch(
         self, stages: Iterable[str], limits: Mapping[str, StageLimits]
@@ -238,8 +276,8 @@ class Scheduler:
         """Remove every queued item (shutdown)."""
         return self.policy.drain()
 
-    def _drop(self, item: WorkItem) -> None:
+    def _drop(self, item: WorkItem, error: OcrError | None = None) -> None:
         if not item.future.done():
-            item.future.set_exception(DeadlineExceeded())
+            item.future.set_exception(error or DeadlineExceeded())
         if self._on_drop is not None:
             self._on_drop(item)

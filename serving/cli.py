@@ -1,8 +1,9 @@
-"""`ocr-serve`: load the config, build the runtime, run Uvicorn."""
+"""`ocr-serve`: load the config, build the runtime, run Uvicorn (shutting down within the grace)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from serving.config import AppConfig, describe, load_config
 from serving.errors import ConfigError
 from serving.log_config import configure_logging
 from serving.runtime import Runtime
+from serving.server import GracefulServer, ShutdownPlan
 
 logger = logging.getLogger("serving")
 
@@ -59,8 +61,9 @@ def resolve_config(args: argparse.Namespace, environ: Mapping[str, str] | None =
     return config
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `ocr-serve`."""
+def main(argv: list[str] | None = None, *, predictor_factory: str | None = None) -> int:
+    """Entry point of `ocr-serve`; `predictor_factory` replaces the device workers' predictors
+    (tests serve with fakes)."""
     args = parse_args(argv)
     try:
         config = resolve_config(args)
@@ -70,17 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(config.server.log_level, log_format=config.server.log_format)
     logger.info("effective configuration: %s", json.dumps(describe(config)))
     try:
-        runtime = Runtime.build(config)
+        runtime = Runtime.build(config, predictor_factory=predictor_factory)
         app = build_app(runtime)
     except (ConfigError, ValueError, OSError) as err:
         logger.error("cannot start: %s", err)
         return 2
-    uvicorn.run(
-        app,
-        host=config.server.host,
-        port=config.server.port,
-        log_config=None,
-        timeout_graceful_shutdown=round(config.server.shutdown_grace_s),
-        access_log=False,
+    server = GracefulServer(
+        uvicorn.Config(
+            app, host=config.server.host, port=config.server.port, log_config=None, access_log=False
+        ),
+        plan=ShutdownPlan.within(config.server.shutdown_grace_s),
+        abort=runtime.scheduler.close,
     )
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once stopped
+        server.run()
     return 0

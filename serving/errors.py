@@ -101,6 +101,14 @@ class WorkerUnavailable(OcrError):
     default_message = "Worker unavailable, retry later"
 
 
+class ShuttingDown(OcrError):
+    """The server is stopping and this work cannot finish within the shutdown grace."""
+
+    http_status = 503
+    code = "shutting_down"
+    default_message = "Server is shutting down, retry later"
+
+
 class NotReady(OcrError):
     """Models are still loading or warming up."""
 

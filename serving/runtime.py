@@ -208,6 +208,7 @@ class Runtime:
             self.watchdog.stop()
         if self.jobs is not None:
             await self.jobs.stop()
+        self.scheduler.close()  # work still awaited, or submitted later, fails with 503
         for item in self.scheduler.drain():
             discard_payload(item)
             if not item.future.done():

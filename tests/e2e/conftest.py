@@ -48,17 +48,36 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(tmp: Path, config: str = CONFIG) -> Server:
+FAKE_PREDICTORS = "tests.fakes.predictors:fake_predictor"
+"""Model-free device workers (`start_server(predictor_factory=...)`); see tests/fakes."""
+
+
+def start_server(
+    tmp: Path,
+    config: str = CONFIG,
+    *,
+    predictor_factory: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Server:
     config_path = tmp / "config.toml"
     config_path.write_text(config)
     port = free_port()
     log = tmp / "server.log"
+    command = [sys.executable, "-m", "serving"]
+    if predictor_factory is not None:  # `ocr-serve` itself, with other predictors
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; from serving.cli import main; "
+            f"sys.exit(main(sys.argv[1:], predictor_factory={predictor_factory!r}))",
+        ]
     with log.open("wb") as out:  # the child keeps its own descriptor
         process = subprocess.Popen(
-            [sys.executable, "-m", "serving", "--config", str(config_path), "--port", str(port)],
+            [*command, "--config", str(config_path), "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            cwd=Path(__file__).parents[2],  # the repository: `tests.fakes` imports
         )
     return Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
 

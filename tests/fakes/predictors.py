@@ -4,16 +4,20 @@ Device workers import the factory by path (`WorkerSetup.predictor_factory`), so 
 chosen with environment variables that the spawned processes inherit:
   OCR_FAKE_CLS_CLASS=N   the textline classifier answers class N for every crop;
   OCR_FAKE_REC_FAIL=TEXT rec raises for any batch wider than TEXT pixels (a "bad crop").
+`fake_predictor` uses no model at all (`models.FakePredictor`):
+  OCR_FAKE_LATENCY_S=S   every batch takes S seconds (the warm-up page's too).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from models.fake_predictor import FakePredictor
 from models.paddle_predictor import EngineOptions
+from models.spec import ModelKind
 from serving.engine import create_predictor as real_predictor
 
 
@@ -72,3 +76,11 @@ def create_predictor(
     if stage == "rec" and "OCR_FAKE_REC_FAIL" in os.environ:
         return FailingWide(predictor, int(os.environ["OCR_FAKE_REC_FAIL"]))
     return predictor
+
+
+def fake_predictor(
+    stage: str, model_dir: str, engine: EngineOptions, device: str, max_rows: int
+) -> FakePredictor:
+    """Model-free predictors, slowed down by `OCR_FAKE_LATENCY_S`: server lifecycle tests."""
+    latency_s = float(os.environ.get("OCR_FAKE_LATENCY_S", "0"))
+    return FakePredictor(cast(ModelKind, stage), latency_s=latency_s)

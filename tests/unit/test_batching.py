@@ -8,7 +8,7 @@ import pytest
 
 from serving.batching import BACKGROUND, INTERACTIVE, BatchPolicy, Scheduler, WorkItem
 from serving.config import QueueConfig, StageLimits
-from serving.errors import DeadlineExceeded, Overloaded
+from serving.errors import DeadlineExceeded, Overloaded, ShuttingDown
 
 LIMITS = {
     "det": StageLimits(max_batch_size=2, max_cost=10_000),
@@ -199,3 +199,34 @@ def test_waiting_bucket_lets_worker_run_other_ready_work(loop):
     sel = policy.select(0.001, ["det", "rec"], limits)
     assert names(sel.batch) == ["det"]
     assert names(policy.select(0.050, ["det", "rec"], limits).batch) == ["rec"]
+
+
+def test_close_fails_queued_and_running_items_and_refuses_new_ones():
+    async def scenario():
+        dropped = []
+        scheduler = Scheduler(queues(), on_drop=dropped.append)
+        loop = asyncio.get_running_loop()
+        answered = item(loop, name="answered")
+        scheduler.submit(answered)
+        assert names(await scheduler.next_batch(["rec"], LIMITS)) == ["answered"]
+        answered.future.set_result("text")
+        running = item(loop, name="running")
+        scheduler.submit(running)
+        assert names(await scheduler.next_batch(["rec"], LIMITS)) == ["running"]  # on a device
+        queued = item(loop, stage="det", bucket=(32, 32), count=1, name="queued")
+        scheduler.submit(queued)
+
+        assert not scheduler.closed
+        assert scheduler.close() == 2
+        assert scheduler.closed
+        assert answered.future.result() == "text"
+        for failed in (running, queued):
+            with pytest.raises(ShuttingDown):
+                failed.future.result()
+        assert dropped == [queued]  # freed now; the device pool frees the running batch's
+        assert scheduler.policy.depth("det") == 0
+        with pytest.raises(ShuttingDown):
+            scheduler.submit(item(loop, name="late"))
+        assert scheduler.policy.depth("rec") == 0
+
+    asyncio.run(scenario())
