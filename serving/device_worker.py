@@ -21,6 +21,7 @@ import numpy as np
 
 from serving import shm
 from serving.errors import OcrError, PredictorFailed
+from serving.proc import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -167,6 +168,7 @@ def _import(path: str) -> Callable[..., Any]:
 
 def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -> None:
     """Process entry point: load, warm up with a real page, report ready, serve until told."""
+    die_with_parent()
     from serving.log_config import configure_logging
 
     process_name = f"device[{spec.name}]"

@@ -183,6 +183,7 @@ class Runtime:
 
     async def start(self) -> None:
         """Start the CPU pool and the device workers; readiness follows."""
+        shm.sweep_orphans()  # segments of servers killed before they could sweep
         if self.config.server.watchdog_s > 0:
             self.watchdog = LoopWatchdog(asyncio.get_running_loop(), self.config.server.watchdog_s)
             self.watchdog.start()

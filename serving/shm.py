@@ -2,20 +2,26 @@
 
 A producer copies an array into a new segment and passes the small `ShmRef` on; the consumer copies
 it out and unlinks the segment. Segment names carry the server's prefix, so `sweep` removes any
-segment a killed process left behind: none outlives the server.
+segment a killed process left behind: none outlives the server. A server that was itself killed
+leaves its segments to the next one, whose `sweep_orphans` removes those of servers no longer alive.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 
 import numpy as np
 
+logger = logging.getLogger(__name__)
+
 _SHM_DIR = "/dev/shm"
+_SERVER_SEGMENT = re.compile(r"ocrsrv(\d+)_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +104,45 @@ def sweep(prefix: str) -> int:
         discard(ShmRef(name=os.path.basename(path), shape=(0,), dtype="u1"))
         count += 1
     return count
+
+
+def sweep_orphans(shm_dir: str = _SHM_DIR) -> tuple[int, int]:
+    """Remove the segments of servers that are no longer alive (killed, so they could not sweep
+    their own); returns how many segments and bytes were removed.
+
+    A server is known by the pid in its prefix (`server_prefix`); a pid alive now, even if reused
+    by another process, keeps its segments.
+    """
+    removed = size = 0
+    dead: set[int] = set()
+    for name in sorted(os.listdir(shm_dir)) if os.path.isdir(shm_dir) else []:
+        match = _SERVER_SEGMENT.match(name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        path = os.path.join(shm_dir, name)
+        try:
+            nbytes = os.stat(path).st_size
+            os.unlink(path)
+        except FileNotFoundError:
+            continue  # its own server's last worker or another sweep removed it meanwhile
+        removed += 1
+        size += nbytes
+        dead.add(int(match.group(1)))
+    if removed:
+        logger.info(
+            "removed %d shared-memory segments (%d bytes) left by dead servers (pids %s)",
+            removed,
+            size,
+            ", ".join(str(pid) for pid in sorted(dead)),
+        )
+    return removed, size
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process; no pid at all
+    return True

@@ -202,3 +202,30 @@ def test_server_prefix() -> None:
 
 def test_shm_dir_constant() -> None:
     assert shm._SHM_DIR == "/dev/shm"
+
+
+def _dead_pid() -> int:
+    """A pid no process can have: one above the kernel's limit."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as limit:
+            return int(limit.read()) + 1
+    except OSError:
+        return 2**22 + 1  # the largest limit Linux allows, plus one
+
+
+def test_sweep_orphans_removes_only_segments_of_dead_servers(tmp_path) -> None:
+    dead, live = _dead_pid(), os.getpid()
+    sizes = {
+        f"{server_prefix(dead)}a": 10,
+        f"{server_prefix(dead)}b": 20,
+        f"{server_prefix(live)}c": 40,
+        "ocrtest0_d": 80,
+        "other": 160,
+    }
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"\0" * size)
+    assert shm.sweep_orphans(str(tmp_path)) == (2, 30)
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [f"{server_prefix(live)}c", "ocrtest0_d", "other"]
+    )
+    assert shm.sweep_orphans(str(tmp_path)) == (0, 0)

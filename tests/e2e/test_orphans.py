@@ -1,0 +1,110 @@
+"""kill -9 of the server's main process: nothing of it stays behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import FAKE_PREDICTORS, start_server, stop_server, wait_ready
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc and shm")
+
+CONFIG = """
+[server]
+log_level = "info"
+[paddlex]
+visualize = false
+[workers]
+devices = ["cpu"]
+cpu_workers = 2
+"""
+
+GONE_WITHIN_S = 20.0
+"""A bound on the wait for processes to go, not a speed measurement."""
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name; None once the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def _children(pid: int) -> set[int]:
+    children = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields is not None and int(fields[1]) == pid:
+                children.add(int(entry.name))
+    return children
+
+
+def _gone(pid: int) -> bool:
+    """Exited; a zombie (dead, waiting for whoever adopted it to reap it) counts as gone."""
+    fields = _stat(pid)
+    return fields is None or fields[0] == "Z"
+
+
+def test_kill_9_takes_the_workers_and_the_resource_tracker_along(tmp_path) -> None:
+    server = start_server(tmp_path, CONFIG, predictor_factory=FAKE_PREDICTORS)
+    processes: set[int] = set()
+    try:
+        wait_ready(server)
+        ready = httpx.get(f"{server.url}/readyz").json()
+        workers = {d["pid"] for d in ready["devices"].values()} | set(ready["cpu_workers"]["pids"])
+        assert len(workers) == 3, ready
+        children = _children(server.process.pid)
+        assert workers <= children
+        trackers = {
+            pid
+            for pid in children - workers
+            if b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        }
+        assert len(trackers) == 1, children
+        processes = workers | trackers
+        # A worker blocked on its pipe would see the parent go (EOF) and exit by itself; one busy
+        # in a long batch or stuck would not. Stopped workers stand for those.
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+
+        server.process.kill()
+        server.process.wait()
+        killed = time.monotonic()
+        left = processes
+        while left and time.monotonic() < killed + GONE_WITHIN_S:
+            time.sleep(0.1)
+            left = {pid for pid in left if not _gone(pid)}
+        assert not left, f"still alive: {left} (workers {workers}, tracker {trackers})"
+        print(f"all gone {time.monotonic() - killed:.2f} s after kill -9")  # -s shows it
+    finally:
+        for pid in processes:  # a failed run leaves nothing stopped behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        stop_server(server)
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
+def test_the_next_server_removes_segments_of_dead_servers(tmp_path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid belongs to no process
+    segment = Path(f"/dev/shm/ocrsrv{gone.pid}_e2eorphan")
+    segment.write_bytes(b"\0" * 4096)
+    server = start_server(tmp_path, CONFIG, predictor_factory=FAKE_PREDICTORS)
+    try:
+        wait_ready(server)
+        assert not segment.exists()
+        assert "left by dead servers" in server.log.read_text()
+    finally:
+        segment.unlink(missing_ok=True)
+        stop_server(server)
