@@ -71,7 +71,8 @@ class ServerConfig:
     retry_after_s: int = 2
     """Value of the Retry-After header on shed requests."""
     shutdown_grace_s: float = 30.0
-    """On SIGTERM, in-flight requests get this long to finish."""
+    """On SIGTERM the process exits within this long: requests in flight get most of it, and those
+    that cannot finish in time answer 503 shutting_down (`serving.server.ShutdownPlan`)."""
     watchdog_s: float = 60.0
     """An event loop that runs nothing for this long ends the process for a restart; 0 = off."""
     log_level: str = "info"
