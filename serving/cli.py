@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None, *, predictor_factory: str | None = None)
             app, host=config.server.host, port=config.server.port, log_config=None, access_log=False
         ),
         plan=ShutdownPlan.within(config.server.shutdown_grace_s),
-        abort=runtime.scheduler.close,
+        abort=runtime.abort_inflight,
     )
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once stopped
         server.run()

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from serving import shm
 from serving.cpu_worker import cpu_worker_main
-from serving.errors import WorkerUnavailable
+from serving.errors import OcrError, WorkerUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ class CpuPool:
         self._queue: deque[_Call] = deque()
         self._wakeup: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._aborted: OcrError | None = None
         self.restarts = 0
 
     @property
@@ -131,6 +132,8 @@ class CpuPool:
             WorkerUnavailable: the pool is not running, or workers died running this call
                 `max_attempts` times.
         """
+        if self._aborted is not None:
+            raise self._aborted
         if self._wakeup is None:
             raise WorkerUnavailable("The CPU worker pool is not running")
         call = _Call(fn, args, asyncio.get_running_loop().create_future())
@@ -201,7 +204,9 @@ class CpuPool:
             )
             try:
                 async with asyncio.timeout(self._start_timeout_s):
-                    await _in_thread(process.start)
+                    # On an executor thread that lives on: a worker's parent-death signal
+                    # (`serving.proc`) fires when the *thread* that started it exits.
+                    await asyncio.get_running_loop().run_in_executor(None, process.start)
                     child.close()
                     await _in_thread(functools.partial(_receive, parent, process.sentinel))
             except (TimeoutError, OSError, _Died, EOFError):
@@ -281,6 +286,19 @@ class CpuPool:
             self._abandon_grace_s,
         )
         worker.process.kill()
+
+    def abort(self, error: OcrError) -> int:
+        """Fail every call queued or running with `error`, and refuse new ones (shutdown: callers
+        answer now; a running call's result is freed when it comes back). Returns how many."""
+        self._aborted = error
+        pending = [*self._queue, *(w.call for w in self._slots if w.call is not None)]
+        self._queue.clear()
+        failed = 0
+        for call in pending:
+            if not call.future.done():
+                call.future.set_exception(error)
+                failed += 1
+        return failed
 
     def pids(self) -> list[int]:
         """Process ids of the live workers."""

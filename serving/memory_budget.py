@@ -20,7 +20,7 @@ import psutil
 
 from pipelines.det_preprocess import det_input_size
 from pipelines.types import DetParams
-from serving.errors import PayloadTooLarge
+from serving.errors import OcrError, PayloadTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class MemoryBudget:
         self.total_bytes = total_bytes
         self.used_bytes = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._aborted: OcrError | None = None
 
     @property
     def waiting(self) -> int:
@@ -121,6 +122,8 @@ class MemoryBudget:
 
     async def acquire(self, nbytes: int) -> None:
         """Take `nbytes`, waiting behind earlier pages until they fit (see `hold`)."""
+        if self._aborted is not None:
+            raise self._aborted
         self.check(nbytes)
         if not self._waiters and self.used_bytes + nbytes <= self.total_bytes:
             self.used_bytes += nbytes
@@ -131,13 +134,25 @@ class MemoryBudget:
         try:
             await granted
         except asyncio.CancelledError:
-            if granted.done() and not granted.cancelled():
+            if granted.done() and not granted.cancelled() and granted.exception() is None:
                 self.release(nbytes)  # room was granted as the waiter went away
             else:
                 with contextlib.suppress(ValueError):  # `_grant` may have dropped it already
                     self._waiters.remove(entry)
                 self._grant()  # the head may have left: those behind it may fit now
             raise
+
+    def abort(self, error: OcrError) -> int:
+        """Fail every page waiting for room with `error`, and refuse new ones (shutdown).
+        Returns how many."""
+        self._aborted = error
+        failed = 0
+        while self._waiters:
+            _, granted = self._waiters.popleft()
+            if not granted.done():
+                granted.set_exception(error)
+                failed += 1
+        return failed
 
     def release(self, nbytes: int) -> None:
         """Give back `nbytes` taken with `acquire`."""

@@ -19,7 +19,7 @@ from serving.cpu_stages import init_cpu_worker
 from serving.device_pool import DevicePool, DeviceWorker, discard_payload
 from serving.device_worker import DeviceSpec, WorkerSetup
 from serving.engine import ModelBundle, engine_options, load_bundle
-from serving.errors import NotReady
+from serving.errors import NotReady, ShuttingDown
 from serving.inputs import DecodeLimits
 from serving.jobs_runner import JobRunner
 from serving.memory_budget import MemoryBudget, default_budget_bytes
@@ -180,6 +180,13 @@ class Runtime:
         """
         if not self.started.is_set():
             raise NotReady(self.startup_error or None)
+
+    def abort_inflight(self) -> int:
+        """Shutdown is running out of grace: fail all work in flight with 503 shutting_down,
+        wherever it waits (inference queues and devices, CPU stages, the memory budget), so that
+        every request answers in its API's format. Returns how many pieces of work failed."""
+        error = ShuttingDown()
+        return self.scheduler.close() + self.cpu.abort(error) + self.service.budget.abort(error)
 
     async def start(self) -> None:
         """Start the CPU pool and the device workers; readiness follows."""

@@ -115,7 +115,7 @@ class GracefulServer(uvicorn.Server):
     def _abort_inflight(self) -> None:
         failed = self._abort()
         logger.warning(
-            "shutdown grace ending: %d inference items in flight fail with 503 shutting_down",
+            "shutdown grace ending: %d pieces of work in flight fail with 503 shutting_down",
             failed,
         )
 

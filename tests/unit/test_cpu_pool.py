@@ -15,7 +15,7 @@ import pytest
 from serving import cpu_pool, cpu_stages
 from serving.config import AppConfig
 from serving.cpu_pool import CpuPool
-from serving.errors import InvalidInput, WorkerUnavailable
+from serving.errors import InvalidInput, ShuttingDown, WorkerUnavailable
 from serving.runtime import Runtime
 from tests.fakes import cpu_calls
 
@@ -184,3 +184,27 @@ def test_worker_start_up_data_fits_in_a_pipe_buffer() -> None:
     cpu_stages.init_cpu_worker(*runtime.cpu._initargs)
     assert runtime.bundle.charset == cpu_stages._CHARSET
     assert len(cpu_stages._CHARSET) > 10_000
+
+
+def test_abort_answers_every_call_now_and_refuses_new_ones(tmp_path: Path) -> None:
+    """Shutdown running out of grace: callers in a CPU stage answer 503 instead of being cut."""
+
+    async def main() -> None:
+        pool = await _started(_pool(1))
+        try:
+            running = asyncio.ensure_future(
+                pool.run(cpu_calls.announce_then_sleep, str(tmp_path), 600.0)
+            )
+            await _wait_for_file(tmp_path, "busy")
+            queued = asyncio.ensure_future(pool.run(cpu_calls.add, 1, 2))
+            await asyncio.sleep(0)
+            assert pool.abort(ShuttingDown()) == 2
+            for call in (running, queued):
+                with pytest.raises(ShuttingDown):
+                    await call
+            with pytest.raises(ShuttingDown):
+                await pool.run(cpu_calls.add, 1, 2)
+        finally:
+            await pool.stop(timeout_s=0.5)
+
+    asyncio.run(main())

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from pipelines.types import DetParams
-from serving.errors import PayloadTooLarge
+from serving.errors import PayloadTooLarge, ShuttingDown
 from serving.memory_budget import MemoryBudget, host_memory_bytes, page_cost_bytes
 
 
@@ -78,3 +78,20 @@ def test_a_page_costs_its_pixels_and_its_detector_input() -> None:
     assert cost == 7 * side * side + 16 * 4000 * 4000
     assert page_cost_bytes(800, 300, det) == 7 * 800 * 300 + 16 * 800 * 288
     assert host_memory_bytes() > 0
+
+
+def test_abort_fails_the_waiting_pages_and_refuses_new_ones() -> None:
+    async def main() -> None:
+        budget = MemoryBudget(100)
+        await budget.acquire(100)
+        waiting = asyncio.create_task(budget.acquire(10))
+        await asyncio.sleep(0)
+        assert budget.abort(ShuttingDown()) == 1
+        with pytest.raises(ShuttingDown):
+            await waiting
+        with pytest.raises(ShuttingDown):
+            await budget.acquire(1)
+        budget.release(100)
+        assert budget.used_bytes == 0
+
+    asyncio.run(main())
