@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -106,26 +107,20 @@ class Runtime:
         scheduler = Scheduler(
             queues, on_drop=discard_payload, company_possible=lambda: admission.inflight > 1
         )
-        setup = WorkerSetup(
-            model_dirs=bundle.model_dirs,
-            engine=engine_options(config.engine, "cpu", config.cpu_threads),
-            shm_prefix=prefix,
-            log_level=config.server.log_level,
-            log_format=config.server.log_format,
-        )
-        if predictor_factory is not None:
-            setup = WorkerSetup(
-                model_dirs=setup.model_dirs,
-                engine=setup.engine,
-                shm_prefix=prefix,
-                log_level=setup.log_level,
-                log_format=setup.log_format,
-                predictor_factory=predictor_factory,
-            )
         workers = []
         for spec in specs if specs is not None else device_specs(config):
             kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
             limits = {stage: kind.limits(stage) for stage in STAGES}
+            # Options built for this worker's own device (built for "cpu", GPUs lost fp16 and TRT).
+            setup = WorkerSetup(
+                model_dirs=bundle.model_dirs,
+                engine=engine_options(config.engine, spec.device, config.cpu_threads),
+                shm_prefix=prefix,
+                log_level=config.server.log_level,
+                log_format=config.server.log_format,
+            )
+            if predictor_factory is not None:
+                setup = dataclasses.replace(setup, predictor_factory=predictor_factory)
             workers.append(DeviceWorker(spec=spec, limits=limits, setup=setup))
         metrics = Metrics()
         metrics.track_admission(

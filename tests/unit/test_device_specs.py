@@ -8,7 +8,7 @@ import pytest
 
 from serving.config import AppConfig, build
 from serving.errors import ConfigError
-from serving.runtime import device_specs
+from serving.runtime import Runtime, device_specs
 
 
 def _specs(workers: dict[str, Any], gpus: int) -> list[tuple[str, str]]:
@@ -57,3 +57,31 @@ def test_cpu_instances_share_the_cores_unless_threads_are_set(
 def test_cpu_instances_must_be_positive() -> None:
     with pytest.raises(ConfigError, match=r"workers\.cpu_instances"):
         build(AppConfig, {"workers": {"cpu_instances": 0}})
+
+
+def test_each_worker_gets_engine_options_for_its_own_device() -> None:
+    """fp16 and TensorRT reach GPU workers; CPU workers run fp32 without TensorRT. Options once
+    built for "cpu" and given to every worker silently dropped both on every GPU."""
+    config = build(
+        AppConfig,
+        {
+            "engine": {"precision": "fp16", "use_tensorrt": True},
+            "workers": {"devices": ["gpu:0", "cpu"]},
+        },
+    )
+    runtime = Runtime.build(config, specs=device_specs(config, gpu_count=1), jobs=False)
+    options = {worker.spec.device: worker.setup.engine for worker in runtime.devices.workers}
+    assert set(options) == {"gpu:0", "cpu"}
+    gpu, cpu = options["gpu:0"], options["cpu"]
+    assert (gpu.device, gpu.precision, gpu.use_tensorrt, gpu.enable_mkldnn) == (
+        "gpu:0",
+        "fp16",
+        True,
+        False,
+    )
+    assert (cpu.device, cpu.precision, cpu.use_tensorrt, cpu.enable_mkldnn) == (
+        "cpu",
+        "fp32",
+        False,
+        True,
+    )
