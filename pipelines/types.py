@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import numpy as np
+
+LimitType = Literal["min", "max", "resize_long"]
+"""How `limit_side_len` bounds a page: its short side at least (min), its long side at most
+(max), or its long side exactly (resize_long)."""
+LIMIT_TYPES: tuple[LimitType, ...] = get_args(LimitType)
+"""Every `LimitType`, for runtime checks and API schemas."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DetParams:
-    """Detection pre/post-processing settings (PaddleOCR 3.7 OCR pipeline defaults)."""
+    """Detection pre/post-processing settings (PaddleOCR 3.7 OCR pipeline defaults).
+
+    These defaults are the server's too (`serving.config.DetPipelineConfig` reads them)."""
 
     limit_side_len: int = 64
-    limit_type: str = "min"
-    """One of "min", "max", "resize_long"."""
+    limit_type: LimitType = "min"
     max_side_limit: int = 4000
     thresh: float = 0.3
     box_thresh: float = 0.6

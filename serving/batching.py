@@ -5,8 +5,10 @@ width), so a batch never mixes shapes and never pads across requests. A free dev
 the next batch sized for it (work pulling): the policy picks the most urgent bucket among the stages
 the worker serves (priority first, then later pipeline stages first so requests in flight finish,
 then age), fills the batch up to the worker's count and cost caps, and waits up to `max_wait_ms` for
-company when the batch is not full. Expired and cancelled items are dropped, never run. When the
-server stops, `Scheduler.close` fails every item still awaited, queued or running, with a 503.
+company when the batch is not full. Among unlike devices a worker leaves a batch that another
+device would finish sooner (`serving.placement`). Expired and cancelled items are dropped, never
+run. When the server stops, `Scheduler.close` fails every item still awaited, queued or running,
+with a 503.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from serving.config import QueueConfig, StageLimits
 from serving.errors import DeadlineExceeded, OcrError, Overloaded, ShuttingDown
+from serving.placement import Placement
 
 # Later stages first: finishing requests already in flight bounds latency and memory.
 STAGE_RANK = {"rec": 0, "cls": 1, "det": 2}
@@ -108,12 +111,16 @@ class BatchPolicy:
         limits: Mapping[str, StageLimits],
         *,
         company_possible: bool = True,
+        device: str | None = None,
+        placement: Placement | None = None,
     ) -> Selection:
         """Pick the next batch for a worker serving `stages` with batch caps `limits`.
 
         A bucket that is not full waits up to its stage's `max_wait_ms`, but only while
         `company_possible` (other work in flight could still join it), and never while other
-        buckets are ready: the worker runs those meanwhile.
+        buckets are ready: the worker runs those meanwhile. With a `placement`, the worker
+        (`device`) leaves a batch that another device would finish sooner and takes the next
+        candidate instead.
         """
         selection = Selection()
         candidates: list[tuple[tuple[int, int, float], str, Hashable]] = []
@@ -132,11 +139,16 @@ class BatchPolicy:
             oldest = min(it.enqueued_at for it in batch)
             ready_at = oldest + self._config[stage].max_wait_ms / 1000.0
             if full or now >= ready_at or not company_possible:
+                if placement is not None and device is not None:
+                    cost = sum(it.cost for it in batch)
+                    look_again = placement.leave_until(device, stage, cost, now)
+                    if look_again is not None:
+                        selection.wake_at = _earliest(selection.wake_at, look_again)
+                        continue
                 self._take(stage, bucket, batch)
                 selection.batch = batch
                 return selection
-            if selection.wake_at is None or ready_at < selection.wake_at:
-                selection.wake_at = ready_at
+            selection.wake_at = _earliest(selection.wake_at, ready_at)
         return selection
 
     def drain(self) -> list[WorkItem]:
@@ -191,6 +203,10 @@ class BatchPolicy:
         self._sizes[stage] -= len(batch)
 
 
+def _earliest(current: float | None, candidate: float) -> float:
+    return candidate if current is None else min(current, candidate)
+
+
 class Scheduler:
     """The event-driven side of the policy: workers await batches; submits wake them."""
 
@@ -201,8 +217,10 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         on_drop: Callable[[WorkItem], None] | None = None,
         company_possible: Callable[[], bool] = lambda: True,
+        placement: Placement | None = None,
     ) -> None:
         self.policy = BatchPolicy(queues)
+        self.placement = placement or Placement()
         self._clock = clock
         self._changed = asyncio.Event()
         self._on_drop = on_drop
@@ -250,15 +268,25 @@ class Scheduler:
         self._open.clear()
         return failed
 
+    def notify(self) -> None:
+        """Something other than a submit changed what workers may take (a device freed)."""
+        self._changed.set()
+
     async def next_batch(
-        self, stages: Iterable[str], limits: Mapping[str, StageLimits]
+        self, stages: Iterable[str], limits: Mapping[str, StageLimits], device: str | None = None
     ) -> list[WorkItem]:
-        """Wait for the next batch sized for a worker; never polls."""
+        """Wait for the next batch sized for a worker (`device`, its unique name, for placement
+        among unlike devices); never polls."""
         stages = tuple(stages)
         while True:
             self._changed.clear()
             selection = self.policy.select(
-                self._clock(), stages, limits, company_possible=self._company_possible()
+                self._clock(),
+                stages,
+                limits,
+                company_possible=self._company_possible(),
+                device=device,
+                placement=self.placement,
             )
             for item in selection.dropped:
                 self._drop(item)

@@ -9,11 +9,12 @@ import os
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pipelines.types import LIMIT_TYPES, DetParams, LimitType
 from serving.errors import ConfigError
 
 STAGES = ("det", "cls", "rec")
@@ -44,6 +45,12 @@ def range_text(name: str) -> str:
     """`PIPELINE_RANGES[name]` in words, for error messages."""
     low, high = PIPELINE_RANGES[name]
     return "a finite number" if math.isinf(low) else f"a number in [{low}, {high}]"
+
+
+def choices_text(choices: Sequence[object]) -> str:
+    """Choices as "a, b or c", for error messages."""
+    names = [str(choice) for choice in choices]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,22 +161,26 @@ class ModelsConfig:
     """Textline-orientation classifier; empty = none."""
 
 
+_DET = DetParams()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DetPipelineConfig:
-    """Detection defaults (PaddleOCR 3.7's OCR pipeline); requests may override them."""
+    """Detection defaults (PaddleOCR 3.7's OCR pipeline, as `DetParams`); requests may override
+    them."""
 
-    limit_side_len: int = 64
-    limit_type: str = "min"
-    max_side_limit: int = 4000
-    thresh: float = 0.3
-    box_thresh: float = 0.6
-    unclip_ratio: float = 1.5
+    limit_side_len: int = _DET.limit_side_len
+    limit_type: LimitType = _DET.limit_type
+    max_side_limit: int = _DET.max_side_limit
+    thresh: float = _DET.thresh
+    box_thresh: float = _DET.box_thresh
+    unclip_ratio: float = _DET.unclip_ratio
 
     def __post_init__(self) -> None:
         _check(
-            self.limit_type in ("min", "max", "resize_long"),
+            self.limit_type in LIMIT_TYPES,
             "pipeline.det.limit_type",
-            "must be min, max or resize_long",
+            f"must be {choices_text(LIMIT_TYPES)}",
         )
         _check(self.max_side_limit >= 32, "pipeline.det.max_side_limit", "must be >= 32")
         for name in ("limit_side_len", "thresh", "box_thresh", "unclip_ratio"):
@@ -263,9 +274,13 @@ class DeviceClassConfig:
     det: StageLimits = field(default_factory=_cpu_det)
     rec: StageLimits = field(default_factory=_cpu_rec)
     cls: StageLimits = field(default_factory=_cpu_rec)
+    inflight_batches: int = 1
+    """Batches a worker of this kind holds at once: 2 on GPUs, so that the next batch's transfer
+    overlaps the current one's compute; placement counts them all."""
 
     def check(self, path: str) -> None:
         """Validate, naming the TOML path in errors."""
+        _check(self.inflight_batches > 0, f"{path}.inflight_batches", "must be > 0")
         for stage in self.stages:
             _check(stage in STAGES, f"{path}.stages", f"unknown stage {stage!r}")
         for stage in STAGES:
@@ -278,7 +293,7 @@ class DeviceClassConfig:
 
 
 def _gpu_class() -> DeviceClassConfig:
-    return DeviceClassConfig(det=_gpu_det(), rec=_gpu_rec(), cls=_gpu_rec())
+    return DeviceClassConfig(det=_gpu_det(), rec=_gpu_rec(), cls=_gpu_rec(), inflight_batches=2)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -439,6 +454,11 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
     if dataclasses.is_dataclass(hint):
         return build(hint, value, path)  # type: ignore[arg-type]
     origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        choices = typing.get_args(hint)
+        if not any(value == c and type(value) is type(c) for c in choices):
+            raise ConfigError(path, f"must be {choices_text(choices)}, got {value!r}")
+        return value
     if origin is tuple:
         if isinstance(value, str):  # `devices = "auto"` is shorthand for ["auto"]
             value = [value]

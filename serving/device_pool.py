@@ -43,6 +43,8 @@ class DeviceWorker:
     limits: Mapping[str, StageLimits]
     setup: WorkerSetup
     start_timeout_s: float = 600.0
+    inflight_batches: int = 1
+    """Batches sent to the process at once (each runs after the one before)."""
     process: BaseProcess | None = None
     info: dict[str, Any] = field(default_factory=dict)
     restarts: int = 0
@@ -51,6 +53,9 @@ class DeviceWorker:
     _pending: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
     _ready: asyncio.Future[dict[str, Any]] | None = None
     _ids: itertools.count[int] = field(default_factory=itertools.count)
+    restarting: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_done_at: float = 0.0
+    """When the process last answered a batch: a batch's own time starts at its send or then."""
 
     @property
     def ready(self) -> bool:
@@ -185,6 +190,8 @@ class DevicePool:
         self.scheduler = scheduler
         self.metrics = metrics or Metrics()
         self._restart_backoff_s = restart_backoff_s
+        for worker in workers:
+            scheduler.placement.add_device(worker.spec.name, worker.spec.stages)
         self._tasks: list[asyncio.Task[None]] = []
         self.restarts = 0
         self.dispatch_failures = 0
@@ -198,9 +205,10 @@ class DevicePool:
         """Start every worker (in parallel) and their dispatch loops."""
         await asyncio.gather(*(w.start() for w in self.workers))
         for worker in self.workers:
-            self._tasks.append(
-                asyncio.create_task(self._serve_forever(worker), name=worker.spec.name)
-            )
+            for _ in range(worker.inflight_batches):
+                self._tasks.append(
+                    asyncio.create_task(self._serve_forever(worker), name=worker.spec.name)
+                )
 
     async def _serve_forever(self, worker: DeviceWorker) -> None:
         """Feed `worker` until cancelled; a dispatch loop that fails is logged and started again,
@@ -227,13 +235,21 @@ class DevicePool:
 
     async def _serve(self, worker: DeviceWorker) -> None:
         limits = worker.limits
+        name = worker.spec.name
+        placement = self.scheduler.placement
         while True:
-            batch = await self.scheduler.next_batch(worker.spec.stages, limits)
+            batch = await self.scheduler.next_batch(worker.spec.stages, limits, device=name)
             stage = batch[0].stage
+            cost = sum(item.cost for item in batch)
             started = time.monotonic()
+            token = placement.started(name, stage, cost, started)
             self._observe_batch(worker, batch, started)
+            seconds: float | None = None
             try:
                 outcomes = await worker.execute(stage, [item.payload for item in batch])
+                done = time.monotonic()
+                seconds = done - max(started, worker.last_done_at)
+                worker.last_done_at = done
             except WorkerDied:
                 logger.error(
                     "device worker %s died holding a %s batch of %d",
@@ -251,9 +267,14 @@ class DevicePool:
                 # The loop restarts (`_serve_forever`); the batch it held runs again, not dropped.
                 self._requeue(batch)
                 raise
-            self.metrics.inference_seconds.labels(stage=stage, device=worker.spec.name).observe(
+            finally:
+                placement.finished(name, token, stage, cost, seconds)
+                self.scheduler.notify()  # this device frees: others may now leave work to it
+            self.metrics.inference_seconds.labels(stage=stage, device=name).observe(
                 time.monotonic() - started
             )
+            if seconds is not None:
+                self.metrics.observe_cost(name, stage, cost, seconds, placement.model)
             self._complete(batch, outcomes)
 
     def _observe_batch(self, worker: DeviceWorker, batch: list[WorkItem], now: float) -> None:
@@ -301,17 +322,24 @@ class DevicePool:
             self.scheduler.submit(item, front=True)
 
     async def _restart(self, worker: DeviceWorker) -> None:
-        self.restarts += 1
-        worker.restarts += 1
-        self.metrics.worker_restarts.labels(kind="device").inc()
-        await worker.stop(timeout_s=1.0)
-        while True:
-            await asyncio.sleep(self._restart_backoff_s)
-            try:
-                await worker.start()
+        # Each of a worker's dispatch loops sees it die; the first restarts it, the others wait.
+        dead = worker.process
+        async with worker.restarting:
+            if worker.process is not dead and worker.ready:
                 return
-            except (RuntimeError, TimeoutError, OSError):
-                logger.exception("restarting device worker %s failed; retrying", worker.spec.name)
+            self.restarts += 1
+            worker.restarts += 1
+            self.metrics.worker_restarts.labels(kind="device").inc()
+            await worker.stop(timeout_s=1.0)
+            while True:
+                await asyncio.sleep(self._restart_backoff_s)
+                try:
+                    await worker.start()
+                    return
+                except (RuntimeError, TimeoutError, OSError):
+                    logger.exception(
+                        "restarting device worker %s failed; retrying", worker.spec.name
+                    )
 
 
 def discard_payload(item: WorkItem) -> None:

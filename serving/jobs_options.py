@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipelines.types import PageResult
+from pipelines.types import LIMIT_TYPES, PageResult
+from serving.config import choices_text
 from serving.engine import check_overrides
 from serving.errors import ValidationFailed
 
@@ -20,8 +21,6 @@ OPTIONS: dict[str, tuple[str, type]] = {
 }
 """Option name -> (`ModelBundle.options` override, type)."""
 
-_LIMIT_TYPES = ("min", "max", "resize_long")
-
 
 def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Checked options; strings are converted, so query parameters and JSON values both work.
@@ -35,8 +34,8 @@ def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
             known = ", ".join(OPTIONS)
             raise ValidationFailed(f"Unknown option {name!r}; the options are {known}")
         options[name] = _coerce(name, value, OPTIONS[name][1])
-    if options.get("det_limit_type", "min") not in _LIMIT_TYPES:
-        raise ValidationFailed("det_limit_type must be min, max or resize_long")
+    if options.get("det_limit_type", LIMIT_TYPES[0]) not in LIMIT_TYPES:
+        raise ValidationFailed(f"det_limit_type must be {choices_text(LIMIT_TYPES)}")
     check_overrides(overrides(options))
     return options
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from serving.cost_model import CostModel, size_class
+
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
@@ -55,9 +57,26 @@ class Metrics:
             "ocr_worker_restarts", "Worker processes restarted after dying.", ["kind"], registry=r
         )
         self.jobs = Gauge("ocr_jobs", "Batch jobs in the job store.", ["status"], registry=r)
+        self.cost_estimate = Gauge(
+            "ocr_batch_cost_seconds",
+            "Cost model: predicted seconds for a batch of the size class's cost, per device.",
+            ["device", "stage", "size_class"],
+            registry=r,
+        )
         # Series that exist from the start, so dashboards and alerts see zeros, not gaps.
         for kind in ("cpu", "device"):
             self.worker_restarts.labels(kind=kind)
+
+    def observe_cost(
+        self, device: str, stage: str, cost: int, seconds: float, model: CostModel
+    ) -> None:
+        """Export the cost model's estimate for the size class a batch just updated."""
+        klass = size_class(cost)
+        predicted = model.predict(device, stage, 1 << klass)
+        if predicted is not None:
+            self.cost_estimate.labels(device=device, stage=stage, size_class=f"2^{klass}").set(
+                predicted
+            )
 
     def track_admission(
         self,

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from pipelines.types import LIMIT_TYPES
 from serving.openapi_schemas import SCHEMAS, Json, bounds
 
 _BINARY: Json = {"type": "string", "format": "binary"}
@@ -57,7 +58,7 @@ _OCR_OPTIONS = [
         {"type": "integer", **bounds("limit_side_len")},
         "Detection resize limit",
     ),
-    _query("det_limit_type", {"type": "string", "enum": ["min", "max", "resize_long"]}, ""),
+    _query("det_limit_type", {"type": "string", "enum": list(LIMIT_TYPES)}, ""),
     _query("det_thresh", {"type": "number"}, "Pixel threshold of the detector"),
     _query("det_box_thresh", {"type": "number"}, "Box score threshold"),
     _query("det_unclip_ratio", {"type": "number", **bounds("unclip_ratio")}, "Box expansion"),

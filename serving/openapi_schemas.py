@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipelines.types import LIMIT_TYPES
 from serving.config import PIPELINE_RANGES
 
 Json = dict[str, Any]
@@ -110,7 +111,7 @@ _PADDLEX_REQUEST: Json = {
         },
         "textDetLimitType": {
             "type": "string",
-            "enum": ["min", "max", "resize_long"],
+            "enum": list(LIMIT_TYPES),
             "nullable": True,
         },
         "textDetThresh": {"type": "number", "nullable": True},

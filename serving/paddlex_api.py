@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.crop import boxes_from_polys
-from pipelines.types import PageResult
+from pipelines.types import LIMIT_TYPES, PageResult
+from serving.config import choices_text
 from serving.engine import OcrOptions
 from serving.errors import InvalidInput, ValidationFailed
 from serving.inputs import FileKind
@@ -111,8 +112,8 @@ def parse_request(body: Any) -> OcrRequest:
         )
     if body.get("returnWordBox"):
         raise ValidationFailed("returnWordBox is not supported by this server")
-    if overrides.get("limit_type") not in (None, "min", "max", "resize_long"):
-        raise ValidationFailed("textDetLimitType must be min, max or resize_long")
+    if overrides.get("limit_type") not in (None, *LIMIT_TYPES):
+        raise ValidationFailed(f"textDetLimitType must be {choices_text(LIMIT_TYPES)}")
     file_kind: FileKind | None = None
     if file_type is not None:
         file_kind = "pdf" if file_type == 0 else "image"

@@ -15,7 +15,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from pipelines.types import LIMIT_TYPES
 from serving import paddlex_api, request_id, url_fetch
+from serving.config import choices_text
 from serving.errors import (
     ClientGone,
     InvalidInput,
@@ -275,8 +277,8 @@ def _v1_options(request: Request) -> dict[str, Any]:
     except ValueError as err:
         raise ValidationFailed(f"Bad query parameter: {err}") from err
     if "det_limit_type" in params:
-        if params["det_limit_type"] not in ("min", "max", "resize_long"):
-            raise ValidationFailed("det_limit_type must be min, max or resize_long")
+        if params["det_limit_type"] not in LIMIT_TYPES:
+            raise ValidationFailed(f"det_limit_type must be {choices_text(LIMIT_TYPES)}")
         overrides["limit_type"] = params["det_limit_type"]
     if "textline_orientation" in params:
         overrides["use_textline_orientation"] = params["textline_orientation"] in ("1", "true")
@@ -327,6 +329,7 @@ async def readyz(request: Request) -> Response:
         "cpu_workers": {"pids": runtime.cpu.pids(), "restarts": runtime.cpu.restarts},
         "admission": runtime.service.admission.describe(),
         "memory_budget": runtime.service.budget.describe(),
+        "cost_model": runtime.scheduler.placement.model.describe(),
     }
     if runtime.startup_error:
         body["error"] = runtime.startup_error

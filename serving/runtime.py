@@ -121,7 +121,11 @@ class Runtime:
             )
             if predictor_factory is not None:
                 setup = dataclasses.replace(setup, predictor_factory=predictor_factory)
-            workers.append(DeviceWorker(spec=spec, limits=limits, setup=setup))
+            workers.append(
+                DeviceWorker(
+                    spec=spec, limits=limits, setup=setup, inflight_batches=kind.inflight_batches
+                )
+            )
         metrics = Metrics()
         metrics.track_admission(
             lambda: admission.inflight, lambda: admission.page_s or 0.0, budget.gauge

@@ -278,6 +278,14 @@ def test_limit_types_accepted(limit_type: str) -> None:
     assert config.pipeline.det.limit_type == limit_type
 
 
+def test_a_literal_key_names_its_choices() -> None:
+    message = r"^pipeline\.det\.limit_type: must be min, max or resize_long, got 'long'$"
+    with pytest.raises(ConfigError, match=message):
+        _build({"pipeline": {"det": {"limit_type": "long"}}})
+    with pytest.raises(ConfigError, match=r"^pipeline\.det\.limit_type: must be min, max"):
+        _build({"pipeline": {"det": {"limit_type": 1}}})
+
+
 def test_bad_device_message_names_device() -> None:
     with pytest.raises(ConfigError, match=r"^workers\.devices: unknown device 'tpu:0'$"):
         _build({"workers": {"devices": ["cpu", "tpu:0"]}})

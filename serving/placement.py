@@ -1,0 +1,84 @@
+"""Placement by expected finish time: a device takes a batch only if no other finishes it sooner.
+
+With unlike devices (a GPU and the CPU), plain work pulling lets an idle CPU take a detection batch
+the GPU would finish many times sooner, and adding a device can make the server slower. Here the
+device asking for work compares when it would finish a batch (its own batches in flight, then
+this one, from the cost model) with when the best other device serving that stage would, counting
+that device's batches in flight. If another would finish first, it leaves the batch and looks
+again when that device frees (or when anything changes); it takes work that suits it instead,
+such as small recognition batches. A device that has never run a stage takes its batch (that is
+how it is measured), and with one device nothing is ever left. Pure: time is passed in.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from serving.cost_model import CostModel
+
+
+@dataclass(slots=True)
+class _Running:
+    started_at: float
+    predicted_s: float
+
+
+@dataclass(slots=True)
+class Placement:
+    """The devices, the batches each holds, and the cost model that predicts them."""
+
+    model: CostModel = field(default_factory=CostModel)
+    _stages: dict[str, frozenset[str]] = field(default_factory=dict)
+    _running: dict[str, dict[int, _Running]] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    def add_device(self, device: str, stages: Iterable[str]) -> None:
+        """Make `device` (a worker's unique name) a candidate for `stages`."""
+        self._stages[device] = frozenset(stages)
+        self._running.setdefault(device, {})
+
+    def free_at(self, device: str, now: float) -> float:
+        """When `device` should have finished every batch it holds."""
+        running = self._running.get(device)
+        if not running:
+            return now
+        first_started = min(r.started_at for r in running.values())
+        total = sum(r.predicted_s for r in running.values())
+        return max(now, first_started + total)
+
+    def leave_until(self, device: str, stage: str, cost: int, now: float) -> float | None:
+        """None: `device` should take this batch. Else the time at which the device that would
+        finish it sooner frees: `device` looks again then (or when anything changes)."""
+        mine = self.model.predict(device, stage, cost)
+        if mine is None:
+            return None
+        my_finish = self.free_at(device, now) + mine
+        best: tuple[float, float] | None = None
+        for other, stages in self._stages.items():
+            if other == device or stage not in stages:
+                continue
+            theirs = self.model.predict(other, stage, cost)
+            if theirs is None:
+                continue
+            other_free = self.free_at(other, now)
+            finish = other_free + theirs
+            if finish < my_finish and (best is None or finish < best[0]):
+                best = (finish, other_free)
+        return None if best is None else max(now, best[1])
+
+    def started(self, device: str, stage: str, cost: int, now: float) -> int:
+        """`device` took a batch; returns a token for `finished`."""
+        token = next(self._ids)
+        predicted = self.model.predict(device, stage, cost) or 0.0
+        self._running.setdefault(device, {})[token] = _Running(now, predicted)
+        return token
+
+    def finished(
+        self, device: str, token: int, stage: str, cost: int, seconds: float | None
+    ) -> None:
+        """The batch of `token` ended; `seconds` is its measured time, None if it failed."""
+        self._running.get(device, {}).pop(token, None)
+        if seconds is not None:
+            self.model.observe(device, stage, cost, seconds)

@@ -1,0 +1,128 @@
+"""Placement by expected finish time, the cost model behind it, and the policy using them, with a
+fake clock and hand-written batch times."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serving.batching import INTERACTIVE, BatchPolicy, WorkItem
+from serving.config import QueueConfig, StageLimits
+from serving.cost_model import CostModel, size_class
+from serving.placement import Placement
+
+LIMITS = {
+    "det": StageLimits(max_batch_size=1, max_cost=10**9),
+    "rec": StageLimits(max_batch_size=8, max_cost=10**9),
+    "cls": StageLimits(max_batch_size=8, max_cost=10**9),
+}
+QUEUES = {stage: QueueConfig() for stage in ("det", "rec", "cls")}
+
+
+def _item(stage: str, cost: int, loop: asyncio.AbstractEventLoop) -> WorkItem:
+    return WorkItem(
+        stage=stage,
+        bucket=cost,
+        payload=None,
+        count=1,
+        cost=cost,
+        priority=INTERACTIVE,
+        deadline=1e9,
+        future=loop.create_future(),
+    )
+
+
+def _gpu_and_cpu() -> Placement:
+    """A GPU 20x faster than the CPU on det and 4x on rec, as learnt from measured batches."""
+    placement = Placement()
+    placement.add_device("gpu:0", ("det", "rec", "cls"))
+    placement.add_device("cpu", ("det", "rec", "cls"))
+    for _ in range(3):
+        placement.model.observe("gpu:0", "det", 2_000_000, 0.05)
+        placement.model.observe("cpu", "det", 2_000_000, 1.0)
+        placement.model.observe("gpu:0", "rec", 2_000, 0.01)
+        placement.model.observe("cpu", "rec", 2_000, 0.04)
+    return placement
+
+
+def test_the_cost_model_learns_per_device_stage_and_size_class() -> None:
+    model = CostModel(smoothing=0.5)
+    assert model.predict("cpu", "det", 1000) is None
+    model.observe("cpu", "det", 1000, 1.0)
+    model.observe("cpu", "det", 1000, 2.0)
+    assert model.predict("cpu", "det", 1000) == pytest.approx(1.5)
+    # An unmeasured size class is scaled from the nearest measured one.
+    assert model.predict("cpu", "det", 4000) == pytest.approx(6.0)
+    assert model.predict("cpu", "rec", 1000) is None
+    assert model.predict("gpu:0", "det", 1000) is None
+    assert size_class(1000) == 10
+    assert size_class(1024) == 10
+    assert size_class(1025) == 11
+    # Memory stays bounded: one estimate per size class, however many batches.
+    for cost in range(1, 100_000, 7):
+        model.observe("cpu", "rec", cost, cost * 1e-5)
+    assert len(model.describe()) <= 1 + size_class(100_000) + 1
+
+
+def test_an_idle_cpu_leaves_a_detection_batch_the_gpu_finishes_sooner() -> None:
+    placement = _gpu_and_cpu()
+    now = 10.0
+    # The GPU is idle too: it would finish in 0.05 s, the CPU in 1 s.
+    assert placement.leave_until("cpu", "det", 2_000_000, now) == now
+    assert placement.leave_until("gpu:0", "det", 2_000_000, now) is None
+    # With 30 GPU batches ahead of it (1.5 s), the CPU's 1 s wins: it takes the page.
+    for _ in range(30):
+        placement.started("gpu:0", "det", 2_000_000, now)
+    assert placement.leave_until("cpu", "det", 2_000_000, now) is None
+    # With 10 (0.5 s) the GPU still wins; the CPU looks again when the GPU frees.
+    busy = _gpu_and_cpu()
+    tokens = [busy.started("gpu:0", "det", 2_000_000, now) for _ in range(10)]
+    assert busy.leave_until("cpu", "det", 2_000_000, now) == pytest.approx(now + 0.5)
+    for token in tokens:
+        busy.finished("gpu:0", token, "det", 2_000_000, 0.05)
+    assert busy.free_at("gpu:0", now) == now
+
+
+def test_a_device_never_measured_takes_its_batch_and_one_device_never_leaves() -> None:
+    placement = _gpu_and_cpu()
+    placement.add_device("gpu:1", ("det", "rec", "cls"))
+    assert placement.leave_until("gpu:1", "det", 2_000_000, 0.0) is None
+    alone = Placement()
+    alone.add_device("cpu", ("det", "rec"))
+    alone.model.observe("cpu", "det", 100, 100.0)
+    assert alone.leave_until("cpu", "det", 100, 0.0) is None
+
+
+def test_a_device_only_competes_for_the_stages_it_serves() -> None:
+    placement = _gpu_and_cpu()
+    placement.add_device("gpu:0", ("det",))  # the GPU serves det only now
+    assert placement.leave_until("cpu", "rec", 2_000, 0.0) is None
+
+
+def test_the_policy_gives_the_cpu_the_rec_batch_and_leaves_it_det_pages() -> None:
+    """A slow device gets the work that suits it instead of none: with the GPU busy on det for a
+    while, the CPU takes the small rec batch (where it is only 4x slower) and leaves the page."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        placement = _gpu_and_cpu()
+        now = 100.0
+        for _ in range(3):  # 0.15 s of det ahead on the GPU
+            placement.started("gpu:0", "det", 2_000_000, now)
+        policy = BatchPolicy(QUEUES)
+        page = _item("det", 2_000_000, loop)
+        crops = _item("rec", 2_000, loop)
+        policy.submit(page, now)
+        policy.submit(crops, now)
+        # rec comes first anyway (later stages first); once it is gone, the CPU leaves the page.
+        first = policy.select(now, ("det", "rec"), LIMITS, device="cpu", placement=placement)
+        assert first.batch == [crops]
+        second = policy.select(now, ("det", "rec"), LIMITS, device="cpu", placement=placement)
+        assert second.batch == []
+        assert second.wake_at == pytest.approx(now + 0.15)
+        # The GPU takes it; without placement the CPU would have.
+        gpu = policy.select(now, ("det", "rec"), LIMITS, device="gpu:0", placement=placement)
+        assert gpu.batch == [page]
+
+    asyncio.run(main())
