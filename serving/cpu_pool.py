@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
+import itertools
 import logging
 import multiprocessing
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -54,6 +55,7 @@ class _Call:
     args: tuple[Any, ...]
     future: asyncio.Future[Any]
     attempts: int = 0
+    priority: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -97,7 +99,9 @@ class CpuPool:
         self._start_timeout_s = start_timeout_s
         self._restart_backoff_s = restart_backoff_s
         self._slots = [_Worker(i) for i in range(workers)]
-        self._queue: deque[_Call] = deque()
+        self._queue: list[tuple[int, int, _Call]] = []
+        """Heap of (priority, order, call): interactive before background, then first come."""
+        self._order = itertools.count()
         self._wakeup: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._aborted: OcrError | None = None
@@ -125,8 +129,9 @@ class CpuPool:
         async with asyncio.timeout(self._start_timeout_s):
             await asyncio.gather(*(w.up.wait() for w in self._slots))
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(*args)` in a worker process.
+    async def run(self, fn: Callable[..., T], *args: Any, priority: int = 0) -> T:
+        """Run `fn(*args)` in a worker process; lower `priority` runs first (the scheduler's
+        INTERACTIVE before BACKGROUND: a job's pages never hold up requests' CPU stages).
 
         Raises:
             WorkerUnavailable: the pool is not running, or workers died running this call
@@ -136,7 +141,7 @@ class CpuPool:
             raise self._aborted
         if self._wakeup is None:
             raise WorkerUnavailable("The CPU worker pool is not running")
-        call = _Call(fn, args, asyncio.get_running_loop().create_future())
+        call = _Call(fn, args, asyncio.get_running_loop().create_future(), priority=priority)
         await self._enqueue(call)
         try:
             return await call.future  # type: ignore[no-any-return]
@@ -151,10 +156,9 @@ class CpuPool:
     async def _enqueue(self, call: _Call, *, front: bool = False) -> None:
         if self._wakeup is None:
             raise WorkerUnavailable("The CPU worker pool is not running")
-        if front:
-            self._queue.appendleft(call)
-        else:
-            self._queue.append(call)
+        order = next(self._order)
+        # A retry keeps its place ahead of everything of its priority that came after it.
+        heapq.heappush(self._queue, (call.priority, -order if front else order, call))
         async with self._wakeup:
             self._wakeup.notify()
 
@@ -162,7 +166,7 @@ class CpuPool:
         async with wakeup:
             while True:
                 while self._queue:
-                    call = self._queue.popleft()
+                    _, _, call = heapq.heappop(self._queue)
                     if not call.future.done():
                         return call
                 await wakeup.wait()
@@ -291,7 +295,10 @@ class CpuPool:
         """Fail every call queued or running with `error`, and refuse new ones (shutdown: callers
         answer now; a running call's result is freed when it comes back). Returns how many."""
         self._aborted = error
-        pending = [*self._queue, *(w.call for w in self._slots if w.call is not None)]
+        pending = [
+            *(call for _, _, call in self._queue),
+            *(w.call for w in self._slots if w.call is not None),
+        ]
         self._queue.clear()
         failed = 0
         for call in pending:
@@ -314,7 +321,7 @@ class CpuPool:
         self._tasks.clear()
         self._wakeup = None
         while self._queue:
-            call = self._queue.popleft()
+            _, _, call = heapq.heappop(self._queue)
             if not call.future.done():
                 call.future.set_exception(WorkerUnavailable("The server is stopping"))
         stops = [_in_thread(functools.partial(_stop, w, timeout_s)) for w in self._slots]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from serving import cpu_pool, cpu_stages
+from serving.batching import BACKGROUND, INTERACTIVE
 from serving.config import AppConfig
 from serving.cpu_pool import CpuPool
 from serving.errors import InvalidInput, ShuttingDown, WorkerUnavailable
@@ -206,5 +207,27 @@ def test_abort_answers_every_call_now_and_refuses_new_ones(tmp_path: Path) -> No
                 await pool.run(cpu_calls.add, 1, 2)
         finally:
             await pool.stop(timeout_s=0.5)
+
+    asyncio.run(main())
+
+
+def test_interactive_calls_run_before_background_ones_queued_earlier(tmp_path: Path) -> None:
+    async def main() -> None:
+        pool = await _started(_pool(1))
+        log = tmp_path / "order"
+        try:
+            busy = asyncio.ensure_future(
+                pool.run(cpu_calls.announce_then_sleep, str(tmp_path), 0.5)
+            )
+            await _wait_for_file(tmp_path, "busy")
+            calls = [
+                pool.run(cpu_calls.record, str(log), "job-1", priority=BACKGROUND),
+                pool.run(cpu_calls.record, str(log), "job-2", priority=BACKGROUND),
+                pool.run(cpu_calls.record, str(log), "request", priority=INTERACTIVE),
+            ]
+            await asyncio.gather(busy, *calls)
+            assert log.read_text().split() == ["request", "job-1", "job-2"]
+        finally:
+            await pool.stop()
 
     asyncio.run(main())
