@@ -36,10 +36,11 @@ from loadtest.servers import (
     start_paddlex,
     start_rapidocr,
 )
+from models.bundle import load_bundle
 from models.embedded import embedded_model_dir
 from models.paddle_predictor import onednn_fails_on_det
 from serving.config import AppConfig
-from serving.engine import load_bundle
+from serving.request_options import ocr_options
 
 OURS_CONFIG = """
 [server]
@@ -228,9 +229,10 @@ def _measure_rapidocr(
 ) -> dict[str, Any]:
     """RapidOCR's API server on our models converted to ONNX, with our detection settings."""
     venv: Path = args.rapidocr_venv
-    bundle = load_bundle(AppConfig().models)
+    config = AppConfig()
+    bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
     models = onnx_export.export(venv, bundle.det, bundle.rec, out / "rapidocr-models")
-    options = bundle.options(AppConfig().pipeline)
+    options = ocr_options(bundle, config.pipeline)
     facts = {
         "onnxruntime": _package_version(venv, "onnxruntime"),
         "rapidocr": _package_version(venv, "rapidocr"),

@@ -20,7 +20,7 @@ import numpy as np
 
 from loadtest import pages as pdf_pages
 from serving.config import AppConfig, load_config
-from serving.engine import LocalEngine
+from serving.local_engine import LocalEngine
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,9 +22,9 @@ import numpy as np
 
 from models.base import PredictorError
 from models.embedded import embedded_model_dir
+from models.engine_options import EngineOptions
 from models.paddle_predictor import (
     ONEDNN_PLACEMENT_PASS,
-    EngineOptions,
     PaddlePredictor,
     onednn_fails_on_det,
     paddle_version,

@@ -17,7 +17,7 @@ import httpx
 import psutil
 
 from loadtest.onnx_export import OnnxModels
-from serving.engine import OcrOptions
+from serving.request_options import OcrOptions
 
 
 def free_port() -> int:

@@ -1,4 +1,8 @@
-"""A deterministic stand-in for `PaddlePredictor` for unit, scheduling and load-test smoke runs."""
+"""A deterministic stand-in for real predictors, and the "fake" engine backend that serves it.
+
+For unit, scheduling and server lifecycle tests and dry runs: `[engine] cpu_backend = "fake"`
+runs the server without loading any model.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from models.base import PredictorError, PredictorNotLoadedError
-from models.spec import ModelKind
+from models.base import EngineBackend, PredictorError, PredictorNotLoadedError
+from models.engine_options import DEVICE_KINDS, EngineOptions
+from models.spec import MODEL_FORMATS, ModelKind, ModelSpec
 
 PP_OCRV5_REC_CLASSES = 18385
 """CTC blank + 18383 characters of PP-OCRv5's dict + the space PaddleOCR appends."""
@@ -153,3 +158,22 @@ class FakePredictor:
         out = np.full((n, self.num_classes), rest, dtype=np.float32)
         out[:, self.cls_class] = 0.9
         return out
+
+
+def create_fake_predictor(spec: ModelSpec, options: EngineOptions) -> FakePredictor:
+    """A fake shaped like `spec`'s model (its label count), on any device; nothing is loaded."""
+    num_classes = None
+    if spec.kind == "rec":
+        num_classes = len(spec.character_dict) + 2  # the CTC blank and the space PaddleOCR adds
+    elif spec.cls_params is not None:
+        num_classes = len(spec.cls_params.labels)
+    return FakePredictor(spec.kind, num_classes=num_classes)
+
+
+FAKE = EngineBackend(
+    name="fake",
+    devices=frozenset(DEVICE_KINDS),
+    formats=frozenset(MODEL_FORMATS),
+    create=create_fake_predictor,
+)
+"""Model-shaped answers without a model: dry runs and tests."""

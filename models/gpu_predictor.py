@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from models.base import PredictorError, PredictorNotLoadedError
-from models.paddle_predictor import EngineOptions, build_config
+from models.engine_options import EngineOptions
+from models.paddle_predictor import build_config
 from models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,11 @@ class GpuPredictor:
     def spec(self) -> ModelSpec:
         """The model this predictor runs."""
         return self._spec
+
+    @property
+    def options(self) -> EngineOptions:
+        """The engine settings."""
+        return self._options
 
     def load(self) -> None:
         """Create the stream and the predictor bound to it; a second call does nothing."""

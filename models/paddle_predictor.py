@@ -1,4 +1,4 @@
-"""Paddle Inference adapter: engine options, predictor configuration and the handle-API runner.
+"""Paddle Inference adapter: predictor configuration and the handle-API runner.
 
 This is the only module that imports paddle, and it does so lazily (in `load()` and
 `paddle_version()`), so importing it stays cheap and works where paddle is not installed.
@@ -9,90 +9,21 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from models.base import PredictorError, PredictorNotLoadedError
+from models.engine_options import EngineOptions, EngineOptionsError
 from models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-Precision = Literal["fp32", "fp16"]
-
 ONEDNN_PLACEMENT_PASS = "onednn_placement_pass"
 """Deleting it works around Paddle 3.3.x's oneDNN `nearest_interp` failure (Paddle #77340)."""
 
-_DEVICE_RE = re.compile(r"^(cpu|gpu:(\d+))$")
 _VERSION_RE = re.compile(r"version:\s*(\S+)")
-
-
-class EngineOptionsError(ValueError):
-    """Engine options that cannot work together, or a device string that is not understood."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EngineOptions:
-    """How one Paddle Inference predictor is configured."""
-
-    device: str = "cpu"
-    """"cpu" or "gpu:N"."""
-    cpu_threads: int = 4
-    """Math-library threads of one predictor (CPU only)."""
-    enable_mkldnn: bool = True
-    """Use oneDNN kernels on CPU (3-6x faster than without on PP-OCRv5 mobile)."""
-    mkldnn_cache_capacity: int = 10
-    """Input shapes oneDNN caches kernels for; bounded, or every new shape leaks memory."""
-    delete_passes: tuple[str, ...] = ()
-    """Optimisation passes to remove, e.g. ("onednn_placement_pass",)."""
-    auto_delete_passes: bool = True
-    """Also remove passes known to break this Paddle version (see `passes_to_delete`)."""
-    gpu_memory_pool_mb: int = 100
-    """Initial GPU memory pool of the predictor."""
-    precision: Precision = "fp32"
-    """GPU compute precision (and TensorRT engine precision when `use_tensorrt`)."""
-    use_tensorrt: bool = False
-    trt_workspace_bytes: int = 1 << 30
-    trt_min_subgraph_size: int = 3
-    trt_use_static: bool = False
-    """Serialise built TensorRT engines into `trt_cache_dir` and reuse them on the next start."""
-    trt_cache_dir: str | None = None
-    trt_max_batch_size: int | None = None
-    """Overrides the batch dimension of the yml's TensorRT max shapes (PP-OCRv5 rec ships 8)."""
-
-    def __post_init__(self) -> None:
-        if _DEVICE_RE.match(self.device) is None:
-            raise EngineOptionsError(f"device must be 'cpu' or 'gpu:N', got {self.device!r}")
-        if self.cpu_threads < 1:
-            raise EngineOptionsError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
-        if self.mkldnn_cache_capacity < 0:
-            raise EngineOptionsError(
-                f"mkldnn_cache_capacity must be >= 0, got {self.mkldnn_cache_capacity}"
-            )
-        if self.gpu_memory_pool_mb < 1:
-            raise EngineOptionsError(
-                f"gpu_memory_pool_mb must be >= 1, got {self.gpu_memory_pool_mb}"
-            )
-        if self.precision not in ("fp32", "fp16"):
-            raise EngineOptionsError(f"precision must be 'fp32' or 'fp16', got {self.precision!r}")
-        if not self.is_gpu and (self.precision != "fp32" or self.use_tensorrt):
-            raise EngineOptionsError("fp16 and TensorRT need a GPU device ('gpu:N')")
-        if self.trt_max_batch_size is not None and self.trt_max_batch_size < 1:
-            raise EngineOptionsError(
-                f"trt_max_batch_size must be >= 1, got {self.trt_max_batch_size}"
-            )
-
-    @property
-    def is_gpu(self) -> bool:
-        """Whether the device is a GPU."""
-        return self.device.startswith("gpu:")
-
-    @property
-    def device_id(self) -> int:
-        """GPU ordinal; 0 on CPU."""
-        return int(self.device.split(":", 1)[1]) if self.is_gpu else 0
 
 
 def parse_paddle_version(text: str) -> tuple[int, int]:

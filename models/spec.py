@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 import yaml
 
@@ -13,6 +13,10 @@ from pipelines.types import ClsParams, DetParams, RecParams
 
 ModelKind = Literal["det", "rec", "cls"]
 MODEL_KINDS: tuple[ModelKind, ...] = ("det", "rec", "cls")
+
+ModelFormat = Literal["paddle", "onnx"]
+"""How a model is stored: a Paddle program + params, or an ONNX graph (`inference.onnx`)."""
+MODEL_FORMATS: tuple[ModelFormat, ...] = get_args(ModelFormat)
 
 PROGRAM_FILES = ("inference.json", "inference.pdmodel")
 """Program file names in order of preference: the PIR program first, the legacy one second."""
@@ -64,6 +68,11 @@ class ModelSpec:
             raise ModelSpecError(f"{self.kind} model spec for {self.directory} lacks its params")
         if self.kind == "rec" and not self.character_dict:
             raise ModelSpecError(f"rec model spec for {self.directory} has no character_dict")
+
+    @property
+    def format(self) -> ModelFormat:
+        """The stored format; every spec read today is a Paddle program."""
+        return "paddle"
 
     @property
     def is_pir(self) -> bool:

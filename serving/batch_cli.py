@@ -33,6 +33,7 @@ from serving.documents import count_pages, find_inputs, sniff_file
 from serving.errors import ConfigError, OcrError
 from serving.jobs_options import overrides, page_record, parse_options
 from serving.log_config import configure_logging
+from serving.request_options import ocr_options
 
 logger = logging.getLogger("serving.batch")
 
@@ -120,7 +121,7 @@ async def run_local(
     queue = list(reversed(todo))
     try:
         await runtime.start()
-        options = runtime.bundle.options(config.pipeline, **overrides(manifest.options))
+        options = ocr_options(runtime.bundle, config.pipeline, **overrides(manifest.options))
         with progress(len(todo)) as bar:
 
             async def worker() -> None:

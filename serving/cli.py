@@ -61,9 +61,9 @@ def resolve_config(args: argparse.Namespace, environ: Mapping[str, str] | None =
     return config
 
 
-def main(argv: list[str] | None = None, *, predictor_factory: str | None = None) -> int:
-    """Entry point of `ocr-serve`; `predictor_factory` replaces the device workers' predictors
-    (tests serve with fakes)."""
+def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
+    """Entry point of `ocr-serve`; `backend` replaces the device workers' engine backend
+    (`Runtime.build`: tests serve with fakes)."""
     args = parse_args(argv)
     try:
         config = resolve_config(args)
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None, *, predictor_factory: str | None = None)
     configure_logging(config.server.log_level, log_format=config.server.log_format)
     logger.info("effective configuration: %s", json.dumps(describe(config)))
     try:
-        runtime = Runtime.build(config, predictor_factory=predictor_factory)
+        runtime = Runtime.build(config, backend=backend)
         app = build_app(runtime)
     except (ConfigError, ValueError, OSError) as err:
         logger.error("cannot start: %s", err)

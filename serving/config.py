@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from models.engine_options import DEVICE_KINDS, PRECISIONS, DeviceKind, Precision
+from models.registry import BACKENDS, backend_names
 from pipelines.types import LIMIT_TYPES, DetParams, LimitType
 from serving.errors import ConfigError
 
@@ -214,15 +216,24 @@ class PipelineConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
-    """Paddle Inference settings shared by every device worker."""
+    """Which engine backend each kind of device worker runs, and the engine settings.
 
+    Options are built for each worker's own device (`serving.engine.engine_options`): fp16 and
+    TensorRT reach GPU workers only, oneDNN CPU workers only.
+    """
+
+    cpu_backend: str = "paddle"
+    """Engine backend of CPU device workers: a name in `models.registry.BACKENDS` ("paddle"; or
+    "fake", model-shaped answers without loading a model, for dry runs and smoke tests)."""
+    gpu_backend: str = "paddle"
+    """Engine backend of GPU device workers."""
     cpu_threads: int = 0
     """Math threads of a CPU device worker; 0 = the number of cores."""
     enable_mkldnn: bool = True
     mkldnn_cache_capacity: int = 10
     """Bounds oneDNN's per-shape cache (an unbounded one leaks with varying input sizes)."""
     gpu_memory_pool_mb: int = 500
-    precision: str = "fp32"
+    precision: Precision = "fp32"
     """"fp32" or "fp16" (GPU only)."""
     use_tensorrt: bool = False
     trt_workspace_bytes: int = 1 << 30
@@ -231,8 +242,19 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _check(self.cpu_threads >= 0, "engine.cpu_threads", "must be >= 0")
-        _check(self.precision in ("fp32", "fp16"), "engine.precision", "must be fp32 or fp16")
+        _check(self.precision in PRECISIONS, "engine.precision", "must be fp32 or fp16")
         _check(self.gpu_memory_pool_mb > 0, "engine.gpu_memory_pool_mb", "must be > 0")
+        for kind in DEVICE_KINDS:
+            name, path = self.backend_for(kind), f"engine.{kind}_backend"
+            known = choices_text(backend_names())
+            _check(name in BACKENDS, path, f"unknown engine backend {name!r}: must be {known}")
+            serving = choices_text(backend_names(kind))
+            runs_here = kind in BACKENDS[name].devices
+            _check(runs_here, path, f"{name} does not run on {kind} devices: {serving} do")
+
+    def backend_for(self, kind: DeviceKind) -> str:
+        """The backend name configured for `kind` devices."""
+        return self.cpu_backend if kind == "cpu" else self.gpu_backend
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

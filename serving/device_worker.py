@@ -12,13 +12,14 @@ import os
 import signal
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 
+from models.bundle import load_bundle
+from models.registry import EngineChoice
 from serving import shm
 from serving.errors import OcrError, PredictorFailed
 from serving.proc import die_with_parent
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceSpec:
-    """One device worker: which device, which stages."""
+    """One device worker: which device, which stages, which engine."""
 
     name: str
     """Unique worker name, e.g. "cpu" or "gpu:0#1" (second instance on GPU 0)."""
@@ -37,6 +38,8 @@ class DeviceSpec:
     stages: tuple[str, ...]
     max_rows: dict[str, int] = field(default_factory=dict)
     """Largest batch (rows) this worker pulls per stage; sizes GPU TensorRT profiles."""
+    engine: EngineChoice
+    """Backend and options, built for this worker's own device (`serving.engine`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,14 +48,10 @@ class WorkerSetup:
 
     model_dirs: dict[str, str]
     """Stage -> model directory, for the stages that have a model."""
-    engine: Any
-    """models.paddle_predictor.EngineOptions without the device (filled per worker)."""
     shm_prefix: str
     log_level: str = "info"
     log_format: str = "text"
     """"text" or "json", as `server.log_format`."""
-    predictor_factory: str = "serving.engine:create_predictor"
-    """Import path of `factory(stage, model_dir, engine, device, max_rows) -> Predictor`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +76,12 @@ class _Worker:
     predictors: dict[str, Any] = field(default_factory=dict)
 
     def load(self) -> None:
-        factory = _import(self.setup.predictor_factory)
+        specs = load_bundle(**self.setup.model_dirs).specs
         for stage in self.spec.stages:
-            model_dir = self.setup.model_dirs.get(stage)
-            if model_dir is None:
+            if stage not in specs:
                 continue
             max_rows = self.spec.max_rows.get(stage, 1)
-            predictor = factory(stage, model_dir, self.setup.engine, self.spec.device, max_rows)
+            predictor = self.spec.engine.predictor(specs[stage], max_batch_rows=max_rows)
             predictor.load()
             self.predictors[stage] = predictor
 
@@ -157,13 +155,6 @@ class _Worker:
     def close(self) -> None:
         for predictor in self.predictors.values():
             predictor.close()
-
-
-def _import(path: str) -> Callable[..., Any]:
-    module_name, _, attr = path.partition(":")
-    module = __import__(module_name, fromlist=[attr])
-    factory: Callable[..., Any] = getattr(module, attr)
-    return factory
 
 
 def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 from pipelines.types import LIMIT_TYPES, PageResult
 from serving.config import choices_text
-from serving.engine import check_overrides
 from serving.errors import ValidationFailed
+from serving.request_options import check_overrides
 
 OPTIONS: dict[str, tuple[str, type]] = {
     "det_limit_side_len": ("limit_side_len", int),
@@ -19,7 +19,7 @@ OPTIONS: dict[str, tuple[str, type]] = {
     "score_thresh": ("score_thresh", float),
     "textline_orientation": ("use_textline_orientation", bool),
 }
-"""Option name -> (`ModelBundle.options` override, type)."""
+"""Option name -> (`request_options.ocr_options` override, type)."""
 
 
 def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def overrides(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Options as `ModelBundle.options` overrides."""
+    """Options as `request_options.ocr_options` overrides."""
     return {OPTIONS[name][0]: value for name, value in options.items() if name in OPTIONS}
 
 

@@ -18,17 +18,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from models.bundle import ModelBundle
 from pipelines.types import PageResult
 from serving.batching import BACKGROUND
 from serving.config import AppConfig, JobsConfig
 from serving.documents import Document
-from serving.engine import ModelBundle
 from serving.errors import OcrError, Overloaded
 from serving.jobs_options import overrides, page_record
 from serving.jobs_store import JobStore
 from serving.jobs_types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService
+from serving.request_options import ocr_options
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class JobRunner:
         timeout_s = config.server.request_timeout_s
 
         async def ocr(task: PageTask) -> PageResult:
-            options = bundle.options(config.pipeline, **overrides(task.options))
+            options = ocr_options(bundle, config.pipeline, **overrides(task.options))
             output = await service.ocr_page_of(
                 str(task.path),
                 task.kind,

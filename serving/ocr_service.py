@@ -17,11 +17,11 @@ from serving import cpu_stages, shm
 from serving.admission import Admission
 from serving.batching import INTERACTIVE, Scheduler, WorkItem
 from serving.cpu_pool import CpuPool, free_segments
-from serving.engine import OcrOptions
 from serving.errors import DeadlineExceeded
 from serving.inputs import DecodeLimits, FileKind
 from serving.memory_budget import MemoryBudget, page_cost_bytes
 from serving.page_image import page_png
+from serving.request_options import OcrOptions
 
 logger = logging.getLogger(__name__)
 

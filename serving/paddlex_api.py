@@ -12,10 +12,10 @@ from typing import Any
 from pipelines.crop import boxes_from_polys
 from pipelines.types import LIMIT_TYPES, PageResult
 from serving.config import choices_text
-from serving.engine import OcrOptions
 from serving.errors import InvalidInput, ValidationFailed
 from serving.inputs import FileKind
 from serving.ocr_service import PageOutput
+from serving.request_options import OcrOptions
 
 # Request field -> (accepted JSON types, OcrOptions override name).
 _OPTIONAL_FIELDS: dict[str, tuple[tuple[type, ...], str | None]] = {

@@ -28,6 +28,7 @@ from serving.errors import (
     ValidationFailed,
 )
 from serving.inputs import FileKind, frames_type, sniff_kind
+from serving.request_options import ocr_options
 from serving.routes_jobs import job_routes
 from serving.runtime import Runtime
 
@@ -125,7 +126,7 @@ async def paddlex_ocr(request: Request) -> Response:
                 "useTextlineOrientation is true but no textline-orientation model is configured "
                 "(models.cls)"
             )
-        options = runtime.bundle.options(runtime.config.pipeline, **overrides)
+        options = ocr_options(runtime.bundle, runtime.config.pipeline, **overrides)
         visualize = (
             runtime.config.paddlex.visualize if parsed.visualize is None else parsed.visualize
         )
@@ -185,7 +186,7 @@ async def v1_ocr(request: Request) -> Response:
         overrides = _v1_options(request)
         if overrides.get("use_textline_orientation") and runtime.bundle.cls is None:
             raise ValidationFailed("textline_orientation=true needs a classifier (models.cls)")
-        options = runtime.bundle.options(runtime.config.pipeline, **overrides)
+        options = ocr_options(runtime.bundle, runtime.config.pipeline, **overrides)
         pages = await until_disconnect(
             request,
             runtime.service.ocr(

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from models.bundle import ModelBundle, load_bundle
+from models.registry import get_backend
 from serving import shm
 from serving.admission import Admission
 from serving.batching import Scheduler
@@ -19,7 +21,7 @@ from serving.cpu_pool import CpuPool
 from serving.cpu_stages import init_cpu_worker
 from serving.device_pool import DevicePool, DeviceWorker, discard_payload
 from serving.device_worker import DeviceSpec, WorkerSetup
-from serving.engine import ModelBundle, engine_options, load_bundle
+from serving.engine import engine_choice
 from serving.errors import NotReady, ShuttingDown
 from serving.inputs import DecodeLimits
 from serving.jobs_runner import JobRunner
@@ -65,7 +67,13 @@ def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[Device
             name = device if instances == 1 else f"{device}#{i}"
             max_rows = {stage: kind.limits(stage).max_batch_size for stage in STAGES}
             specs.append(
-                DeviceSpec(name=name, device=device, stages=kind.stages, max_rows=max_rows)
+                DeviceSpec(
+                    name=name,
+                    device=device,
+                    stages=kind.stages,
+                    max_rows=max_rows,
+                    engine=engine_choice(config, device),
+                )
             )
     return specs
 
@@ -94,11 +102,23 @@ class Runtime:
         config: AppConfig,
         *,
         specs: list[DeviceSpec] | None = None,
-        predictor_factory: str | None = None,
+        backend: str | None = None,
         jobs: bool = True,
     ) -> Runtime:
-        """Read the models and build every part (no process is started)."""
-        bundle = load_bundle(config.models)
+        """Read the models and build every part (no process is started).
+
+        Args:
+            config: the configuration.
+            specs: the device workers; default: `device_specs(config)`.
+            backend: replaces every device worker's configured engine backend, as a registered
+                name or "module:attribute" naming an `EngineBackend` (tests serve with fakes).
+            jobs: whether to serve batch jobs.
+
+        Raises:
+            EngineBackendError: `backend` names no engine backend.
+        """
+        models = config.models
+        bundle = load_bundle(models.det, models.rec, models.cls)
         prefix = shm.server_prefix()
         queues = {stage: config.workers.queue(stage) for stage in STAGES}
         admission = Admission(max_pages=config.server.max_inflight_pages)
@@ -107,20 +127,23 @@ class Runtime:
         scheduler = Scheduler(
             queues, on_drop=discard_payload, company_possible=lambda: admission.inflight > 1
         )
+        specs = specs if specs is not None else device_specs(config)
+        if backend is not None:
+            get_backend(backend)  # an unknown one fails here, not in every worker
+            specs = [
+                dataclasses.replace(s, engine=dataclasses.replace(s.engine, backend=backend))
+                for s in specs
+            ]
+        setup = WorkerSetup(
+            model_dirs=bundle.model_dirs,
+            shm_prefix=prefix,
+            log_level=config.server.log_level,
+            log_format=config.server.log_format,
+        )
         workers = []
-        for spec in specs if specs is not None else device_specs(config):
+        for spec in specs:
             kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
             limits = {stage: kind.limits(stage) for stage in STAGES}
-            # Options built for this worker's own device (built for "cpu", GPUs lost fp16 and TRT).
-            setup = WorkerSetup(
-                model_dirs=bundle.model_dirs,
-                engine=engine_options(config.engine, spec.device, config.cpu_threads),
-                shm_prefix=prefix,
-                log_level=config.server.log_level,
-                log_format=config.server.log_format,
-            )
-            if predictor_factory is not None:
-                setup = dataclasses.replace(setup, predictor_factory=predictor_factory)
             workers.append(
                 DeviceWorker(
                     spec=spec, limits=limits, setup=setup, inflight_batches=kind.inflight_batches

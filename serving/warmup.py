@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 
-from models.spec import load_model_spec
+from models.bundle import load_bundle
 from serving.config import PipelineConfig
-from serving.engine import ModelBundle, ocr_page
+from serving.local_engine import ocr_page
+from serving.request_options import ocr_options
 
 WARMUP_TEXT = ("Warm-up page 2026", "OCR server 0123456789")
 
@@ -28,9 +28,8 @@ def warm_up_page(predictors: dict[str, Any], model_dirs: dict[str, str]) -> list
 
     A worker limited to some stages warms up only those, on inputs shaped like a real page's.
     """
-    specs = {stage: load_model_spec(Path(d), stage) for stage, d in model_dirs.items()}
-    bundle = ModelBundle(det=specs["det"], rec=specs["rec"], cls=specs.get("cls"))
-    options = bundle.options(PipelineConfig(), use_textline_orientation="cls" in predictors)
+    bundle = load_bundle(**model_dirs)
+    options = ocr_options(bundle, PipelineConfig(), use_textline_orientation="cls" in predictors)
     image = warmup_image()
     if "det" in predictors and "rec" in predictors:
         page = ocr_page(predictors, image, options, bundle.charset)

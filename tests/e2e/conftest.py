@@ -48,15 +48,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-FAKE_PREDICTORS = "tests.fakes.predictors:fake_predictor"
-"""Model-free device workers (`start_server(predictor_factory=...)`); see tests/fakes."""
+SLOW_FAKE = "tests.fakes.predictors:SLOW_FAKE"
+"""Model-free device workers, slowed by OCR_FAKE_LATENCY_S (`start_server(backend=...)`)."""
 
 
 def start_server(
     tmp: Path,
     config: str = CONFIG,
     *,
-    predictor_factory: str | None = None,
+    backend: str | None = None,
     env: dict[str, str] | None = None,
 ) -> Server:
     config_path = tmp / "config.toml"
@@ -64,12 +64,12 @@ def start_server(
     port = free_port()
     log = tmp / "server.log"
     command = [sys.executable, "-m", "serving"]
-    if predictor_factory is not None:  # `ocr-serve` itself, with other predictors
+    if backend is not None:  # `ocr-serve` itself, on another engine backend
         command = [
             sys.executable,
             "-c",
             "import sys; from serving.cli import main; "
-            f"sys.exit(main(sys.argv[1:], predictor_factory={predictor_factory!r}))",
+            f"sys.exit(main(sys.argv[1:], backend={backend!r}))",
         ]
     with log.open("wb") as out:  # the child keeps its own descriptor
         process = subprocess.Popen(

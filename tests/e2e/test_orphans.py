@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import FAKE_PREDICTORS, start_server, stop_server, wait_ready
+from tests.e2e.conftest import start_server, stop_server, wait_ready
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc and shm")
 
@@ -25,6 +25,8 @@ visualize = false
 [workers]
 devices = ["cpu"]
 cpu_workers = 2
+[engine]
+cpu_backend = "fake"
 """
 
 GONE_WITHIN_S = 20.0
@@ -57,7 +59,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_kill_9_takes_the_workers_and_the_resource_tracker_along(tmp_path) -> None:
-    server = start_server(tmp_path, CONFIG, predictor_factory=FAKE_PREDICTORS)
+    server = start_server(tmp_path, CONFIG)
     processes: set[int] = set()
     try:
         wait_ready(server)
@@ -100,7 +102,7 @@ def test_the_next_server_removes_segments_of_dead_servers(tmp_path) -> None:
     gone.wait()  # reaped: its pid belongs to no process
     segment = Path(f"/dev/shm/ocrsrv{gone.pid}_e2eorphan")
     segment.write_bytes(b"\0" * 4096)
-    server = start_server(tmp_path, CONFIG, predictor_factory=FAKE_PREDICTORS)
+    server = start_server(tmp_path, CONFIG)
     try:
         wait_ready(server)
         assert not segment.exists()

@@ -13,7 +13,7 @@ import time
 import httpx
 
 from tests import images
-from tests.e2e.conftest import FAKE_PREDICTORS, start_server, stop_server, wait_ready
+from tests.e2e.conftest import SLOW_FAKE, start_server, stop_server, wait_ready
 
 GRACE_S = 3.0
 LATENCY_S = 0.5
@@ -66,7 +66,7 @@ def test_sigterm_answers_every_request_in_json_and_exits_within_the_grace(tmp_pa
     server = start_server(
         tmp_path,
         CONFIG,
-        predictor_factory=FAKE_PREDICTORS,
+        backend=SLOW_FAKE,
         env={"OCR_FAKE_LATENCY_S": str(LATENCY_S)},
     )
     try:
@@ -114,7 +114,7 @@ def test_sigterm_answers_every_request_in_json_and_exits_within_the_grace(tmp_pa
 
 
 def test_a_stuck_worker_does_not_hold_the_process_past_the_grace(tmp_path) -> None:
-    server = start_server(tmp_path, CONFIG, predictor_factory=FAKE_PREDICTORS)
+    server = start_server(tmp_path, CONFIG, backend=SLOW_FAKE)
     device_pid = None
     try:
         wait_ready(server)

@@ -1,24 +1,25 @@
-"""A predictor factory for device workers: real Paddle det/rec, fake stages where asked.
+"""Engine backends for tests: real Paddle det/rec with faults injected, and slow fakes.
 
-Device workers import the factory by path (`WorkerSetup.predictor_factory`), so the behaviour is
-chosen with environment variables that the spawned processes inherit:
+Device workers are given a backend by import path (`Runtime.build(backend="module:attribute")`),
+so the behaviour is chosen with environment variables that the spawned processes inherit.
+`FAULTS` ("tests.fakes.predictors:FAULTS"):
   OCR_FAKE_CLS_CLASS=N   the textline classifier answers class N for every crop;
   OCR_FAKE_REC_FAIL=TEXT rec raises for any batch wider than TEXT pixels (a "bad crop").
-`fake_predictor` uses no model at all (`models.FakePredictor`):
+`SLOW_FAKE` ("tests.fakes.predictors:SLOW_FAKE") uses no model at all (`models.FakePredictor`):
   OCR_FAKE_LATENCY_S=S   every batch takes S seconds (the warm-up page's too).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, cast
 
 import numpy as np
 
+from models.base import EngineBackend, Predictor
+from models.engine_options import DEVICE_KINDS, EngineOptions
 from models.fake_predictor import FakePredictor
-from models.paddle_predictor import EngineOptions
-from models.spec import ModelKind
-from serving.engine import create_predictor as real_predictor
+from models.paddle_backend import PADDLE
+from models.spec import MODEL_FORMATS, ModelSpec
 
 
 class FakeCls:
@@ -46,7 +47,7 @@ class FakeCls:
 class FailingWide:
     """Wraps a real predictor; raises on batches wider than a limit."""
 
-    def __init__(self, inner: Any, max_width: int) -> None:
+    def __init__(self, inner: Predictor, max_width: int) -> None:
         self.inner = inner
         self.max_width = max_width
 
@@ -59,28 +60,37 @@ class FailingWide:
     def run(self, batch: np.ndarray) -> np.ndarray:
         if batch.shape[-1] > self.max_width:
             raise RuntimeError(f"injected failure on width {batch.shape[-1]}")
-        result: np.ndarray = self.inner.run(batch)
-        return result
+        return self.inner.run(batch)
 
     def close(self) -> None:
         self.inner.close()
 
 
-def create_predictor(
-    stage: str, model_dir: str, engine: EngineOptions, device: str, max_rows: int
-) -> Any:
-    """`serving.engine.create_predictor`, with the fakes the environment asks for."""
-    if stage == "cls" and "OCR_FAKE_CLS_CLASS" in os.environ:
+def _with_faults(spec: ModelSpec, options: EngineOptions) -> Predictor:
+    """Paddle's predictors, with the fakes the environment asks for."""
+    if spec.kind == "cls" and "OCR_FAKE_CLS_CLASS" in os.environ:
         return FakeCls(int(os.environ["OCR_FAKE_CLS_CLASS"]))
-    predictor = real_predictor(stage, model_dir, engine, device, max_rows)
-    if stage == "rec" and "OCR_FAKE_REC_FAIL" in os.environ:
+    predictor = PADDLE.predictor(spec, options)
+    if spec.kind == "rec" and "OCR_FAKE_REC_FAIL" in os.environ:
         return FailingWide(predictor, int(os.environ["OCR_FAKE_REC_FAIL"]))
     return predictor
 
 
-def fake_predictor(
-    stage: str, model_dir: str, engine: EngineOptions, device: str, max_rows: int
-) -> FakePredictor:
+def _slow_fake(spec: ModelSpec, options: EngineOptions) -> Predictor:
     """Model-free predictors, slowed down by `OCR_FAKE_LATENCY_S`: server lifecycle tests."""
     latency_s = float(os.environ.get("OCR_FAKE_LATENCY_S", "0"))
-    return FakePredictor(cast(ModelKind, stage), latency_s=latency_s)
+    return FakePredictor(spec.kind, latency_s=latency_s)
+
+
+FAULTS = EngineBackend(
+    name="paddle-with-faults",
+    devices=PADDLE.devices,
+    formats=PADDLE.formats,
+    create=_with_faults,
+)
+SLOW_FAKE = EngineBackend(
+    name="slow-fake",
+    devices=frozenset(DEVICE_KINDS),
+    formats=frozenset(MODEL_FORMATS),
+    create=_slow_fake,
+)

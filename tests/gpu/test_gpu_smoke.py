@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from serving.config import AppConfig
-from serving.engine import LocalEngine, create_predictor, engine_options, ocr_page
+from serving.engine import engine_choice
+from serving.local_engine import LocalEngine, ocr_page
+from serving.request_options import ocr_options
 from serving.warmup import WARMUP_TEXT, warmup_image
 
 
@@ -28,14 +28,12 @@ def test_gpu_predictors_read_the_warmup_page_like_the_cpu() -> None:
     config = AppConfig()
     cpu = LocalEngine(config)
     cpu.load()
-    options = dataclasses.replace(engine_options(config.engine, "gpu:0", 1))
-    dirs = cpu.bundle.model_dirs
-    gpu = {
-        stage: create_predictor(stage, dirs[stage], options, "gpu:0", 8) for stage in ("det", "rec")
-    }
+    engine = engine_choice(config, "gpu:0")
+    specs = cpu.bundle.specs
+    gpu = {stage: engine.predictor(specs[stage], max_batch_rows=8) for stage in ("det", "rec")}
     for predictor in gpu.values():
         predictor.load()
-    page_options = cpu.bundle.options(config.pipeline)
+    page_options = ocr_options(cpu.bundle, config.pipeline)
     gpu_page = ocr_page(gpu, warmup_image(), page_options, cpu.bundle.charset)
     cpu_page = cpu.ocr(warmup_image())
     assert [line.text for line in gpu_page.lines] == list(WARMUP_TEXT)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from models.embedded import embedded_model_dir
-from models.paddle_predictor import EngineOptions, PaddlePredictor, paddle_version
+from models.engine_options import EngineOptions
+from models.paddle_predictor import PaddlePredictor, paddle_version
 from models.spec import ModelSpec, load_model_spec
 
 pytestmark = pytest.mark.integration

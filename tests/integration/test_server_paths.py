@@ -67,7 +67,7 @@ def make_client(tmp_path, monkeypatch) -> Iterator:
             workers=dataclasses.replace(WorkersConfig(), cpu_workers=1, devices=("cpu",)),
             paddlex=PaddlexConfig(visualize=False),
         )
-        runtime = Runtime.build(config, predictor_factory="tests.fakes.predictors:create_predictor")
+        runtime = Runtime.build(config, backend="tests.fakes.predictors:FAULTS")
         client = TestClient(build_app(runtime))
         client.__enter__()
         clients.append(client)

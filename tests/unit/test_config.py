@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from models.base import EngineBackend
+from models.fake_predictor import create_fake_predictor
+from models.registry import BACKENDS
 from serving.cli import parse_args, resolve_config
 from serving.config import (
     AppConfig,
@@ -243,6 +246,8 @@ def test_int_accepted_for_float_field() -> None:
         ({"pipeline": {"rec": {"batch_size": 0}}}, "pipeline.rec.batch_size"),
         ({"engine": {"cpu_threads": -1}}, "engine.cpu_threads"),
         ({"engine": {"precision": "int8"}}, "engine.precision"),
+        ({"engine": {"cpu_backend": "onnxruntime"}}, "engine.cpu_backend"),
+        ({"engine": {"gpu_backend": "tests.fakes.predictors:SLOW_FAKE"}}, "engine.gpu_backend"),
         ({"engine": {"gpu_memory_pool_mb": 0}}, "engine.gpu_memory_pool_mb"),
         ({"workers": {"cpu_workers": -1}}, "workers.cpu_workers"),
         ({"workers": {"gpu_instances": 0}}, "workers.gpu_instances"),
@@ -284,6 +289,28 @@ def test_a_literal_key_names_its_choices() -> None:
         _build({"pipeline": {"det": {"limit_type": "long"}}})
     with pytest.raises(ConfigError, match=r"^pipeline\.det\.limit_type: must be min, max"):
         _build({"pipeline": {"det": {"limit_type": 1}}})
+
+
+def test_engine_backends_are_checked_against_the_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _build({"engine": {"gpu_backend": "fake"}}).engine.backend_for("gpu") == "fake"
+    message = r"^engine\.cpu_backend: unknown engine backend 'onnx': must be paddle or fake$"
+    with pytest.raises(ConfigError, match=message):
+        _build({"engine": {"cpu_backend": "onnx"}})
+    cpu_only = EngineBackend(
+        name="cpu-only",
+        devices=frozenset({"cpu"}),
+        formats=frozenset({"paddle"}),
+        create=create_fake_predictor,
+    )
+    backends = {**BACKENDS, "cpu-only": cpu_only}
+    monkeypatch.setattr("serving.config.BACKENDS", backends)
+    monkeypatch.setattr("models.registry.BACKENDS", backends)
+    assert _build({"engine": {"cpu_backend": "cpu-only"}}).engine.cpu_backend == "cpu-only"
+    message = r"^engine\.gpu_backend: cpu-only does not run on gpu devices: paddle or fake do$"
+    with pytest.raises(ConfigError, match=message):
+        _build({"engine": {"gpu_backend": "cpu-only"}})
 
 
 def test_bad_device_message_names_device() -> None:

@@ -70,7 +70,12 @@ def test_each_worker_gets_engine_options_for_its_own_device() -> None:
         },
     )
     runtime = Runtime.build(config, specs=device_specs(config, gpu_count=1), jobs=False)
-    options = {worker.spec.device: worker.setup.engine for worker in runtime.devices.workers}
+    engines = {worker.spec.device: worker.spec.engine for worker in runtime.devices.workers}
+    assert {device: engine.backend for device, engine in engines.items()} == {
+        "gpu:0": "paddle",
+        "cpu": "paddle",
+    }
+    options = {device: engine.options for device, engine in engines.items()}
     assert set(options) == {"gpu:0", "cpu"}
     gpu, cpu = options["gpu:0"], options["cpu"]
     assert (gpu.device, gpu.precision, gpu.use_tensorrt, gpu.enable_mkldnn) == (

@@ -7,6 +7,8 @@ import uuid
 import numpy as np
 import pytest
 
+from models.engine_options import EngineOptions
+from models.registry import EngineChoice
 from serving import shm
 from serving.device_worker import DeviceSpec, ItemFailed, ItemOk, WorkerSetup, _Worker
 from serving.errors import PredictorFailed
@@ -50,8 +52,9 @@ def prefix():
 
 
 def worker(prefix: str, **predictors) -> _Worker:
-    spec = DeviceSpec(name="cpu", device="cpu", stages=tuple(predictors))
-    setup = WorkerSetup(model_dirs={}, engine=None, shm_prefix=prefix)
+    engine = EngineChoice(backend="fake", options=EngineOptions())
+    spec = DeviceSpec(name="cpu", device="cpu", stages=tuple(predictors), engine=engine)
+    setup = WorkerSetup(model_dirs={}, shm_prefix=prefix)
     w = _Worker(spec=spec, setup=setup, conn=None)  # type: ignore[arg-type]
     w.predictors.update(predictors)
     return w

@@ -11,8 +11,8 @@ import pytest
 
 from models.base import PredictorError
 from models.embedded import embedded_model_dir
+from models.engine_options import EngineOptions
 from models.gpu_predictor import GpuPredictor
-from models.paddle_predictor import EngineOptions
 from models.spec import load_model_spec
 from tests.unit.test_paddle_config import _make_config_class, _Precision
 

@@ -13,10 +13,9 @@ import pytest
 
 from models.base import PredictorError, PredictorNotLoadedError
 from models.embedded import embedded_model_dir
+from models.engine_options import EngineOptions, EngineOptionsError
 from models.paddle_predictor import (
     ONEDNN_PLACEMENT_PASS,
-    EngineOptions,
-    EngineOptionsError,
     PaddlePredictor,
     build_config,
     parse_paddle_version,
@@ -421,31 +420,6 @@ def test_tensorrt_without_shapes_is_an_error(tmp_path: Path, rec_spec: ModelSpec
     inference, _ = make_fake_inference()
     with pytest.raises(EngineOptionsError, match="trt_dynamic_shapes"):
         build_config(spec, EngineOptions(device="gpu:0", use_tensorrt=True), inference)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"device": "cuda"}, "device"),
-        ({"device": "gpu"}, "device"),
-        ({"device": "gpu:x"}, "device"),
-        ({"precision": "fp16"}, "GPU"),
-        ({"use_tensorrt": True}, "GPU"),
-        ({"cpu_threads": 0}, "cpu_threads"),
-        ({"mkldnn_cache_capacity": -1}, "mkldnn_cache_capacity"),
-        ({"device": "gpu:0", "precision": "int8"}, "precision"),
-        ({"device": "gpu:0", "trt_max_batch_size": 0}, "trt_max_batch_size"),
-    ],
-)
-def test_engine_options_validation(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(EngineOptionsError, match=message):
-        EngineOptions(**kwargs)
-
-
-def test_engine_options_device_id() -> None:
-    assert EngineOptions(device="gpu:3").device_id == 3
-    assert EngineOptions(device="cpu").device_id == 0
-    assert not EngineOptions().is_gpu
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ import pytest
 
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams, TextLine
 from serving import paddlex_api
-from serving.engine import OcrOptions, check_overrides
 from serving.errors import InvalidInput, ValidationFailed
 from serving.ocr_service import PageOutput
 from serving.paddlex_api import (
@@ -25,6 +24,7 @@ from serving.paddlex_api import (
     parse_request,
     pruned_result,
 )
+from serving.request_options import OcrOptions, check_overrides
 
 PRUNED_KEYS = [
     "model_settings",

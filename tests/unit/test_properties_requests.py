@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from models.bundle import ModelBundle
 from models.spec import ModelSpec
 from pipelines.det_postprocess import postprocess_det
 from pipelines.det_preprocess import preprocess_det
@@ -28,11 +29,11 @@ from pipelines.rec_postprocess import reduce_rec_output
 from pipelines.types import ClsParams, DetParams, RecParams
 from serving import paddlex_api
 from serving.config import AppConfig, PipelineConfig, build, describe, load_config
-from serving.engine import ModelBundle, OcrOptions
 from serving.errors import ConfigError, OcrError, ValidationFailed
 from serving.inputs import DecodeLimits, decode_document
 from serving.jobs_options import OPTIONS, overrides, parse_options
 from serving.ocr_service import PageOutput
+from serving.request_options import OcrOptions, ocr_options
 from tests.images import encode_png
 from tests.properties import counted, outcome, prob_map
 
@@ -134,7 +135,8 @@ def fake_page(image: np.ndarray, options: OcrOptions, seed: int) -> PageOutput:
 def answer_ocr(body: Any, seed: int) -> str:
     """`/ocr`'s steps from the parsed body to the response text; raises what the route would."""
     parsed = paddlex_api.parse_request(body)
-    options = BUNDLE.options(PipelineConfig(), **paddlex_api.effective_overrides(parsed.overrides))
+    overrides_ = paddlex_api.effective_overrides(parsed.overrides)
+    options = ocr_options(BUNDLE, PipelineConfig(), **overrides_)
     if paddlex_api.is_url(parsed.file) or parsed.file_type is None:
         return ""  # refused by the route (URLs are off by default), or fetched: not ours here
     data = paddlex_api.decode_base64_file(parsed.file)
@@ -201,7 +203,8 @@ job_options = st.one_of(good_job_options, good_job_options, any_job_options)
 @given(raw=job_options, seed=st.integers(0, 2**32 - 1))
 @counted(max_examples=200)
 def test_job_options_run_or_refuse_with_4xx(raw: dict[str, Any], seed: int) -> None:
-    options = outcome(lambda: BUNDLE.options(PipelineConfig(), **overrides(parse_options(raw))))
+    pipeline = PipelineConfig()
+    options = outcome(lambda: ocr_options(BUNDLE, pipeline, **overrides(parse_options(raw))))
     if isinstance(options, OcrError):
         return
     image = np.random.default_rng(seed).integers(0, 256, (40, 120, 3), dtype=np.uint8)
@@ -287,7 +290,7 @@ def config_tables(draw: st.DrawFn) -> dict[str, Any]:
 def _check_config(config: AppConfig) -> None:
     json.dumps(describe(config), allow_nan=False)  # no NaN nor infinity anywhere
     # Accepted settings run: the pipeline gets them when a request overrides nothing.
-    options = BUNDLE.options(config.pipeline)
+    options = ocr_options(BUNDLE, config.pipeline)
     preprocess_det(np.zeros((40, 70, 3), np.uint8), options.det)
     prob = np.zeros((64, 64), np.float32)
     prob[10:30, 5:60] = 0.95

@@ -21,11 +21,12 @@ from loadtest.client import count_pages, prepare_request, response_texts
 from loadtest.documents import Document
 from loadtest.onnx_export import OnnxModels, paddle2onnx_argv, write_keys
 from loadtest.servers import RAPIDOCR_LAUNCH, rapidocr_params
+from models.bundle import load_bundle
 from models.embedded import embedded_model_dir
 from models.spec import load_model_spec
 from pipelines.rec_postprocess import build_charset
 from serving.config import AppConfig
-from serving.engine import load_bundle
+from serving.request_options import ocr_options
 from tests import images
 
 
@@ -90,8 +91,9 @@ def test_the_converter_reads_the_models_own_files(tmp_path: Path) -> None:
 
 
 def test_rapidocr_runs_with_our_settings_and_thread_count() -> None:
-    bundle = load_bundle(AppConfig().models)
-    options = bundle.options(AppConfig().pipeline)
+    config = AppConfig()
+    bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
+    options = ocr_options(bundle, config.pipeline)
     models = OnnxModels(Path("d.onnx"), Path("r.onnx"), Path("k.txt"))
     params = rapidocr_params(options, models, cpu_threads=2)
     assert (params["Det.thresh"], params["Det.box_thresh"]) == (0.3, 0.6)

@@ -1,0 +1,92 @@
+"""Engine options: how one predictor is configured on one device, whatever its backend."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+DeviceKind = Literal["cpu", "gpu"]
+DEVICE_KINDS: tuple[DeviceKind, ...] = get_args(DeviceKind)
+
+Precision = Literal["fp32", "fp16"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+
+_DEVICE_RE = re.compile(r"^(cpu|gpu:(\d+))$")
+
+
+class EngineOptionsError(ValueError):
+    """Engine options that cannot work together, or a device string that is not understood."""
+
+
+def device_kind(device: str) -> DeviceKind:
+    """The kind of a device: "gpu" for "gpu:N", else "cpu"."""
+    return "gpu" if device.startswith("gpu:") else "cpu"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineOptions:
+    """How one predictor is configured; a backend reads the fields that apply to its engine
+    (the oneDNN, pass and TensorRT fields are Paddle Inference's)."""
+
+    device: str = "cpu"
+    """"cpu" or "gpu:N"."""
+    cpu_threads: int = 4
+    """Math-library threads of one predictor (CPU only)."""
+    enable_mkldnn: bool = True
+    """Use oneDNN kernels on CPU (3-6x faster than without on PP-OCRv5 mobile)."""
+    mkldnn_cache_capacity: int = 10
+    """Input shapes oneDNN caches kernels for; bounded, or every new shape leaks memory."""
+    delete_passes: tuple[str, ...] = ()
+    """Optimisation passes to remove, e.g. ("onednn_placement_pass",)."""
+    auto_delete_passes: bool = True
+    """Also remove passes known to break this Paddle version (see `passes_to_delete`)."""
+    gpu_memory_pool_mb: int = 100
+    """Initial GPU memory pool of the predictor."""
+    precision: Precision = "fp32"
+    """GPU compute precision (and TensorRT engine precision when `use_tensorrt`)."""
+    use_tensorrt: bool = False
+    trt_workspace_bytes: int = 1 << 30
+    trt_min_subgraph_size: int = 3
+    trt_use_static: bool = False
+    """Serialise built TensorRT engines into `trt_cache_dir` and reuse them on the next start."""
+    trt_cache_dir: str | None = None
+    trt_max_batch_size: int | None = None
+    """Overrides the batch dimension of the yml's TensorRT max shapes (PP-OCRv5 rec ships 8)."""
+
+    def __post_init__(self) -> None:
+        if _DEVICE_RE.match(self.device) is None:
+            raise EngineOptionsError(f"device must be 'cpu' or 'gpu:N', got {self.device!r}")
+        if self.cpu_threads < 1:
+            raise EngineOptionsError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
+        if self.mkldnn_cache_capacity < 0:
+            raise EngineOptionsError(
+                f"mkldnn_cache_capacity must be >= 0, got {self.mkldnn_cache_capacity}"
+            )
+        if self.gpu_memory_pool_mb < 1:
+            raise EngineOptionsError(
+                f"gpu_memory_pool_mb must be >= 1, got {self.gpu_memory_pool_mb}"
+            )
+        if self.precision not in PRECISIONS:
+            raise EngineOptionsError(f"precision must be 'fp32' or 'fp16', got {self.precision!r}")
+        if not self.is_gpu and (self.precision != "fp32" or self.use_tensorrt):
+            raise EngineOptionsError("fp16 and TensorRT need a GPU device ('gpu:N')")
+        if self.trt_max_batch_size is not None and self.trt_max_batch_size < 1:
+            raise EngineOptionsError(
+                f"trt_max_batch_size must be >= 1, got {self.trt_max_batch_size}"
+            )
+
+    @property
+    def kind(self) -> DeviceKind:
+        """The device's kind."""
+        return device_kind(self.device)
+
+    @property
+    def is_gpu(self) -> bool:
+        """Whether the device is a GPU."""
+        return self.kind == "gpu"
+
+    @property
+    def device_id(self) -> int:
+        """GPU ordinal; 0 on CPU."""
+        return int(self.device.split(":", 1)[1]) if self.is_gpu else 0

@@ -1,0 +1,57 @@
+"""The whole OCR pipeline in this process, page after page: the offline engine limit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from models.base import Predictor
+from models.bundle import load_bundle
+from pipelines.ocr import run_page
+from pipelines.rec_postprocess import reduce_rec_output
+from pipelines.types import ClsParams, PageResult
+from serving.config import AppConfig
+from serving.engine import engine_choice
+from serving.request_options import OcrOptions, ocr_options
+
+
+class LocalEngine:
+    """Every stage's predictor in this process, on the backend `[engine]` names for `device`."""
+
+    def __init__(self, config: AppConfig, device: str = "cpu") -> None:
+        models = config.models
+        self.bundle = load_bundle(models.det, models.rec, models.cls)
+        self.config = config
+        engine = engine_choice(config, device)
+        self.predictors: dict[str, Predictor] = {
+            stage: engine.predictor(spec) for stage, spec in self.bundle.specs.items()
+        }
+
+    def load(self) -> None:
+        """Create the predictors."""
+        for predictor in self.predictors.values():
+            predictor.load()
+
+    def ocr(self, image: np.ndarray, options: OcrOptions | None = None) -> PageResult:
+        """OCR one BGR page."""
+        options = options or ocr_options(self.bundle, self.config.pipeline)
+        return ocr_page(self.predictors, image, options, self.bundle.charset)
+
+
+def ocr_page(
+    predictors: dict[str, Any], image: np.ndarray, options: OcrOptions, charset: Sequence[str]
+) -> PageResult:
+    """Run `pipelines.ocr.run_page` with in-process predictors."""
+    cls = predictors.get("cls") if options.cls is not None else None
+    return run_page(
+        image,
+        det=predictors["det"].run,
+        rec=lambda batch: reduce_rec_output(predictors["rec"].run(batch)),
+        cls=cls.run if cls is not None else None,
+        det_params=options.det,
+        rec_params=options.rec,
+        cls_params=options.cls or ClsParams(),
+        charset=charset,
+    )
