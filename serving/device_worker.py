@@ -20,6 +20,7 @@ import numpy as np
 
 from models.bundle import load_bundle
 from models.registry import EngineChoice
+from pipelines.stages import MODEL_STAGES, ModelStage
 from serving import shm
 from serving.errors import OcrError, PredictorFailed
 from serving.proc import die_with_parent
@@ -137,24 +138,25 @@ class _Worker:
         output = self.predictors[stage].run(batch)
         if output.shape[0] != batch.shape[0]:
             raise PredictorFailed(f"{stage} returned {output.shape[0]} rows for {batch.shape[0]}")
-        outcomes: list[ItemOk | ItemFailed] = []
-        start = 0
-        for n in rows:
-            part = output[start : start + n]
-            start += n
-            if stage == "det":
-                outcomes.append(ItemOk(shm.put(part[:, 0], self.setup.shm_prefix)))
-            elif stage == "rec":
-                from pipelines.rec_postprocess import reduce_rec_output
-
-                outcomes.append(ItemOk(reduce_rec_output(part)))
-            else:
-                outcomes.append(ItemOk(np.ascontiguousarray(part, dtype=np.float32)))
-        return outcomes
+        return item_outcomes(MODEL_STAGES[stage], output, rows, self.setup.shm_prefix)
 
     def close(self) -> None:
         for predictor in self.predictors.values():
             predictor.close()
+
+
+def item_outcomes(
+    stage: ModelStage[Any], output: np.ndarray, rows: list[int], shm_prefix: str
+) -> list[ItemOk | ItemFailed]:
+    """Split a batch's output back into its items (`rows` each) and reduce each item's part as
+    its stage defines; large outputs (detection maps) leave in shared memory, the rest inline."""
+    outcomes: list[ItemOk | ItemFailed] = []
+    start = 0
+    for n in rows:
+        value = stage.output(output[start : start + n])
+        start += n
+        outcomes.append(ItemOk(shm.put(value, shm_prefix) if stage.large_output else value))
+    return outcomes
 
 
 def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -> None:

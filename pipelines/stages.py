@@ -1,0 +1,58 @@
+"""The page pipeline's three model calls, and what each one's output is reduced to per item.
+
+A model call runs on a batch that may hold the rows of several items (pages for det, crop chunks
+for cls and rec). `ModelStage.output` takes one item's rows of the raw output and returns what the
+pipeline's next step (`pipelines.page`) reads; whoever runs the model, in process
+(`pipelines.ocr.run_page`) or in a device worker, applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+import numpy as np
+
+from pipelines.rec_postprocess import reduce_rec_output
+
+Stage = Literal["det", "cls", "rec"]
+
+OutputT = TypeVar("OutputT")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelStage(Generic[OutputT]):
+    """One model call of the page pipeline."""
+
+    name: Stage
+    output: Callable[[np.ndarray], OutputT]
+    """One item's rows of the model's raw output -> what the next step takes."""
+    large_output: bool
+    """The output is as large as the page (the detection map), not a few numbers per row: a server
+    passes it by reference rather than inline."""
+
+
+def _det_output(raw: np.ndarray) -> np.ndarray:
+    """(n, 1, H, W) probability maps -> (n, H, W)."""
+    if raw.ndim != 4 or raw.shape[1] != 1:
+        raise ValueError(f"expected an (n, 1, H, W) detector output, got {raw.shape}")
+    return raw[:, 0]
+
+
+def _cls_output(raw: np.ndarray) -> np.ndarray:
+    """(n, num_classes) probabilities, as float32."""
+    return np.ascontiguousarray(raw, dtype=np.float32)
+
+
+DET: ModelStage[np.ndarray] = ModelStage(name="det", output=_det_output, large_output=True)
+"""Text detection: one page a row; the output is its DB probability map."""
+CLS: ModelStage[np.ndarray] = ModelStage(name="cls", output=_cls_output, large_output=False)
+"""Textline orientation: one crop a row; the output is its class probabilities."""
+REC: ModelStage[tuple[np.ndarray, np.ndarray]] = ModelStage(
+    name="rec", output=reduce_rec_output, large_output=False
+)
+"""Text recognition: one crop a row; the output is its greedy CTC path (`reduce_rec_output`)."""
+
+MODEL_STAGES: dict[str, ModelStage[Any]] = {s.name: s for s in (DET, CLS, REC)}
+"""Stage name -> its definition."""
