@@ -1,29 +1,29 @@
-"""Stage functions that CPU worker processes run: decode, pre/post-processing, CTC decoding.
+"""Stage functions that CPU worker processes run: decode, and the page pipeline's steps.
 
-Each takes and returns small picklable values; images and tensors travel as shared-memory
-references (`serving.shm`). Worker-wide state (the CTC label table, the segment prefix) is set once
-per process by `init_cpu_worker`.
+The steps are `pipelines.page`'s, adapted to cross processes: they take and return small picklable
+values, while the page, its model inputs and its line crops travel as shared-memory references
+(`serving.shm`). Worker-wide state (the CTC label table, the segment prefix) is set once per process
+by `init_cpu_worker`.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
 
 from models.spec import load_model_spec
-from pipelines.cls_postprocess import apply_orientation
-from pipelines.cls_preprocess import plan_cls_batches
-from pipelines.det_preprocess import preprocess_det
-from pipelines.ocr import assemble_page, detect_lines, gather_orientations, gather_rec_results
+from pipelines import page as pipeline
+from pipelines.page import PageState, Step
 from pipelines.rec_postprocess import build_charset
-from pipelines.rec_preprocess import plan_rec_chunks
-from pipelines.types import ClsParams, DetInput, DetParams, PageResult, RecParams
+from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 from serving import documents, shm
 from serving.inputs import DecodeLimits, FileKind
 from serving.proc import die_with_parent
@@ -37,56 +37,58 @@ def init_cpu_worker(rec_model_dir: str, prefix: str) -> None:
     keeps the start-up data small; the table is ~18,000 labels), keep the segment prefix; one
     OpenCV thread."""
     die_with_parent()
-    global _CHARSET, _PREFIX
-    _CHARSET = build_charset(load_model_spec(Path(rec_model_dir), "rec").character_dict)
-    _PREFIX = prefix
+    set_worker_state(
+        build_charset(load_model_spec(Path(rec_model_dir), "rec").character_dict), prefix
+    )
     cv2.setNumThreads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def set_worker_state(charset: tuple[str, ...], prefix: str) -> None:
+    """Set this process's CTC labels and segment prefix (what `init_cpu_worker` reads from the
+    model; tests that run the stage functions in process set them directly)."""
+    global _CHARSET, _PREFIX
+    _CHARSET = charset
+    _PREFIX = prefix
+
+
+@dataclass(frozen=True, slots=True)
+class SharedCrops:
+    """A page's line crops, one after another in one segment."""
+
+    data: shm.ShmRef
+    shapes: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedStep:
+    """A `pipelines.page.Step` with its arrays in shared memory: the model inputs and the crops.
+
+    The main process submits `inputs` for inference and hands the step, with the outputs, to the
+    next stage function; the state itself is small and travels inline.
+    """
+
+    state: PageState
+    """The page's state, less its crops (they wait in `crops`)."""
+    inputs: tuple[shm.ShmRef, ...]
+    """One float32 (n, 3, h, w) batch per entry of `state.batches`, for `state.awaiting`."""
+    crops: SharedCrops | None = None
+
+    def refs(self) -> list[shm.ShmRef]:
+        """Segments this value owns."""
+        return [*self.inputs, *([self.crops.data] if self.crops is not None else [])]
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedPage:
-    """A decoded page and its detector input, both in shared memory."""
+    """A decoded page in shared memory, and its first step (detection)."""
 
     image: shm.ShmRef
-    det_tensor: shm.ShmRef
-    """float32 (1, 3, H, W)."""
-    src_h: int
-    src_w: int
-    ratio_h: float
-    ratio_w: float
+    step: SharedStep
 
     def refs(self) -> list[shm.ShmRef]:
         """Segments this value owns."""
-        return [self.image, self.det_tensor]
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRef:
-    """One padded chunk of crops for rec (or cls), in shared memory."""
-
-    indices: tuple[int, ...]
-    tensor: shm.ShmRef
-
-    @property
-    def width(self) -> int:
-        """Padded width: the batching bucket."""
-        return self.tensor.shape[-1]
-
-
-@dataclass(frozen=True, slots=True)
-class DetectedPage:
-    """What detection found on a page, and the next stage's inputs."""
-
-    polys: np.ndarray
-    rec_chunks: list[ChunkRef] = field(default_factory=list)
-    cls_batches: list[ChunkRef] = field(default_factory=list)
-    crops: list[np.ndarray] = field(default_factory=list)
-    """Kept only while the classifier has yet to run."""
-
-    def refs(self) -> list[shm.ShmRef]:
-        """Segments this value owns."""
-        return [c.tensor for c in (*self.rec_chunks, *self.cls_batches)]
+        return [self.image, *self.step.refs()]
 
 
 def page_sizes(
@@ -104,71 +106,95 @@ def _bytes_or_path(source: shm.ShmRef | bytes | str) -> bytes | str:
     return source
 
 
+def prepare_page_of(
+    source: shm.ShmRef | bytes | str,
+    kind: FileKind,
+    index: int,
+    limits: DecodeLimits,
+    det_params: DetParams,
+) -> PreparedPage:
+    """Decode page `index` of a document (staged in shared memory, bytes, or a file's path) and
+    prepare it for detection.
+
+    Documents are decoded one page a call, so a page holds memory only while it is in flight.
+    """
+    image = documents.decode_page(_bytes_or_path(source), kind, index, limits)
+    step = pipeline.prepare(image, det_params)
+    image_ref = shm.put(image, _PREFIX)
+    try:
+        return PreparedPage(image=image_ref, step=_share(step))
+    except BaseException:
+        shm.discard(image_ref)
+        raise
+
+
 def after_det(
-    page: PreparedPage,
-    prob_map: shm.ShmRef,
+    step: SharedStep,
+    maps: Sequence[shm.ShmRef],
+    image: shm.ShmRef,
     det_params: DetParams,
     rec_params: RecParams,
     cls_params: ClsParams | None,
-) -> DetectedPage:
-    """DB postprocess, sort, crop, then plan the classifier batches or recognition chunks."""
-    image = shm.take(page.image, unlink=False)
-    # The map stays until the caller knows the outcome: a killed worker leaves it for the retry.
-    det_map = shm.take(prob_map, unlink=False)
-    det_input = DetInput(
-        tensor=np.empty((0,), np.float32),
-        src_h=page.src_h,
-        src_w=page.src_w,
-        ratio_h=page.ratio_h,
-        ratio_w=page.ratio_w,
+) -> SharedStep:
+    """`pipelines.page.after_det` on the page and the detection map in shared memory."""
+    # Inputs stay until the caller knows the outcome: a killed worker leaves them for the retry.
+    prob_maps = [shm.take(ref, unlink=False) for ref in maps]
+    page = shm.take(image, unlink=False)
+    return _share(
+        pipeline.after_det(_state(step), page, prob_maps, det_params, rec_params, cls_params)
     )
-    polys, crops = detect_lines(image, det_map[0], det_input, det_params)
-    if cls_params is not None:
-        batches = [
-            ChunkRef(indices, shm.put(tensor, _PREFIX))
-            for indices, tensor in plan_cls_batches(crops, cls_params)
-        ]
-        return DetectedPage(polys=polys, cls_batches=batches, crops=crops)
-    return DetectedPage(polys=polys, rec_chunks=_rec_chunks(crops, rec_params))
 
 
-def after_cls(
-    detected: DetectedPage, probs: Sequence[np.ndarray], rec_params: RecParams
-) -> tuple[list[int], list[ChunkRef]]:
-    """Turn crops the classifier flagged by 180 degrees, then plan recognition chunks."""
-    batches = [(b.indices, np.empty(0)) for b in detected.cls_batches]
-    orientations = gather_orientations(batches, probs, len(detected.crops))
-    crops = apply_orientation(detected.crops, orientations)
-    return orientations, _rec_chunks(crops, rec_params)
+def after_cls(step: SharedStep, probs: Sequence[np.ndarray], rec_params: RecParams) -> SharedStep:
+    """`pipelines.page.after_cls` on the crops in shared memory."""
+    return _share(pipeline.after_cls(_state(step), probs, rec_params))
 
 
-def _rec_chunks(crops: list[np.ndarray], rec_params: RecParams) -> list[ChunkRef]:
-    return [
-        ChunkRef(chunk.indices, shm.put(chunk.tensor, _PREFIX))
-        for chunk in plan_rec_chunks(crops, rec_params)
-    ]
-
-
-def finish_page(
-    page: PreparedPage,
-    polys: np.ndarray,
-    chunks: Sequence[tuple[int, ...]],
+def finish(
+    step: SharedStep,
     outputs: Sequence[tuple[np.ndarray, np.ndarray]],
-    orientations: Sequence[int] | None,
+    image: shm.ShmRef,
     rec_params: RecParams,
     visualize: bool,
 ) -> tuple[PageResult, dict[str, str]]:
-    """CTC-decode the recogniser's outputs and assemble the page (and its pictures if asked)."""
-    from pipelines.types import RecChunk
-
-    plan = [RecChunk(indices=i, tensor=np.empty(0)) for i in chunks]
-    texts_scores = gather_rec_results(plan, outputs, _CHARSET, len(polys))
-    result = assemble_page(page.src_w, page.src_h, polys, texts_scores, orientations, rec_params)
+    """`pipelines.page.finish`, and the page's pictures if asked."""
+    result = pipeline.finish(_state(step), outputs, rec_params, _CHARSET)
     images: dict[str, str] = {}
     if visualize:
-        image = shm.take(page.image, unlink=False)
-        images = visualize_page(image, result)
+        images = visualize_page(shm.take(image, unlink=False), result)
     return result, images
+
+
+def _share(step: Step) -> SharedStep:
+    """The step with its arrays moved to shared memory (all or none of them)."""
+    refs: list[shm.ShmRef] = []
+    try:
+        for tensor in step.inputs:
+            refs.append(shm.put(tensor, _PREFIX))
+        crops = None
+        if step.state.crops:
+            flat = np.concatenate([crop.reshape(-1) for crop in step.state.crops])
+            crops = SharedCrops(shm.put(flat, _PREFIX), tuple(c.shape for c in step.state.crops))
+    except BaseException:
+        for ref in refs:
+            shm.discard(ref)
+        raise
+    state = dataclasses.replace(step.state, crops=())
+    return SharedStep(state=state, inputs=tuple(refs), crops=crops)
+
+
+def _state(step: SharedStep) -> PageState:
+    """The step's state with its crops read back from shared memory."""
+    if step.crops is None:
+        return step.state
+    flat = shm.take(step.crops.data, unlink=False)
+    crops = []
+    start = 0
+    for shape in step.crops.shapes:
+        size = math.prod(shape)
+        crops.append(flat[start : start + size].reshape(shape))
+        start += size
+    return dataclasses.replace(step.state, crops=tuple(crops))
 
 
 def visualize_page(image: np.ndarray, result: PageResult) -> dict[str, str]:
@@ -192,33 +218,3 @@ def _jpeg_b64(image: np.ndarray, max_side: int = 2000) -> str:
     if not ok:
         raise ValueError("JPEG encoding failed")
     return base64.b64encode(buf.tobytes()).decode("ascii")
-
-
-def prepare_page_of(
-    source: shm.ShmRef | bytes | str,
-    kind: FileKind,
-    index: int,
-    limits: DecodeLimits,
-    det_params: DetParams,
-) -> PreparedPage:
-    """Decode page `index` of a document (staged in shared memory, bytes, or a file's path) and
-    prepare it for detection.
-
-    Documents are decoded one page a call, so a page holds memory only while it is in flight.
-    """
-    image = documents.decode_page(_bytes_or_path(source), kind, index, limits)
-    det_input = preprocess_det(image, det_params)
-    image_ref = shm.put(image, _PREFIX)
-    try:
-        det_ref = shm.put(det_input.tensor[np.newaxis], _PREFIX)
-    except BaseException:
-        shm.discard(image_ref)
-        raise
-    return PreparedPage(
-        image=image_ref,
-        det_tensor=det_ref,
-        src_h=det_input.src_h,
-        src_w=det_input.src_w,
-        ratio_h=det_input.ratio_h,
-        ratio_w=det_input.ratio_w,
-    )

@@ -10,7 +10,6 @@ import numpy as np
 from models.base import Predictor
 from models.bundle import load_bundle
 from pipelines.ocr import run_page
-from pipelines.rec_postprocess import reduce_rec_output
 from pipelines.types import ClsParams, PageResult
 from serving.config import AppConfig
 from serving.engine import engine_choice
@@ -48,7 +47,7 @@ def ocr_page(
     return run_page(
         image,
         det=predictors["det"].run,
-        rec=lambda batch: reduce_rec_output(predictors["rec"].run(batch)),
+        rec=predictors["rec"].run,
         cls=cls.run if cls is not None else None,
         det_params=options.det,
         rec_params=options.rec,

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from serving.page_image import page_png
 from serving.request_options import OcrOptions
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -212,75 +214,61 @@ class OcrService:
         deadline: float,
         priority: int,
     ) -> PageOutput:
-        det_ref = page.det_tensor
-        _, _, h, w = det_ref.shape
-        prob_map = await self._infer("det", det_ref, (h, w), 1, h * w, deadline, priority)
-        try:
-            detected = await self.cpu.run(
-                cpu_stages.after_det, page, prob_map, options.det, options.rec, options.cls
-            )
-        finally:
-            shm.discard(prob_map)
-        orientations: list[int] | None = None
-        chunks = detected.rec_chunks
-        try:
-            if detected.cls_batches:
-                probs = await self._infer_chunks("cls", detected.cls_batches, deadline, priority)
-                orientations, chunks = await self.cpu.run(
-                    cpu_stages.after_cls, detected, probs, options.rec
-                )
-            outputs = await self._infer_chunks("rec", chunks, deadline, priority)
-        finally:
-            free_segments(detected)
-            free_segments(chunks)
-        result, images = await self.cpu.run(
-            cpu_stages.finish_page,
-            page,
-            detected.polys,
-            [c.indices for c in chunks],
-            outputs,
-            orientations,
+        """The page pipeline's steps (`pipelines.page`) in the CPU pool, each after the inference
+        its state awaits."""
+        step = await self._infer_then(
+            page.step,
+            deadline,
+            priority,
+            cpu_stages.after_det,
+            page.image,
+            options.det,
             options.rec,
-            visualize,
+            options.cls,
+        )
+        if step.state.awaiting == "cls":
+            step = await self._infer_then(
+                step, deadline, priority, cpu_stages.after_cls, options.rec
+            )
+        result, images = await self._infer_then(
+            step, deadline, priority, cpu_stages.finish, page.image, options.rec, visualize
         )
         return PageOutput(result=result, images=images)
 
-    async def _infer_chunks(
-        self, stage: str, chunks: list[cpu_stages.ChunkRef], deadline: float, priority: int
-    ) -> list[Any]:
-        if not chunks:
-            return []
-        return await asyncio.gather(
-            *(
-                self._infer(
-                    stage,
-                    c.tensor,
-                    c.width,
-                    len(c.indices),
-                    c.width * len(c.indices),
-                    deadline,
-                    priority,
-                )
-                for c in chunks
-            )
-        )
-
-    async def _infer(
+    async def _infer_then(
         self,
-        stage: str,
-        payload: shm.ShmRef,
-        bucket: Any,
-        count: int,
-        cost: int,
+        step: cpu_stages.SharedStep,
         deadline: float,
         priority: int,
-    ) -> Any:
+        cpu_step: Callable[..., T],
+        *args: Any,
+    ) -> T:
+        """Run the inference `step` awaits, then `cpu_step(step, outputs, *args)` in the pool; the
+        step's segments and the outputs' are freed whatever happens."""
+        try:
+            outputs = await asyncio.gather(
+                *(self._infer(step.state.awaiting, ref, deadline, priority) for ref in step.inputs)
+            )
+            try:
+                return await self.cpu.run(cpu_step, step, outputs, *args)
+            finally:
+                free_segments(outputs)
+        finally:
+            free_segments(step)
+
+    async def _infer(self, stage: str, payload: shm.ShmRef, deadline: float, priority: int) -> Any:
+        rows, _, height, width = payload.shape
+        bucket: Any
+        if stage == "det":  # pages of one size, charged by pixels
+            bucket, cost = (height, width), rows * height * width
+        else:  # chunks of crops padded to one width, charged by width x rows
+            bucket, cost = width, rows * width
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         item = WorkItem(
             stage=stage,
             bucket=bucket,
             payload=payload,
-            count=count,
+            count=rows,
             cost=cost,
             priority=priority,
             deadline=deadline,

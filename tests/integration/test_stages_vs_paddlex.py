@@ -414,7 +414,7 @@ def _run_ours(image: np.ndarray, use_cls: bool, rec_params: RecParams) -> PageRe
     return run_page(
         image,
         det=_fake_det_net,
-        rec=lambda x: reduce_rec_output(_fake_rec_net(x)),
+        rec=_fake_rec_net,
         cls=_fake_cls_net if use_cls else None,
         det_params=DetParams(),
         rec_params=rec_params,

@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.cls_postprocess import apply_orientation, classify_orientation
 from pipelines.cls_preprocess import plan_cls_batches, preprocess_cls
-from pipelines.ocr import gather_orientations
+from pipelines.page import gather_orientations
 from pipelines.types import ClsParams
 
 pytestmark = pytest.mark.unit
@@ -91,14 +91,14 @@ def test_apply_orientation_validates_its_inputs() -> None:
 
 def test_gather_orientations_puts_ids_back_in_crop_order() -> None:
     crops = [_crop(10, 30, seed=i) for i in range(8)]
-    batches = plan_cls_batches(crops, ClsParams(batch_size=3))
-    probs = [np.array([[0.1, 0.9]] * len(b[0]), np.float32) for b in batches]
+    batches = [indices for indices, _ in plan_cls_batches(crops, ClsParams(batch_size=3))]
+    probs = [np.array([[0.1, 0.9]] * len(b), np.float32) for b in batches]
     probs[1] = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]], np.float32)
     assert gather_orientations(batches, probs, len(crops)) == [1, 1, 1, 0, 1, 0, 1, 1]
 
 
 def test_gather_orientations_rejects_mismatched_outputs() -> None:
-    batches = plan_cls_batches([_crop(10, 30)], ClsParams())
+    batches = [indices for indices, _ in plan_cls_batches([_crop(10, 30)], ClsParams())]
     with pytest.raises(ValueError, match="rows"):
         gather_orientations(batches, [np.zeros((2, 2), np.float32)], 1)
     with pytest.raises(ValueError, match="outputs"):

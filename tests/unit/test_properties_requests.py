@@ -25,7 +25,6 @@ from models.spec import ModelSpec
 from pipelines.det_postprocess import postprocess_det
 from pipelines.det_preprocess import preprocess_det
 from pipelines.ocr import run_page
-from pipelines.rec_postprocess import reduce_rec_output
 from pipelines.types import ClsParams, DetParams, RecParams
 from serving import paddlex_api
 from serving.config import AppConfig, PipelineConfig, build, describe, load_config
@@ -115,9 +114,10 @@ def fake_page(image: np.ndarray, options: OcrOptions, seed: int) -> PageOutput:
     def det(batch: np.ndarray) -> np.ndarray:
         return prob_map(seed, batch.shape[2], batch.shape[3], blobs=4)[np.newaxis, np.newaxis]
 
-    def rec(batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def rec(batch: np.ndarray) -> np.ndarray:
         probs = rng.random((batch.shape[0], max(1, batch.shape[3] // 8), 4), dtype=np.float32)
-        return reduce_rec_output(probs / probs.sum(axis=-1, keepdims=True))
+        result: np.ndarray = probs / probs.sum(axis=-1, keepdims=True)
+        return result
 
     result = run_page(
         image,

@@ -6,7 +6,8 @@ import cv2
 import numpy as np
 import pytest
 
-from pipelines.ocr import assemble_page, gather_rec_results, run_page
+from pipelines.ocr import run_page
+from pipelines.page import assemble_page, gather_rec_results
 from pipelines.rec_postprocess import build_charset, decode_ctc, reduce_rec_output
 from pipelines.rec_preprocess import plan_rec_chunks, resize_norm_rec
 from pipelines.types import ClsParams, DetParams, RecParams
@@ -136,7 +137,7 @@ def test_all_blank_rows_decode_to_empty_text_with_score_zero() -> None:
     assert (text, score) == ("", 0.0)
 
 
-# ---------------------------------------------------------------- page composition (ocr.py)
+# ---------------------------------------------------------------- page steps and run_page
 
 
 def test_gather_rec_results_restores_crop_order() -> None:
@@ -151,13 +152,13 @@ def test_gather_rec_results_restores_crop_order() -> None:
         )
         for c in chunks
     ]
-    results = gather_rec_results(chunks, outputs, charset, len(crops))
+    results = gather_rec_results([c.indices for c in chunks], outputs, charset, len(crops))
     assert [t for t, _ in results] == list("abcdefgh")
     assert all(s == 0.5 for _, s in results)
 
 
 def test_gather_rec_results_rejects_missing_outputs() -> None:
-    chunks = plan_rec_chunks([_solid(10, 40, 0)] * 2, RecParams(batch_size=1))
+    chunks = [c.indices for c in plan_rec_chunks([_solid(10, 40, 0)] * 2, RecParams(batch_size=1))]
     one = (np.ones((1, 1), np.int32), np.ones((1, 1), np.float32))
     with pytest.raises(ValueError, match="outputs"):
         gather_rec_results(chunks, [one], CHARSET, 2)
@@ -183,6 +184,14 @@ def test_assemble_page_rejects_mismatched_lengths() -> None:
         assemble_page(1, 1, np.zeros((1, 4, 2), np.int16), [("a", 1.0)], [0, 1], RecParams())
 
 
+def _rec_probs(rows: int, classes: list[int], prob: float) -> np.ndarray:
+    """Raw recogniser output whose greedy path is `classes`, each step at `prob`."""
+    rest = (1.0 - prob) / (len(CHARSET) - 1)
+    probs = np.full((rows, len(classes), len(CHARSET)), rest, np.float32)
+    probs[:, np.arange(len(classes)), classes] = prob
+    return probs
+
+
 def _page() -> np.ndarray:
     page = np.full((96, 320, 3), 230, np.uint8)
     cv2.rectangle(page, (200, 30), (300, 50), (20, 20, 20), -1)
@@ -204,10 +213,9 @@ def test_run_page_chains_the_stages() -> None:
         calls["det"].append(x.shape)
         return _dark_is_text(x)
 
-    def rec(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def rec(x: np.ndarray) -> np.ndarray:
         calls["rec"].append(x.shape)
-        n = x.shape[0]
-        return np.tile(np.array([1, 1, 0, 2], np.int32), (n, 1)), np.full((n, 4), 0.75, np.float32)
+        return _rec_probs(x.shape[0], [1, 1, 0, 2], 0.75)
 
     def cls(x: np.ndarray) -> np.ndarray:
         calls["cls"].append(x.shape)
@@ -238,7 +246,7 @@ def test_run_page_chains_the_stages() -> None:
 
 
 def test_run_page_without_classifier_or_text() -> None:
-    def rec(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def rec(x: np.ndarray) -> np.ndarray:
         raise AssertionError("nothing to recognise")
 
     page = run_page(
@@ -257,7 +265,7 @@ def test_run_page_without_classifier_or_text() -> None:
     lines = run_page(
         _page(),
         det=_dark_is_text,
-        rec=lambda x: (np.ones((x.shape[0], 2), np.int32), np.ones((x.shape[0], 2), np.float32)),
+        rec=lambda x: _rec_probs(x.shape[0], [1, 1], 1.0),
         cls=None,
         det_params=DetParams(),
         rec_params=RecParams(),
@@ -273,7 +281,7 @@ def test_run_page_rejects_a_bad_detector_output() -> None:
         run_page(
             _page(),
             det=lambda x: x[:, :1, 0],
-            rec=lambda x: (np.zeros((0, 0), np.int32), np.zeros((0, 0), np.float32)),
+            rec=lambda x: _rec_probs(x.shape[0], [1], 1.0),
             cls=None,
             det_params=DetParams(),
             rec_params=RecParams(),

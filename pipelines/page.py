@@ -1,0 +1,281 @@
+"""The OCR page pipeline as explicit steps between model calls, chained as PaddleOCR 3.7 does.
+
+    prepare -> det -> after_det -> [cls -> after_cls] -> rec -> finish
+
+Each step takes the page's state and the outputs of the model calls that state waits for (as
+`pipelines.stages` reduces them), and returns the next state with the inputs of the next model
+calls. Steps are pure: arrays in, arrays out. `pipelines.ocr.run_page` drives them in one process;
+the server drives the same steps in its CPU workers, with inference in device workers in between
+(`serving.cpu_stages`, `serving.ocr_service`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipelines.cls_postprocess import apply_orientation, classify_orientation
+from pipelines.cls_preprocess import plan_cls_batches
+from pipelines.crop import crop_text_lines, sort_quad_boxes
+from pipelines.det_postprocess import postprocess_det
+from pipelines.det_preprocess import preprocess_det
+from pipelines.rec_postprocess import decode_ctc
+from pipelines.rec_preprocess import plan_rec_chunks
+from pipelines.stages import Stage
+from pipelines.types import ClsParams, DetParams, PageResult, RecParams, TextLine
+
+NO_ORIENTATION = -1
+"""Orientation of a line when the classifier did not run."""
+
+
+def _no_polys() -> np.ndarray:
+    return np.zeros((0, 4, 2), np.int16)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageState:
+    """Where a page stands between two model calls: what the next step needs besides the
+    outputs of those calls."""
+
+    width: int
+    height: int
+    awaiting: Stage
+    """The model whose outputs the next step takes."""
+    batches: tuple[tuple[int, ...], ...]
+    """One entry per awaited model call, in order: the crops its rows stand for (for det, the
+    page: `(0,)`)."""
+    polys: np.ndarray = field(default_factory=_no_polys)
+    """`dt_polys` (int16, (N, 4, 2), reading order) once detection ran."""
+    orientations: tuple[int, ...] | None = None
+    """One classifier class id per quad once the classifier ran; None when it does not run."""
+    crops: tuple[np.ndarray, ...] = ()
+    """One BGR line crop per quad, kept only while the classifier has yet to run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What a step returns: the page's new state and the inputs of the model calls it awaits."""
+
+    state: PageState
+    inputs: list[np.ndarray]
+    """One float32 (n, 3, h, w) batch per entry of `state.batches`."""
+
+
+def prepare(image: np.ndarray, det_params: DetParams) -> Step:
+    """Prepares one BGR page for the detector (`preprocess_det`).
+
+    Raises:
+        ValueError: If the image is not (H, W, 3) with positive sides, or the limit type is unknown.
+    """
+    det_input = preprocess_det(image, det_params)
+    state = PageState(
+        width=det_input.src_w, height=det_input.src_h, awaiting="det", batches=((0,),)
+    )
+    return Step(state, [det_input.tensor[np.newaxis]])
+
+
+def after_det(
+    state: PageState,
+    image: np.ndarray,
+    maps: Sequence[np.ndarray],
+    det_params: DetParams,
+    rec_params: RecParams,
+    cls_params: ClsParams | None,
+) -> Step:
+    """DB postprocess, reading order and line crops; then plans the classifier's batches, or the
+    recogniser's chunks when the classifier does not run (`cls_params` is None).
+
+    Args:
+        state: What `prepare` returned.
+        image: The BGR page `prepare` was given.
+        maps: The detector's output (`stages.DET`): one (1, H, W) probability map.
+        det_params: Detection thresholds.
+        rec_params: Recognition settings.
+        cls_params: Classifier settings, or None to skip the classifier.
+
+    Raises:
+        ValueError: If the outputs do not match what the state awaits.
+    """
+    _check(state, "det", maps)
+    (prob_map,) = maps
+    if prob_map.ndim != 3 or prob_map.shape[0] != 1:
+        raise ValueError(f"expected a (1, H, W) detector output, got {prob_map.shape}")
+    quads = sort_quad_boxes(postprocess_det(prob_map[0], (state.height, state.width), det_params))
+    crops, polys = crop_text_lines(image, quads)
+    if cls_params is None:
+        return _plan_rec(dataclasses.replace(state, polys=polys), crops, rec_params)
+    batches = plan_cls_batches(crops, cls_params)
+    detected = dataclasses.replace(
+        state,
+        awaiting="cls",
+        batches=tuple(indices for indices, _ in batches),
+        polys=polys,
+        crops=tuple(crops),
+    )
+    return Step(detected, [tensor for _, tensor in batches])
+
+
+def after_cls(state: PageState, probs: Sequence[np.ndarray], rec_params: RecParams) -> Step:
+    """Turns the crops the classifier found upside down, then plans the recogniser's chunks.
+
+    Args:
+        state: What `after_det` returned with classifier settings.
+        probs: The classifier's output (`stages.CLS`) for each batch, in order.
+        rec_params: Recognition settings.
+
+    Raises:
+        ValueError: If the outputs do not match what the state awaits.
+    """
+    _check(state, "cls", probs)
+    orientations = gather_orientations(state.batches, probs, len(state.crops))
+    crops = apply_orientation(state.crops, orientations)
+    classified = dataclasses.replace(state, orientations=tuple(orientations), crops=())
+    return _plan_rec(classified, crops, rec_params)
+
+
+def finish(
+    state: PageState,
+    outputs: Sequence[tuple[np.ndarray, np.ndarray]],
+    rec_params: RecParams,
+    charset: Sequence[str],
+) -> PageResult:
+    """CTC-decodes the recogniser's outputs and assembles the page.
+
+    Args:
+        state: What `after_det` (without classifier) or `after_cls` returned.
+        outputs: The recogniser's output (`stages.REC`) for each chunk, in order.
+        rec_params: Holds the score threshold.
+        charset: Labels from `build_charset`.
+
+    Returns:
+        The page result, identical to PaddleOCR's for the same models and settings.
+
+    Raises:
+        ValueError: If the outputs do not match what the state awaits.
+    """
+    _check(state, "rec", outputs)
+    texts_scores = gather_rec_results(state.batches, outputs, charset, len(state.polys))
+    return assemble_page(
+        state.width, state.height, state.polys, texts_scores, state.orientations, rec_params
+    )
+
+
+def _plan_rec(state: PageState, crops: Sequence[np.ndarray], rec_params: RecParams) -> Step:
+    chunks = plan_rec_chunks(crops, rec_params)
+    planned = dataclasses.replace(
+        state, awaiting="rec", batches=tuple(c.indices for c in chunks), crops=()
+    )
+    return Step(planned, [c.tensor for c in chunks])
+
+
+def _check(state: PageState, stage: Stage, outputs: Sequence[object]) -> None:
+    if state.awaiting != stage:
+        raise ValueError(f"the page awaits {state.awaiting} outputs, not {stage} outputs")
+    if len(outputs) != len(state.batches):
+        raise ValueError(f"{len(state.batches)} {stage} calls awaited but {len(outputs)} outputs")
+
+
+def gather_orientations(
+    batches: Sequence[tuple[int, ...]], probs: Sequence[np.ndarray], num_crops: int
+) -> list[int]:
+    """Collects the classifier's answers into crop order.
+
+    Args:
+        batches: The crops of each classifier batch (`plan_cls_batches`' indices).
+        probs: The classifier's (n, num_classes) output for each batch, in the same order.
+        num_crops: How many crops the batches were planned from.
+
+    Returns:
+        One class id per crop.
+
+    Raises:
+        ValueError: If the outputs do not match the batches.
+    """
+    if len(batches) != len(probs):
+        raise ValueError(f"{len(batches)} classifier batches but {len(probs)} outputs")
+    class_ids = [NO_ORIENTATION] * num_crops
+    for indices, batch_probs in zip(batches, probs, strict=True):
+        ids = classify_orientation(batch_probs)
+        if len(ids) != len(indices):
+            raise ValueError(f"classifier returned {len(ids)} rows for {len(indices)} crops")
+        for i, class_id in zip(indices, ids, strict=True):
+            class_ids[i] = class_id
+    return class_ids
+
+
+def gather_rec_results(
+    chunks: Sequence[tuple[int, ...]],
+    outputs: Sequence[tuple[np.ndarray, np.ndarray]],
+    charset: Sequence[str],
+    num_crops: int,
+) -> list[tuple[str, float]]:
+    """CTC-decodes the recogniser's answers into crop order.
+
+    Args:
+        chunks: The crops of each recognition chunk (`plan_rec_chunks`' indices).
+        outputs: `reduce_rec_output` pairs for each chunk, in the same order.
+        charset: Labels from `build_charset`.
+        num_crops: How many crops the chunks were planned from.
+
+    Returns:
+        One (text, score) pair per crop.
+
+    Raises:
+        ValueError: If the outputs do not match the chunks or leave a crop without a result.
+    """
+    if len(chunks) != len(outputs):
+        raise ValueError(f"{len(chunks)} recognition chunks but {len(outputs)} outputs")
+    results: list[tuple[str, float] | None] = [None] * num_crops
+    for indices, (classes, max_probs) in zip(chunks, outputs, strict=True):
+        decoded = decode_ctc(classes, max_probs, charset)
+        if len(decoded) != len(indices):
+            raise ValueError(f"recogniser returned {len(decoded)} rows for {len(indices)}")
+        for i, result in zip(indices, decoded, strict=True):
+            results[i] = result
+    missing = [i for i, r in enumerate(results) if r is None]
+    if missing:
+        raise ValueError(f"no recognition result for crops {missing}")
+    return [r for r in results if r is not None]
+
+
+def assemble_page(
+    width: int,
+    height: int,
+    polys: np.ndarray | Sequence[np.ndarray],
+    texts_scores: Sequence[tuple[str, float]],
+    orientations: Sequence[int] | None,
+    rec_params: RecParams,
+) -> PageResult:
+    """Builds the page result; keeps lines whose score is at least `rec_params.score_thresh`.
+
+    Args:
+        width: Page width in pixels.
+        height: Page height in pixels.
+        polys: `dt_polys`.
+        texts_scores: One (text, score) pair per quad.
+        orientations: One classifier class id per quad, or None when the classifier is off.
+        rec_params: Holds the score threshold.
+
+    Returns:
+        The page, lines in `dt_polys` order.
+
+    Raises:
+        ValueError: If the per-quad sequences differ in length.
+    """
+    dt_polys = list(polys)
+    angles = [NO_ORIENTATION] * len(dt_polys) if orientations is None else list(orientations)
+    if not len(dt_polys) == len(texts_scores) == len(angles):
+        raise ValueError(
+            f"{len(dt_polys)} quads, {len(texts_scores)} results, {len(angles)} orientations"
+        )
+    lines = [
+        TextLine(text=text, score=score, poly=poly, orientation=angle)
+        for poly, (text, score), angle in zip(dt_polys, texts_scores, angles, strict=True)
+        if score >= rec_params.score_thresh
+    ]
+    return PageResult(
+        width=width, height=height, dt_polys=dt_polys, lines=lines, orientations=angles
+    )
