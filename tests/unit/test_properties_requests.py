@@ -1,8 +1,9 @@
 """Properties of request and config parsing: any input is accepted or refused with a 4xx error.
 
-The `/ocr` property follows `routes.paddlex_ocr` without HTTP or models: an accepted body's
-options run through the real pipeline stages and its answer is valid JSON. Hypothesis runs each
-property on a fixed, bounded set of inputs (`tests/properties.py`).
+The `/ocr` property follows `routes.paddlex_ocr` without HTTP or model weights: an accepted body
+runs through the server's own OCR path (`OcrService`, its CPU stages and the device worker's output
+handling, in process: `tests/fakes/service.py`) with random model outputs, and its answer is valid
+JSON. Hypothesis runs each property on a fixed, bounded set of inputs (`tests/properties.py`).
 """
 
 from __future__ import annotations
@@ -24,20 +25,21 @@ from models.bundle import ModelBundle
 from models.spec import ModelSpec
 from pipelines.det_postprocess import postprocess_det
 from pipelines.det_preprocess import preprocess_det
-from pipelines.ocr import run_page
 from pipelines.types import ClsParams, DetParams, RecParams
 from serving import paddlex_api
-from serving.config import AppConfig, PipelineConfig, build, describe, load_config
+from serving.batching import BACKGROUND
+from serving.config import AppConfig, PaddlexConfig, PipelineConfig, build, describe, load_config
 from serving.errors import ConfigError, OcrError, ValidationFailed
-from serving.inputs import DecodeLimits, decode_document
+from serving.inputs import DecodeLimits, FileKind, frames_type
 from serving.jobs_options import OPTIONS, overrides, parse_options
 from serving.ocr_service import PageOutput
 from serving.request_options import OcrOptions, ocr_options
+from tests.fakes.service import Model, run_inline
 from tests.images import encode_png
 from tests.properties import counted, outcome, prob_map
 
 
-def _spec(kind: Literal["det", "rec"], **params: Any) -> ModelSpec:
+def _spec(kind: Literal["det", "rec", "cls"], **params: Any) -> ModelSpec:
     where = Path(kind)
     return ModelSpec(
         kind=kind,
@@ -52,7 +54,7 @@ def _spec(kind: Literal["det", "rec"], **params: Any) -> ModelSpec:
 BUNDLE = ModelBundle(
     det=_spec("det", det_params=DetParams()),
     rec=_spec("rec", rec_params=RecParams(), character_dict=("a", "b")),
-    cls=None,
+    cls=_spec("cls", cls_params=ClsParams()),
 )
 LIMITS = DecodeLimits(max_pdf_pages=2, pdf_render_scale=1.0, max_image_pixels=10**6)
 
@@ -107,8 +109,8 @@ any_bodies = json_values | st.fixed_dictionaries(
 ocr_bodies = st.one_of(good_bodies, good_bodies, any_bodies)
 
 
-def fake_page(image: np.ndarray, options: OcrOptions, seed: int) -> PageOutput:
-    """OCR one page with the real stages and random model outputs."""
+def fake_models(seed: int) -> dict[str, Model]:
+    """Raw model outputs: a detection map with a few blobs, random class probabilities."""
     rng = np.random.default_rng(seed)
 
     def det(batch: np.ndarray) -> np.ndarray:
@@ -119,29 +121,37 @@ def fake_page(image: np.ndarray, options: OcrOptions, seed: int) -> PageOutput:
         result: np.ndarray = probs / probs.sum(axis=-1, keepdims=True)
         return result
 
-    result = run_page(
-        image,
-        det=det,
-        rec=rec,
-        cls=None,
-        det_params=options.det,
-        rec_params=options.rec,
-        cls_params=ClsParams(),
+    def cls(batch: np.ndarray) -> np.ndarray:
+        return rng.random((batch.shape[0], 2), dtype=np.float32)
+
+    return {"det": det, "rec": rec, "cls": cls}
+
+
+def ocr_document(
+    data: bytes, kind: FileKind, options: OcrOptions, visualize: bool, seed: int
+) -> list[PageOutput]:
+    """`OcrService.ocr`, the server's path for a request's document, with `fake_models`."""
+    return run_inline(
+        lambda service: service.ocr(data, kind, options, visualize=visualize, timeout_s=60.0),
+        models=fake_models(seed),
         charset=BUNDLE.charset,
+        limits=LIMITS,
     )
-    return PageOutput(result=result)
 
 
 def answer_ocr(body: Any, seed: int) -> str:
     """`/ocr`'s steps from the parsed body to the response text; raises what the route would."""
     parsed = paddlex_api.parse_request(body)
-    overrides_ = paddlex_api.effective_overrides(parsed.overrides)
-    options = ocr_options(BUNDLE, PipelineConfig(), **overrides_)
     if paddlex_api.is_url(parsed.file) or parsed.file_type is None:
         return ""  # refused by the route (URLs are off by default), or fetched: not ours here
     data = paddlex_api.decode_base64_file(parsed.file)
-    pages = [fake_page(page, options, seed) for page in decode_document(data, "image", LIMITS)]
-    result = paddlex_api.infer_result(pages, "image", options, parsed.overrides)
+    overrides_ = paddlex_api.effective_overrides(parsed.overrides)
+    options = ocr_options(BUNDLE, PipelineConfig(), **overrides_)
+    visualize = PaddlexConfig().visualize if parsed.visualize is None else parsed.visualize
+    pages = ocr_document(data, parsed.file_type, options, visualize, seed)
+    result = paddlex_api.infer_result(
+        pages, parsed.file_type, options, parsed.overrides, frames_type=frames_type(data)
+    )
     # Starlette's JSONResponse refuses NaN and infinities.
     return json.dumps(paddlex_api.envelope(parsed.log_id, result), allow_nan=False)
 
@@ -208,7 +218,14 @@ def test_job_options_run_or_refuse_with_4xx(raw: dict[str, Any], seed: int) -> N
     if isinstance(options, OcrError):
         return
     image = np.random.default_rng(seed).integers(0, 256, (40, 120, 3), dtype=np.uint8)
-    fake_page(image, options, seed)
+    run_inline(
+        lambda service: service.ocr_page_of(
+            encode_png(image), "image", 0, options, priority=BACKGROUND, timeout_s=60.0
+        ),
+        models=fake_models(seed),
+        charset=BUNDLE.charset,
+        limits=LIMITS,
+    )
 
 
 # --- config ---------------------------------------------------------------------------------
