@@ -140,16 +140,46 @@ class BatchPolicy:
             ready_at = oldest + self._config[stage].max_wait_ms / 1000.0
             if full or now >= ready_at or not company_possible:
                 if placement is not None and device is not None:
-                    cost = sum(it.cost for it in batch)
-                    look_again = placement.leave_until(device, stage, cost, now)
-                    if look_again is not None:
-                        selection.wake_at = _earliest(selection.wake_at, look_again)
+                    placed = self._place(
+                        stage, bucket, batch, limits[stage], device, placement, now
+                    )
+                    if isinstance(placed, float):
+                        selection.wake_at = _earliest(selection.wake_at, placed)
                         continue
+                    batch = placed
                 self._take(stage, bucket, batch)
                 selection.batch = batch
                 return selection
             selection.wake_at = _earliest(selection.wake_at, ready_at)
         return selection
+
+    def _place(
+        self,
+        stage: str,
+        bucket: Hashable,
+        head: list[WorkItem],
+        limits: StageLimits,
+        device: str,
+        placement: Placement,
+        now: float,
+    ) -> list[WorkItem] | float:
+        """The batch `device` should take from this bucket, or when to look again.
+
+        The most urgent items, unless another device would finish them sooner. Then the least
+        urgent ones, which another device reaches only after all the rest of the bucket: a slow
+        device helps with a backlog from its tail, never delaying the head.
+        """
+        cost = sum(it.cost for it in head)
+        look_again = placement.leave_until(device, stage, cost, now)
+        if look_again is None:
+            return head
+        items = self._buckets[stage][bucket]
+        tail, _ = self._fill(items, limits, least_urgent=True)
+        tail_cost = sum(it.cost for it in tail)
+        ahead = sum(it.cost for it in items) - tail_cost
+        if ahead > 0 and placement.leave_until(device, stage, tail_cost, now, ahead) is None:
+            return tail
+        return look_again
 
     def drain(self) -> list[WorkItem]:
         """Remove and return every queued item (shutdown)."""
@@ -177,11 +207,14 @@ class BatchPolicy:
         return keep
 
     @staticmethod
-    def _fill(items: list[WorkItem], limits: StageLimits) -> tuple[list[WorkItem], bool]:
-        """Most urgent items that fit the caps; the first one always fits (it runs alone)."""
+    def _fill(
+        items: list[WorkItem], limits: StageLimits, *, least_urgent: bool = False
+    ) -> tuple[list[WorkItem], bool]:
+        """Most (or least) urgent items that fit the caps; the first one always fits (it runs
+        alone)."""
         batch: list[WorkItem] = []
         count = cost = 0
-        for item in sorted(items, key=lambda it: it.sort_key):
+        for item in sorted(items, key=lambda it: it.sort_key, reverse=least_urgent):
             fits = (
                 count + item.count <= limits.max_batch_size and cost + item.cost <= limits.max_cost
             )

@@ -48,9 +48,14 @@ class Placement:
         total = sum(r.predicted_s for r in running.values())
         return max(now, first_started + total)
 
-    def leave_until(self, device: str, stage: str, cost: int, now: float) -> float | None:
+    def leave_until(
+        self, device: str, stage: str, cost: int, now: float, ahead: int = 0
+    ) -> float | None:
         """None: `device` should take this batch. Else the time at which the device that would
-        finish it sooner frees: `device` looks again then (or when anything changes)."""
+        finish it sooner frees: `device` looks again then (or when anything changes).
+
+        `ahead` is the cost of queued work of this stage another device would run first.
+        """
         mine = self.model.predict(device, stage, cost)
         if mine is None:
             return None
@@ -59,7 +64,7 @@ class Placement:
         for other, stages in self._stages.items():
             if other == device or stage not in stages:
                 continue
-            theirs = self.model.predict(other, stage, cost)
+            theirs = self.model.predict(other, stage, cost + ahead)
             if theirs is None:
                 continue
             other_free = self.free_at(other, now)

@@ -6,7 +6,8 @@ so the behaviour is chosen with environment variables that the spawned processes
   OCR_FAKE_CLS_CLASS=N   the textline classifier answers class N for every crop;
   OCR_FAKE_REC_FAIL=TEXT rec raises for any batch wider than TEXT pixels (a "bad crop").
 `SLOW_FAKE` ("tests.fakes.predictors:SLOW_FAKE") uses no model at all (`models.FakePredictor`):
-  OCR_FAKE_LATENCY_S=S   every batch takes S seconds (the warm-up page's too).
+  OCR_FAKE_LATENCY_S=S   every batch takes S seconds (the warm-up page's too);
+  OCR_FAKE_LATENCY_S_CPU / OCR_FAKE_LATENCY_S_GPU: the same per device kind (unlike devices).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import numpy as np
 
 from models.base import EngineBackend, Predictor
-from models.engine_options import DEVICE_KINDS, EngineOptions
+from models.engine_options import DEVICE_KINDS, EngineOptions, device_kind
 from models.fake_predictor import FakePredictor
 from models.paddle_backend import PADDLE
 from models.spec import MODEL_FORMATS, ModelSpec
@@ -77,8 +78,11 @@ def _with_faults(spec: ModelSpec, options: EngineOptions) -> Predictor:
 
 
 def _slow_fake(spec: ModelSpec, options: EngineOptions) -> Predictor:
-    """Model-free predictors, slowed down by `OCR_FAKE_LATENCY_S`: server lifecycle tests."""
-    latency_s = float(os.environ.get("OCR_FAKE_LATENCY_S", "0"))
+    """Model-free predictors, slowed down by `OCR_FAKE_LATENCY_S`, or per device kind by
+    `OCR_FAKE_LATENCY_S_CPU` / `OCR_FAKE_LATENCY_S_GPU` (unlike devices, no GPU needed)."""
+    kind = device_kind(options.device).upper()
+    default = os.environ.get("OCR_FAKE_LATENCY_S", "0")
+    latency_s = float(os.environ.get(f"OCR_FAKE_LATENCY_S_{kind}", default))
     return FakePredictor(spec.kind, latency_s=latency_s)
 
 

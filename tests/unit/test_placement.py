@@ -126,3 +126,37 @@ def test_the_policy_gives_the_cpu_the_rec_batch_and_leaves_it_det_pages() -> Non
         assert gpu.batch == [page]
 
     asyncio.run(main())
+
+
+def test_with_a_backlog_the_slow_device_takes_from_the_tail_never_the_head() -> None:
+    """20 pages of one shape queued: the GPU (0.05 s a page) reaches the last ones after ~1 s,
+    the CPU finishes one in 0.4 s, so the CPU takes the least urgent page; with 3 queued the GPU
+    is done with all of them in 0.15 s and the CPU leaves them."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        placement = Placement()
+        placement.add_device("gpu:0", ("det",))
+        placement.add_device("cpu", ("det",))
+        placement.model.observe("gpu:0", "det", 1_000_000, 0.05)
+        placement.model.observe("cpu", "det", 1_000_000, 0.4)
+        now = 50.0
+        policy = BatchPolicy(QUEUES)
+        pages = []
+        for i in range(20):
+            page = _item("det", 1_000_000, loop)
+            policy.submit(page, now + i * 0.001)
+            pages.append(page)
+        cpu = policy.select(now + 1, ("det",), LIMITS, device="cpu", placement=placement)
+        assert cpu.batch == [pages[-1]]
+        gpu = policy.select(now + 1, ("det",), LIMITS, device="gpu:0", placement=placement)
+        assert gpu.batch == [pages[0]]
+
+        few = BatchPolicy(QUEUES)
+        for _ in range(3):
+            few.submit(_item("det", 1_000_000, loop), now)
+        left = few.select(now, ("det",), LIMITS, device="cpu", placement=placement)
+        assert left.batch == []
+        assert left.wake_at == now
+
+    asyncio.run(main())
