@@ -102,7 +102,9 @@ class OcrService:
             # The document crosses to the workers once, in shared memory, whatever its pages.
             source = shm.put(np.frombuffer(data, np.uint8), self._prefix)
             try:
-                sizes = await self.cpu.run(cpu_stages.page_sizes, source, kind, self.limits, None)
+                sizes = await self.cpu.run(
+                    cpu_stages.page_sizes, source, kind, self.limits, None, priority=priority
+                )
                 costs = [page_cost_bytes(w, h, options.det) for w, h in sizes]
                 for cost in costs:
                     self.budget.check(cost)
@@ -141,7 +143,7 @@ class OcrService:
         """
         async with self._admitted(timeout_s) as slot:
             ((width, height),) = await self.cpu.run(
-                cpu_stages.page_sizes, source, kind, self.limits, page_index
+                cpu_stages.page_sizes, source, kind, self.limits, page_index, priority=priority
             )
             cost = page_cost_bytes(width, height, options.det)
             return await self._document_page(
@@ -197,7 +199,13 @@ class OcrService:
         its result is assembled."""
         async with self.budget.hold(cost):
             page = await self.cpu.run(
-                cpu_stages.prepare_page_of, source, kind, index, self.limits, options.det
+                cpu_stages.prepare_page_of,
+                source,
+                kind,
+                index,
+                self.limits,
+                options.det,
+                priority=priority,
             )
             try:
                 output = await self._page(page, options, visualize, deadline, priority)
@@ -250,7 +258,7 @@ class OcrService:
                 *(self._infer(step.state.awaiting, ref, deadline, priority) for ref in step.inputs)
             )
             try:
-                return await self.cpu.run(cpu_step, step, outputs, *args)
+                return await self.cpu.run(cpu_step, step, outputs, *args, priority=priority)
             finally:
                 free_segments(outputs)
         finally:

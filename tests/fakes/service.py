@@ -33,7 +33,7 @@ Model = Callable[[np.ndarray], np.ndarray]
 class InlineCpuPool:
     """Runs each stage function in this process, as `CpuPool.run` runs it in a worker."""
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, priority: int = 0) -> T:
         return fn(*args)
 
 
