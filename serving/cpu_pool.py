@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from serving import shm
 from serving.cpu_worker import cpu_worker_main
 from serving.errors import OcrError, WorkerUnavailable
+from serving.proc import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -313,12 +314,7 @@ class CpuPool:
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the processes; calls still queued fail with WorkerUnavailable."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await cancel_and_wait(self._tasks)
         self._wakeup = None
         while self._queue:
             _, _, call = heapq.heappop(self._queue)

@@ -25,6 +25,7 @@ from serving.config import StageLimits
 from serving.device_worker import DeviceSpec, ItemFailed, ItemOk, WorkerSetup, device_worker_main
 from serving.errors import OcrError, WorkerUnavailable
 from serving.metrics import Metrics
+from serving.proc import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -225,12 +226,7 @@ class DevicePool:
 
     async def stop(self) -> None:
         """Stop dispatching and stop the processes."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await cancel_and_wait(self._tasks)
         await asyncio.gather(*(w.stop() for w in self.workers))
 
     async def _serve(self, worker: DeviceWorker) -> None:

@@ -13,6 +13,8 @@ handed to the main thread without a signal), but that is a race.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import logging
 import multiprocessing
@@ -51,3 +53,13 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     if os.getppid() != parent_pid:
         logger.warning("parent %d died before this worker started; exiting", parent_pid)
         os._exit(1)
+
+
+async def cancel_and_wait(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel supervising tasks and wait until each has ended; the list is emptied."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    tasks.clear()

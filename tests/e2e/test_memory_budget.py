@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import threading
 import time
-from pathlib import Path
 
 import httpx
-import pypdfium2 as pdfium
 
+from loadtest.memory_peak import hostile_pdf, segment_bytes
 from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
 
 MIB = 1 << 20
@@ -35,24 +33,12 @@ cpu_workers = 2
 
 
 def _big_pdf(pages: int, inches: float = 40.0) -> bytes:
-    doc = pdfium.PdfDocument.new()
-    for _ in range(pages):
-        doc.new_page(inches * 72, inches * 72)
-    buffer = io.BytesIO()
-    doc.save(buffer)
-    doc.close()
-    return buffer.getvalue()
+    return hostile_pdf(pages, inches)
 
 
 def _segments_bytes(server: Server) -> int:
     """Bytes of the server's shared-memory segments right now."""
-    total = 0
-    for path in Path("/dev/shm").glob(f"ocrsrv{server.process.pid}_*"):
-        try:
-            total += path.stat().st_size
-        except FileNotFoundError:
-            continue
-    return total
+    return segment_bytes(server.process.pid)
 
 
 def _watch_peak(server: Server, stop: threading.Event, peak: list[int]) -> None:
