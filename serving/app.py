@@ -12,13 +12,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
-from serving import openapi, ui
-from serving.auth import ApiKeyMiddleware, load_api_keys
 from serving.config import AppConfig
-from serving.request_id import RequestIdMiddleware
-from serving.routes import ROUTES
+from serving.http import openapi, ui
+from serving.http.auth import ApiKeyMiddleware, load_api_keys
+from serving.http.request_id import RequestIdMiddleware
+from serving.http.routes import ROUTES
+from serving.http.upload_timeout import UploadTimeoutMiddleware
 from serving.runtime import Runtime
-from serving.upload_timeout import UploadTimeoutMiddleware
 
 logger = logging.getLogger(__name__)
 

@@ -1,17 +1,12 @@
-"""Documents for batch work: finding and unpacking input files, counting and decoding pages."""
+"""Pages of a document, one at a time: counted, sized from headers, decoded."""
 
 from __future__ import annotations
 
-import glob
-import zipfile
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
-from serving.errors import InvalidInput, PayloadTooLarge, ValidationFailed
+from serving.errors import InvalidInput
 
 # pdfium is process-global and not thread-safe: share the lock `serving.inputs` renders under.
 from serving.inputs import (
@@ -24,37 +19,7 @@ from serving.inputs import (
     open_pdf,
     pdf_page_size,
     render_pdf_page,
-    sniff_kind,
 )
-from serving.zip_entries import count_entries
-
-SUFFIXES = frozenset((".pdf", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif"))
-"""What a directory walk picks up; files named explicitly are recognised by content."""
-
-_COPY_CHUNK = 1 << 20
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Document:
-    """One input document, stored or found on disk."""
-
-    name: str
-    """As the user knows it: the upload's file name, `archive.zip/inner.pdf`, or a path."""
-    path: Path
-    kind: FileKind
-    pages: int
-    size_bytes: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchLimits:
-    """What one job may hold."""
-
-    max_files: int
-    max_pages: int
-    max_bytes: int
-    max_zip_entries: int
-    """Entries in the job's zips, all together: folders and skipped metadata count too."""
 
 
 def count_pages(source: bytes | str | Path, kind: FileKind) -> int:
@@ -135,151 +100,3 @@ def decode_page(
             return render_pdf_page(doc, index, limits)
         finally:
             doc.close()
-
-
-class _Stager:
-    """Copies uploads into a job's `files` directory, unpacking zips and enforcing limits."""
-
-    def __init__(self, dest: Path, limits: BatchLimits) -> None:
-        self.dest = dest
-        self.limits = limits
-        self.documents: list[Document] = []
-        self.bytes = 0
-        self.pages = 0
-        self.zip_entries = 0
-        self._stored = 0
-
-    def add_stream(self, name: str, stream: IO[bytes]) -> None:
-        path = self._next_path()
-        with path.open("wb") as out:
-            self._copy(stream, out, name)
-        if zipfile.is_zipfile(path):
-            self._unpack(name, path)
-            path.unlink()
-        else:
-            self._add(name, path)
-
-    def _unpack(self, name: str, path: Path) -> None:
-        self._count_entries(name, path)
-        try:
-            archive = zipfile.ZipFile(path)
-        except zipfile.BadZipFile as err:
-            raise InvalidInput(f"{name}: not a readable zip ({err})") from err
-        with archive:
-            for entry in archive.infolist():
-                base = entry.filename.rsplit("/", 1)[-1]
-                if entry.is_dir() or entry.filename.startswith("__MACOSX/") or base.startswith("."):
-                    continue
-                self._check_count(len(self.documents) + 1)
-                target = self._next_path()
-                inner = f"{name}/{entry.filename}"
-                try:
-                    with archive.open(entry) as src, target.open("wb") as out:
-                        self._copy(src, out, inner, unpacked=True)
-                except (zipfile.BadZipFile, RuntimeError, NotImplementedError) as err:
-                    raise InvalidInput(f"{inner}: cannot unpack ({err})") from err
-                if zipfile.is_zipfile(target):
-                    raise ValidationFailed(f"{inner}: zips inside zips are not supported")
-                self._add(inner, target)
-
-    def _count_entries(self, name: str, path: Path) -> None:
-        """Count every entry, skipped ones too, from the central directory before `ZipFile`
-        builds an object for each of them."""
-        limit = self.limits.max_zip_entries
-        with path.open("rb") as f:
-            self.zip_entries += count_entries(f, at_most=limit - self.zip_entries)
-        if self.zip_entries > limit:
-            raise ValidationFailed(
-                f"More than {limit} entries in the zips of one job, at {name}; folders and "
-                "skipped entries such as __MACOSX/ and dotfiles count too (jobs.max_zip_entries)"
-            )
-
-    def _copy(self, src: IO[bytes], out: IO[bytes], name: str, *, unpacked: bool = False) -> None:
-        while chunk := src.read(_COPY_CHUNK):
-            self.bytes += len(chunk)
-            if self.bytes > self.limits.max_bytes:
-                what = "unpacked from its zips" if unpacked else "uploaded"
-                raise PayloadTooLarge(
-                    f"More than {self.limits.max_bytes} bytes {what} for one job at {name} "
-                    "(jobs.max_upload_bytes)"
-                )
-            out.write(chunk)
-
-    def _add(self, name: str, path: Path) -> None:
-        self._check_count(len(self.documents) + 1)
-        with path.open("rb") as f:
-            head = f.read(1024)
-        if not head:
-            raise InvalidInput(f"{name}: empty file")
-        kind = sniff_kind(head)
-        if kind is None:
-            raise ValidationFailed(f"{name}: neither a PDF, a supported image, nor a zip of them")
-        pages = count_pages(path, kind)
-        self.pages += pages
-        if self.pages > self.limits.max_pages:
-            raise ValidationFailed(
-                f"More than {self.limits.max_pages} pages in one job, counting {name} "
-                "(jobs.max_pages_per_job)"
-            )
-        self.documents.append(
-            Document(name=name, path=path, kind=kind, pages=pages, size_bytes=path.stat().st_size)
-        )
-
-    def _check_count(self, count: int) -> None:
-        if count > self.limits.max_files:
-            raise ValidationFailed(
-                f"More than {self.limits.max_files} files in one job (jobs.max_files_per_job)"
-            )
-
-    def _next_path(self) -> Path:
-        self._stored += 1
-        return self.dest / str(self._stored)
-
-
-def stage_uploads(
-    uploads: Sequence[tuple[str, IO[bytes]]], dest: Path, limits: BatchLimits
-) -> list[Document]:
-    """Copy uploads (name, stream) into `dest`, unpacking zips, checking every limit on the way.
-
-    Raises:
-        PayloadTooLarge: more bytes than `max_bytes`, uploaded or unpacked.
-        ValidationFailed: too many files or pages, no file, or a file that is not a document.
-        InvalidInput: an unreadable PDF or zip.
-    """
-    if not uploads:
-        raise ValidationFailed("Send one or more files in multipart fields named `file`")
-    dest.mkdir(parents=True, exist_ok=True)
-    stager = _Stager(dest, limits)
-    for name, stream in uploads:
-        stager.add_stream(name, stream)
-    return stager.documents
-
-
-def find_inputs(specs: Iterable[str]) -> list[tuple[str, Path]]:
-    """(display name, path) of every document named by files, directories or glob patterns.
-
-    A directory is walked recursively for known suffixes; its files are named relative to it.
-    """
-    found: dict[Path, str] = {}
-    for spec in specs:
-        path = Path(spec)
-        if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                if child.is_file() and child.suffix.lower() in SUFFIXES:
-                    found.setdefault(child.resolve(), child.relative_to(path).as_posix())
-        elif path.is_file():
-            found.setdefault(path.resolve(), path.name)
-        else:
-            matches = sorted(glob.glob(spec, recursive=True))
-            if not matches:
-                raise FileNotFoundError(f"{spec}: no such file, directory or match")
-            for match in matches:
-                if Path(match).is_file():
-                    found.setdefault(Path(match).resolve(), match)
-    return [(name, path) for path, name in found.items()]
-
-
-def sniff_file(path: Path) -> FileKind | None:
-    """The kind of a file on disk, from its first bytes."""
-    with path.open("rb") as f:
-        return sniff_kind(f.read(1024))

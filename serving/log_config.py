@@ -8,7 +8,7 @@ import logging.config
 from datetime import UTC, datetime
 from typing import Any
 
-from serving import request_id
+from serving.http import request_id
 
 LEVELS = ("critical", "error", "warning", "info", "debug")
 FORMATS = ("text", "json")

@@ -24,7 +24,7 @@ from serving.device_worker import DeviceSpec, WorkerSetup
 from serving.engine import engine_choice
 from serving.errors import NotReady, ShuttingDown
 from serving.inputs import DecodeLimits
-from serving.jobs_runner import JobRunner
+from serving.jobs.runner import JobRunner
 from serving.memory_budget import MemoryBudget, default_budget_bytes
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService

@@ -20,7 +20,7 @@ cpu_workers = 2
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "config.toml"
     config.write_text(CONFIG)
-    command = [sys.executable, "-m", "serving.batch_cli", *args, "--config", str(config)]
+    command = [sys.executable, "-m", "serving.jobs.cli", *args, "--config", str(config)]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
 
 

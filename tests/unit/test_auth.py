@@ -1,4 +1,4 @@
-"""Unit tests for serving/auth.py (API keys) and the CORS switch in serving/app.py."""
+"""Unit tests for serving/http/auth.py (API keys) and the CORS switch in serving/app.py."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from serving import auth
 from serving.app import middleware
 from serving.config import AppConfig, AuthConfig, ServerConfig, load_config
 from serving.errors import ConfigError
+from serving.http import auth
 
 KEYS = (b"key-one", b"key-two")
 

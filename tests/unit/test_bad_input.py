@@ -22,9 +22,9 @@ from pipelines.rec_postprocess import build_charset
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 from serving.documents import count_pages, decode_page
 from serving.errors import InvalidInput
+from serving.http.paddlex_api import infer_result
 from serving.inputs import DecodeLimits, decode_document, decode_image, frames_type, render_pdf
 from serving.ocr_service import PageOutput
-from serving.paddlex_api import infer_result
 from serving.request_options import OcrOptions
 
 LIMITS = DecodeLimits(max_pdf_pages=10, pdf_render_scale=2.0, max_image_pixels=178_956_970)

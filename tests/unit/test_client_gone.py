@@ -14,9 +14,9 @@ from starlette.types import Message
 
 from serving.app import build_app
 from serving.config import AppConfig, JobsConfig
-from serving.jobs_runner import JobRunner
-from serving.jobs_store import JobStore
-from serving.jobs_types import PageTask
+from serving.jobs.runner import JobRunner
+from serving.jobs.store import JobStore
+from serving.jobs.types import PageTask
 from serving.metrics import Metrics
 from serving.runtime import Runtime
 

@@ -1,4 +1,4 @@
-"""Unit tests for serving/jobs_options.py and the jobs API's `options` form field."""
+"""Unit tests for serving/jobs/options.py and the jobs API's `options` form field."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from serving.errors import ValidationFailed
-from serving.jobs_options import overrides, parse_options
-from serving.routes_jobs import _json_object
+from serving.http.jobs import _json_object
+from serving.jobs.options import overrides, parse_options
 
 
 def test_options_are_converted_and_renamed() -> None:

@@ -1,4 +1,4 @@
-"""Unit tests for serving/jobs_runner.py with a fake page OCR: no models, no processes."""
+"""Unit tests for serving/jobs/runner.py with a fake page OCR: no models, no processes."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 
 from pipelines.types import PageResult, TextLine
 from serving.config import JobsConfig
-from serving.documents import Document
 from serving.errors import DeadlineExceeded, InvalidInput, Overloaded, WorkerUnavailable
-from serving.jobs_runner import MAX_ATTEMPTS, JobRunner
-from serving.jobs_store import JobStore
-from serving.jobs_types import JobNotFound, PageTask
+from serving.jobs.files import Document
+from serving.jobs.runner import MAX_ATTEMPTS, JobRunner
+from serving.jobs.store import JobStore
+from serving.jobs.types import JobNotFound, PageTask
 from serving.metrics import Metrics
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""Unit tests for serving/jobs_store.py: lifecycle, exactly-once commits, recovery, retention."""
+"""Unit tests for serving/jobs/store.py: lifecycle, exactly-once commits, recovery, retention."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from serving.documents import Document
-from serving.jobs_schema import SCHEMA_VERSION
-from serving.jobs_store import JobStore
-from serving.jobs_types import JobNotFound, JobStoreUnavailable
+from serving.jobs.files import Document
+from serving.jobs.schema import SCHEMA_VERSION
+from serving.jobs.store import JobStore
+from serving.jobs.types import JobNotFound, JobStoreUnavailable
 
 
 class Clock:

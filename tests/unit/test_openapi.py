@@ -1,4 +1,4 @@
-"""Unit tests for serving/openapi.py: a valid OpenAPI 3 document that describes every route."""
+"""Unit tests for serving/http/openapi.py: a valid OpenAPI 3 document that describes every route."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from openapi_spec_validator import validate
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from serving import openapi
 from serving.app import build_app
 from serving.config import AppConfig
+from serving.http import openapi
 from serving.runtime import Runtime
 
 
@@ -32,7 +32,7 @@ def test_spec_is_valid_openapi_3(app: Starlette) -> None:
 def test_every_served_endpoint_is_described(app: Starlette) -> None:
     served = openapi.served_operations(app.routes)
     undocumented = served - set(openapi.OPERATIONS)
-    assert not undocumented, f"routes missing from serving/openapi.py: {sorted(undocumented)}"
+    assert not undocumented, f"routes missing from serving/http/openapi.py: {sorted(undocumented)}"
     paths = openapi.build_spec(app.routes)["paths"]
     for required in ("/ocr", "/v1/ocr", "/health", "/livez", "/readyz", "/metrics"):
         assert required in paths

@@ -1,4 +1,5 @@
-"""Unit tests for serving/paddlex_api.py: PaddleX's `/ocr` request fields, results, envelopes."""
+"""Unit tests for serving/http/paddlex_api.py: PaddleX's `/ocr` request fields, results and
+envelopes."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import numpy as np
 import pytest
 
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams, TextLine
-from serving import paddlex_api
 from serving.errors import InvalidInput, ValidationFailed
-from serving.ocr_service import PageOutput
-from serving.paddlex_api import (
+from serving.http import paddlex_api
+from serving.http.paddlex_api import (
     decode_base64_file,
     effective_overrides,
     envelope,
@@ -24,6 +24,7 @@ from serving.paddlex_api import (
     parse_request,
     pruned_result,
 )
+from serving.ocr_service import PageOutput
 from serving.request_options import OcrOptions, check_overrides
 
 PRUNED_KEYS = [

@@ -26,12 +26,12 @@ from models.spec import ModelSpec
 from pipelines.det_postprocess import postprocess_det
 from pipelines.det_preprocess import preprocess_det
 from pipelines.types import ClsParams, DetParams, RecParams
-from serving import paddlex_api
 from serving.batching import BACKGROUND
 from serving.config import AppConfig, PaddlexConfig, PipelineConfig, build, describe, load_config
 from serving.errors import ConfigError, OcrError, ValidationFailed
+from serving.http import paddlex_api
 from serving.inputs import DecodeLimits, FileKind, frames_type
-from serving.jobs_options import OPTIONS, overrides, parse_options
+from serving.jobs.options import OPTIONS, overrides, parse_options
 from serving.ocr_service import PageOutput
 from serving.request_options import OcrOptions, ocr_options
 from tests.fakes.service import Model, run_inline

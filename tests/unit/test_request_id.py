@@ -1,4 +1,5 @@
-"""Unit tests for serving/request_id.py and the request id in log lines (serving/log_config.py)."""
+"""Unit tests for serving/http/request_id.py and the request id in log lines
+(serving/log_config.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from serving import request_id
+from serving.http import request_id
+from serving.http.request_id import RequestIdMiddleware
 from serving.log_config import JsonFormatter, RequestIdFilter, configure_logging
-from serving.request_id import RequestIdMiddleware
 
 
 async def echo(request: Request) -> Response:

@@ -8,7 +8,7 @@ import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 from serving.errors import UploadTimeout
-from serving.upload_timeout import UploadTimeoutMiddleware
+from serving.http.upload_timeout import UploadTimeoutMiddleware
 
 
 def _reader(messages_wanted: int) -> tuple[list[Message], object]:

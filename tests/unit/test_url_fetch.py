@@ -1,4 +1,4 @@
-"""Unit tests for serving/url_fetch.py; nothing here touches the network.
+"""Unit tests for serving/http/url_fetch.py; nothing here touches the network.
 
 Addresses are checked with literal IPs and a replaced resolver; downloads run against an httpx
 MockTransport.
@@ -12,10 +12,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from serving import url_fetch
 from serving.config import InputConfig
 from serving.errors import ConfigError, InvalidInput, PayloadTooLarge
-from serving.url_fetch import FetchLimits, fetch, kind_from_url, refused_address
+from serving.http import url_fetch
+from serving.http.url_fetch import FetchLimits, fetch, kind_from_url, refused_address
 
 PUBLIC = "93.184.215.14"
 LIMITS = FetchLimits(allowed_hosts=("files.example",), timeout_s=5.0, max_bytes=1000)

@@ -9,9 +9,9 @@ from typing import IO
 
 import pytest
 
-from serving.documents import BatchLimits, stage_uploads
 from serving.errors import ValidationFailed
-from serving.zip_entries import count_entries
+from serving.jobs.files import BatchLimits, stage_uploads
+from serving.jobs.zip_entries import count_entries
 from tests import images
 
 LIMITS = BatchLimits(max_files=4, max_pages=10, max_bytes=10_000_000, max_zip_entries=50)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serving import request_id
 from serving.config import AuthConfig
 from serving.errors import ConfigError
+from serving.http import request_id
 
 logger = logging.getLogger(__name__)
 

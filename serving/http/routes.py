@@ -16,7 +16,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pipelines.types import LIMIT_TYPES
-from serving import paddlex_api, request_id, url_fetch
 from serving.config import choices_text
 from serving.errors import (
     ClientGone,
@@ -27,9 +26,10 @@ from serving.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
+from serving.http import paddlex_api, request_id, url_fetch
+from serving.http.jobs import job_routes
 from serving.inputs import FileKind, frames_type, sniff_kind
 from serving.request_options import ocr_options
-from serving.routes_jobs import job_routes
 from serving.runtime import Runtime
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from serving.documents import BatchLimits, stage_uploads
 from serving.errors import (
     ClientGone,
     OcrError,
@@ -25,9 +24,10 @@ from serving.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-from serving.jobs_options import parse_options
-from serving.jobs_runner import JobRunner
-from serving.jobs_types import STATUSES, FinishedPage, JobNotFound
+from serving.jobs.files import BatchLimits, stage_uploads
+from serving.jobs.options import parse_options
+from serving.jobs.runner import JobRunner
+from serving.jobs.types import STATUSES, FinishedPage, JobNotFound
 from serving.runtime import Runtime
 
 logger = logging.getLogger(__name__)

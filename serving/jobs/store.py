@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from serving.documents import Document
 from serving.inputs import FileKind
-from serving.jobs_schema import file_info, finished_page, job_info, migrate, page_error
-from serving.jobs_types import (
+from serving.jobs.files import Document
+from serving.jobs.schema import file_info, finished_page, job_info, migrate, page_error
+from serving.jobs.types import (
     STATUSES,
     FinishedPage,
     JobInfo,

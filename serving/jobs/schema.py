@@ -7,7 +7,7 @@ import sqlite3
 from typing import cast
 
 from serving.inputs import FileKind
-from serving.jobs_types import FileInfo, FinishedPage, JobInfo, JobStoreUnavailable, PageError
+from serving.jobs.types import FileInfo, FinishedPage, JobInfo, JobStoreUnavailable, PageError
 
 SCHEMA_VERSION = 1
 

@@ -3,7 +3,7 @@
 In-process, it builds the server's own runtime (CPU pool, scheduler, device workers) without HTTP
 and feeds it one page at a time; `--server URL` submits a job to a running server instead and
 follows its results. Either way every page lands in the output folder's manifest as it is done,
-so a rerun skips what is done (see `serving.batch_manifest`).
+so a rerun skips what is done (see `serving.jobs.manifest`).
 """
 
 from __future__ import annotations
@@ -20,18 +20,19 @@ from typing import Any
 
 from tqdm import tqdm
 
-from serving.batch_manifest import (
+from serving.batching import BACKGROUND
+from serving.config import AppConfig, load_config
+from serving.documents import count_pages
+from serving.errors import ConfigError, OcrError
+from serving.jobs.files import find_inputs, sniff_file
+from serving.jobs.manifest import (
     BatchDocument,
     Manifest,
     PageKey,
     file_sha256,
     write_outputs,
 )
-from serving.batching import BACKGROUND
-from serving.config import AppConfig, load_config
-from serving.documents import count_pages, find_inputs, sniff_file
-from serving.errors import ConfigError, OcrError
-from serving.jobs_options import overrides, page_record, parse_options
+from serving.jobs.options import overrides, page_record, parse_options
 from serving.log_config import configure_logging
 from serving.request_options import ocr_options
 
@@ -194,7 +195,7 @@ def _main(args: argparse.Namespace) -> int:
     failures: dict[PageKey, dict[str, Any]] = {}
     try:
         if todo and args.server:
-            from serving.batch_remote import run_remote
+            from serving.jobs.remote import run_remote
 
             failures = run_remote(args.server, documents, manifest, progress)
         elif todo:

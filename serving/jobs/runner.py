@@ -22,11 +22,11 @@ from models.bundle import ModelBundle
 from pipelines.types import PageResult
 from serving.batching import BACKGROUND
 from serving.config import AppConfig, JobsConfig
-from serving.documents import Document
 from serving.errors import OcrError, Overloaded
-from serving.jobs_options import overrides, page_record
-from serving.jobs_store import JobStore
-from serving.jobs_types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
+from serving.jobs.files import Document
+from serving.jobs.options import overrides, page_record
+from serving.jobs.store import JobStore
+from serving.jobs.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService
 from serving.request_options import ocr_options

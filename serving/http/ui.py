@@ -9,11 +9,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from serving import request_id
 from serving.errors import ValidationFailed
+from serving.http import request_id
 
 # The `/v1/ocr` helpers, so both endpoints read bodies and answer errors alike.
-from serving.routes import (
+from serving.http.routes import (
     _as_ocr_error,
     _error_headers,
     _runtime,
@@ -23,7 +23,7 @@ from serving.routes import (
     until_disconnect,
 )
 
-STATIC = resources.files("serving").joinpath("static")
+STATIC = resources.files("serving.http").joinpath("static")
 
 
 async def index(request: Request) -> Response:

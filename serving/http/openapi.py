@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from pipelines.types import LIMIT_TYPES
-from serving.openapi_schemas import SCHEMAS, Json, bounds
+from serving.http.openapi_schemas import SCHEMAS, Json, bounds
 
 _BINARY: Json = {"type": "string", "format": "binary"}
 
@@ -285,7 +285,7 @@ async def openapi_json(request: Request) -> Response:
 
 async def docs(request: Request) -> Response:
     """`GET /docs`: a page that renders `/openapi.json` (no external assets)."""
-    page = resources.files("serving").joinpath("static/docs.html").read_text(encoding="utf-8")
+    page = resources.files("serving.http").joinpath("static/docs.html").read_text(encoding="utf-8")
     return HTMLResponse(page)
 
 

@@ -1,0 +1,1 @@
+"""Batch jobs: the job store and runner behind `/v1/jobs`, and the offline `ocr-batch` CLI."""
