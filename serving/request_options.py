@@ -1,17 +1,48 @@
 """Per-request OCR settings: the config's pipeline defaults, the models' own settings, and the
-request's overrides."""
+request's overrides, named as the native API names them."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from models.bundle import ModelBundle
-from pipelines.types import ClsParams, DetParams, RecParams
-from serving.config import PIPELINE_RANGES, PipelineConfig, in_range, range_text
+from pipelines.types import LIMIT_TYPES, ClsParams, DetParams, RecParams
+from serving.config import PIPELINE_RANGES, PipelineConfig, choices_text, in_range, range_text
 from serving.errors import ValidationFailed
+
+
+class Option(NamedTuple):
+    """One OCR option of the native API."""
+
+    override: str
+    """Its `ocr_options` override."""
+    kind: type
+    description: str
+    """For the OpenAPI document."""
+
+
+OPTIONS: dict[str, Option] = {
+    "det_limit_side_len": Option("limit_side_len", int, "Detection resize limit"),
+    "det_limit_type": Option("limit_type", str, ""),
+    "det_thresh": Option("thresh", float, "Pixel threshold of the detector"),
+    "det_box_thresh": Option("box_thresh", float, "Box score threshold"),
+    "det_unclip_ratio": Option("unclip_ratio", float, "Box expansion"),
+    "score_thresh": Option("score_thresh", float, "Drop lines scoring below this"),
+    "textline_orientation": Option(
+        "use_textline_orientation", bool, "Run the orientation classifier"
+    ),
+}
+"""The native API's OCR options: `/v1/ocr`'s query parameters, a job's options, `ocr-batch -o`."""
+CHOICES: dict[str, tuple[str, ...]] = {"det_limit_type": LIMIT_TYPES}
+"""The values a string option may take."""
+NO_CLASSIFIER = "textline_orientation=true needs a classifier (models.cls)"
+"""The native API's answer when the classifier is asked for and none is configured."""
+_QUERY_ORDER = (float, int, str, bool)
+"""`/v1/ocr` reads its query parameters by kind: the numbers (floats first), the limit type, the
+flag; the first bad one is the one reported."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +84,66 @@ def ocr_options(bundle: ModelBundle, pipeline: PipelineConfig, **overrides: Any)
     if use_cls and bundle.cls is not None:
         cls = bundle.cls.cls_params
     return OcrOptions(det=det, rec=rec, cls=cls)
+
+
+def request_options(
+    bundle: ModelBundle,
+    pipeline: PipelineConfig,
+    overrides: Mapping[str, Any],
+    *,
+    no_classifier: str,
+) -> OcrOptions:
+    """`ocr_options` for a request, which may not ask for a classifier that is not configured.
+
+    Raises:
+        ValidationFailed: `no_classifier` (each API words it its own way) when the request asks
+            for the textline-orientation classifier and no model is configured; an override out
+            of range.
+    """
+    if overrides.get("use_textline_orientation") and bundle.cls is None:
+        raise ValidationFailed(no_classifier)
+    return ocr_options(bundle, pipeline, **overrides)
+
+
+def query_overrides(params: Mapping[str, str]) -> dict[str, Any]:
+    """`/v1/ocr`'s query parameters as `ocr_options` overrides; other parameters are ignored.
+
+    The flag is true for "1" and "true" and false otherwise; ranges are checked by `ocr_options`.
+
+    Raises:
+        ValidationFailed: a number that does not parse, a limit type that is not one.
+    """
+    given = [(name, option) for name, option in OPTIONS.items() if name in params]
+    given.sort(key=lambda item: _QUERY_ORDER.index(item[1].kind))
+    overrides: dict[str, Any] = {}
+    for name, (override, kind, _) in given:
+        text = params[name]
+        if kind is bool:
+            overrides[override] = text in ("1", "true")
+        elif kind is str:
+            overrides[override] = check_choice(name, text)
+        else:
+            try:
+                overrides[override] = kind(text)
+            except ValueError as err:
+                raise ValidationFailed(f"Bad query parameter: {err}") from err
+    return overrides
+
+
+def overrides(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Options, checked and named as in `OPTIONS`, as `ocr_options` overrides."""
+    return {OPTIONS[name].override: value for name, value in options.items() if name in OPTIONS}
+
+
+def check_choice(name: str, value: Any) -> Any:
+    """`value` when the string option `name` may take it.
+
+    Raises:
+        ValidationFailed: naming the choices.
+    """
+    if value not in CHOICES[name]:
+        raise ValidationFailed(f"{name} must be {choices_text(CHOICES[name])}")
+    return value
 
 
 def check_overrides(overrides: Mapping[str, Any]) -> None:

@@ -9,7 +9,9 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from models.bundle import ModelBundle, load_bundle
 from models.registry import get_backend
@@ -28,6 +30,7 @@ from serving.jobs.runner import JobRunner
 from serving.memory_budget import MemoryBudget, default_budget_bytes
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService
+from serving.request_options import OcrOptions, request_options
 from serving.watchdog import LoopWatchdog
 
 logger = logging.getLogger(__name__)
@@ -202,6 +205,34 @@ class Runtime:
         """
         if not self.started.is_set():
             raise NotReady(self.startup_error or None)
+
+    def request_options(self, overrides: Mapping[str, Any], *, no_classifier: str) -> OcrOptions:
+        """A request's options over the served models and the config's pipeline defaults.
+
+        Raises:
+            ValidationFailed: the request asks for the classifier and none is configured (the
+                API's `no_classifier` message), or an override is out of range.
+        """
+        return request_options(
+            self.bundle, self.config.pipeline, overrides, no_classifier=no_classifier
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Readiness and the state of every part, as `/readyz` reports it."""
+        body: dict[str, Any] = {
+            "ready": self.ready,
+            "devices": {
+                w.spec.name: {"ready": w.ready, "pid": w.pid, "restarts": w.restarts}
+                for w in self.devices.workers
+            },
+            "cpu_workers": {"pids": self.cpu.pids(), "restarts": self.cpu.restarts},
+            "admission": self.service.admission.describe(),
+            "memory_budget": self.service.budget.describe(),
+            "cost_model": self.scheduler.placement.model.describe(),
+        }
+        if self.startup_error:
+            body["error"] = self.startup_error
+        return body
 
     def abort_inflight(self) -> int:
         """Shutdown is running out of grace: fail all work in flight with 503 shutting_down,

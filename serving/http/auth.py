@@ -12,7 +12,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.config import AuthConfig
 from serving.errors import ConfigError
-from serving.http import request_id
+from serving.http import paddlex_api, request_id
+from serving.http.exceptions import native_body
 
 logger = logging.getLogger(__name__)
 
@@ -89,11 +90,10 @@ class ApiKeyMiddleware:
 async def _unauthorized(path: str, reason: str, send: Send) -> None:
     message = f"API key {reason}: send it in the X-API-Key header or as Authorization: Bearer KEY"
     rid = request_id.current_or_new()
-    body: dict[str, object]
     if path in PADDLEX_PATHS:
-        body = {"logId": rid, "errorCode": 401, "errorMsg": message}
+        body = paddlex_api.envelope(rid, status=401, message=message)
     else:
-        body = {"error": {"code": "unauthorized", "message": message, "request_id": rid}}
+        body = native_body("unauthorized", message, rid)
     payload = json.dumps(body).encode("utf-8")
     await send(
         {

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
@@ -17,22 +16,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from serving.errors import (
-    ClientGone,
-    OcrError,
-    PayloadTooLarge,
-    UnsupportedMediaType,
-    ValidationFailed,
-)
+from serving.errors import OcrError, PayloadTooLarge, UnsupportedMediaType, ValidationFailed
+from serving.http.endpoints import Handler, runtime_of
+from serving.http.exceptions import native_errors
+from serving.http.uploads import form_error, gone_mid_upload
 from serving.jobs.files import BatchLimits, stage_uploads
-from serving.jobs.options import parse_options
+from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
 from serving.jobs.types import STATUSES, FinishedPage, JobNotFound
-from serving.runtime import Runtime
-
-logger = logging.getLogger(__name__)
-
-Handler = Callable[[Request], Awaitable[Response]]
+from serving.request_options import NO_CLASSIFIER, overrides
 
 FOLLOW_CHECK_S = 30.0
 """A following stream rereads the job at least this often (a safety net; pages wake it)."""
@@ -46,41 +38,18 @@ class JobsDisabled(OcrError):
     default_message = "Batch jobs are not enabled on this server"
 
 
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
-
-
 def _runner(request: Request) -> JobRunner:
-    runner = _runtime(request).jobs
+    runner = runtime_of(request).jobs
     if runner is None:
         raise JobsDisabled()
     return runner
 
 
-def _error(err: OcrError, request: Request) -> JSONResponse:
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-    headers = {}
-    if err.http_status == 503:
-        headers["Retry-After"] = str(_runtime(request).config.server.retry_after_s)
-    body = {"error": {"code": err.code, "message": err.message, "request_id": request_id}}
-    return JSONResponse(body, status_code=err.http_status, headers=headers)
-
-
-def _answers_errors(handler: Handler) -> Handler:
-    async def wrapper(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except OcrError as err:
-            return _error(err, request)
-
-    return wrapper
-
-
 async def create_job(request: Request) -> Response:
     """`POST /v1/jobs`: multipart, one or more `file` parts (images, PDFs, zips of them)."""
     runner = _runner(request)
-    config = _runtime(request).config.jobs
+    runtime = runtime_of(request)
+    config = runtime.config.jobs
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "multipart/form-data":
         raise UnsupportedMediaType("Send multipart/form-data with one or more `file` parts")
@@ -106,10 +75,10 @@ async def create_job(request: Request) -> Response:
         ) as form:
             raw_options: dict[str, Any] = dict(request.query_params)
             if isinstance(form.get("options"), str):
-                raw_options.update(_json_object(cast(str, form["options"])))
+                raw_options.update(options_from_json(cast(str, form["options"])))
             options = parse_options(raw_options)
-            if options.get("textline_orientation") and _runtime(request).bundle.cls is None:
-                raise ValidationFailed("textline_orientation=true needs a classifier (models.cls)")
+            # Refused now, not page by page once the job runs.
+            runtime.request_options(overrides(options), no_classifier=NO_CLASSIFIER)
             uploads = [
                 (value.filename or f"file{i}", cast(IO[bytes], value.file))
                 for i, (_key, value) in enumerate(form.multi_items())
@@ -121,10 +90,9 @@ async def create_job(request: Request) -> Response:
     except HTTPException as err:
         runner.store.discard(job_id)
         raise _form_error(err.detail, config.max_files_per_job) from err
-    except ClientDisconnect as err:  # no failure of ours: INFO, no traceback, answered as 499
+    except ClientDisconnect as err:
         runner.store.discard(job_id)
-        logger.info("client went away during the upload of job %s", job_id)
-        raise ClientGone("Client closed the request during the upload") from err
+        raise gone_mid_upload(f"the upload of job {job_id}") from err
     except BaseException:
         runner.store.discard(job_id)
         raise
@@ -136,19 +104,7 @@ def _form_error(detail: str, max_files: int) -> OcrError:
     """Starlette's multipart limits (answered as 400) as this API's statuses."""
     if detail.startswith("Too many files"):
         return ValidationFailed(f"More than {max_files} files in one job (jobs.max_files_per_job)")
-    if "maximum size" in detail:
-        return PayloadTooLarge(f"{detail} (jobs.max_upload_bytes)")
-    return ValidationFailed(f"Malformed multipart body: {detail}")
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as err:  # also 4300+ digit numbers and deep nesting
-        raise ValidationFailed(f"The `options` field is not JSON: {err}") from err
-    if not isinstance(value, dict):
-        raise ValidationFailed("The `options` field must be a JSON object")
-    return value
+    return form_error(detail, size_setting="jobs.max_upload_bytes")
 
 
 async def get_job(request: Request) -> Response:
@@ -271,7 +227,7 @@ def job_routes(observe: Callable[[str, Handler], Handler]) -> list[Route]:
     """The jobs API's routes, each wrapped by `observe(endpoint, handler)` (metrics)."""
 
     def route(path: str, handler: Handler, method: str) -> Route:
-        return Route(path, observe(path, _answers_errors(handler)), methods=[method])
+        return Route(path, observe(path, native_errors(handler)), methods=[method])
 
     return [
         route("/v1/jobs", create_job, "POST"),

@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from pipelines.types import LIMIT_TYPES
 from serving.http.openapi_schemas import SCHEMAS, Json, bounds
+from serving.request_options import CHOICES, OPTIONS, Option
 
 _BINARY: Json = {"type": "string", "format": "binary"}
 
@@ -52,18 +52,19 @@ def _query(name: str, schema: Json, description: str) -> Json:
 
 
 _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
+
+
+def _option_schema(name: str, option: Option) -> Json:
+    schema: Json = {"type": _JSON_TYPES[option.kind], **bounds(option.override)}
+    if name in CHOICES:
+        schema["enum"] = list(CHOICES[name])
+    return schema
+
+
 _OCR_OPTIONS = [
-    _query(
-        "det_limit_side_len",
-        {"type": "integer", **bounds("limit_side_len")},
-        "Detection resize limit",
-    ),
-    _query("det_limit_type", {"type": "string", "enum": list(LIMIT_TYPES)}, ""),
-    _query("det_thresh", {"type": "number"}, "Pixel threshold of the detector"),
-    _query("det_box_thresh", {"type": "number"}, "Box score threshold"),
-    _query("det_unclip_ratio", {"type": "number", **bounds("unclip_ratio")}, "Box expansion"),
-    _query("score_thresh", {"type": "number"}, "Drop lines scoring below this"),
-    _query("textline_orientation", {"type": "boolean"}, "Run the orientation classifier"),
+    _query(name, _option_schema(name, option), option.description)
+    for name, option in OPTIONS.items()
 ]
 _DOCUMENT_BODY: Json = {
     "required": True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pipelines.types import LIMIT_TYPES
@@ -11,8 +12,11 @@ Json = dict[str, Any]
 
 
 def bounds(name: str) -> Json:
-    """JSON Schema `minimum` and `maximum` of an option, from `config.PIPELINE_RANGES`."""
-    low, high = PIPELINE_RANGES[name]
+    """JSON Schema `minimum` and `maximum` of an option, from `config.PIPELINE_RANGES`; none for
+    an option without one, or with an unbounded range (JSON has no infinity)."""
+    low, high = PIPELINE_RANGES.get(name, (-math.inf, math.inf))
+    if math.isinf(low) or math.isinf(high):
+        return {}
     return {"minimum": low, "maximum": high}
 
 

@@ -32,6 +32,10 @@ _OPTIONAL_FIELDS: dict[str, tuple[tuple[type, ...], str | None]] = {
     "visualize": ((bool,), None),
     "logId": ((str,), None),
 }
+NO_CLASSIFIER = (
+    "useTextlineOrientation is true but no textline-orientation model is configured (models.cls)"
+)
+"""The answer to `useTextlineOrientation: true` without a classifier (PaddleX answers 500)."""
 # PaddleX reads these as `value or default`: a 0 in the request runs with the default but is
 # still reported in `text_det_params`. Reproduced so that results match PaddleX's.
 _FALSY_MEANS_DEFAULT = ("limit_side_len", "thresh", "box_thresh", "unclip_ratio")

@@ -5,23 +5,14 @@ from __future__ import annotations
 from importlib import resources
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from serving.errors import ValidationFailed
-from serving.http import request_id
-
-# The `/v1/ocr` helpers, so both endpoints read bodies and answer errors alike.
-from serving.http.routes import (
-    _as_ocr_error,
-    _error_headers,
-    _runtime,
-    _status,
-    _v1_file,
-    observed,
-    until_disconnect,
-)
+from serving.http.endpoints import observed, runtime_of, until_disconnect
+from serving.http.exceptions import native_errors
+from serving.http.uploads import read_document
 
 STATIC = resources.files("serving.http").joinpath("static")
 
@@ -33,32 +24,23 @@ async def index(request: Request) -> Response:
 
 async def render(request: Request) -> Response:
     """`POST /v1/render?page=N`: page N of the posted document as PNG (body as `/v1/ocr`)."""
-    runtime = _runtime(request)
-    rid = request_id.current_or_new()
-    try:
-        runtime.check_ready()
-        page_text = request.query_params.get("page", "0")
-        if not page_text.isdigit() or len(page_text) > 6:
-            raise ValidationFailed("page must be a page number counted from 0")
-        data, kind = await _v1_file(request, runtime)
-        png = await until_disconnect(
-            request,
-            runtime.service.render_page(
-                data, kind, int(page_text), timeout_s=runtime.config.server.request_timeout_s
-            ),
-        )
-    except Exception as exc:  # the HTTP boundary: every failure is answered as JSON
-        err = _as_ocr_error(exc, rid)
-        return JSONResponse(
-            {"error": {"code": err.code, "message": err.message, "request_id": rid}},
-            status_code=_status(err, runtime),
-            headers=_error_headers(err, runtime),
-        )
+    runtime = runtime_of(request)
+    runtime.check_ready()
+    page_text = request.query_params.get("page", "0")
+    if not page_text.isdigit() or len(page_text) > 6:
+        raise ValidationFailed("page must be a page number counted from 0")
+    data, kind = await read_document(request, runtime.config.server.max_body_bytes)
+    png = await until_disconnect(
+        request,
+        runtime.service.render_page(
+            data, kind, int(page_text), timeout_s=runtime.config.server.request_timeout_s
+        ),
+    )
     return Response(png, media_type="image/png")
 
 
 ROUTES = [
     Route("/", index, methods=["GET"]),
-    Route("/v1/render", observed("/v1/render", render), methods=["POST"]),
+    Route("/v1/render", observed("/v1/render", native_errors(render)), methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
 ]

@@ -32,9 +32,9 @@ from serving.jobs.manifest import (
     file_sha256,
     write_outputs,
 )
-from serving.jobs.options import overrides, page_record, parse_options
+from serving.jobs.options import page_record, parse_options
 from serving.log_config import configure_logging
-from serving.request_options import ocr_options
+from serving.request_options import ocr_options, overrides
 
 logger = logging.getLogger("serving.batch")
 

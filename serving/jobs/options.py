@@ -1,25 +1,15 @@
-"""Batch OCR options (named as `/v1/ocr`'s query parameters) and the per-page result record."""
+"""A batch's OCR options (named as `/v1/ocr`'s query parameters, checked strictly) and the
+per-page result record."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-from pipelines.types import LIMIT_TYPES, PageResult
-from serving.config import choices_text
+from pipelines.types import PageResult
 from serving.errors import ValidationFailed
-from serving.request_options import check_overrides
-
-OPTIONS: dict[str, tuple[str, type]] = {
-    "det_limit_side_len": ("limit_side_len", int),
-    "det_limit_type": ("limit_type", str),
-    "det_thresh": ("thresh", float),
-    "det_box_thresh": ("box_thresh", float),
-    "det_unclip_ratio": ("unclip_ratio", float),
-    "score_thresh": ("score_thresh", float),
-    "textline_orientation": ("use_textline_orientation", bool),
-}
-"""Option name -> (`request_options.ocr_options` override, type)."""
+from serving.request_options import CHOICES, OPTIONS, check_choice, check_overrides, overrides
 
 
 def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,16 +23,27 @@ def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
         if name not in OPTIONS:
             known = ", ".join(OPTIONS)
             raise ValidationFailed(f"Unknown option {name!r}; the options are {known}")
-        options[name] = _coerce(name, value, OPTIONS[name][1])
-    if options.get("det_limit_type", LIMIT_TYPES[0]) not in LIMIT_TYPES:
-        raise ValidationFailed(f"det_limit_type must be {choices_text(LIMIT_TYPES)}")
+        options[name] = _coerce(name, value, OPTIONS[name].kind)
+    for name in CHOICES:
+        if name in options:
+            check_choice(name, options[name])
     check_overrides(overrides(options))
     return options
 
 
-def overrides(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Options as `request_options.ocr_options` overrides."""
-    return {OPTIONS[name][0]: value for name, value in options.items() if name in OPTIONS}
+def options_from_json(text: str) -> dict[str, Any]:
+    """The options a job's `options` form field holds, as a JSON object (not yet checked).
+
+    Raises:
+        ValidationFailed: not JSON, or not an object.
+    """
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as err:  # also 4300+ digit numbers and deep nesting
+        raise ValidationFailed(f"The `options` field is not JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise ValidationFailed("The `options` field must be a JSON object")
+    return value
 
 
 def page_record(file: str, page: int, result: PageResult, **extra: Any) -> dict[str, Any]:

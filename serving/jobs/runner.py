@@ -24,12 +24,12 @@ from serving.batching import BACKGROUND
 from serving.config import AppConfig, JobsConfig
 from serving.errors import OcrError, Overloaded
 from serving.jobs.files import Document
-from serving.jobs.options import overrides, page_record
+from serving.jobs.options import page_record
 from serving.jobs.store import JobStore
 from serving.jobs.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService
-from serving.request_options import ocr_options
+from serving.request_options import ocr_options, overrides
 
 logger = logging.getLogger(__name__)
 

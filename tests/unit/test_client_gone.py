@@ -42,7 +42,6 @@ def _runtime(tmp_path: Path) -> Runtime:
             config=AppConfig(),
             metrics=Metrics(),
             check_ready=lambda: None,
-            bundle=types.SimpleNamespace(cls=None),
             jobs=runner,
         ),
     )

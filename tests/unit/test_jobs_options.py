@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from serving.errors import ValidationFailed
-from serving.http.jobs import _json_object
-from serving.jobs.options import overrides, parse_options
+from serving.jobs.options import options_from_json, parse_options
+from serving.request_options import overrides
 
 
 def test_options_are_converted_and_renamed() -> None:
@@ -38,4 +38,4 @@ def test_options_out_of_range_are_refused(raw: dict[str, Any]) -> None:
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"det_thresh": ' + "1" * 4301 + "}", "{"])
 def test_options_field_that_is_not_json_is_refused(text: str) -> None:
     with pytest.raises(ValidationFailed, match="not JSON"):
-        _json_object(text)
+        options_from_json(text)

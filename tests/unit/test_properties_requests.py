@@ -1,9 +1,10 @@
 """Properties of request and config parsing: any input is accepted or refused with a 4xx error.
 
-The `/ocr` property follows `routes.paddlex_ocr` without HTTP or model weights: an accepted body
-runs through the server's own OCR path (`OcrService`, its CPU stages and the device worker's output
-handling, in process: `tests/fakes/service.py`) with random model outputs, and its answer is valid
-JSON. Hypothesis runs each property on a fixed, bounded set of inputs (`tests/properties.py`).
+The `/ocr` property follows `serving.http.routes.paddlex_ocr` without HTTP or model weights: an
+accepted body runs through the server's own OCR path (`OcrService`, its CPU stages and the device
+worker's output handling, in process: `tests/fakes/service.py`) with random model outputs, and its
+answer is valid JSON. Hypothesis runs each property on a fixed, bounded set of inputs
+(`tests/properties.py`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from serving.config import AppConfig, PaddlexConfig, PipelineConfig, build, desc
 from serving.errors import ConfigError, OcrError, ValidationFailed
 from serving.http import paddlex_api
 from serving.inputs import DecodeLimits, FileKind, frames_type
-from serving.jobs.options import OPTIONS, overrides, parse_options
+from serving.jobs.options import parse_options
 from serving.ocr_service import PageOutput
-from serving.request_options import OcrOptions, ocr_options
+from serving.request_options import OPTIONS, OcrOptions, ocr_options, overrides, request_options
 from tests.fakes.service import Model, run_inline
 from tests.images import encode_png
 from tests.properties import counted, outcome, prob_map
@@ -146,7 +147,9 @@ def answer_ocr(body: Any, seed: int) -> str:
         return ""  # refused by the route (URLs are off by default), or fetched: not ours here
     data = paddlex_api.decode_base64_file(parsed.file)
     overrides_ = paddlex_api.effective_overrides(parsed.overrides)
-    options = ocr_options(BUNDLE, PipelineConfig(), **overrides_)
+    options = request_options(
+        BUNDLE, PipelineConfig(), overrides_, no_classifier=paddlex_api.NO_CLASSIFIER
+    )
     visualize = PaddlexConfig().visualize if parsed.visualize is None else parsed.visualize
     pages = ocr_document(data, parsed.file_type, options, visualize, seed)
     result = paddlex_api.infer_result(
@@ -201,7 +204,7 @@ _JOB_VALUES: dict[type, st.SearchStrategy[Any]] = {
     bool: st.booleans() | st.sampled_from(["1", "true", "no"]),
 }
 good_job_options = st.fixed_dictionaries(
-    {}, optional={name: _JOB_VALUES[kind] for name, (_, kind) in OPTIONS.items()}
+    {}, optional={name: _JOB_VALUES[option.kind] for name, option in OPTIONS.items()}
 )
 any_job_options = st.dictionaries(
     st.sampled_from([*OPTIONS, "det_limit"]), st.one_of(numbers, st.text(max_size=8), json_values)

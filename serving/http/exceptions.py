@@ -1,0 +1,85 @@
+"""Exception handling at the HTTP boundary: each API's error format, rendered here once.
+
+The native format (`/v1/ocr`, `/v1/render`, `/v1/jobs`, and the 401s of `auth`) is
+`{"error": {"code", "message", "request_id"}}`; PaddleX's `/ocr` answers in its envelope, with the
+HTTP status as `errorCode`. Either way the status is the error's own (`OcrError.http_status`),
+except that shed work answers `server.overload_status`, and every 503 carries `Retry-After`.
+Anything that is not an `OcrError` is logged with its traceback and answered as a bare 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from serving.config import ServerConfig
+from serving.errors import OcrError, Overloaded
+from serving.http import paddlex_api, request_id
+from serving.http.endpoints import Handler, runtime_of
+
+logger = logging.getLogger(__name__)
+
+
+def as_ocr_error(exc: Exception, request_id: str) -> OcrError:
+    """Our errors pass through; anything else is logged in full and answered as a bare 500."""
+    if isinstance(exc, OcrError):
+        return exc
+    logger.error("request %s failed", request_id, exc_info=exc)
+    return OcrError()
+
+
+def status_of(err: OcrError, server: ServerConfig) -> int:
+    """The HTTP status that answers `err`."""
+    if isinstance(err, Overloaded):
+        return server.overload_status
+    return err.http_status
+
+
+def retry_after(err: OcrError, server: ServerConfig) -> dict[str, str]:
+    """`Retry-After` for shed work and every 503; no header otherwise."""
+    if isinstance(err, Overloaded) or err.http_status == 503:
+        return {"Retry-After": str(server.retry_after_s)}
+    return {}
+
+
+def native_body(code: str, message: str, request_id: str) -> dict[str, Any]:
+    """The native API's error body."""
+    return {"error": {"code": code, "message": message, "request_id": request_id}}
+
+
+def native_error(exc: Exception, server: ServerConfig) -> JSONResponse:
+    """`exc` answered in the native format, under the current request's id (which
+    `RequestIdMiddleware` also returns in `X-Request-ID`)."""
+    rid = request_id.current_or_new()
+    err = as_ocr_error(exc, rid)
+    return JSONResponse(
+        native_body(err.code, err.message, rid),
+        status_code=status_of(err, server),
+        headers=retry_after(err, server),
+    )
+
+
+def paddlex_error(exc: Exception, log_id: str, server: ServerConfig) -> JSONResponse:
+    """`exc` answered in PaddleX's envelope, under the request's `logId`."""
+    err = as_ocr_error(exc, log_id)
+    status = status_of(err, server)
+    return JSONResponse(
+        paddlex_api.envelope(log_id, status=status, message=err.message),
+        status_code=status,
+        headers=retry_after(err, server),
+    )
+
+
+def native_errors(handler: Handler) -> Handler:
+    """`handler`, with every failure answered in the native format."""
+
+    async def wrapper(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Exception as exc:  # the HTTP boundary: every failure is answered as JSON
+            return native_error(exc, runtime_of(request).config.server)
+
+    return wrapper

@@ -1,0 +1,107 @@
+"""Reading what clients upload: a body within its size limit, the document of `/v1/ocr` and
+`/v1/render` (multipart or raw), Starlette's multipart refusals as this API's errors, and a client
+hanging up mid-upload as a 499 at INFO."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+
+from serving.errors import (
+    ClientGone,
+    InvalidInput,
+    OcrError,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+from serving.inputs import FileKind, sniff_kind
+
+logger = logging.getLogger(__name__)
+
+_RAW_TYPES: dict[str, FileKind] = {"application/pdf": "pdf"}
+"""Raw body types besides image/*."""
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to be too large."""
+    _check_declared_length(request, max_bytes)
+    chunks = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadTooLarge(f"Request body over the limit of {max_bytes} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect as err:
+        raise gone_mid_upload() from err
+    return b"".join(chunks)
+
+
+async def read_document(request: Request, max_bytes: int) -> tuple[bytes, FileKind]:
+    """The document of `/v1/ocr` and `/v1/render`: multipart field `file`, or a raw body typed
+    image/* or application/pdf; its kind from its bytes, else from its declared type.
+
+    Raises:
+        UnsupportedMediaType: another content type.
+        PayloadTooLarge: over `max_bytes`.
+        ValidationFailed: no `file` field, or a malformed multipart body.
+        InvalidInput: an empty file, or neither a PDF nor a supported image.
+        ClientGone: the client hung up during the upload.
+    """
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "multipart/form-data":
+        _check_declared_length(request, max_bytes)
+        try:
+            async with request.form(max_files=1, max_fields=16, max_part_size=max_bytes) as form:
+                upload = form.get("file")
+                if not isinstance(upload, UploadFile):
+                    raise ValidationFailed("Send the document in a multipart field named `file`")
+                data = await upload.read()
+                part_type = (upload.content_type or "").lower()
+        except HTTPException as err:  # Starlette's multipart parser refuses the body
+            raise form_error(err.detail, size_setting="server.max_body_bytes") from err
+        except ClientDisconnect as err:
+            raise gone_mid_upload() from err
+    elif content_type.startswith("image/") or content_type in _RAW_TYPES:
+        data = await read_body(request, max_bytes)
+        part_type = content_type
+    else:
+        raise UnsupportedMediaType(
+            f"Content type {content_type or 'none'!r}: send multipart/form-data with a `file` "
+            "field, or a raw body typed image/* or application/pdf"
+        )
+    if not data:
+        raise InvalidInput("Invalid input file: empty file")
+    kind = (
+        sniff_kind(data)
+        or _RAW_TYPES.get(part_type)
+        or ("image" if part_type.startswith("image/") else None)
+    )
+    if kind is None:
+        raise InvalidInput("Invalid input file: neither a PDF nor a supported image")
+    return data, kind
+
+
+def _check_declared_length(request: Request, max_bytes: int) -> None:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(f"Request body of {declared} bytes; the limit is {max_bytes}")
+
+
+def form_error(detail: str, *, size_setting: str) -> OcrError:
+    """Starlette's refusal of a multipart body (a 400 with `detail`) as this API's error: 413 for
+    a part over the size limit (naming the setting), else 422."""
+    if "maximum size" in detail:
+        return PayloadTooLarge(f"{detail} ({size_setting})")
+    return ValidationFailed(f"Malformed multipart body: {detail}")
+
+
+def gone_mid_upload(what: str = "the upload") -> ClientGone:
+    """The client hung up while sending `what`: no failure of ours, so INFO and no traceback."""
+    logger.info("client went away during %s", what)
+    return ClientGone("Client closed the request during the upload")
