@@ -70,6 +70,12 @@ soak: install-test
 	bash scripts/system-deps.sh
 	$(PY) -m loadtest.soak --out soak-out $(SOAK_ARGS)
 
+# Scheduling simulator: the real batching, placement and admission code on simulated devices and
+# traffic, an hour of each named configuration (SIM_ARGS="--config gpu,gpu+cpu --duration-s 600").
+.PHONY: simulate
+simulate: install-test
+	$(PY) -m loadtest.simulator --config all --duration-s 3600 --out sim-out $(SIM_ARGS)
+
 serve: install
 	$(BIN)/ocr-serve --config $(CONFIG)
 

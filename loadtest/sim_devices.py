@@ -1,0 +1,250 @@
+"""Simulated device workers driving the real policy: `BatchPolicy.select` decides, `Placement`
+learns and places, exactly as `serving.device_pool.DevicePool._serve` and
+`serving.batching.Scheduler.next_batch` use them.
+
+Each device has `inflight_batches` feeders (the server's dispatch tasks). An idle feeder asks
+`select` for a batch sized for its device; with a batch it calls `placement.started`, sends it
+(the transfer), and the device runs its batches one after another; when a batch ends the feeder
+calls `placement.finished` with the time measured as the server measures it, hands the items'
+results over, asks again at once, and wakes the other feeders. Every submit wakes the idle
+feeders too, in the order they began to wait (an `asyncio.Event`'s order); a feeder told to
+wait until `wake_at` is woken then. Where `select` asks to look again *now* (placement leaves a
+batch to a device that should already be free), the server's `next_batch` loops with a zero
+timeout until something changes: here that feeder looks again every `SPIN_RECHECK_S`, and the
+time spent so is reported as spin.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loadtest.sim_cpu import HostLoad
+from loadtest.sim_events import EventLoop
+from loadtest.sim_model import DeviceModel, lognormal_factor
+from loadtest.sim_stats import Recorder
+from serving.admission import Admission
+from serving.batching import BatchPolicy, WorkItem
+from serving.placement import Placement
+
+SPIN_RECHECK_S = 0.005
+
+
+@dataclass(slots=True, eq=False)
+class Feeder:
+    """One dispatch task of one device."""
+
+    device: DeviceState
+    index: int
+    generation: int = 0
+    """Bumped whenever the feeder is woken, so stale timers are ignored."""
+
+
+@dataclass(slots=True, eq=False)
+class DeviceState:
+    """A device's batches in flight and its clock."""
+
+    model: DeviceModel
+    busy_until: float = 0.0
+    last_done_at: float = 0.0
+    inflight: list[_Batch] = field(default_factory=list)
+    feeders: list[Feeder] = field(default_factory=list)
+
+    @property
+    def threads(self) -> int:
+        """Host cores its math uses (CPU devices)."""
+        return self.model.threads
+
+    def delay(self, seconds: float) -> None:
+        """CPU-worker calls took cores from it: its batches end `seconds` later."""
+        for batch in self.inflight:
+            batch.end += seconds
+            batch.compute_s += seconds
+        self.busy_until += seconds
+
+
+@dataclass(slots=True, eq=False)
+class _Batch:
+    feeder: Feeder
+    items: list[WorkItem]
+    stage: str
+    cost: int
+    token: int
+    sent_at: float
+    begin: float
+    compute_s: float
+    end: float
+
+
+@dataclass(slots=True)
+class SchedulerCounts:
+    """How often the real policy was consulted."""
+
+    selects: int = 0
+    """`select` calls made."""
+    selects_skipped: int = 0
+    """Calls the server would make that the simulator skips because their answer is known:
+    nothing queued for the feeder's stages, or a feeder of the same device just got nothing."""
+    spin_rechecks: int = 0
+    """Looks again because `select` said "now" (a busy loop in the server)."""
+
+
+class DeviceDispatch:
+    """All devices and their feeders over one `BatchPolicy` and one `Placement`."""
+
+    def __init__(
+        self,
+        *,
+        loop: EventLoop,
+        policy: BatchPolicy,
+        placement: Placement,
+        use_placement: bool,
+        devices: list[DeviceModel],
+        admission: Admission,
+        load: HostLoad,
+        rng: random.Random,
+        recorder: Recorder,
+        on_done: Callable[[WorkItem], None],
+        on_dropped: Callable[[WorkItem], None],
+    ) -> None:
+        self.loop = loop
+        self.policy = policy
+        self.placement = placement
+        self._place = placement if use_placement else None
+        self.admission = admission
+        self.load = load
+        self.rng = rng
+        self.recorder = recorder
+        self.on_done = on_done
+        self.on_dropped = on_dropped
+        self.counts = SchedulerCounts()
+        self.devices: list[DeviceState] = []
+        self._idle: dict[Feeder, None] = {}
+        """Idle feeders in the order they began to wait."""
+        self._round_pending = False
+        for model in devices:
+            state = DeviceState(model)
+            placement.add_device(model.name, model.stages)
+            for index in range(model.inflight_batches):
+                feeder = Feeder(state, index)
+                state.feeders.append(feeder)
+                self._idle[feeder] = None
+            self.devices.append(state)
+
+    def changed(self) -> None:
+        """Something was submitted or freed: wake the idle feeders (once per instant)."""
+        if not self._round_pending and self._idle:
+            self._round_pending = True
+            self.loop.soon(self._round)
+
+    def _round(self, _: object) -> None:
+        self._round_pending = False
+        refused: set[str] = set()
+        for feeder in list(self._idle):
+            if feeder not in self._idle:
+                continue
+            name = feeder.device.model.name
+            if name in refused:
+                self.counts.selects_skipped += 1
+                continue
+            if not self._try(feeder):
+                refused.add(name)
+            else:
+                refused.clear()
+
+    def _timer(self, arg: tuple[Feeder, int]) -> None:
+        feeder, generation = arg
+        if feeder.generation == generation and feeder in self._idle:
+            self._try(feeder)
+
+    def _try(self, feeder: Feeder) -> bool:
+        """Ask the policy for a batch for `feeder`; start it, or wait. True if it took one."""
+        feeder.generation += 1
+        model = feeder.device.model
+        policy = self.policy
+        if not any(policy.depth(stage) for stage in model.stages):
+            self.counts.selects_skipped += 1
+            return False
+        now = self.loop.now
+        self.counts.selects += 1
+        selection = policy.select(
+            now,
+            model.stages,
+            model.limits,
+            company_possible=self.admission.inflight > 1,
+            device=model.name,
+            placement=self._place,
+        )
+        for item in selection.dropped:
+            self.recorder.dropped_items += 1
+            if not item.future.done():
+                self.on_dropped(item)
+        if selection.batch:
+            self._start(feeder, selection.batch)
+            self.changed()
+            return True
+        if selection.wake_at is not None:
+            wake = selection.wake_at
+            if wake <= now:
+                self.counts.spin_rechecks += 1
+                wake = now + SPIN_RECHECK_S
+            self.loop.at(wake, self._timer, (feeder, feeder.generation))
+        return False
+
+    def _start(self, feeder: Feeder, items: list[WorkItem]) -> None:
+        self._idle.pop(feeder, None)
+        device = feeder.device
+        model = device.model
+        now = self.loop.now
+        stage = items[0].stage
+        cost = rows = 0
+        for item in items:
+            cost += item.cost
+            rows += item.count
+            self.recorder.wait(stage, now - item.enqueued_at, now)
+        token = self.placement.started(model.name, stage, cost, now)
+        transfer = model.transfer.get(stage)
+        arrive = now + (transfer.seconds(cost, rows) if transfer is not None else 0.0)
+        begin = max(arrive, device.busy_until)
+        factor = lognormal_factor(self.rng.gauss(0.0, 1.0), model.jitter)
+        compute = model.latency[stage].seconds(cost, rows) * factor
+        batch = _Batch(feeder, items, stage, cost, token, now, begin, compute, begin + compute)
+        device.busy_until = batch.end
+        device.inflight.append(batch)
+        if len(device.inflight) == 1 and model.threads:
+            self.load.device_started(device, now)
+        self.loop.at(batch.end, self._finished, batch)
+
+    def _finished(self, batch: _Batch) -> None:
+        now = self.loop.now
+        if now < batch.end:  # delayed by CPU-worker calls since it was scheduled
+            self.loop.at(batch.end, self._finished, batch)
+            return
+        feeder = batch.feeder
+        device = feeder.device
+        model = device.model
+        # As `DevicePool._serve` measures it: from the send, or from the previous answer.
+        seconds = now - max(batch.sent_at, device.last_done_at)
+        device.last_done_at = now
+        device.inflight.remove(batch)
+        if not device.inflight and model.threads:
+            self.load.device_stopped(device)
+        rows = sum(item.count for item in batch.items)
+        self.recorder.batch(
+            model.name,
+            batch.stage,
+            rows,
+            len(batch.items),
+            batch.cost,
+            batch.begin,
+            batch.compute_s,
+        )
+        self.placement.finished(model.name, batch.token, batch.stage, batch.cost, seconds)
+        for item in batch.items:
+            if not item.future.done():
+                item.future.set_result(None)
+                self.on_done(item)
+        self._idle[feeder] = None
+        self._try(feeder)
+        self.changed()

@@ -1,0 +1,118 @@
+"""Scheduling simulator: the server's real batching, placement and admission code, driven by
+simulated devices, CPU workers and traffic on a virtual clock.
+
+    python -m loadtest.simulator --config NAME[,NAME...] --duration-s 3600 --out sim-out
+
+Configurations are in `loadtest.sim_scenarios` (`--list`); the options after them override every
+configuration run. Each writes `OUT/NAME/summary.{json,md}` and plots; `OUT/summary.{json,md}`
+and `OUT/compare.png` put them side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadtest.sim_calibration import GpuAssumptions
+from loadtest.sim_report import markdown_table, write_overview, write_run
+from loadtest.sim_run import run_simulation
+from loadtest.sim_scenarios import SCENARIOS, ScenarioOptions, build
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.simulator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", default="cpu", help="names, comma-separated, or 'all'")
+    parser.add_argument("--list", action="store_true", help="list the configurations and exit")
+    parser.add_argument("--duration-s", type=float, default=3600.0, help="simulated traffic")
+    parser.add_argument("--out", type=Path, default=Path("sim-out"))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rate-pages-s", type=float, help="open-loop interactive pages/s")
+    parser.add_argument("--concurrency", type=int, help="closed-loop clients instead")
+    parser.add_argument("--placement", choices=("on", "off"), help="placement by finish time")
+    parser.add_argument("--max-inflight-pages", type=int, help="server.max_inflight_pages")
+    parser.add_argument("--rec-max-wait-ms", type=float, help="workers.rec_queue.max_wait_ms")
+    parser.add_argument("--gpu-inflight-batches", type=int, help="workers.gpu.inflight_batches")
+    gpu = GpuAssumptions()
+    parser.add_argument("--gpu-det-speedup", type=float, default=gpu.det_speedup)
+    parser.add_argument("--gpu-rec-speedup", type=float, default=gpu.rec_speedup)
+    parser.add_argument("--gpu-det-fixed-share", type=float, default=gpu.det_fixed_share)
+    parser.add_argument("--gpu-rec-fixed-share", type=float, default=gpu.rec_fixed_share)
+    parser.add_argument(
+        "--rec-width-multiple", type=int, help="what if rec chunk widths were rounded up"
+    )
+    parser.add_argument("--job-pages", type=int, help="background job pages; -1: endless; 0: none")
+    parser.add_argument("--job-max-inflight-pages", type=int, help="jobs.max_inflight_pages")
+    parser.add_argument(
+        "--uncapped", action="store_true", help="ignore the duration caps of slow configurations"
+    )
+    parser.add_argument("--cpu-fifo", action="store_true", help="CPU pool first come, first served")
+    return parser
+
+
+def _names(value: str) -> list[str]:
+    names = list(SCENARIOS) if value == "all" else [n.strip() for n in value.split(",") if n]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise SystemExit(f"unknown configuration(s): {', '.join(unknown)} (see --list)")
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the named configurations and write their reports."""
+    args = _parser().parse_args(argv)
+    if args.list:
+        for name, factory in SCENARIOS.items():
+            print(f"{name:18} {factory(ScenarioOptions()).description}")
+        return 0
+    options = ScenarioOptions(
+        duration_s=args.duration_s,
+        seed=args.seed,
+        gpu=GpuAssumptions(
+            det_speedup=args.gpu_det_speedup,
+            rec_speedup=args.gpu_rec_speedup,
+            det_fixed_share=args.gpu_det_fixed_share,
+            rec_fixed_share=args.gpu_rec_fixed_share,
+        ),
+        rate_pages_s=args.rate_pages_s,
+        concurrency=args.concurrency,
+        placement=None if args.placement is None else args.placement == "on",
+        max_inflight_pages=args.max_inflight_pages,
+        rec_max_wait_ms=args.rec_max_wait_ms,
+        gpu_inflight_batches=args.gpu_inflight_batches,
+        cpu_priority=not args.cpu_fifo,
+        rec_width_multiple=args.rec_width_multiple,
+        job_max_inflight_pages=args.job_max_inflight_pages,
+        job_pages=args.job_pages,
+        uncapped=args.uncapped,
+    )
+    summaries: list[dict[str, Any]] = []
+    for name in _names(args.config):
+        config = build(name, options)
+        capped = " (capped: --uncapped for more)" if config.duration_s < args.duration_s else ""
+        print(
+            f"simulating {name} for {config.duration_s:.0f} s{capped} ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        result = run_simulation(config)
+        summary, _ = write_run(result, args.out / name)
+        summaries.append(summary)
+        print(f"  done in {result.wall_s:.1f} s wall", file=sys.stderr, flush=True)
+    command = "python -m loadtest.simulator " + shlex.join(
+        sys.argv[1:] if argv is None else list(argv)
+    )
+    write_overview(summaries, args.out, command)
+    print(markdown_table(summaries))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
