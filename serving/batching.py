@@ -144,7 +144,10 @@ class BatchPolicy:
                         stage, bucket, batch, limits[stage], device, placement, now
                     )
                     if isinstance(placed, float):
-                        selection.wake_at = _earliest(selection.wake_at, placed)
+                        # The other device takes it, or frees (a notify) before then: waking at
+                        # a time already past would only spin.
+                        if placed > now:
+                            selection.wake_at = _earliest(selection.wake_at, placed)
                         continue
                     batch = placed
                 self._take(stage, bucket, batch)

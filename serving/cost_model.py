@@ -32,15 +32,17 @@ class CostModel:
 
     smoothing: float = 0.3
     """Weight of the newest measurement (exponential moving average)."""
-    _estimates: dict[tuple[str, str, int], _Estimate] = field(default_factory=dict)
+    _estimates: dict[tuple[str, str], dict[int, _Estimate]] = field(default_factory=dict)
+    """(device, stage) -> size class -> estimate: a lookup reads one device's few classes."""
 
     def observe(self, device: str, stage: str, cost: int, seconds: float) -> None:
         """A batch of `cost` took `seconds` on `device`."""
-        key = (device, stage, size_class(cost))
+        classes = self._estimates.setdefault((device, stage), {})
+        klass = size_class(cost)
         rate = seconds / max(cost, 1)
-        estimate = self._estimates.get(key)
+        estimate = classes.get(klass)
         if estimate is None:
-            self._estimates[key] = _Estimate(rate)
+            classes[klass] = _Estimate(rate)
         else:
             estimate.seconds_per_unit += self.smoothing * (rate - estimate.seconds_per_unit)
             estimate.samples += 1
@@ -48,17 +50,21 @@ class CostModel:
     def predict(self, device: str, stage: str, cost: int) -> float | None:
         """Seconds a batch of `cost` should take on `device`; None before any batch of that
         stage ran there."""
-        wanted = size_class(cost)
-        nearest: tuple[int, _Estimate] | None = None
-        for (dev, stg, klass), estimate in self._estimates.items():
-            if dev != device or stg != stage:
-                continue
-            distance = abs(klass - wanted)
-            if nearest is None or distance < nearest[0]:
-                nearest = (distance, estimate)
-        if nearest is None:
+        classes = self._estimates.get((device, stage))
+        if not classes:
             return None
-        return nearest[1].seconds_per_unit * max(cost, 1)
+        wanted = size_class(cost)
+        estimate = classes.get(wanted)
+        if estimate is None:
+            estimate = classes[min(classes, key=lambda klass: abs(klass - wanted))]
+        return estimate.seconds_per_unit * max(cost, 1)
+
+    def _items(self) -> list[tuple[str, str, int, _Estimate]]:
+        return sorted(
+            (device, stage, klass, estimate)
+            for (device, stage), classes in self._estimates.items()
+            for klass, estimate in classes.items()
+        )
 
     def describe(self) -> list[dict[str, object]]:
         """Every estimate, for `/readyz`: device, stage, size class, seconds per 1,000 units."""
@@ -70,12 +76,5 @@ class CostModel:
                 "ms_per_1000_units": round(estimate.seconds_per_unit * 1e6, 4),
                 "samples": estimate.samples,
             }
-            for (device, stage, klass), estimate in sorted(self._estimates.items())
-        ]
-
-    def rates(self) -> list[tuple[str, str, int, float]]:
-        """(device, stage, size class, seconds per unit) for `/metrics`."""
-        return [
-            (device, stage, klass, estimate.seconds_per_unit)
-            for (device, stage, klass), estimate in sorted(self._estimates.items())
+            for device, stage, klass, estimate in self._items()
         ]

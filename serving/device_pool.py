@@ -326,11 +326,15 @@ class DevicePool:
             self.restarts += 1
             worker.restarts += 1
             self.metrics.worker_restarts.labels(kind="device").inc()
+            placement = self.scheduler.placement
+            placement.set_available(worker.spec.name, False)  # others take its share meanwhile
+            self.scheduler.notify()
             await worker.stop(timeout_s=1.0)
             while True:
                 await asyncio.sleep(self._restart_backoff_s)
                 try:
                     await worker.start()
+                    placement.set_available(worker.spec.name, True)
                     return
                 except (RuntimeError, TimeoutError, OSError):
                     logger.exception(

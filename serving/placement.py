@@ -31,6 +31,8 @@ class Placement:
 
     model: CostModel = field(default_factory=CostModel)
     _stages: dict[str, frozenset[str]] = field(default_factory=dict)
+    _down: set[str] = field(default_factory=set)
+    """Devices not taking work now (restarting): nothing is left to them."""
     _running: dict[str, dict[int, _Running]] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -38,6 +40,13 @@ class Placement:
         """Make `device` (a worker's unique name) a candidate for `stages`."""
         self._stages[device] = frozenset(stages)
         self._running.setdefault(device, {})
+
+    def set_available(self, device: str, available: bool) -> None:
+        """Whether `device` takes work: a restarting worker is left nothing to do meanwhile."""
+        if available:
+            self._down.discard(device)
+        else:
+            self._down.add(device)
 
     def free_at(self, device: str, now: float) -> float:
         """When `device` should have finished every batch it holds."""
@@ -52,7 +61,8 @@ class Placement:
         self, device: str, stage: str, cost: int, now: float, ahead: int = 0
     ) -> float | None:
         """None: `device` should take this batch. Else the time at which the device that would
-        finish it sooner frees: `device` looks again then (or when anything changes).
+        finish it sooner should free: `device` looks again then, or when anything changes (a
+        time already past means: only when something changes, never a busy loop).
 
         `ahead` is the cost of queued work of this stage another device would run first.
         """
@@ -62,7 +72,7 @@ class Placement:
         my_finish = self.free_at(device, now) + mine
         best: tuple[float, float] | None = None
         for other, stages in self._stages.items():
-            if other == device or stage not in stages:
+            if other == device or stage not in stages or other in self._down:
                 continue
             theirs = self.model.predict(other, stage, cost + ahead)
             if theirs is None:
@@ -71,7 +81,7 @@ class Placement:
             finish = other_free + theirs
             if finish < my_finish and (best is None or finish < best[0]):
                 best = (finish, other_free)
-        return None if best is None else max(now, best[1])
+        return None if best is None else best[1]
 
     def started(self, device: str, stage: str, cost: int, now: float) -> int:
         """`device` took a batch; returns a token for `finished`."""

@@ -157,6 +157,12 @@ def test_with_a_backlog_the_slow_device_takes_from_the_tail_never_the_head() -> 
             few.submit(_item("det", 1_000_000, loop), now)
         left = few.select(now, ("det",), LIMITS, device="cpu", placement=placement)
         assert left.batch == []
-        assert left.wake_at == now
+        # The idle GPU takes them; the CPU waits for a change, not for a time already due (a
+        # zero timeout made its dispatch loop spin).
+        assert left.wake_at is None
+        # A GPU that is restarting is left nothing: the CPU takes the page.
+        placement.set_available("gpu:0", False)
+        taken = few.select(now, ("det",), LIMITS, device="cpu", placement=placement)
+        assert len(taken.batch) == 1
 
     asyncio.run(main())
