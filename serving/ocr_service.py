@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -109,13 +109,11 @@ class OcrService:
                 for cost in costs:
                     self.budget.check(cost)
                 slot.grow_to(len(sizes))
-                return await asyncio.gather(
-                    *(
-                        self._document_page(
-                            source, kind, index, cost, options, visualize, slot.deadline, priority
-                        )
-                        for index, cost in enumerate(costs)
+                return await _all_or_none(
+                    self._document_page(
+                        source, kind, index, cost, options, visualize, slot.deadline, priority
                     )
+                    for index, cost in enumerate(costs)
                 )
             finally:
                 shm.discard(source)
@@ -288,3 +286,16 @@ class OcrService:
         except asyncio.CancelledError:
             future.cancel()
             raise
+
+
+async def _all_or_none(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Every result, in order; when one fails, the others are cancelled and awaited before the
+    error propagates (a plain `gather` leaves them running on a document already freed)."""
+    tasks = [asyncio.ensure_future(coro) for coro in coros]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
