@@ -22,7 +22,7 @@ import httpx
 import pypdfium2 as pdfium
 
 from loadtest.servers import MemorySampler, start_ours
-from serving.shm import server_prefix
+from serving.workers.shm import server_prefix
 
 MIB = 1 << 20
 

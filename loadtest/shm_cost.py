@@ -1,4 +1,4 @@
-"""Cost of moving a page's tensors through shared memory (`serving.shm`), per page.
+"""Cost of moving a page's tensors through shared memory (`serving.workers.shm`), per page.
 
 `python -m loadtest.shm_cost` times put + take of the arrays one 150 dpi page sends between
 processes: the detector input, its probability map, and the recognition chunks.
@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from serving import shm
+from serving.workers import shm
 
 # One A4 page at 150 dpi: det input and map at 1760 x 1248, seven rec chunks of six crops.
 PAGE: dict[str, list[tuple[tuple[int, ...], type[np.generic]]]] = {

@@ -8,7 +8,7 @@ from loadtest.sim_events import EventLoop
 from loadtest.sim_flow import JOB_MAX_ATTEMPTS, JOB_RETRY_BACKOFF_S, RequestFlow, SimRequest
 from loadtest.sim_stats import Recorder
 from loadtest.sim_traffic import PageSpec, TrafficSource
-from serving.batching import BACKGROUND, INTERACTIVE
+from serving.scheduling.batching import BACKGROUND, INTERACTIVE
 
 
 @dataclass(slots=True, eq=False)

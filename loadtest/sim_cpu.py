@@ -1,6 +1,6 @@
 """Simulated CPU side: the CPU worker pool and the cores it may share with CPU devices.
 
-Mirrors `serving.cpu_pool.CpuPool`: each worker runs one call at a time, fed from one heap
+Mirrors `serving.workers.cpu_pool.CpuPool`: each worker runs one call at a time, fed from one heap
 (priority, then first come); a call whose request has ended (answered, timed out, cancelled) is
 skipped when it reaches the head, and one already running finishes and its result is discarded.
 """

@@ -1,6 +1,6 @@
 """Simulated device workers driving the real policy: `BatchPolicy.select` decides, `Placement`
-learns and places, exactly as `serving.device_pool.DevicePool._serve` and
-`serving.batching.Scheduler.next_batch` use them.
+learns and places, exactly as `serving.workers.device_pool.DevicePool._serve` and
+`serving.scheduling.batching.Scheduler.next_batch` use them.
 
 Each device has `inflight_batches` feeders (the server's dispatch tasks). An idle feeder asks
 `select` for a batch sized for its device; with a batch it calls `placement.started`, sends it
@@ -24,9 +24,9 @@ from loadtest.sim_cpu import HostLoad
 from loadtest.sim_events import EventLoop
 from loadtest.sim_model import DeviceModel, lognormal_factor
 from loadtest.sim_stats import Recorder
-from serving.admission import Admission
-from serving.batching import BatchPolicy, WorkItem
-from serving.placement import Placement
+from serving.scheduling.admission import Admission
+from serving.scheduling.batching import BatchPolicy, WorkItem
+from serving.scheduling.placement import Placement
 
 SPIN_RECHECK_S = 0.005
 

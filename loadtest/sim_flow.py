@@ -20,10 +20,10 @@ from loadtest.sim_devices import DeviceDispatch
 from loadtest.sim_events import EventLoop
 from loadtest.sim_stats import Recorder
 from loadtest.sim_traffic import PageSpec, RequestDraw
-from serving.admission import Admission
-from serving.batching import BACKGROUND, BatchPolicy, WorkItem
 from serving.errors import Overloaded
 from serving.jobs.runner import MAX_ATTEMPTS, RETRY_BACKOFF_S
+from serving.scheduling.admission import Admission
+from serving.scheduling.batching import BACKGROUND, BatchPolicy, WorkItem
 
 JOB_RETRY_BACKOFF_S = RETRY_BACKOFF_S
 JOB_MAX_ATTEMPTS = MAX_ATTEMPTS

@@ -20,10 +20,10 @@ from loadtest.sim_events import EventLoop
 from loadtest.sim_flow import RequestFlow
 from loadtest.sim_stats import Recorder
 from loadtest.sim_traffic import TrafficSource
-from serving.admission import Admission
-from serving.batching import BatchPolicy, Selection
 from serving.config import StageLimits
-from serving.placement import Placement
+from serving.scheduling.admission import Admission
+from serving.scheduling.batching import BatchPolicy, Selection
+from serving.scheduling.placement import Placement
 
 TIMELINE_BINS = 120
 

@@ -29,7 +29,7 @@ from loadtest.soak_output import SoakRun, write_outputs
 from loadtest.soak_probe import Sampler, count_segments, roles_from_readyz
 from loadtest.soak_report import Limits, after_warmup, judge, process_rows, total_growth
 from loadtest.soak_traffic import ScaledPages, drive
-from serving.shm import server_prefix
+from serving.workers.shm import server_prefix
 
 __all__ = ["DEFAULT_CONFIG", "main", "server_env"]
 

@@ -2,7 +2,7 @@
 
 One `Sample` is a snapshot of the whole server: the main process and all its descendants (via
 psutil), each with its role, RSS, USS and open file descriptors, plus how many POSIX shared-memory
-segments carry the server's name prefix (`serving.shm.server_prefix`).
+segments carry the server's name prefix (`serving.workers.shm.server_prefix`).
 
 A device worker's RSS swings by 10 % from one batch to the next (activations come and go), so
 between snapshots an `RssTracker` reads every process's RSS often (a cheap read of
@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from serving.shm import server_prefix
+from serving.workers.shm import server_prefix
 
 __all__ = [
     "SHM_DIR",

@@ -13,15 +13,15 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pipelines.types import PageResult
-from serving import cpu_stages, shm
-from serving.admission import Admission
-from serving.batching import INTERACTIVE, Scheduler, WorkItem
-from serving.cpu_pool import CpuPool, free_segments
 from serving.errors import DeadlineExceeded
 from serving.inputs import DecodeLimits, FileKind
-from serving.memory_budget import MemoryBudget, page_cost_bytes
 from serving.page_image import page_png
 from serving.request_options import OcrOptions
+from serving.scheduling.admission import Admission
+from serving.scheduling.batching import INTERACTIVE, Scheduler, WorkItem
+from serving.scheduling.memory_budget import MemoryBudget, page_cost_bytes
+from serving.workers import cpu_stages, shm
+from serving.workers.cpu_pool import CpuPool, free_segments
 
 logger = logging.getLogger(__name__)
 

@@ -15,23 +15,23 @@ from typing import Any
 
 from models.bundle import ModelBundle, load_bundle
 from models.registry import get_backend
-from serving import shm
-from serving.admission import Admission
-from serving.batching import Scheduler
 from serving.config import STAGES, AppConfig
-from serving.cpu_pool import CpuPool
-from serving.cpu_stages import init_cpu_worker
-from serving.device_pool import DevicePool, DeviceWorker, discard_payload
-from serving.device_worker import DeviceSpec, WorkerSetup
 from serving.engine import engine_choice
 from serving.errors import NotReady, ShuttingDown
 from serving.inputs import DecodeLimits
 from serving.jobs.runner import JobRunner
-from serving.memory_budget import MemoryBudget, default_budget_bytes
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService
 from serving.request_options import OcrOptions, request_options
-from serving.watchdog import LoopWatchdog
+from serving.scheduling.admission import Admission
+from serving.scheduling.batching import Scheduler
+from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
+from serving.workers import shm
+from serving.workers.cpu_pool import CpuPool
+from serving.workers.cpu_stages import init_cpu_worker
+from serving.workers.device_pool import DevicePool, DeviceWorker, discard_payload
+from serving.workers.device_worker import DeviceSpec, WorkerSetup
+from serving.workers.watchdog import LoopWatchdog
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from tqdm import tqdm
 
-from serving.batching import BACKGROUND
 from serving.config import AppConfig, load_config
 from serving.documents import count_pages
 from serving.errors import ConfigError, OcrError
@@ -35,6 +34,7 @@ from serving.jobs.manifest import (
 from serving.jobs.options import page_record, parse_options
 from serving.log_config import configure_logging
 from serving.request_options import ocr_options, overrides
+from serving.scheduling.batching import BACKGROUND
 
 logger = logging.getLogger("serving.batch")
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from models.bundle import ModelBundle
 from pipelines.types import PageResult
-from serving.batching import BACKGROUND
 from serving.config import AppConfig, JobsConfig
 from serving.errors import OcrError, Overloaded
 from serving.jobs.files import Document
@@ -30,6 +29,7 @@ from serving.jobs.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTa
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService
 from serving.request_options import ocr_options, overrides
+from serving.scheduling.batching import BACKGROUND
 
 logger = logging.getLogger(__name__)
 

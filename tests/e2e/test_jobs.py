@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from loadtest.accuracy import cer
-from serving import shm
+from serving.workers import shm
 from tests import images
 from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
 

@@ -2,8 +2,8 @@
 and its inference answered at once by fake models, as a device worker answers (no processes).
 
 Everything between the request and the models is the server's own code: admission, the memory
-budget, `OcrService._page`'s step sequence, `serving.cpu_stages` (shared memory included) and the
-device worker's per-stage output handling (`device_worker.item_outcomes`).
+budget, `OcrService._page`'s step sequence, `serving.workers.cpu_stages` (shared memory
+included) and the device worker's per-stage output handling (`device_worker.item_outcomes`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pipelines.stages import MODEL_STAGES
-from serving import cpu_stages, shm
-from serving.admission import Admission
-from serving.batching import WorkItem
-from serving.device_worker import item_outcomes
 from serving.inputs import DecodeLimits
-from serving.memory_budget import MemoryBudget
 from serving.ocr_service import OcrService
+from serving.scheduling.admission import Admission
+from serving.scheduling.batching import WorkItem
+from serving.scheduling.memory_budget import MemoryBudget
+from serving.workers import cpu_stages, shm
+from serving.workers.device_worker import item_outcomes
 
 T = TypeVar("T")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from serving.admission import Admission
 from serving.errors import Overloaded
+from serving.scheduling.admission import Admission
 
 
 class Clock:

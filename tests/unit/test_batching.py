@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from serving.batching import BACKGROUND, INTERACTIVE, BatchPolicy, Scheduler, WorkItem
 from serving.config import QueueConfig, StageLimits
 from serving.errors import DeadlineExceeded, Overloaded, ShuttingDown
+from serving.scheduling.batching import BACKGROUND, INTERACTIVE, BatchPolicy, Scheduler, WorkItem
 
 LIMITS = {
     "det": StageLimits(max_batch_size=2, max_cost=10_000),

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from serving import cpu_pool, cpu_stages
-from serving.batching import BACKGROUND, INTERACTIVE
 from serving.config import AppConfig
-from serving.cpu_pool import CpuPool
 from serving.errors import InvalidInput, ShuttingDown, WorkerUnavailable
 from serving.runtime import Runtime
+from serving.scheduling.batching import BACKGROUND, INTERACTIVE
+from serving.workers import cpu_pool, cpu_stages
+from serving.workers.cpu_pool import CpuPool
 from tests.fakes import cpu_calls
 
 

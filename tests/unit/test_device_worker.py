@@ -9,9 +9,9 @@ import pytest
 
 from models.engine_options import EngineOptions
 from models.registry import EngineChoice
-from serving import shm
-from serving.device_worker import DeviceSpec, ItemFailed, ItemOk, WorkerSetup, _Worker
 from serving.errors import PredictorFailed
+from serving.workers import shm
+from serving.workers.device_worker import DeviceSpec, ItemFailed, ItemOk, WorkerSetup, _Worker
 
 POISON = 42.0
 

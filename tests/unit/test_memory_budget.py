@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.types import DetParams
 from serving.errors import PayloadTooLarge, ShuttingDown
-from serving.memory_budget import MemoryBudget, host_memory_bytes, page_cost_bytes
+from serving.scheduling.memory_budget import MemoryBudget, host_memory_bytes, page_cost_bytes
 
 
 def test_pages_beyond_the_budget_wait_their_turn_in_order() -> None:

@@ -14,8 +14,8 @@ from pipelines.ocr import run_page
 from pipelines.rec_postprocess import build_charset
 from pipelines.stages import CLS, DET, REC
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
-from serving import cpu_stages, shm
 from serving.inputs import DecodeLimits
+from serving.workers import cpu_stages, shm
 from tests.fakes.service import InlineScheduler, run_inline
 from tests.images import encode_png
 

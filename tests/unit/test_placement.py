@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from serving.batching import INTERACTIVE, BatchPolicy, WorkItem
 from serving.config import QueueConfig, StageLimits
-from serving.cost_model import CostModel, size_class
-from serving.placement import Placement
+from serving.scheduling.batching import INTERACTIVE, BatchPolicy, WorkItem
+from serving.scheduling.cost_model import CostModel, size_class
+from serving.scheduling.placement import Placement
 
 LIMITS = {
     "det": StageLimits(max_batch_size=1, max_cost=10**9),

@@ -1,4 +1,4 @@
-"""Unit tests for serving/shm.py: arrays through POSIX shared memory segments."""
+"""Unit tests for serving/workers/shm.py: arrays through POSIX shared memory segments."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from serving import shm
-from serving.shm import ShmRef, discard, put, server_prefix, sweep, take, take_into
+from serving.workers import shm
+from serving.workers.shm import ShmRef, discard, put, server_prefix, sweep, take, take_into
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
 

@@ -18,8 +18,8 @@ from loadtest.sim_run import SimResult, Simulation
 from loadtest.sim_scenarios import ScenarioOptions, build
 from loadtest.sim_traffic import PageSpec, TrafficConfig, TrafficSource
 from loadtest.simulator import main
-from serving.batching import BACKGROUND, INTERACTIVE
 from serving.config import QueueConfig, StageLimits
+from serving.scheduling.batching import BACKGROUND, INTERACTIVE
 
 PAGE = PageSpec(det_h=32, det_w=32, lines=8, chunks=((6, 320), (2, 640)))
 LIMITS = {

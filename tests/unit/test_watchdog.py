@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from serving.watchdog import LoopWatchdog
+from serving.workers.watchdog import LoopWatchdog
 
 
 def test_a_loop_blocked_past_the_limit_is_reported() -> None:

@@ -6,9 +6,9 @@ the next batch sized for it (work pulling): the policy picks the most urgent buc
 the worker serves (priority first, then later pipeline stages first so requests in flight finish,
 then age), fills the batch up to the worker's count and cost caps, and waits up to `max_wait_ms` for
 company when the batch is not full. Among unlike devices a worker leaves a batch that another
-device would finish sooner (`serving.placement`). Expired and cancelled items are dropped, never
-run. When the server stops, `Scheduler.close` fails every item still awaited, queued or running,
-with a 503.
+device would finish sooner (`serving.scheduling.placement`). Expired and cancelled items are
+dropped, never run. When the server stops, `Scheduler.close` fails every item still awaited,
+queued or running, with a 503.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from serving.config import QueueConfig, StageLimits
 from serving.errors import DeadlineExceeded, OcrError, Overloaded, ShuttingDown
-from serving.placement import Placement
+from serving.scheduling.placement import Placement
 
 # Later stages first: finishing requests already in flight bounds latency and memory.
 STAGE_RANK = {"rec": 0, "cls": 1, "det": 2}

@@ -19,13 +19,19 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from serving import shm
-from serving.batching import Scheduler, WorkItem
 from serving.config import StageLimits
-from serving.device_worker import DeviceSpec, ItemFailed, ItemOk, WorkerSetup, device_worker_main
 from serving.errors import OcrError, WorkerUnavailable
 from serving.metrics import Metrics
-from serving.proc import cancel_and_wait
+from serving.scheduling.batching import Scheduler, WorkItem
+from serving.workers import shm
+from serving.workers.device_worker import (
+    DeviceSpec,
+    ItemFailed,
+    ItemOk,
+    WorkerSetup,
+    device_worker_main,
+)
+from serving.workers.proc import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ Call = tuple[Callable[..., Any], tuple[Any, ...]]
 def cpu_worker_main(
     conn: Connection, initializer: Callable[..., None], initargs: tuple[Any, ...]
 ) -> None:
-    """Process entry point (spawned by `serving.cpu_pool`)."""
+    """Process entry point (spawned by `serving.workers.cpu_pool`)."""
     initializer(*initargs)
     conn.send(("ready", None))
     while True:

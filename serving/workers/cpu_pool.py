@@ -1,4 +1,4 @@
-"""The CPU worker pool: supervised spawn-context processes that run `serving.cpu_stages` functions.
+"""The CPU worker pool: supervised spawn-context processes running `cpu_stages` functions.
 
 Each worker runs one call at a time, fed from one queue. The event loop never blocks on a child:
 spawning, sending and receiving happen on threads, and a child that stops answering is killed,
@@ -29,10 +29,10 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-from serving import shm
-from serving.cpu_worker import cpu_worker_main
 from serving.errors import OcrError, WorkerUnavailable
-from serving.proc import cancel_and_wait
+from serving.workers import shm
+from serving.workers.cpu_worker import cpu_worker_main
+from serving.workers.proc import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class CpuPool:
             try:
                 async with asyncio.timeout(self._start_timeout_s):
                     # On an executor thread that lives on: a worker's parent-death signal
-                    # (`serving.proc`) fires when the *thread* that started it exits.
+                    # (`serving.workers.proc`) fires when the *thread* that started it exits.
                     await asyncio.get_running_loop().run_in_executor(None, process.start)
                     child.close()
                     await _in_thread(functools.partial(_receive, parent, process.sentinel))

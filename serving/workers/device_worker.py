@@ -1,7 +1,7 @@
 """A device worker process: owns the det/cls/rec predictors of one device and runs batches.
 
-It only executes what the main process hands it (policy lives in `serving.batching`). Inputs arrive
-as shared-memory references; detection maps leave the same way, while recognition and
+It only executes what the main process hands it (policy lives in `serving.scheduling`).
+Inputs arrive as shared-memory references; detection maps leave the same way, while recognition and
 classification results, already reduced to small arrays, travel inline.
 """
 
@@ -21,9 +21,9 @@ import numpy as np
 from models.bundle import load_bundle
 from models.registry import EngineChoice
 from pipelines.stages import MODEL_STAGES, ModelStage
-from serving import shm
 from serving.errors import OcrError, PredictorFailed
-from serving.proc import die_with_parent
+from serving.workers import shm
+from serving.workers.proc import die_with_parent
 
 logger = logging.getLogger(__name__)
 

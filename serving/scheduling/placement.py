@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from serving.cost_model import CostModel
+from serving.scheduling.cost_model import CostModel
 
 
 @dataclass(slots=True)

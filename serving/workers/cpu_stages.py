@@ -2,8 +2,8 @@
 
 The steps are `pipelines.page`'s, adapted to cross processes: they take and return small picklable
 values, while the page, its model inputs and its line crops travel as shared-memory references
-(`serving.shm`). Worker-wide state (the CTC label table, the segment prefix) is set once per process
-by `init_cpu_worker`.
+(`serving.workers.shm`). Worker-wide state (the CTC label table, the segment prefix) is set
+once per process by `init_cpu_worker`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from pipelines import page as pipeline
 from pipelines.page import PageState, Step
 from pipelines.rec_postprocess import build_charset
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
-from serving import documents, shm
+from serving import documents
 from serving.inputs import DecodeLimits, FileKind
-from serving.proc import die_with_parent
+from serving.workers import shm
+from serving.workers.proc import die_with_parent
 
 _CHARSET: tuple[str, ...] = ()
 _PREFIX = ""

@@ -1,0 +1,1 @@
+"""Execution: the supervised CPU and device worker processes, shared memory, the watchdog."""
