@@ -109,7 +109,7 @@ class OcrService:
                 for cost in costs:
                     self.budget.check(cost)
                 slot.grow_to(len(sizes))
-                return await _all_or_none(
+                return await all_or_none(
                     self._document_page(
                         source, kind, index, cost, options, visualize, slot.deadline, priority
                     )
@@ -288,7 +288,7 @@ class OcrService:
             raise
 
 
-async def _all_or_none(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+async def all_or_none(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
     """Every result, in order; when one fails, the others are cancelled and awaited before the
     error propagates (a plain `gather` leaves them running on a document already freed)."""
     tasks = [asyncio.ensure_future(coro) for coro in coros]

@@ -23,7 +23,7 @@ from models.registry import EngineChoice
 from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.errors import OcrError, PredictorFailed
 from serving.workers import shm
-from serving.workers.proc import die_with_parent
+from serving.workers.proc import die_with_parent, release_free_heap
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,9 @@ class ItemFailed:
 
 
 @dataclass(slots=True)
-class _Worker:
+class DeviceWorker:
+    """One device's predictors and the loop that runs the batches the main process sends."""
+
     spec: DeviceSpec
     setup: WorkerSetup
     conn: Connection
@@ -103,6 +105,9 @@ class _Worker:
                 return
             _, batch_id, stage, refs = message
             self.conn.send(("done", batch_id, self.run_batch(stage, refs)))
+            del message, refs
+            if not self.conn.poll():  # idle: no batch waits on the trim
+                release_free_heap()
 
     def run_batch(self, stage: str, refs: list[shm.ShmRef]) -> list[ItemOk | ItemFailed]:
         rows = [ref.shape[0] for ref in refs]
@@ -170,7 +175,7 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
     warnings.filterwarnings("ignore", message="No ccache found")
     # The main process handles SIGINT/SIGTERM and stops workers in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = _Worker(spec=spec, setup=setup, conn=conn)
+    worker = DeviceWorker(spec=spec, setup=setup, conn=conn)
     try:
         worker.load()
         # Importing paddle lowers the root logger to WARNING; restore ours.

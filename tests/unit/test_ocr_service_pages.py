@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from serving.errors import InvalidInput
-from serving.ocr_service import _all_or_none
+from serving.ocr_service import all_or_none
 
 
 def test_a_failing_page_cancels_its_siblings_before_the_error_propagates() -> None:
@@ -25,7 +25,7 @@ def test_a_failing_page_cancels_its_siblings_before_the_error_propagates() -> No
 
     async def main() -> None:
         with pytest.raises(InvalidInput, match="page 2"):
-            await _all_or_none(page(i) for i in range(4))
+            await all_or_none(page(i) for i in range(4))
         # By the time the caller frees the document, no page is still reading it.
         assert sorted(cancelled) == [0, 2, 3]
 
@@ -37,4 +37,4 @@ def test_pages_answer_in_order() -> None:
         await asyncio.sleep(0.001 * (3 - index))
         return index
 
-    assert asyncio.run(_all_or_none(page(i) for i in range(4))) == [0, 1, 2, 3]
+    assert asyncio.run(all_or_none(page(i) for i in range(4))) == [0, 1, 2, 3]
