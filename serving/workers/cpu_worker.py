@@ -15,6 +15,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from serving.errors import OcrError
+from serving.workers.proc import release_free_heap
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ def cpu_worker_main(
         except Exception as err:  # every failure goes back to the caller, never kills the loop
             reply = ("error", err)
         _send(conn, reply)
+        del message, fn, args, reply
+        release_free_heap()
 
 
 def _send(conn: Connection, reply: tuple[str, Any]) -> None:

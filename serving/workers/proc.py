@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import multiprocessing
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,29 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     if os.getppid() != parent_pid:
         logger.warning("parent %d died before this worker started; exiting", parent_pid)
         os._exit(1)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except AttributeError:  # not glibc
+        return None
+    return trim
+
+
+def release_free_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`); else a no-op.
+
+    A worker's allocations come in bursts of page-sized buffers (a document's bytes, a decoded
+    page, a detection map). glibc raises its mmap threshold after freeing a large mapped block, so
+    later buffers of that size come from the heap, whose freed pages it keeps: a worker's memory
+    then creeps up under steady traffic (+20-30% over ten minutes of `make soak`) without a leak.
+    Trimming after each call costs a few system calls and keeps it flat.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 async def cancel_and_wait(tasks: list[asyncio.Task[None]]) -> None:
