@@ -70,7 +70,7 @@ class ItemFailed:
 
 
 @dataclass(slots=True)
-class DeviceWorker:
+class DeviceRunner:
     """One device's predictors and the loop that runs the batches the main process sends."""
 
     spec: DeviceSpec
@@ -175,7 +175,7 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
     warnings.filterwarnings("ignore", message="No ccache found")
     # The main process handles SIGINT/SIGTERM and stops workers in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = DeviceWorker(spec=spec, setup=setup, conn=conn)
+    worker = DeviceRunner(spec=spec, setup=setup, conn=conn)
     try:
         worker.load()
         # Importing paddle lowers the root logger to WARNING; restore ours.

@@ -11,7 +11,7 @@ from models.engine_options import EngineOptions
 from models.registry import EngineChoice
 from serving.errors import PredictorFailed
 from serving.workers import shm
-from serving.workers.device_worker import DeviceSpec, DeviceWorker, ItemFailed, ItemOk, WorkerSetup
+from serving.workers.device_worker import DeviceRunner, DeviceSpec, ItemFailed, ItemOk, WorkerSetup
 
 POISON = 42.0
 
@@ -51,11 +51,11 @@ def prefix():
     shm.sweep(prefix)
 
 
-def worker(prefix: str, **predictors) -> DeviceWorker:
+def worker(prefix: str, **predictors) -> DeviceRunner:
     engine = EngineChoice(backend="fake", options=EngineOptions())
     spec = DeviceSpec(name="cpu", device="cpu", stages=tuple(predictors), engine=engine)
     setup = WorkerSetup(model_dirs={}, shm_prefix=prefix)
-    w = DeviceWorker(spec=spec, setup=setup, conn=None)  # type: ignore[arg-type]
+    w = DeviceRunner(spec=spec, setup=setup, conn=None)  # type: ignore[arg-type]
     w.predictors.update(predictors)
     return w
 
