@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 import time
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +30,17 @@ from rapidfuzz.distance import Levenshtein
 
 from loadtest import pages as pdf_pages
 
-__all__ = ["AccuracyReport", "PageAccuracy", "cer", "char_edits", "evaluate", "normalize_text"]
+__all__ = [
+    "AccuracyReport",
+    "PageAccuracy",
+    "WordCounts",
+    "cer",
+    "char_edits",
+    "evaluate",
+    "normalize_text",
+    "word_counts",
+    "words",
+]
 
 OcrFn = Callable[[np.ndarray], list[str]]
 
@@ -52,6 +64,56 @@ def char_edits(reference: str, hypothesis: str) -> tuple[int, int]:
     """(Levenshtein edits, reference length) between the normalised texts."""
     ref, hyp = normalize_text(reference), normalize_text(hypothesis)
     return Levenshtein.distance(ref, hyp), len(ref)
+
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_WORD = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+"""A CJK character (kana, ideographs), or a run of other letters and digits."""
+
+
+def words(text: str) -> list[str]:
+    """The words of `text` for word-level F1: after NFKC, runs of letters and digits, each CJK
+    character a word of its own (Chinese is written without spaces). Punctuation is not a word,
+    so "manip-ulation" is "manip" and "ulation" however the line breaks fall; case counts."""
+    return _WORD.findall(unicodedata.normalize("NFKC", text))
+
+
+@dataclass(frozen=True, slots=True)
+class WordCounts:
+    """Words matched between a reference and a hypothesis, as multisets (order ignored)."""
+
+    matched: int
+    reference: int
+    hypothesis: int
+
+    def __add__(self, other: WordCounts) -> WordCounts:
+        return WordCounts(
+            self.matched + other.matched,
+            self.reference + other.reference,
+            self.hypothesis + other.hypothesis,
+        )
+
+    @property
+    def precision(self) -> float:
+        """Matched / hypothesis words (1.0 when the hypothesis has none)."""
+        return self.matched / self.hypothesis if self.hypothesis else 1.0
+
+    @property
+    def recall(self) -> float:
+        """Matched / reference words (1.0 when the reference has none)."""
+        return self.matched / self.reference if self.reference else 1.0
+
+    @property
+    def f1(self) -> float:
+        """Harmonic mean of precision and recall (0.0 when both are 0)."""
+        total = self.precision + self.recall
+        return 2 * self.precision * self.recall / total if total else 0.0
+
+
+def word_counts(reference: str, hypothesis: str) -> WordCounts:
+    """Bag-of-words match of two texts (`words`); sum them over pages for a micro F1."""
+    ref, hyp = Counter(words(reference)), Counter(words(hypothesis))
+    return WordCounts(sum((ref & hyp).values()), sum(ref.values()), sum(hyp.values()))
 
 
 def cer(reference: str, hypothesis: str) -> float:
@@ -78,6 +140,8 @@ class PageAccuracy:
     """Wall-clock seconds the OCR function took on this page (``time.monotonic``)."""
     hypothesis: str
     """The OCR lines joined with newlines, before normalisation."""
+    words: WordCounts = WordCounts(0, 0, 0)
+    """Word-level match against the reference (`word_counts`)."""
 
     @property
     def cer(self) -> float:
@@ -111,6 +175,16 @@ class AccuracyReport:
         return self.total_edits / self.total_reference_chars
 
     @property
+    def words(self) -> WordCounts:
+        """Word matches summed over all pages."""
+        return sum((p.words for p in self.pages), WordCounts(0, 0, 0))
+
+    @property
+    def word_f1(self) -> float:
+        """Micro-averaged word-level F1 over all pages."""
+        return self.words.f1
+
+    @property
     def mean_ocr_s(self) -> float:
         """Mean seconds per page spent in the OCR function."""
         return sum(p.ocr_s for p in self.pages) / len(self.pages) if self.pages else 0.0
@@ -119,6 +193,7 @@ class AccuracyReport:
         """A JSON-serialisable summary with every page."""
         return {
             "cer": self.cer,
+            "word_f1": self.word_f1,
             "total_edits": self.total_edits,
             "total_reference_chars": self.total_reference_chars,
             "mean_ocr_s": self.mean_ocr_s,
@@ -151,7 +226,12 @@ def evaluate(
         label = labels[i] if labels is not None else f"page{i}"
         results.append(
             PageAccuracy(
-                label=label, edits=edits, reference_chars=n_ref, ocr_s=ocr_s, hypothesis=hypothesis
+                label=label,
+                edits=edits,
+                reference_chars=n_ref,
+                ocr_s=ocr_s,
+                hypothesis=hypothesis,
+                words=word_counts(truth, hypothesis),
             )
         )
     return AccuracyReport(pages=tuple(results))
@@ -201,11 +281,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for page in report.pages:
         print(
-            f"{page.label:40s} cer={page.cer:.4f} edits={page.edits:5d} "
+            f"{page.label:40s} cer={page.cer:.4f} word_f1={page.words.f1:.4f} "
+            f"edits={page.edits:5d} "
             f"chars={page.reference_chars:5d} ocr_s={page.ocr_s:.2f}"
         )
     print(
         f"TOTAL pages={len(report.pages)} dpi={args.dpi:g} cer={report.cer:.4f} "
+        f"word_f1={report.word_f1:.4f} "
         f"edits={report.total_edits} chars={report.total_reference_chars} "
         f"mean_ocr_s={report.mean_ocr_s:.2f}"
     )

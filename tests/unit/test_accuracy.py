@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from loadtest import accuracy, pages
-from loadtest.accuracy import cer, char_edits, evaluate, normalize_text
+from loadtest.accuracy import (
+    WordCounts,
+    cer,
+    char_edits,
+    evaluate,
+    normalize_text,
+    word_counts,
+    words,
+)
 from tests import images
 
 needs_real_pdfs = pytest.mark.skipif(
@@ -105,6 +113,39 @@ def test_evaluate_per_page_and_aggregate() -> None:
     summary = json.loads(json.dumps(report.to_dict()))
     assert summary["cer"] == pytest.approx(1 / 12)
     assert summary["pages"][1]["cer"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("manip-\r\nulation, of\tthe \ufb01le.", ["manip", "ulation", "of", "the", "file"]),
+        ("价格，１２８元：OK", ["价", "格", "128", "元", "OK"]),  # CJK characters one by one
+        ("snake_case x2 -- ...", ["snake", "case", "x2"]),
+        ("", []),
+    ],
+)
+def test_words(text: str, expected: list[str]) -> None:
+    assert words(text) == expected
+
+
+def test_word_f1_hand_checked() -> None:
+    counts = word_counts("the cat saw the dog", "the cat the cat")
+    # Reference {the: 2, cat, saw, dog}; hypothesis {the: 2, cat: 2}; matched the x2 + cat = 3.
+    assert counts == WordCounts(3, 5, 4)
+    assert counts.precision == pytest.approx(3 / 4)
+    assert counts.recall == pytest.approx(3 / 5)
+    assert counts.f1 == pytest.approx(2 * 0.75 * 0.6 / 1.35)
+    assert word_counts("a b", "").f1 == 0.0
+    assert word_counts("", "").f1 == 1.0
+
+
+def test_evaluate_reports_micro_word_f1() -> None:
+    blank = images.empty_page(8, 8)
+    report = evaluate([(blank, "a b c d"), (blank, "e")], _scripted_ocr([["a b c d"], ["x"]]))
+    # Pages' F1 are 1.0 and 0.0; summed counts give 4 of 5 words each way.
+    assert report.words == WordCounts(4, 5, 5)
+    assert report.word_f1 == pytest.approx(0.8)
+    assert report.to_dict()["word_f1"] == pytest.approx(0.8)
 
 
 def test_evaluate_default_labels_and_empty_input() -> None:
