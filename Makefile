@@ -58,6 +58,20 @@ $(RAPIDOCR_VENV)/.installed:
 
 rapidocr-venv: $(RAPIDOCR_VENV)/.installed
 
+# The ONNX engines (openvino, onnxruntime) serve the configured Paddle models converted once with
+# paddle2onnx, cached by content under [engine] onnx_dir (models/convert.py). The converter pins
+# onnx<=1.17, so it has its own environment.
+CONVERT_VENV ?= .venv-convert
+
+$(CONVERT_VENV)/.installed:
+	$(PYTHON) -m venv $(CONVERT_VENV)
+	$(CONVERT_VENV)/bin/pip install paddle2onnx==2.1.0 paddlepaddle==3.2.2 packaging
+	touch $@
+
+.PHONY: convert
+convert: install $(CONVERT_VENV)/.installed
+	$(PY) -m models.convert --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
+
 # Side by side on one page set: the offline engine limit, our server, PaddleX basic serving.
 bench: install-bench
 	bash scripts/system-deps.sh

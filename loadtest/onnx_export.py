@@ -1,19 +1,19 @@
 """Our Paddle models as ONNX files, for baselines that run ONNX Runtime (RapidOCR).
 
-Conversion runs offline, in the baseline's own virtual environment, with Paddle's converter
-(`paddle2onnx`, the tool PaddleX's `--paddle2onnx` uses); nothing is downloaded.
+The conversion is `models.convert`'s, cached by content: the baselines read the very files our
+ONNX engines serve. When the cache lacks a model, the baseline's own environment converts it
+with Paddle's converter (`paddle2onnx`); nothing is downloaded.
 """
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from models.convert import DEFAULT_CACHE_DIR, convert, paddle2onnx_argv
 from models.spec import ModelSpec
 
-# PaddleX's default; the converter raises it where an operator needs more (det goes to 11).
-OPSET = 7
+__all__ = ["OnnxModels", "export", "paddle2onnx_argv", "write_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,23 +25,6 @@ class OnnxModels:
     keys: Path
 
 
-def paddle2onnx_argv(paddle2onnx: Path, spec: ModelSpec, save_file: Path) -> list[str]:
-    """The converter's command line for one model directory."""
-    return [
-        str(paddle2onnx),
-        "--model_dir",
-        str(spec.directory),
-        "--model_filename",
-        spec.program_file.name,
-        "--params_filename",
-        spec.params_file.name,
-        "--save_file",
-        str(save_file),
-        "--opset_version",
-        str(OPSET),
-    ]
-
-
 def write_keys(spec: ModelSpec, path: Path) -> Path:
     """The recogniser's characters one per line, as PaddleOCR's dictionary files hold them.
 
@@ -51,23 +34,21 @@ def write_keys(spec: ModelSpec, path: Path) -> Path:
     return path
 
 
-def export(venv: Path, det: ModelSpec, rec: ModelSpec, out_dir: Path) -> OnnxModels:
-    """Convert both models with `venv`'s paddle2onnx into `out_dir`.
+def export(
+    venv: Path, det: ModelSpec, rec: ModelSpec, out_dir: Path, cache_dir: Path = DEFAULT_CACHE_DIR
+) -> OnnxModels:
+    """Both models as ONNX (cached conversions, else converted with `venv`'s paddle2onnx), and
+    the recogniser's keys file in `out_dir`.
 
     Raises:
-        subprocess.CalledProcessError: The converter failed (its output is in `out_dir`).
+        models.convert.ModelConversionError: the converter failed.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     paddle2onnx = venv / "bin" / "paddle2onnx"
     files = {}
     for spec in (det, rec):
-        save_file = out_dir / f"{spec.kind}.onnx"
-        with (out_dir / f"{spec.kind}.log").open("wb") as log:
-            subprocess.run(
-                paddle2onnx_argv(paddle2onnx, spec, save_file),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=True,
-            )
-        files[spec.kind] = save_file
+        onnx, _ = convert(spec, cache_dir, paddle2onnx)
+        if onnx.onnx_file is None:  # convert() always returns a spec with its ONNX file
+            raise ValueError(f"no ONNX file for {spec.directory}")
+        files[spec.kind] = onnx.onnx_file
     return OnnxModels(files["det"], files["rec"], write_keys(rec, out_dir / "rec_keys.txt"))

@@ -52,6 +52,10 @@ class EngineBackendError(ValueError):
 PredictorFactory = Callable[[ModelSpec, EngineOptions], Predictor]
 """Builds an unloaded predictor for a model and the options of one device (no work: `load()`)."""
 
+SpecPreparer = Callable[[ModelSpec, EngineOptions], ModelSpec]
+"""Finds a model in a format a backend reads for a spec stored in another (the ONNX engines: a
+Paddle model's cached conversion); raises `EngineBackendError` saying what to run if none."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineBackend:
@@ -68,22 +72,36 @@ class EngineBackend:
     formats: frozenset[ModelFormat]
     """Model formats it reads."""
     create: PredictorFactory
+    """Called with a spec that holds one of `formats`."""
+    prepare: SpecPreparer | None = None
+    """How it serves models stored in other formats; None: it does not."""
+
+    def resolve(self, spec: ModelSpec, options: EngineOptions) -> ModelSpec:
+        """`spec` itself when the backend reads it, else what `prepare` finds for it (no work
+        beyond looking: conversions are made ahead, never here).
+
+        Raises:
+            EngineBackendError: the backend does not read the model's format and cannot find it
+                in one it reads; the message says what to run.
+        """
+        if spec.formats & self.formats:
+            return spec
+        if self.prepare is not None:
+            return self.prepare(spec, options)
+        raise EngineBackendError(
+            f"engine backend {self.name!r} does not read {spec.format} models ({spec.directory})"
+        )
 
     def predictor(self, spec: ModelSpec, options: EngineOptions) -> Predictor:
         """An unloaded predictor for `spec` on `options.device`.
 
         Raises:
-            EngineBackendError: the backend does not run on that device kind or does not read
-                the model's format.
+            EngineBackendError: the backend does not run on that device kind, or does not read
+                the model's format and has no prepared copy of it (see `resolve`).
         """
         if options.kind not in self.devices:
             raise EngineBackendError(
                 f"engine backend {self.name!r} does not run on {options.kind} devices "
                 f"({options.device})"
             )
-        if spec.format not in self.formats:
-            raise EngineBackendError(
-                f"engine backend {self.name!r} does not read {spec.format} models "
-                f"({spec.directory})"
-            )
-        return self.create(spec, options)
+        return self.create(self.resolve(spec, options), options)

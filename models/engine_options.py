@@ -12,6 +12,10 @@ DEVICE_KINDS: tuple[DeviceKind, ...] = get_args(DeviceKind)
 Precision = Literal["fp32", "fp16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
+OpenVinoPrecision = Literal["f32", "bf16"]
+"""OpenVINO's CPU inference precision: f32 keeps Paddle's text; bf16 is faster and changes it."""
+OPENVINO_PRECISIONS: tuple[OpenVinoPrecision, ...] = get_args(OpenVinoPrecision)
+
 _DEVICE_RE = re.compile(r"^(cpu|gpu:(\d+))$")
 
 
@@ -53,6 +57,10 @@ class EngineOptions:
     trt_cache_dir: str | None = None
     trt_max_batch_size: int | None = None
     """Overrides the batch dimension of the yml's TensorRT max shapes (PP-OCRv5 rec ships 8)."""
+    onnx_dir: str = "var/models/onnx"
+    """Where the ONNX engines find the cached conversions of Paddle models (`models.convert`)."""
+    openvino_precision: OpenVinoPrecision = "f32"
+    """OpenVINO's INFERENCE_PRECISION_HINT on CPU; its own default is bf16 where the CPU has it."""
 
     def __post_init__(self) -> None:
         if _DEVICE_RE.match(self.device) is None:
@@ -71,6 +79,10 @@ class EngineOptions:
             raise EngineOptionsError(f"precision must be 'fp32' or 'fp16', got {self.precision!r}")
         if not self.is_gpu and (self.precision != "fp32" or self.use_tensorrt):
             raise EngineOptionsError("fp16 and TensorRT need a GPU device ('gpu:N')")
+        if self.openvino_precision not in OPENVINO_PRECISIONS:
+            raise EngineOptionsError(
+                f"openvino_precision must be 'f32' or 'bf16', got {self.openvino_precision!r}"
+            )
         if self.trt_max_batch_size is not None and self.trt_max_batch_size < 1:
             raise EngineOptionsError(
                 f"trt_max_batch_size must be >= 1, got {self.trt_max_batch_size}"

@@ -22,6 +22,8 @@ PROGRAM_FILES = ("inference.json", "inference.pdmodel")
 """Program file names in order of preference: the PIR program first, the legacy one second."""
 PARAMS_FILE = "inference.pdiparams"
 CONFIG_FILE = "inference.yml"
+ONNX_FILE = "inference.onnx"
+"""An ONNX graph beside inference.yml; served as is by engines that read ONNX."""
 
 
 class ModelSpecError(ValueError):
@@ -49,9 +51,12 @@ class ModelSpec:
     model_name: str
     """`Global.model_name` from inference.yml, or the directory name when absent."""
     directory: Path
-    program_file: Path
-    """inference.json when present, else inference.pdmodel."""
-    params_file: Path
+    program_file: Path | None = None
+    """inference.json when present, else inference.pdmodel; None in an ONNX-only directory."""
+    params_file: Path | None = None
+    """inference.pdiparams, beside `program_file`."""
+    onnx_file: Path | None = None
+    """inference.onnx when the directory holds one."""
     det_params: DetParams | None = None
     """DB post-processing settings; resize limits stay at the OCR-pipeline defaults."""
     rec_params: RecParams | None = None
@@ -68,23 +73,44 @@ class ModelSpec:
             raise ModelSpecError(f"{self.kind} model spec for {self.directory} lacks its params")
         if self.kind == "rec" and not self.character_dict:
             raise ModelSpecError(f"rec model spec for {self.directory} has no character_dict")
+        if (self.program_file is None) != (self.params_file is None):
+            raise ModelSpecError(f"{self.directory}: a Paddle program needs its params file")
+        if self.program_file is None and self.onnx_file is None:
+            raise ModelSpecError(f"model spec for {self.directory} names no model file")
+
+    @property
+    def formats(self) -> frozenset[ModelFormat]:
+        """Every format the directory holds the model in."""
+        held: set[ModelFormat] = set()
+        if self.program_file is not None:
+            held.add("paddle")
+        if self.onnx_file is not None:
+            held.add("onnx")
+        return frozenset(held)
 
     @property
     def format(self) -> ModelFormat:
-        """The stored format; every spec read today is a Paddle program."""
-        return "paddle"
+        """The model's primary format: the Paddle program when there is one, else ONNX."""
+        return "paddle" if self.program_file is not None else "onnx"
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files that make up the model, inference.yml included."""
+        model = (self.program_file, self.params_file, self.onnx_file)
+        return (*(f for f in model if f is not None), self.directory / CONFIG_FILE)
 
     @property
     def is_pir(self) -> bool:
         """Whether the program is a PIR (inference.json) program."""
-        return self.program_file.suffix == ".json"
+        return self.program_file is not None and self.program_file.suffix == ".json"
 
 
 def load_model_spec(directory: Path, kind: str) -> ModelSpec:
     """Read a model directory's files and inference.yml into a `ModelSpec`.
 
     Args:
-        directory: Folder holding inference.{json|pdmodel}, inference.pdiparams, inference.yml.
+        directory: Folder holding inference.yml and the model: inference.{json|pdmodel} with
+            inference.pdiparams (Paddle), inference.onnx (ONNX), or both.
         kind: "det", "rec" or "cls".
 
     Raises:
@@ -96,8 +122,11 @@ def load_model_spec(directory: Path, kind: str) -> ModelSpec:
     directory = Path(directory)
     if not directory.is_dir():
         raise ModelSpecError(f"model directory {directory} does not exist or is not a directory")
-    program_file = _find_program_file(directory)
-    params_file = _require_file(directory / PARAMS_FILE)
+    onnx_file: Path | None = directory / ONNX_FILE
+    if onnx_file is not None and not onnx_file.is_file():
+        onnx_file = None
+    program_file = _find_program_file(directory, required=onnx_file is None)
+    params_file = _require_file(directory / PARAMS_FILE) if program_file is not None else None
     config_path = _require_file(directory / CONFIG_FILE)
     config = _read_yaml(config_path)
 
@@ -122,6 +151,7 @@ def load_model_spec(directory: Path, kind: str) -> ModelSpec:
         directory=directory,
         program_file=program_file,
         params_file=params_file,
+        onnx_file=onnx_file,
         det_params=det_params,
         rec_params=rec_params,
         character_dict=character_dict,
@@ -130,12 +160,14 @@ def load_model_spec(directory: Path, kind: str) -> ModelSpec:
     )
 
 
-def _find_program_file(directory: Path) -> Path:
+def _find_program_file(directory: Path, *, required: bool) -> Path | None:
     for name in PROGRAM_FILES:
         candidate = directory / name
         if candidate.is_file():
             return candidate
-    names = " or ".join(PROGRAM_FILES)
+    if not required:
+        return None
+    names = " or ".join((*PROGRAM_FILES, ONNX_FILE))
     raise ModelSpecError(f"model directory {directory} has no program file ({names})")
 
 

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from models.engine_options import DEVICE_KINDS, PRECISIONS, DeviceKind, Precision
+from models.engine_options import (
+    DEVICE_KINDS,
+    OPENVINO_PRECISIONS,
+    PRECISIONS,
+    DeviceKind,
+    Precision,
+)
 from models.registry import BACKENDS, backend_names
 from pipelines.types import LIMIT_TYPES, DetParams, LimitType
 from serving.errors import ConfigError
@@ -239,9 +245,19 @@ class EngineConfig:
     trt_workspace_bytes: int = 1 << 30
     trt_min_subgraph_size: int = 3
     trt_cache_dir: str = ""
+    onnx_dir: str = "var/models/onnx"
+    """Cached ONNX conversions of the Paddle models, for the ONNX engines (`make convert`)."""
+    openvino_precision: str = "f32"
+    """OpenVINO's inference precision on CPU: "f32" (Paddle's text) or "bf16" (opt-in: faster
+    on CPUs with bf16, and it changes some text; see the README's engine section)."""
 
     def __post_init__(self) -> None:
         _check(self.cpu_threads >= 0, "engine.cpu_threads", "must be >= 0")
+        _check(
+            self.openvino_precision in OPENVINO_PRECISIONS,
+            "engine.openvino_precision",
+            f"must be {choices_text(OPENVINO_PRECISIONS)}",
+        )
         _check(self.precision in PRECISIONS, "engine.precision", "must be fp32 or fp16")
         _check(self.gpu_memory_pool_mb > 0, "engine.gpu_memory_pool_mb", "must be > 0")
         for kind in DEVICE_KINDS:

@@ -20,11 +20,14 @@ def engine_options(engine: EngineConfig, device: str, cpu_threads: int) -> Engin
         mkldnn_cache_capacity=engine.mkldnn_cache_capacity,
         gpu_memory_pool_mb=engine.gpu_memory_pool_mb,
         precision="fp16" if gpu and engine.precision == "fp16" else "fp32",
+        allow_tf32=engine.allow_tf32 and gpu,
         use_tensorrt=engine.use_tensorrt and gpu,
         trt_workspace_bytes=engine.trt_workspace_bytes,
         trt_min_subgraph_size=engine.trt_min_subgraph_size,
         trt_use_static=bool(engine.trt_cache_dir),
         trt_cache_dir=engine.trt_cache_dir or None,
+        onnx_dir=engine.onnx_dir,
+        openvino_precision="bf16" if engine.openvino_precision == "bf16" else "f32",
     )
 
 
