@@ -13,11 +13,11 @@ import itertools
 import logging
 import multiprocessing
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, Protocol
 
 from serving.config import StageLimits
 from serving.errors import OcrError, WorkerUnavailable
@@ -182,12 +182,40 @@ class DeviceWorker:
             await asyncio.to_thread(self.process.join, 5)
 
 
+class WorkerHandle(Protocol):
+    """What the dispatcher needs of a device worker: `DeviceWorker`, or a fake in unit tests."""
+
+    spec: DeviceSpec
+    limits: Mapping[str, StageLimits]
+    inflight_batches: int
+    restarts: int
+    restarting: asyncio.Lock
+    last_done_at: float
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def process(self) -> object | None:
+        """The running process; a new object after each restart."""
+        ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self, timeout_s: float = 10.0) -> None: ...
+
+    async def execute(self, stage: str, refs: list[Any]) -> list[ItemOk | ItemFailed]: ...
+
+
 class DevicePool:
     """All device workers, their dispatch loops and supervision."""
 
     def __init__(
         self,
-        workers: list[DeviceWorker],
+        workers: Sequence[WorkerHandle],
         scheduler: Scheduler,
         *,
         metrics: Metrics | None = None,
@@ -217,7 +245,7 @@ class DevicePool:
                     asyncio.create_task(self._serve_forever(worker), name=worker.spec.name)
                 )
 
-    async def _serve_forever(self, worker: DeviceWorker) -> None:
+    async def _serve_forever(self, worker: WorkerHandle) -> None:
         """Feed `worker` until cancelled; a dispatch loop that fails is logged and started again,
         so no worker is ever left without a feeder."""
         while True:
@@ -235,7 +263,7 @@ class DevicePool:
         await cancel_and_wait(self._tasks)
         await asyncio.gather(*(w.stop() for w in self.workers))
 
-    async def _serve(self, worker: DeviceWorker) -> None:
+    async def _serve(self, worker: WorkerHandle) -> None:
         limits = worker.limits
         name = worker.spec.name
         placement = self.scheduler.placement
@@ -279,7 +307,7 @@ class DevicePool:
                 self.metrics.observe_cost(name, stage, cost, seconds, placement.model)
             self._complete(batch, outcomes)
 
-    def _observe_batch(self, worker: DeviceWorker, batch: list[WorkItem], now: float) -> None:
+    def _observe_batch(self, worker: WorkerHandle, batch: list[WorkItem], now: float) -> None:
         stage = batch[0].stage
         rows = sum(item.count for item in batch)
         logger.debug(
@@ -323,7 +351,7 @@ class DevicePool:
                 continue
             self.scheduler.submit(item, front=True)
 
-    async def _restart(self, worker: DeviceWorker) -> None:
+    async def _restart(self, worker: WorkerHandle) -> None:
         # Each of a worker's dispatch loops sees it die; the first restarts it, the others wait.
         dead = worker.process
         async with worker.restarting:
