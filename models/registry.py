@@ -14,9 +14,10 @@ from models.engine_options import DeviceKind, EngineOptions
 from models.fake_predictor import FAKE
 from models.paddle_backend import PADDLE
 from models.spec import ModelSpec
+from models.torch_backend import TORCH
 
 BACKENDS: Final[Mapping[str, EngineBackend]] = MappingProxyType(
-    {backend.name: backend for backend in (PADDLE, FAKE)}
+    {backend.name: backend for backend in (PADDLE, TORCH, FAKE)}
 )
 """Every engine backend `[engine] cpu_backend` and `gpu_backend` may name."""
 

@@ -241,6 +241,8 @@ class EngineConfig:
     gpu_memory_pool_mb: int = 500
     precision: Precision = "fp32"
     """"fp32" or "fp16" (GPU only)."""
+    allow_tf32: bool = False
+    """TF32 for CUDA matmuls and convolutions (torch engine on GPUs); off keeps fp32 exact."""
     use_tensorrt: bool = False
     trt_workspace_bytes: int = 1 << 30
     trt_min_subgraph_size: int = 3

@@ -7,25 +7,33 @@ classification results, already reduced to small arrays, travel inline.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import time
 import warnings
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
 
 from models.bundle import load_bundle
 from models.registry import EngineChoice
+from models.staging import Slot, StagedPredictor
 from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.errors import OcrError, PredictorFailed
 from serving.workers import shm
+from serving.workers.completions import Completions
 from serving.workers.proc import die_with_parent, release_free_heap
 
 logger = logging.getLogger(__name__)
+
+MAX_RUNNING_BATCHES = 2
+"""Batches a worker holds launched at once (`workers.gpu.inflight_batches` sends 2)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,18 +104,94 @@ class DeviceRunner:
         return {"warmup_s": round(time.monotonic() - started, 3), "warmup_texts": texts}
 
     def serve(self) -> None:
-        while True:
-            try:
-                message = self.conn.recv()
-            except EOFError:
-                return
-            if message[0] == "stop":
-                return
-            _, batch_id, stage, refs = message
-            self.conn.send(("done", batch_id, self.run_batch(stage, refs)))
-            del message, refs
-            if not self.conn.poll():  # idle: no batch waits on the trim
-                release_free_heap()
+        """Run batches until told to stop. A batch for a staged predictor (`StagedPredictor`)
+        is launched and left running while the worker waits for whichever comes first, the next
+        batch (collated, and its copy issued, while this one computes) or this one's end; the
+        main process sends up to `inflight_batches` at once. Other predictors run each batch as
+        it arrives."""
+        completions = Completions()
+        running: deque[tuple[int, RunningBatch]] = deque()
+        try:
+            while True:
+                if running and len(running) < MAX_RUNNING_BATCHES:
+                    ready = wait([self.conn, completions.reader])
+                    if self.conn not in ready:
+                        self._send_oldest(running, completions)
+                        continue
+                elif running:
+                    self._send_oldest(running, completions)
+                    continue
+                try:
+                    message = self.conn.recv()
+                except EOFError:
+                    return
+                if message[0] == "stop":
+                    while running:
+                        self._send_oldest(running, completions)
+                    return
+                _, batch_id, stage, refs = message
+                batch = self.start_batch(stage, refs)
+                running.append((batch_id, batch))
+                completions.submit(batch.wait)
+                del message, refs, batch
+        finally:
+            completions.close()
+
+    def _send_oldest(
+        self, running: deque[tuple[int, RunningBatch]], completions: Completions
+    ) -> None:
+        completions.take()
+        batch_id, batch = running.popleft()
+        self.conn.send(("done", batch_id, batch.finish()))
+        del batch
+        if not running and not self.conn.poll():  # idle: no batch waits on the trim
+            release_free_heap()
+
+    def start_batch(self, stage: str, refs: list[shm.ShmRef]) -> RunningBatch:
+        """Collate a batch into the predictor's page-locked slot and launch it, or (predictors
+        that are not staged) run it now."""
+        predictor = self.predictors[stage]
+        if not isinstance(predictor, StagedPredictor):
+            return RunningBatch(outcomes=self.run_batch(stage, refs))
+        rows = [ref.shape[0] for ref in refs]
+        try:
+            slot = predictor.stage((sum(rows), *refs[0].shape[1:]))
+        except Exception:
+            logger.exception("cannot stage a %s batch on %s", stage, self.spec.name)
+            return RunningBatch(outcomes=self.run_batch(stage, refs))
+        try:
+            # Straight from shared memory into page-locked memory: no other host copy.
+            shm.take_into(refs, slot.input, unlink=False)
+        except (OSError, ValueError) as err:
+            slot.release()
+            logger.exception("cannot collate a %s batch", stage)
+            return RunningBatch(
+                outcomes=[ItemFailed(PredictorFailed(f"Bad {stage} input: {err}"))] * len(refs)
+            )
+        try:
+            predictor.launch(slot)
+        except Exception:
+            slot.release()
+            logger.warning("%s batch of %d failed to launch; running it again", stage, len(refs))
+            return RunningBatch(outcomes=self.run_batch(stage, refs))
+        return RunningBatch(
+            slot=slot, finish_slot=functools.partial(self._finish, stage, refs, rows)
+        )
+
+    def _finish(
+        self, stage: str, refs: list[shm.ShmRef], rows: list[int], slot: Slot
+    ) -> list[ItemOk | ItemFailed]:
+        try:
+            output = slot.result()
+            if output.shape[0] != sum(rows):
+                raise PredictorFailed(f"{stage} returned {output.shape[0]} rows for {sum(rows)}")
+            return item_outcomes(MODEL_STAGES[stage], output, rows, self.setup.shm_prefix)
+        except Exception:
+            logger.warning("%s batch of %d failed; running it again", stage, len(refs))
+        finally:
+            slot.release()
+        # The inputs are still in shared memory: the synchronous path retries items alone.
+        return self.run_batch(stage, refs)
 
     def run_batch(self, stage: str, refs: list[shm.ShmRef]) -> list[ItemOk | ItemFailed]:
         rows = [ref.shape[0] for ref in refs]
@@ -148,6 +232,29 @@ class DeviceRunner:
     def close(self) -> None:
         for predictor in self.predictors.values():
             predictor.close()
+
+
+@dataclass(slots=True, kw_only=True)
+class RunningBatch:
+    """A batch a worker started: its outcomes already, or a launched slot to finish."""
+
+    outcomes: list[ItemOk | ItemFailed] | None = None
+    slot: Slot | None = None
+    finish_slot: Callable[[Slot], list[ItemOk | ItemFailed]] | None = None
+
+    def wait(self) -> None:
+        """Block until the device is done with the batch (never raises)."""
+        if self.slot is not None:
+            self.slot.wait()
+
+    def finish(self) -> list[ItemOk | ItemFailed]:
+        """The outcomes, waiting for the device if the batch is still running."""
+        if self.outcomes is None:
+            if self.slot is None or self.finish_slot is None:
+                raise RuntimeError("a running batch has neither outcomes nor a slot")
+            self.outcomes = self.finish_slot(self.slot)
+            self.slot = None
+        return self.outcomes
 
 
 def item_outcomes(

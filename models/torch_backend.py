@@ -1,0 +1,222 @@
+"""PyTorch as an engine backend: the ONNX conversion of a Paddle model, as a torch module.
+
+At `load()` the cached ONNX conversion (`models.convert`, made ahead by `make convert`) becomes
+a torch module with `onnx2torch` (about 0.2 s), run eagerly under `torch.inference_mode()`
+(eager takes any batch, height and width; a TorchScript trace would fix rec's width). On
+`gpu:N` it runs on CUDA with the worker's `models.staging.Lane`: batches are collated straight
+into page-locked slots, copied with `non_blocking=True` on the lane's upload stream, computed on
+its compute stream, copied back once on its download stream, and several batches may be in
+flight. On "cpu" the same code runs synchronously (so CI proves the conversion without a GPU).
+
+Numerics: fp32 by default, with TF32 off (`engine.allow_tf32`); `engine.precision = "fp16"`
+runs the module in half precision (on PP-OCRv5 mobile it changed 1 character in 12 lines).
+Installed by the `torch` extra (`pip install -e '.[torch]'`); PyPI's torch is the CUDA build.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import sys
+import time
+import types
+from typing import Any
+
+import numpy as np
+
+from models.base import EngineBackend, Predictor, PredictorError, PredictorNotLoadedError
+from models.convert import prepare_onnx
+from models.engine_options import EngineOptions
+from models.paddle_predictor import warmup_shape
+from models.spec import ModelSpec
+from models.staging import Lane, Slot
+
+logger = logging.getLogger(__name__)
+
+LANE_SLOTS = 3
+"""Page-locked slots per worker: two batches in flight (`workers.gpu.inflight_batches`) and
+one being collated."""
+
+
+def import_torch() -> Any:
+    """torch, or a PredictorError that says how to install it."""
+    try:
+        return importlib.import_module("torch")
+    except ImportError as err:
+        raise PredictorError(
+            "the torch engine backend needs PyTorch: pip install -e '.[torch]' "
+            f"(the torch extra; PyPI's torch is the CUDA build): {err}"
+        ) from err
+
+
+def import_onnx2torch() -> Any:
+    """onnx2torch, importable where torchvision is not.
+
+    onnx2torch imports torchvision at import time for two converters (NonMaxSuppression,
+    RoiAlign) that OCR models do not use. Where torchvision is missing, or built for another
+    torch (it then fails to import), a placeholder module stands in for it, so that a machine
+    with torch alone can serve; converting a model that does use those operators then fails
+    when the placeholder is called.
+    """
+    try:
+        return importlib.import_module("onnx2torch")
+    except (ImportError, RuntimeError) as err:
+        if "torchvision" not in str(err) and "torchvision" not in repr(err.__cause__):
+            raise PredictorError(f"cannot import onnx2torch: {err}") from err
+        logger.warning("torchvision unusable (%s); onnx2torch runs without it", err)
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]
+    for name in [m for m in sys.modules if m.startswith("onnx2torch")]:
+        del sys.modules[name]
+    placeholder = types.ModuleType("torchvision")
+    ops = types.ModuleType("torchvision.ops")
+
+    def unavailable(*_args: Any, **_kwargs: Any) -> Any:
+        raise PredictorError("this model needs torchvision, which is not installed here")
+
+    ops.roi_align = unavailable  # type: ignore[attr-defined]
+    ops.nms = unavailable  # type: ignore[attr-defined]
+    ops.box_convert = unavailable  # type: ignore[attr-defined]
+    placeholder.ops = ops  # type: ignore[attr-defined]
+    sys.modules["torchvision"] = placeholder
+    sys.modules["torchvision.ops"] = ops
+    return importlib.import_module("onnx2torch")
+
+
+@functools.cache
+def worker_lane(device: str) -> Lane:
+    """The lane of this process's `device`: one per device worker process (= instance), shared
+    by its det/cls/rec predictors."""
+    torch = import_torch()
+    from models.torch_device import CpuOps, CudaOps
+
+    ops = CudaOps(torch, device) if device.startswith("cuda") else CpuOps(torch)
+    return Lane(ops, max_slots=LANE_SLOTS)
+
+
+class TorchPredictor:
+    """One converted model on one device; see `models.base.Predictor`, plus the staged
+    interface device workers pipeline with (`stage`, `launch`)."""
+
+    def __init__(self, spec: ModelSpec, options: EngineOptions) -> None:
+        if spec.onnx_file is None:
+            raise PredictorError(f"{spec.directory} holds no ONNX model for the torch engine")
+        self._spec = spec
+        self._options = options
+        self._torch: Any = None
+        self._module: Any = None
+        self._lane: Lane | None = None
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model (its ONNX form) this predictor runs."""
+        return self._spec
+
+    @property
+    def torch_device(self) -> str:
+        """ "cuda:N" or "cpu"."""
+        return f"cuda:{self._options.device_id}" if self._options.is_gpu else "cpu"
+
+    def load(self) -> None:
+        """Convert the ONNX graph to a torch module on the device; a second call does nothing."""
+        if self._module is not None:
+            return
+        torch = import_torch()
+        onnx2torch = import_onnx2torch()
+        device = self.torch_device
+        started = time.monotonic()
+        try:
+            if self._options.is_gpu:
+                torch.backends.cuda.matmul.allow_tf32 = self._options.allow_tf32
+                torch.backends.cudnn.allow_tf32 = self._options.allow_tf32
+                torch.cuda.set_device(torch.device(device))
+            else:
+                torch.set_num_threads(self._options.cpu_threads)
+            module = onnx2torch.convert(str(self._spec.onnx_file)).eval().to(device)
+            if self._options.precision == "fp16":
+                module = module.half()
+        except Exception as err:  # onnx2torch and torch raise many kinds
+            raise PredictorError(
+                f"cannot load {self._spec.kind} model {self._spec.onnx_file} on {device}: {err}"
+            ) from err
+        self._torch = torch
+        self._module = module
+        self._lane = worker_lane(device)
+        logger.info(
+            "loaded %s model=%s device=%s precision=%s tf32=%s in %.2fs",
+            self._spec.kind,
+            self._spec.model_name,
+            device,
+            self._options.precision,
+            self._options.allow_tf32,
+            time.monotonic() - started,
+        )
+
+    def _forward(self, x: Any) -> Any:
+        with self._torch.inference_mode():
+            if self._options.precision == "fp16":
+                x = x.half()
+            y = self._module(x)
+            if isinstance(y, list | tuple):
+                y = y[0]
+            return y.float().contiguous()
+
+    def _ready_lane(self) -> Lane:
+        if self._lane is None:
+            raise PredictorNotLoadedError(f"{self._spec.kind} torch predictor is not loaded")
+        return self._lane
+
+    def stage(self, shape: tuple[int, ...]) -> Slot:
+        """A page-locked slot to collate a batch of `shape` into (then `launch` it)."""
+        if len(shape) != 4:
+            raise ValueError(f"expected an NCHW batch, got shape {shape}")
+        return self._ready_lane().stage(shape)
+
+    def launch(self, slot: Slot) -> None:
+        """Issue the slot's copy in, the model and the copy out; returns without waiting."""
+        lane = self._ready_lane()
+        try:
+            lane.launch(slot, self._forward)
+        except Exception as err:
+            raise PredictorError(
+                f"{self._spec.kind} model {self._spec.model_name} failed on input shape "
+                f"{slot.input.shape} on {self._options.device}: {err}"
+            ) from err
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        """Run one NCHW batch and wait for it; returns a fresh array."""
+        lane = self._ready_lane()
+        if batch.ndim != 4:
+            raise ValueError(f"expected an NCHW batch, got shape {batch.shape}")
+        try:
+            return lane.run(batch, self._forward)
+        except Exception as err:
+            raise PredictorError(
+                f"{self._spec.kind} model {self._spec.model_name} failed on input shape "
+                f"{batch.shape} on {self._options.device}: {err}"
+            ) from err
+
+    def warmup(self) -> None:
+        """Run one small zero input."""
+        self.run(np.zeros(warmup_shape(self._spec), dtype=np.float32))
+
+    def close(self) -> None:
+        """Drop the module (its device memory returns to torch's cache)."""
+        self._module = None
+        self._lane = None
+
+
+def create_torch_predictor(spec: ModelSpec, options: EngineOptions) -> Predictor:
+    """A torch predictor for the ONNX form of `spec` on `options.device`."""
+    return TorchPredictor(spec, options)
+
+
+TORCH = EngineBackend(
+    name="torch",
+    devices=frozenset({"cpu", "gpu"}),
+    formats=frozenset({"onnx"}),
+    create=create_torch_predictor,
+    prepare=prepare_onnx,
+)
+"""PyTorch (CUDA or CPU) on the ONNX conversions of the configured Paddle models."""

@@ -1,0 +1,98 @@
+"""A device worker pipelines staged predictors: batch n+1 is collated into page-locked memory and
+its copy issued while batch n computes. Shown on a fake device with timed copies and kernels,
+through the worker's real message loop."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+from models.engine_options import EngineOptions
+from models.registry import EngineChoice
+from models.staging import Lane, Slot, StagedPredictor
+from serving.workers import shm
+from serving.workers.device_worker import DeviceRunner, DeviceSpec, ItemOk, WorkerSetup
+from tests.fakes.timed_device import Kernel, TimedDevice
+
+CLASSES = 5
+
+
+def rec_kernel(x: np.ndarray) -> np.ndarray:
+    """Rec-shaped output whose argmax at every step is the batch row's label (x[:, 0, 0, 1])."""
+    out = np.zeros((x.shape[0], x.shape[-1] // 8, CLASSES), dtype=np.float32)
+    for row in range(x.shape[0]):
+        out[row, :, int(x[row, 0, 0, 1]) % CLASSES] = 1.0
+    return out
+
+
+class StagedFake:
+    """A staged predictor on a lane over the fake device."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+        self.kernel = Kernel(rec_kernel)
+        self.events: list[tuple[str, int]] = []
+
+    def stage(self, shape: tuple[int, ...]) -> Slot:
+        return self.lane.stage(shape)
+
+    def launch(self, slot: Slot) -> None:
+        self.events.append(("launch", int(slot.input.flat[0])))
+        self.lane.launch(slot, self.kernel)
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        return self.lane.run(batch, self.kernel)
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+def prefix():
+    prefix = f"test{uuid.uuid4().hex[:8]}_"
+    yield prefix
+    shm.sweep(prefix)
+
+
+def crops(tag: int, label: int, prefix: str) -> shm.ShmRef:
+    data = np.zeros((2, 3, 48, 64), dtype=np.float32)
+    data[:, 0, 0, 0] = tag  # the fake device tags operations with a batch's first value
+    data[:, 0, 0, 1] = label
+    return shm.put(data, prefix)
+
+
+def test_worker_launches_the_next_batch_before_it_waits_for_the_current_one(prefix) -> None:
+    device = TimedDevice(gates={("compute", 1): ("upload", 2)})
+    predictor = StagedFake(Lane(device))
+    assert isinstance(predictor, StagedPredictor)
+    engine = EngineChoice(backend="fake", options=EngineOptions())
+    spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
+    ours, theirs = multiprocessing.Pipe()
+    runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=ours)
+    runner.predictors["rec"] = predictor
+    serving = threading.Thread(target=runner.serve, daemon=True)
+    serving.start()
+    try:
+        # As the main process does with inflight_batches = 2: both sent before any result.
+        theirs.send(("run", 10, "rec", [crops(1, 3, prefix)]))
+        theirs.send(("run", 11, "rec", [crops(2, 4, prefix)]))
+        answers = [theirs.recv(), theirs.recv()]
+        theirs.send(("stop",))
+        serving.join(timeout=10)
+    finally:
+        device.close()
+    assert [(kind, batch_id) for kind, batch_id, _ in answers] == [("done", 10), ("done", 11)]
+    for (_, _, outcomes), label in zip(answers, (3, 4), strict=True):
+        (outcome,) = outcomes
+        assert isinstance(outcome, ItemOk)
+        indices, _ = outcome.value
+        assert (indices == label).all()
+    # Batch 2 was launched, and its copy ran, while batch 1 was still computing.
+    assert predictor.events == [("launch", 1), ("launch", 2)]
+    assert device.gate_seen == {("compute", 1): True}
+    assert device.log.index(("start", ("upload", 2))) < device.log.index(("end", ("compute", 1)))
+    assert not serving.is_alive()
