@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from models.bundle import ModelBundle, load_bundle
@@ -36,20 +37,52 @@ from serving.workers.watchdog import LoopWatchdog
 logger = logging.getLogger(__name__)
 
 
-def visible_gpus() -> int:
-    """GPUs Paddle can use, asked in a child process so this one never imports Paddle."""
-    code = (
+GPU_COUNT_CODE = {
+    "paddle": (
         "import paddle\n"
         "print(paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0)"
-    )
+    ),
+    "torch": "import torch\nprint(torch.cuda.device_count() if torch.cuda.is_available() else 0)",
+}
+"""How each GPU engine counts the GPUs it can use (asked in a child process)."""
+
+
+def nvidia_gpus_present(driver_dir: Path = Path("/proc/driver/nvidia/gpus")) -> int:
+    """NVIDIA GPUs the kernel driver lists, whatever any engine can use."""
     try:
-        out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-        )
-        return int(out.stdout.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
-        logger.warning("could not count GPUs; using the CPU")
+        return sum(1 for _ in driver_dir.iterdir())
+    except OSError:
         return 0
+
+
+def visible_gpus(backend: str = "paddle") -> int:
+    """GPUs the GPU engine `backend` can use, asked in a child process so this one imports no
+    engine. On a host with NVIDIA GPUs that the engine cannot use (Paddle's CPU build, torch
+    missing), says what it found and what to install."""
+    code = GPU_COUNT_CODE.get(backend)
+    count = 0
+    if code is not None:
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            )
+            count = int(out.stdout.strip().splitlines()[-1])
+        except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+            logger.warning("%s could not count GPUs", backend)
+    present = nvidia_gpus_present()
+    if count == 0 and present:
+        logger.warning(
+            "found %d NVIDIA GPU(s) but engine.gpu_backend = %r cannot use them, so devices = "
+            "'auto' serves on the CPU. To serve on them: pip install -e '.[torch]', make convert, "
+            'and set [engine] gpu_backend = "torch" (README: GPUs)',
+            present,
+            backend,
+        )
+    return count
 
 
 def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[DeviceSpec]:
@@ -58,7 +91,8 @@ def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[Device
     devices: list[str] = []
     for entry in workers.devices:
         if entry == "auto":
-            count = visible_gpus() if gpu_count is None else gpu_count
+            backend = config.engine.gpu_backend
+            count = visible_gpus(backend) if gpu_count is None else gpu_count
             devices.extend([f"gpu:{i}" for i in range(count)] or ["cpu"])
         else:
             devices.append(entry)
@@ -79,6 +113,21 @@ def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[Device
                 )
             )
     return specs
+
+
+def check_engines(bundle: ModelBundle, specs: list[DeviceSpec]) -> None:
+    """Fail before any process starts when a device's engine cannot serve a model it is given,
+    e.g. an ONNX engine with no conversion of a Paddle model (the message says what to run).
+
+    Raises:
+        EngineBackendError: a backend is unknown, or has no form of a model that it reads.
+    """
+    models = bundle.specs
+    for device in specs:
+        backend = get_backend(device.engine.backend)
+        for stage in device.stages:
+            if stage in models:
+                backend.resolve(models[stage], device.engine.options)
 
 
 @dataclass
@@ -137,6 +186,7 @@ class Runtime:
                 dataclasses.replace(s, engine=dataclasses.replace(s.engine, backend=backend))
                 for s in specs
             ]
+        check_engines(bundle, specs)
         setup = WorkerSetup(
             model_dirs=bundle.model_dirs,
             shm_prefix=prefix,

@@ -8,11 +8,19 @@ import cv2
 import numpy as np
 
 from models.bundle import load_bundle
+from models.fake_predictor import FakePredictor
 from serving.config import PipelineConfig
 from serving.local_engine import ocr_page
 from serving.request_options import ocr_options
 
 WARMUP_TEXT = ("Warm-up page 2026", "OCR server 0123456789")
+MIN_LINE_SIMILARITY = 0.9
+"""How close each warm-up line must read (normalised Levenshtein similarity): exact on the CPU
+engines; fp16 on a GPU may change a character; a broken engine reads nothing or garbage."""
+
+
+class WarmupMismatch(RuntimeError):
+    """The warm-up page did not read as it should: the worker's engine gives wrong answers."""
 
 
 def warmup_image() -> np.ndarray:
@@ -37,3 +45,29 @@ def warm_up_page(predictors: dict[str, Any], model_dirs: dict[str, str]) -> list
     for predictor in predictors.values():
         predictor.warmup()
     return []
+
+
+def check_warmup_texts(texts: list[str], predictors: dict[str, Any]) -> None:
+    """Refuse a worker whose warm-up page read wrong: its device would serve wrong text.
+
+    Checked where the worker runs both det and rec on real models (model-free fakes read no
+    real text).
+
+    Raises:
+        WarmupMismatch: a line is missing, extra, or reads too differently.
+    """
+    if "det" not in predictors or "rec" not in predictors:
+        return
+    if any(isinstance(p, FakePredictor) for p in predictors.values()):
+        return
+    from rapidfuzz.distance import Levenshtein
+
+    close = len(texts) == len(WARMUP_TEXT) and all(
+        Levenshtein.normalized_similarity(got, want) >= MIN_LINE_SIMILARITY
+        for got, want in zip(texts, WARMUP_TEXT, strict=True)
+    )
+    if not close:
+        raise WarmupMismatch(
+            f"the warm-up page read {texts!r}, expected {list(WARMUP_TEXT)!r}: "
+            "this engine, device or precision gives wrong results"
+        )

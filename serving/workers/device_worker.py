@@ -7,6 +7,7 @@ classification results, already reduced to small arrays, travel inline.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -14,7 +15,7 @@ import signal
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from models.bundle import load_bundle
+from models.engine_options import device_kind
 from models.registry import EngineChoice
 from models.staging import Slot, StagedPredictor
 from pipelines.stages import MODEL_STAGES, ModelStage
@@ -97,10 +99,11 @@ class DeviceRunner:
             self.predictors[stage] = predictor
 
     def warm_up(self) -> dict[str, Any]:
-        from serving.warmup import warm_up_page
+        from serving.warmup import check_warmup_texts, warm_up_page
 
         started = time.monotonic()
         texts = warm_up_page(self.predictors, self.setup.model_dirs)
+        check_warmup_texts(texts, self.predictors)
         return {"warmup_s": round(time.monotonic() - started, 3), "warmup_texts": texts}
 
     def serve(self) -> None:
@@ -271,6 +274,19 @@ def item_outcomes(
     return outcomes
 
 
+def isolate_gpu(spec: DeviceSpec, environ: MutableMapping[str, str]) -> DeviceSpec:
+    """A `gpu:N` worker sees GPU N alone (`CUDA_VISIBLE_DEVICES`), as its device 0, so that no
+    engine opens a context on another GPU; call before any engine initialises CUDA. An existing
+    `CUDA_VISIBLE_DEVICES` list is indexed, not replaced."""
+    if device_kind(spec.device) != "gpu":
+        return spec
+    ordinal = int(spec.device.split(":", 1)[1])
+    visible = [v.strip() for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    environ["CUDA_VISIBLE_DEVICES"] = visible[ordinal] if ordinal < len(visible) else str(ordinal)
+    options = dataclasses.replace(spec.engine.options, device="gpu:0")
+    return dataclasses.replace(spec, engine=dataclasses.replace(spec.engine, options=options))
+
+
 def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -> None:
     """Process entry point: load, warm up with a real page, report ready, serve until told."""
     die_with_parent()
@@ -282,6 +298,7 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
     warnings.filterwarnings("ignore", message="No ccache found")
     # The main process handles SIGINT/SIGTERM and stops workers in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spec = isolate_gpu(spec, os.environ)
     worker = DeviceRunner(spec=spec, setup=setup, conn=conn)
     try:
         worker.load()
