@@ -10,6 +10,8 @@
 #                       Chinese with English commands; the same guide as maint-guide)
 #   chromium            Debian's Chromium (/usr/bin/chromium): tests/e2e/test_web_ui.py drives the web
 #                       page in it with playwright; playwright's own browser download is never used
+#   postgresql          PostgreSQL's server (initdb, pg_ctl): the tests start their own throwaway one
+#                       for the job store replicas share (tests/postgres.py); no system cluster is used
 #
 # The PDFs are real documents nobody here wrote; loadtest/pages.py renders them and uses their text
 # layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
@@ -17,7 +19,7 @@
 set -euo pipefail
 
 PACKAGES=(fonts-dejavu-core fonts-wqy-microhei libtasn1-doc shared-mime-info maint-guide
-  maint-guide-zh-cn chromium)
+  maint-guide-zh-cn chromium postgresql)
 
 is_installed() {
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

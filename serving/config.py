@@ -9,6 +9,7 @@ import os
 import tomllib
 import types
 import typing
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -390,7 +391,17 @@ class JobsConfig:
     """Batch document jobs (`/v1/jobs`): where they are kept, how long, and their limits."""
 
     data_dir: str = "var/jobs"
-    """Job store (SQLite), uploads and per-page results; relative to the working directory."""
+    """Job store (SQLite), uploads and per-page results; relative to the working directory. With
+    a PostgreSQL `store`, the uploads only: a directory every replica mounts at this path."""
+    store: str = "sqlite"
+    """"sqlite": one server's embedded store under `data_dir`. A `postgresql://` URL: one store
+    shared by replicas (libpq's PG* variables, e.g. PGPASSWORD, fill what the URL leaves out)."""
+    lease_s: float = 30.0
+    """PostgreSQL store: how long a replica's claim on a page lasts unless renewed; the pages of a
+    replica that died are taken over by another this long after its last renewal."""
+    poll_interval_s: float = 1.0
+    """PostgreSQL store: how often a replica looks for pages other replicas queued or left, and
+    a results stream for pages finished elsewhere."""
     retention_s: float = 86400.0
     """Finished jobs (succeeded, failed, cancelled) are deleted this long after they end."""
     max_files_per_job: int = 100
@@ -413,6 +424,16 @@ class JobsConfig:
         _check(self.max_upload_bytes > 0, "jobs.max_upload_bytes", "must be > 0")
         _check(self.max_zip_entries > 0, "jobs.max_zip_entries", "must be > 0")
         _check(self.max_inflight_pages > 0, "jobs.max_inflight_pages", "must be > 0")
+        _check(
+            self.store == "sqlite" or self.store.startswith(("postgresql://", "postgres://")),
+            "jobs.store",
+            f'must be "sqlite" or a postgresql:// URL, got {redact_url(self.store)!r}',
+        )
+        _check(self.lease_s > 0, "jobs.lease_s", "must be > 0")
+        _check(self.poll_interval_s > 0, "jobs.poll_interval_s", "must be > 0")
+        _check(
+            self.poll_interval_s < self.lease_s, "jobs.poll_interval_s", "must be < jobs.lease_s"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -588,4 +609,15 @@ def describe(config: AppConfig) -> dict[str, Any]:
     data = dataclasses.asdict(config)
     data["workers"]["cpu_workers"] = config.cpu_workers
     data["engine"]["cpu_threads"] = config.cpu_threads
+    data["jobs"]["store"] = redact_url(config.jobs.store)
     return data
+
+
+def redact_url(url: str) -> str:
+    """`url` with the password of its user part, if any, replaced by `***` (for logs)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.netloc.rpartition("@")[0].partition(":")[0]
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

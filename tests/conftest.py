@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 
 import pytest
 
 from tests import properties
+from tests.postgres import MISSING, PostgresServer, find_binaries
 
 os.environ.setdefault("PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK", "True")
 
@@ -25,6 +26,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the session (tests/postgres.py); `postgres.database()` per test."""
+    bindir = find_binaries()
+    if bindir is None:
+        pytest.skip(MISSING)
+    server = PostgresServer(bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.hookimpl(wrapper=True)

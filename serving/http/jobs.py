@@ -27,7 +27,8 @@ from serving.jobs.types import STATUSES, FinishedPage, JobNotFound
 from serving.request_options import NO_CLASSIFIER, overrides
 
 FOLLOW_CHECK_S = 30.0
-"""A following stream rereads the job at least this often (a safety net; pages wake it)."""
+"""A following stream rereads the job at least this often (a safety net; pages wake it). On a
+store shared by replicas, pages other replicas finish wake nothing here: every poll interval."""
 
 
 class JobsDisabled(OcrError):
@@ -210,7 +211,7 @@ async def _follow(
         if info.finished or not follow:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), FOLLOW_CHECK_S)
+            await asyncio.wait_for(changed.wait(), runner.store.poll_interval_s or FOLLOW_CHECK_S)
 
 
 async def _line(runner: JobRunner, job_id: str, page: FinishedPage) -> bytes | None:

@@ -5,17 +5,19 @@ flight (all jobs together), and runs each in its own task; a page's result is co
 page refused for overload (interactive work comes first) goes back to pending and waits its turn
 for as long as that lasts; one that met another passing condition (a worker restart, a deadline)
 is tried again up to `MAX_ATTEMPTS` times. A second task deletes finished jobs past
-`jobs.retention_s`.
+`jobs.retention_s`. On a store shared by replicas (PostgreSQL) the feed also looks for work every
+`jobs.poll_interval_s` (other replicas queue jobs and leave pages), and a third task renews the
+leases of the pages in flight, stopping those the store says this server no longer holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from models.bundle import ModelBundle
@@ -24,7 +26,7 @@ from serving.config import AppConfig, JobsConfig
 from serving.errors import OcrError, Overloaded
 from serving.jobs.files import Document
 from serving.jobs.options import page_record
-from serving.jobs.store import JobStore
+from serving.jobs.store import JobStore, build_store
 from serving.jobs.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService
@@ -97,7 +99,8 @@ class JobRunner:
     def build(
         cls, config: AppConfig, service: OcrService, bundle: ModelBundle, metrics: Metrics
     ) -> JobRunner:
-        """A runner over `jobs.data_dir` whose pages go through `service` at background priority."""
+        """A runner over the configured store whose pages go through `service` at background
+        priority."""
         timeout_s = config.server.request_timeout_s
 
         async def ocr(task: PageTask) -> PageResult:
@@ -112,8 +115,7 @@ class JobRunner:
             )
             return output.result
 
-        store = JobStore(Path(config.jobs.data_dir))
-        return cls(store=store, ocr=ocr, config=config.jobs, metrics=metrics)
+        return cls(store=build_store(config.jobs), ocr=ocr, config=config.jobs, metrics=metrics)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -136,7 +138,7 @@ class JobRunner:
             reset = await asyncio.to_thread(self.store.open)
             logger.info(
                 "job store open at %s; %d pages left running set back to pending",
-                self.store.data_dir,
+                self.store.location,
                 reset,
             )
             self._wake.set()
@@ -153,6 +155,8 @@ class JobRunner:
             asyncio.create_task(self._feed(), name="jobs-feed"),
             asyncio.create_task(self._sweep(), name="jobs-retention"),
         ]
+        if self.store.lease_s is not None:
+            self._loops.append(asyncio.create_task(self._renew(), name="jobs-leases"))
 
     async def stop(self) -> None:
         """Cancel pages in flight (they go back to pending) and close the store."""
@@ -228,12 +232,31 @@ class JobRunner:
                 task = None
             if task is None:
                 slots.release()
-                await self._wake.wait()
+                with contextlib.suppress(TimeoutError):  # a shared store changes unseen
+                    await asyncio.wait_for(self._wake.wait(), self.store.poll_interval_s)
                 continue
             key = (task.job_id, task.seq)
             page = asyncio.create_task(self._run_page(task), name=f"job-{task.job_id}-{task.seq}")
             self._tasks[key] = page
             page.add_done_callback(functools.partial(self._page_ended, key, slots))
+
+    async def _renew(self) -> None:
+        """Renew the leases of the pages in flight; stop those lost (taken over, job ended)."""
+        interval_s = (self.store.lease_s or 0.0) / 3
+        while True:
+            await asyncio.sleep(interval_s)
+            if not self.store.is_open or not self._tasks:
+                continue
+            try:
+                lost = await asyncio.to_thread(self.store.renew_leases, list(self._tasks))
+            except Exception:  # the runner's boundary: try again at the next renewal
+                logger.exception("jobs: cannot renew page leases")
+                continue
+            for key in lost:
+                task = self._tasks.get(key)
+                if task is not None:
+                    logger.warning("job %s page %d: lease lost; dropping the page", *key)
+                    task.cancel()
 
     def _page_ended(
         self, key: tuple[str, int], slots: asyncio.Semaphore, task: asyncio.Task[None]

@@ -1,15 +1,23 @@
-"""The job store's SQLite schema (versioned in `PRAGMA user_version`), migrations, row values."""
+"""The job store's SQLite schema (versioned in `PRAGMA user_version`), migrations, and the API's
+values read from a row of either store (SQLite's or PostgreSQL's, whose columns are the same)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from typing import cast
+from typing import Any, Protocol, cast
 
 from serving.inputs import FileKind
 from serving.jobs.types import FileInfo, FinishedPage, JobInfo, JobStoreUnavailable, PageError
 
 SCHEMA_VERSION = 1
+
+
+class Row(Protocol):
+    """A row read by column name: `sqlite3.Row`, or psycopg's `dict_row`."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
 
 # Migrations from version N-1 to N; a new schema version appends one entry.
 _MIGRATIONS: dict[int, str] = {
@@ -80,7 +88,7 @@ def migrate(db: sqlite3.Connection) -> None:
 
 
 def job_info(
-    row: sqlite3.Row, *, files: tuple[FileInfo, ...] = (), failed: tuple[PageError, ...] = ()
+    row: Row, *, files: tuple[FileInfo, ...] = (), failed: tuple[PageError, ...] = ()
 ) -> JobInfo:
     """A `jobs` row, with the job's files and failed pages when given."""
     return JobInfo(
@@ -98,7 +106,7 @@ def job_info(
     )
 
 
-def finished_page(row: sqlite3.Row) -> FinishedPage:
+def finished_page(row: Row) -> FinishedPage:
     """A finished `pages` row joined with its file's name."""
     error = page_error(row, row["name"]) if row["status"] == "failed" else None
     return FinishedPage(
@@ -110,7 +118,7 @@ def finished_page(row: sqlite3.Row) -> FinishedPage:
     )
 
 
-def file_info(row: sqlite3.Row) -> FileInfo:
+def file_info(row: Row) -> FileInfo:
     """A `files` row."""
     return FileInfo(
         index=row["idx"],
@@ -121,7 +129,7 @@ def file_info(row: sqlite3.Row) -> FileInfo:
     )
 
 
-def page_error(row: sqlite3.Row, file: str) -> PageError:
+def page_error(row: Row, file: str) -> PageError:
     """A failed `pages` row."""
     return PageError(
         file_index=row["file_idx"],

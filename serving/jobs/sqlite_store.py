@@ -1,4 +1,4 @@
-"""The durable job store: jobs, their files and pages in SQLite (WAL); uploads and results as files.
+"""The embedded job store (the default): jobs, files and pages in SQLite (WAL), for one server.
 
 Layout under the data directory: `jobs.sqlite3` (schema version in `PRAGMA user_version`), `lock`
 (held with `flock` while a process has the store open, so two servers never share it), and per job
@@ -12,6 +12,7 @@ the directory entries naming them are fsynced before the rows that point at them
 
 Methods are synchronous and serialised by a lock; async callers run them with `asyncio.to_thread`.
 Timestamps are wall-clock seconds (`time.time()`), since they must mean the same after a restart.
+It implements `serving.jobs.store.JobStore`; replicas share `serving.jobs.postgres_store` instead.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from serving.inputs import FileKind
+from serving.jobs.durable import fsync_path, write_atomic
 from serving.jobs.files import Document
 from serving.jobs.schema import file_info, finished_page, job_info, migrate, page_error
 from serving.jobs.types import (
@@ -45,8 +47,13 @@ from serving.jobs.types import (
 logger = logging.getLogger(__name__)
 
 
-class JobStore:
+class SqliteJobStore:
     """Jobs in SQLite under `data_dir`; see the module docstring for the layout and guarantees."""
+
+    poll_interval_s: float | None = None
+    """Nothing changes the store behind this process's back: no need to look again."""
+    lease_s: float | None = None
+    """This process holds the store (`flock`), so its claims never lapse."""
 
     def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.data_dir = data_dir
@@ -56,6 +63,11 @@ class JobStore:
         self._lock_fd: int | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for logs."""
+        return str(self.data_dir)
 
     @property
     def exists(self) -> bool:
@@ -138,9 +150,9 @@ class JobStore:
         """
         job_dir = self.job_dir(job_id)
         for document in documents:
-            _fsync(document.path)
+            fsync_path(document.path)
         for directory in (job_dir / "files", job_dir, job_dir.parent):
-            _fsync(directory)
+            fsync_path(directory)
         now = self._clock()
         with self._locked() as db, _transaction(db):
             total = sum(d.pages for d in documents)
@@ -292,8 +304,8 @@ class JobStore:
             results = self.job_dir(job_id) / "results"
             if not results.is_dir():
                 results.mkdir(exist_ok=True)
-                _fsync(results.parent)
-            _write_atomic(results / f"{seq}.json", line)
+                fsync_path(results.parent)
+            write_atomic(results / f"{seq}.json", line)
             self._finish_page(db, job_id, seq, "done", None, None)
             return True
 
@@ -319,6 +331,10 @@ class JobStore:
                 ).rowcount
                 == 1
             )
+
+    def renew_leases(self, pages: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Nothing to renew: this process holds the store, so its claims never lapse."""
+        return set()
 
     def finished_pages(
         self, job_id: str, *, after_order: int = 0, from_seq: int | None = None
@@ -470,23 +486,3 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write `path` whole or not at all, durably: its bytes, then its name (the rename)."""
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync(path.parent)  # the rename is an entry of the directory: durable once it is synced
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file's bytes, or a directory's entries (new, renamed, removed), to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -15,7 +15,7 @@ from starlette.types import Message
 from serving.app import build_app
 from serving.config import AppConfig, JobsConfig
 from serving.jobs.runner import JobRunner
-from serving.jobs.store import JobStore
+from serving.jobs.sqlite_store import SqliteJobStore as JobStore
 from serving.jobs.types import PageTask
 from serving.metrics import Metrics
 from serving.runtime import Runtime

@@ -14,7 +14,7 @@ from serving.config import JobsConfig
 from serving.errors import DeadlineExceeded, InvalidInput, Overloaded, WorkerUnavailable
 from serving.jobs.files import Document
 from serving.jobs.runner import MAX_ATTEMPTS, JobRunner
-from serving.jobs.store import JobStore
+from serving.jobs.sqlite_store import SqliteJobStore as JobStore
 from serving.jobs.types import JobNotFound, PageTask
 from serving.metrics import Metrics
 

@@ -1,4 +1,7 @@
-"""Unit tests for serving/jobs/store.py: lifecycle, exactly-once commits, recovery, retention."""
+"""The job stores' contract, on SQLite and on a real PostgreSQL (tests/postgres.py): lifecycle,
+exactly-once commits, cancel, delete, retention, listing; then SQLite's own recovery, locking and
+durability on power loss. Replicas sharing PostgreSQL: tests/integration/test_jobs_shared_store.py.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,12 @@ from pathlib import Path
 import pytest
 
 from serving.jobs.files import Document
+from serving.jobs.postgres_store import PostgresJobStore
 from serving.jobs.schema import SCHEMA_VERSION
+from serving.jobs.sqlite_store import SqliteJobStore
 from serving.jobs.store import JobStore
 from serving.jobs.types import JobNotFound, JobStoreUnavailable
+from tests.postgres import PostgresServer
 
 
 class Clock:
@@ -28,9 +34,23 @@ def clock() -> Clock:
     return Clock()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock):
+    """Each implementation of the `JobStore` protocol, opened on an empty store."""
+    built: JobStore
+    if request.param == "sqlite":
+        built = SqliteJobStore(tmp_path / "jobs", clock=clock)
+    else:
+        postgres: PostgresServer = request.getfixturevalue("postgres")
+        built = PostgresJobStore(postgres.database(), uploads_dir=tmp_path / "jobs", clock=clock)
+    built.open()
+    yield built
+    built.close()
+
+
 @pytest.fixture
-def store(tmp_path: Path, clock: Clock):
-    store = JobStore(tmp_path / "jobs", clock=clock)
+def sqlite_store(tmp_path: Path, clock: Clock):
+    store = SqliteJobStore(tmp_path / "jobs", clock=clock)
     store.open()
     yield store
     store.close()
@@ -122,7 +142,7 @@ def test_failed_pages_are_listed_and_fail_the_job(store: JobStore) -> None:
 
 
 def test_reopen_resets_running_pages(tmp_path: Path, clock: Clock) -> None:
-    store = JobStore(tmp_path / "jobs", clock=clock)
+    store = SqliteJobStore(tmp_path / "jobs", clock=clock)
     store.open()
     _create(store, "a", (3,))
     first, second = store.claim_next(), store.claim_next()
@@ -131,7 +151,7 @@ def test_reopen_resets_running_pages(tmp_path: Path, clock: Clock) -> None:
     assert store.complete_page("a", first.seq, _line(first.seq))
     store.close()  # as after kill -9: the second page stays marked running
 
-    again = JobStore(tmp_path / "jobs", clock=clock)
+    again = SqliteJobStore(tmp_path / "jobs", clock=clock)
     assert again.open() == 1
     try:
         claimed = []
@@ -226,7 +246,7 @@ def test_listing_newest_first_and_by_status(store: JobStore, clock: Clock) -> No
 
 
 def test_orphan_upload_directories_are_swept(tmp_path: Path, clock: Clock) -> None:
-    store = JobStore(tmp_path / "jobs", clock=clock)
+    store = SqliteJobStore(tmp_path / "jobs", clock=clock)
     store.open()
     _create(store, "kept", (1,))
     (store.job_dir("orphan") / "files").mkdir(parents=True)
@@ -240,22 +260,22 @@ def test_orphan_upload_directories_are_swept(tmp_path: Path, clock: Clock) -> No
 
 
 def test_second_process_is_locked_out(tmp_path: Path) -> None:
-    first = JobStore(tmp_path / "jobs")
+    first = SqliteJobStore(tmp_path / "jobs")
     first.open()
     try:
         # flock locks belong to the open file description, so a second open in this process is
         # refused just as another server would be.
         with pytest.raises(JobStoreUnavailable, match="in use"):
-            JobStore(tmp_path / "jobs").open()
+            SqliteJobStore(tmp_path / "jobs").open()
     finally:
         first.close()
-    second = JobStore(tmp_path / "jobs")
+    second = SqliteJobStore(tmp_path / "jobs")
     second.open()
     second.close()
 
 
 def test_schema_is_versioned_and_newer_is_refused(tmp_path: Path) -> None:
-    store = JobStore(tmp_path / "jobs")
+    store = SqliteJobStore(tmp_path / "jobs")
     store.open()
     store.close()
     db = sqlite3.connect(tmp_path / "jobs" / "jobs.sqlite3")
@@ -264,12 +284,12 @@ def test_schema_is_versioned_and_newer_is_refused(tmp_path: Path) -> None:
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.close()
     with pytest.raises(JobStoreUnavailable, match="schema version"):
-        JobStore(tmp_path / "jobs").open()
+        SqliteJobStore(tmp_path / "jobs").open()
     assert not store.is_open
 
 
 def test_store_is_created_only_on_open(tmp_path: Path) -> None:
-    store = JobStore(tmp_path / "jobs")
+    store = SqliteJobStore(tmp_path / "jobs")
     assert not store.exists
     assert not (tmp_path / "jobs").exists()
     with pytest.raises(JobStoreUnavailable):
@@ -296,23 +316,23 @@ def _record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, list[str
     return synced
 
 
-def test_every_commit_syncs_the_wal(store: JobStore) -> None:
+def test_every_commit_syncs_the_wal(sqlite_store: SqliteJobStore) -> None:
     # NORMAL in WAL mode syncs only at checkpoints: a power cut could lose committed pages.
-    db = store._db
+    db = sqlite_store._db
     assert db is not None
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
 def test_a_result_is_renamed_into_place_durably(
-    store: JobStore, monkeypatch: pytest.MonkeyPatch
+    sqlite_store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _create(store, "a", (2,))
+    _create(sqlite_store, "a", (2,))
     synced = _record_fsyncs(monkeypatch)
-    task = store.claim_next()
+    task = sqlite_store.claim_next()
     assert task is not None
-    assert store.complete_page("a", task.seq, _line(task.seq))
-    job_dir = store.job_dir("a").resolve()
+    assert sqlite_store.complete_page("a", task.seq, _line(task.seq))
+    job_dir = sqlite_store.job_dir("a").resolve()
     results = job_dir / "results"
     # The new results directory's entry, the result's bytes, then the rename, in that order.
     assert [path for path, _ in synced] == [job_dir, results / f"{task.seq}.tmp", results]

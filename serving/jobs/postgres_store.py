@@ -1,0 +1,615 @@
+"""The job store replicas share: jobs, files, pages and page results in PostgreSQL.
+
+Any replica accepts a job (its uploads staged under `uploads_dir`, a directory every replica
+mounts at the same path) and any replica answers for it. Pages are claimed with leases: `claim_next`
+takes a pending page, or one whose lease has lapsed (its replica died), with
+`SELECT ... FOR UPDATE SKIP LOCKED`, so replicas never wait on each other's claims; the runner
+renews the leases of the pages it works on (`renew_leases`) every third of `lease_s`. A result is
+committed, in the page's row, only by the lease holder while the page runs in a running job, in one
+transaction with the job's counters, so each page is committed exactly once; `(job_id,
+finished_order)` is unique besides. Timestamps and lease expiries are wall-clock seconds of the
+replicas (`time.time()`): their clocks must agree to well within `lease_s` (NTP does).
+
+Methods are synchronous and serialised by a lock over one connection; async callers run them with
+`asyncio.to_thread`. A lost connection answers `JobStoreUnavailable` (503) and is made again on the
+next call; a deadlock between replicas (PostgreSQL aborts one side) is retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import psycopg
+from psycopg import errors
+from psycopg.rows import DictRow, dict_row
+
+from serving.config import redact_url
+from serving.inputs import FileKind
+from serving.jobs.durable import fsync_path
+from serving.jobs.files import Document
+from serving.jobs.schema import file_info, finished_page, job_info, page_error
+from serving.jobs.types import (
+    STATUSES,
+    FinishedPage,
+    JobInfo,
+    JobNotFound,
+    JobStatus,
+    JobStoreUnavailable,
+    PageTask,
+)
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Connection = psycopg.Connection[DictRow]
+
+SCHEMA_VERSION = 1
+_SCHEMA_LOCK = 0x6F63725F6A6F6273  # pg_advisory_xact_lock key: one replica migrates at a time
+_RETRIES = 5
+"""Tries of a transaction that PostgreSQL aborted for a deadlock or a serialisation conflict."""
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE ocr_jobs (
+        n BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+        id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        options TEXT NOT NULL,
+        pages_total INTEGER NOT NULL,
+        pages_done INTEGER NOT NULL DEFAULT 0,
+        pages_failed INTEGER NOT NULL DEFAULT 0,
+        created_at DOUBLE PRECISION NOT NULL,
+        started_at DOUBLE PRECISION,
+        finished_at DOUBLE PRECISION
+    );
+    CREATE INDEX ocr_jobs_by_status ON ocr_jobs (status, finished_at);
+    CREATE TABLE ocr_files (
+        job_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        stored_as TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        pages INTEGER NOT NULL,
+        size_bytes BIGINT NOT NULL,
+        PRIMARY KEY (job_id, idx)
+    );
+    CREATE TABLE ocr_pages (
+        job_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        file_idx INTEGER NOT NULL,
+        page INTEGER NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        lease_owner TEXT,
+        lease_expires_at DOUBLE PRECISION,
+        finished_order INTEGER,
+        error_code TEXT,
+        error_message TEXT,
+        result BYTEA,
+        PRIMARY KEY (job_id, seq),
+        UNIQUE (job_id, finished_order),
+        CHECK ((status = 'running') = (lease_owner IS NOT NULL)),
+        CHECK ((status = 'done') = (result IS NOT NULL))
+    );
+    CREATE INDEX ocr_pages_open ON ocr_pages (job_id, seq) WHERE status IN ('pending', 'running');
+    """,
+}
+
+
+class _Gone(Exception):
+    """Roll the transaction back: the page's claim or its job is gone, nothing is written."""
+
+
+class PostgresJobStore:
+    """Jobs in the PostgreSQL database at `url`; see the module docstring for the guarantees."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        uploads_dir: Path,
+        lease_s: float = 30.0,
+        poll_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        owner: str | None = None,
+    ) -> None:
+        self.url = url
+        self.uploads_dir = uploads_dir
+        self.lease_s = lease_s
+        self.poll_interval_s = poll_interval_s
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        """Names this store's leases; the pid lets an operator see which replica holds a page."""
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._conn: Connection | None = None
+        self._open = False
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        """The database (password hidden) and the uploads directory, for logs."""
+        return f"{redact_url(self.url)} (uploads in {self.uploads_dir})"
+
+    @property
+    def exists(self) -> bool:
+        """Always: the database is there, or `open` says why not; other replicas may have jobs."""
+        return True
+
+    @property
+    def is_open(self) -> bool:
+        """Whether `open` succeeded and `close` was not called since."""
+        return self._open
+
+    def open(self) -> int:
+        """Connect, create or migrate the schema, and set pages whose lease lapsed back to pending.
+
+        Raises:
+            JobStoreUnavailable: the database cannot be reached, or has a newer schema.
+        """
+        if self._open:
+            return 0
+        try:
+            self._call(_migrate, opening=True)
+            reset = self._call(self._reset_lapsed, opening=True)
+        except BaseException:
+            self.close()
+            raise
+        self._open = True
+        return reset
+
+    def close(self) -> None:
+        """Close the connection (waits for a call in progress)."""
+        with self._lock:
+            self._open = False
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def job_dir(self, job_id: str) -> Path:
+        """Where a job's uploaded files are staged, on the directory the replicas share."""
+        return self.uploads_dir / "jobs" / job_id
+
+    def discard(self, job_id: str) -> None:
+        """Remove the directory of a job that was never created (its upload was refused)."""
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+
+    # --- jobs ---------------------------------------------------------------------------------
+
+    def create_job(
+        self, job_id: str, documents: Sequence[Document], options: dict[str, Any]
+    ) -> JobInfo:
+        """Record a queued job whose documents already sit under `job_dir(job_id) / "files"`.
+
+        The documents and the directories naming them reach the disk before the job's rows.
+        """
+        job_dir = self.job_dir(job_id)
+        for document in documents:
+            fsync_path(document.path)
+        for directory in (job_dir / "files", job_dir, job_dir.parent):
+            fsync_path(directory)
+        now = self._clock()
+
+        def create(conn: Connection) -> JobInfo:
+            total = sum(d.pages for d in documents)
+            conn.execute(
+                "INSERT INTO ocr_jobs (id, status, options, pages_total, created_at)"
+                " VALUES (%s, 'queued', %s, %s, %s)",
+                (job_id, json.dumps(options), total, now),
+            )
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO ocr_files (job_id, idx, name, stored_as, kind, pages, size_bytes)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    [
+                        (job_id, i, d.name, d.path.name, d.kind, d.pages, d.size_bytes)
+                        for i, d in enumerate(documents)
+                    ],
+                )
+                pages = ((i, page) for i, d in enumerate(documents) for page in range(d.pages))
+                cur.executemany(
+                    "INSERT INTO ocr_pages (job_id, seq, file_idx, page) VALUES (%s, %s, %s, %s)",
+                    [(job_id, seq, i, page) for seq, (i, page) in enumerate(pages)],
+                )
+            return _info(conn, job_id, detail=True)
+
+        return self._call(create)
+
+    def get_job(self, job_id: str) -> JobInfo:
+        """The job's state, with its files and failed pages.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        return self._call(lambda conn: _info(conn, job_id, detail=True))
+
+    def list_jobs(self, *, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
+        """Jobs, newest first."""
+
+        def query(conn: Connection) -> list[JobInfo]:
+            rows = conn.execute(
+                "SELECT * FROM ocr_jobs WHERE %(status)s::text IS NULL OR status = %(status)s"
+                " ORDER BY created_at DESC, n DESC LIMIT %(limit)s",
+                {"status": status, "limit": limit},
+            ).fetchall()
+            return [job_info(row) for row in rows]
+
+        return self._call(query)
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per status (every status present, zero where none)."""
+
+        def query(conn: Connection) -> dict[str, int]:
+            rows = conn.execute("SELECT status, COUNT(*) AS n FROM ocr_jobs GROUP BY status")
+            found = {row["status"]: int(row["n"]) for row in rows}
+            return {status: found.get(status, 0) for status in STATUSES}
+
+        return self._call(query)
+
+    def cancel_job(self, job_id: str) -> JobInfo:
+        """Mark a queued or running job cancelled; a finished job is left as it is.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        now = self._clock()
+
+        def cancel(conn: Connection) -> JobInfo:
+            conn.execute(
+                "UPDATE ocr_jobs SET status = 'cancelled', finished_at = %s"
+                " WHERE id = %s AND status IN ('queued', 'running')",
+                (now, job_id),
+            )
+            return _info(conn, job_id, detail=True)
+
+        return self._call(cancel)
+
+    def delete_job(self, job_id: str) -> None:
+        """Delete a job's rows and results, then its uploads (a page being OCR'd is not committed).
+
+        Raises:
+            JobNotFound: no such job.
+        """
+
+        def delete(conn: Connection) -> None:
+            # Pages before the job: the order `complete_page` locks them in, so no deadlock.
+            conn.execute("DELETE FROM ocr_pages WHERE job_id = %s", (job_id,))
+            conn.execute("DELETE FROM ocr_files WHERE job_id = %s", (job_id,))
+            if conn.execute("DELETE FROM ocr_jobs WHERE id = %s", (job_id,)).rowcount == 0:
+                raise JobNotFound(f"No job {job_id}")
+
+        self._call(delete)
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+
+    def purge_expired(self, retention_s: float) -> list[str]:
+        """Delete jobs that finished more than `retention_s` ago, and upload directories older than
+        that without a job (a replica died mid-upload); returns the ids of the jobs deleted."""
+        cutoff = self._clock() - retention_s
+        rows = self._call(
+            lambda conn: conn.execute(
+                "SELECT id FROM ocr_jobs WHERE status IN ('succeeded', 'failed', 'cancelled')"
+                " AND finished_at < %s",
+                (cutoff,),
+            ).fetchall()
+        )
+        ids = [row["id"] for row in rows]
+        for job_id in ids:
+            with contextlib.suppress(JobNotFound):  # another replica deleted it first
+                self.delete_job(job_id)
+        self._sweep_orphans(cutoff)
+        return ids
+
+    # --- pages --------------------------------------------------------------------------------
+
+    def claim_next(self) -> PageTask | None:
+        """Lease the next page of the oldest active job: a pending one, or one whose lease lapsed.
+
+        None when there is none (or every candidate is being claimed by another replica).
+        """
+        now = self._clock()
+
+        def claim(conn: Connection) -> PageTask | None:
+            page = conn.execute(
+                "WITH next AS ("
+                " SELECT p.job_id, p.seq FROM ocr_pages p JOIN ocr_jobs j ON j.id = p.job_id"
+                " WHERE j.status IN ('queued', 'running') AND (p.status = 'pending'"
+                "  OR (p.status = 'running' AND p.lease_expires_at < %(now)s))"
+                " ORDER BY j.n, p.seq LIMIT 1 FOR UPDATE OF p SKIP LOCKED)"
+                " UPDATE ocr_pages p SET status = 'running', attempts = p.attempts + 1,"
+                " lease_owner = %(owner)s, lease_expires_at = %(until)s"
+                " FROM next WHERE p.job_id = next.job_id AND p.seq = next.seq"
+                " RETURNING p.job_id, p.seq, p.file_idx, p.page, p.attempts",
+                {"now": now, "owner": self.owner, "until": now + self.lease_s},
+            ).fetchone()
+            if page is None:
+                return None
+            job_id = page["job_id"]
+            row = conn.execute(
+                "SELECT f.name, f.stored_as, f.kind, j.options FROM ocr_files f"
+                " JOIN ocr_jobs j ON j.id = f.job_id WHERE f.job_id = %s AND f.idx = %s",
+                (job_id, page["file_idx"]),
+            ).fetchone()
+            if row is None:  # impossible: a page's file is written with it and deleted with it
+                raise JobStoreUnavailable(f"Job {job_id} has a page without its file")
+            conn.execute(
+                "UPDATE ocr_jobs SET status = 'running', started_at = COALESCE(started_at, %s)"
+                " WHERE id = %s AND status = 'queued'",
+                (now, job_id),
+            )
+            return PageTask(
+                job_id=job_id,
+                seq=page["seq"],
+                file_index=page["file_idx"],
+                file_name=row["name"],
+                page=page["page"],
+                kind=cast(FileKind, row["kind"]),
+                path=self.job_dir(job_id) / "files" / row["stored_as"],
+                options=json.loads(row["options"]),
+                attempts=page["attempts"],
+            )
+
+        return self._call(claim)
+
+    def complete_page(self, job_id: str, seq: int, line: bytes) -> bool:
+        """Commit a leased page's result line, once; False (nothing written) when this store no
+        longer holds the page's lease in a running job: cancelled, deleted, or taken over."""
+        return self._finish(job_id, seq, "done", line, None, None)
+
+    def fail_page(self, job_id: str, seq: int, code: str, message: str) -> bool:
+        """Record that a leased page failed; False when the lease or the running job is gone."""
+        return self._finish(job_id, seq, "failed", None, code, message)
+
+    def release_page(self, job_id: str, seq: int, *, refund: bool = False) -> bool:
+        """Give a leased page back to pending; `refund` takes back the attempt its claim counted."""
+        return self._call(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE ocr_pages SET status = 'pending', attempts = attempts - %s,"
+                    " lease_owner = NULL, lease_expires_at = NULL"
+                    " WHERE job_id = %s AND seq = %s AND status = 'running' AND lease_owner = %s",
+                    (int(refund), job_id, seq, self.owner),
+                ).rowcount
+                == 1
+            )
+        )
+
+    def renew_leases(self, pages: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Extend the leases on `pages`; returns those this store no longer holds in a running
+        job (taken over after a lapse, or the job was cancelled or deleted)."""
+        if not pages:
+            return set()
+        until = self._clock() + self.lease_s
+        rows = self._call(
+            lambda conn: conn.execute(
+                "UPDATE ocr_pages p SET lease_expires_at = %(until)s FROM ocr_jobs j"
+                " WHERE j.id = p.job_id AND j.status = 'running' AND p.status = 'running'"
+                " AND p.lease_owner = %(owner)s"
+                " AND (p.job_id, p.seq) IN (SELECT * FROM unnest(%(ids)s::text[], %(seqs)s::int[]))"
+                " RETURNING p.job_id, p.seq",
+                {
+                    "until": until,
+                    "owner": self.owner,
+                    "ids": [job_id for job_id, _ in pages],
+                    "seqs": [seq for _, seq in pages],
+                },
+            ).fetchall()
+        )
+        return set(pages) - {(row["job_id"], row["seq"]) for row in rows}
+
+    def finished_pages(
+        self, job_id: str, *, after_order: int = 0, from_seq: int | None = None
+    ) -> tuple[JobInfo, list[FinishedPage]]:
+        """The job and its finished pages: after `after_order` in completion order, or (with
+        `from_seq`) the finished pages from `from_seq` on in document order, stopping at the
+        first page not finished yet. Both are read in one transaction.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        columns = (
+            "SELECT p.seq, p.finished_order, p.file_idx, p.page, p.status, p.error_code,"
+            " p.error_message, f.name FROM ocr_pages p"
+            " JOIN ocr_files f ON f.job_id = p.job_id AND f.idx = p.file_idx WHERE p.job_id = %s"
+        )
+
+        def query(conn: Connection) -> tuple[JobInfo, list[FinishedPage]]:
+            # One snapshot for the job and its pages (READ COMMITTED would take one per query).
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            info = _info(conn, job_id, detail=False)
+            if from_seq is None:
+                rows = conn.execute(
+                    f"{columns} AND p.finished_order > %s ORDER BY p.finished_order",
+                    (job_id, after_order),
+                ).fetchall()
+            else:
+                rows = []
+                for row in conn.execute(
+                    f"{columns} AND p.seq >= %s ORDER BY p.seq", (job_id, from_seq)
+                ):
+                    if row["status"] not in ("done", "failed"):
+                        break
+                    rows.append(row)
+            return info, [finished_page(row) for row in rows]
+
+        return self._call(query)
+
+    def read_result(self, job_id: str, seq: int) -> bytes:
+        """A done page's result line.
+
+        Raises:
+            JobNotFound: the job (and so its results) was deleted.
+        """
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT result FROM ocr_pages WHERE job_id = %s AND seq = %s AND status = 'done'",
+                (job_id, seq),
+            ).fetchone()
+        )
+        if row is None:
+            raise JobNotFound(f"No job {job_id}")
+        return bytes(row["result"])
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _finish(
+        self,
+        job_id: str,
+        seq: int,
+        status: str,
+        line: bytes | None,
+        code: str | None,
+        message: str | None,
+    ) -> bool:
+        now = self._clock()
+        failed = int(status == "failed")
+
+        def finish(conn: Connection) -> bool:
+            # The page row first (the lease holder's guard), then the job's: one lock order.
+            page = conn.execute(
+                "UPDATE ocr_pages SET status = %s, result = %s, error_code = %s,"
+                " error_message = %s, lease_owner = NULL, lease_expires_at = NULL"
+                " WHERE job_id = %s AND seq = %s AND status = 'running' AND lease_owner = %s",
+                (status, line, code, message, job_id, seq, self.owner),
+            )
+            if page.rowcount == 0:
+                return False
+            job = conn.execute(
+                "UPDATE ocr_jobs SET pages_done = pages_done + %(done)s,"
+                " pages_failed = pages_failed + %(failed)s,"
+                " status = CASE WHEN pages_done + pages_failed + 1 < pages_total THEN status"
+                "  WHEN pages_failed + %(failed)s = 0 THEN 'succeeded' ELSE 'failed' END,"
+                " finished_at = CASE WHEN pages_done + pages_failed + 1 < pages_total"
+                "  THEN finished_at ELSE %(now)s END"
+                " WHERE id = %(id)s AND status = 'running'"
+                " RETURNING pages_done + pages_failed AS finished",
+                {"done": 1 - failed, "failed": failed, "now": now, "id": job_id},
+            ).fetchone()
+            if job is None:
+                raise _Gone  # cancelled or deleted meanwhile: the page's update is rolled back
+            conn.execute(
+                "UPDATE ocr_pages SET finished_order = %s WHERE job_id = %s AND seq = %s",
+                (job["finished"], job_id, seq),
+            )
+            return True
+
+        try:
+            return self._call(finish)
+        except _Gone:
+            return False
+
+    def _reset_lapsed(self, conn: Connection) -> int:
+        return conn.execute(
+            "UPDATE ocr_pages SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL"
+            " WHERE status = 'running' AND lease_expires_at < %s AND job_id IN"
+            " (SELECT id FROM ocr_jobs WHERE status IN ('queued', 'running'))",
+            (self._clock(),),
+        ).rowcount
+
+    def _sweep_orphans(self, cutoff: float) -> None:
+        root = self.uploads_dir / "jobs"
+        if not root.is_dir():
+            return
+        old = [p for p in root.iterdir() if p.stat().st_mtime < cutoff]
+        if not old:
+            return
+        known = self._call(
+            lambda conn: {
+                row["id"]
+                for row in conn.execute(
+                    "SELECT id FROM ocr_jobs WHERE id = ANY(%s)", ([p.name for p in old],)
+                )
+            }
+        )
+        for path in old:
+            if path.name not in known:
+                logger.info("removing job directory %s with no job", path.name)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _call(self, work: Callable[[Connection], T], *, opening: bool = False) -> T:
+        """Run `work` in one transaction, retried on deadlock; connection errors answer 503."""
+        with self._lock:
+            if not (self._open or opening):
+                raise JobStoreUnavailable("The job store is not open")
+            for attempt in range(1, _RETRIES + 1):
+                try:
+                    conn = self._connection()
+                    with conn.transaction():
+                        return work(conn)
+                except (errors.DeadlockDetected, errors.SerializationFailure) as err:
+                    if attempt == _RETRIES:
+                        raise JobStoreUnavailable(f"The job store is busy: {err}") from err
+                    logger.info("job store: %s; trying again", type(err).__name__)
+                except psycopg.OperationalError as err:
+                    self._drop()
+                    raise JobStoreUnavailable(f"The job store is unreachable: {err}") from err
+            raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _connection(self) -> Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.url, autocommit=True, row_factory=dict_row, connect_timeout=10
+            )
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+            self._conn = None
+
+
+def _migrate(conn: Connection) -> None:
+    """Bring the schema to `SCHEMA_VERSION`; replicas starting together take turns.
+
+    Raises:
+        JobStoreUnavailable: the store was made by a newer version of the server.
+    """
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+    conn.execute("CREATE TABLE IF NOT EXISTS ocr_schema (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT version FROM ocr_schema").fetchone()
+    version = 0 if row is None else int(row["version"])
+    if version > SCHEMA_VERSION:
+        raise JobStoreUnavailable(
+            f"The job store has schema version {version}; this server knows up to "
+            f"{SCHEMA_VERSION} (made by a newer version?)"
+        )
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[target].split(";"):
+            if statement.strip():
+                conn.execute(statement.encode())
+    if row is None:
+        conn.execute("INSERT INTO ocr_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+    elif version < SCHEMA_VERSION:
+        conn.execute("UPDATE ocr_schema SET version = %s", (SCHEMA_VERSION,))
+
+
+def _info(conn: Connection, job_id: str, *, detail: bool) -> JobInfo:
+    row = conn.execute("SELECT * FROM ocr_jobs WHERE id = %s", (job_id,)).fetchone()
+    if row is None:
+        raise JobNotFound(f"No job {job_id}")
+    if not detail:
+        return job_info(row)
+    files = tuple(
+        file_info(f)
+        for f in conn.execute("SELECT * FROM ocr_files WHERE job_id = %s ORDER BY idx", (job_id,))
+    )
+    failed = tuple(
+        page_error(p, files[p["file_idx"]].name)
+        for p in conn.execute(
+            "SELECT file_idx, page, error_code, error_message FROM ocr_pages"
+            " WHERE job_id = %s AND status = 'failed' ORDER BY seq",
+            (job_id,),
+        )
+    )
+    return job_info(row, files=files, failed=failed)
