@@ -33,7 +33,7 @@ from serving.jobs.manifest import (
 )
 from serving.jobs.options import page_record, parse_options
 from serving.log_config import configure_logging
-from serving.request_options import ocr_options, overrides
+from serving.request_options import NO_CLASSIFIER, overrides
 from serving.scheduling.batching import BACKGROUND
 
 logger = logging.getLogger("serving.batch")
@@ -119,10 +119,13 @@ async def run_local(
 
     failures: dict[PageKey, dict[str, Any]] = {}
     runtime = Runtime.build(config, jobs=False)
+    try:  # before any model loads: a classifier asked for and not configured stops the run
+        options = runtime.request_options(overrides(manifest.options), no_classifier=NO_CLASSIFIER)
+    except OcrError as err:
+        raise BatchError(err.message) from err
     queue = list(reversed(todo))
     try:
         await runtime.start()
-        options = ocr_options(runtime.bundle, config.pipeline, **overrides(manifest.options))
         with progress(len(todo)) as bar:
 
             async def worker() -> None:

@@ -85,3 +85,14 @@ def test_nothing_to_ocr_is_an_error(tmp_path: Path) -> None:
     missing = _run(tmp_path, str(tmp_path / "nope-*.pdf"), "--out", str(tmp_path / "out"))
     assert missing.returncode == 2
     assert "no such file" in missing.stderr
+
+
+def test_the_classifier_asked_for_without_a_model_stops_before_any_page(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "page.png").write_bytes(images.encode_png(images.latin_lines().image))
+    out = tmp_path / "out"
+    result = _run(tmp_path, str(folder), "--out", str(out), "-o", "textline_orientation=true")
+    assert result.returncode == 2
+    assert "needs a classifier (models.cls)" in result.stderr
+    assert not (out / "results.jsonl").exists()
