@@ -51,15 +51,16 @@ $(PADDLEX_DEFAULT_VENV)/.installed:
 
 paddlex-default-venv: $(PADDLEX_DEFAULT_VENV)/.installed
 
-# RapidOCR's API server on ONNX Runtime, with Paddle's converter for our models, for the bench's
-# optional RapidOCR row (its own venv: RapidOCR brings opencv-python-headless, another cv2):
+# RapidOCR's API server on ONNX Runtime and on OpenVINO, with Paddle's converter for our models,
+# for the bench's optional RapidOCR rows (its own venv: RapidOCR brings opencv-python-headless,
+# another cv2):
 #   make rapidocr-venv && make bench BENCH_ARGS="--rapidocr-venv .venv-rapidocr"
 RAPIDOCR_VENV ?= .venv-rapidocr
 
 $(RAPIDOCR_VENV)/.installed:
 	$(PYTHON) -m venv $(RAPIDOCR_VENV)
 	$(RAPIDOCR_VENV)/bin/pip install rapidocr==3.10.0 rapidocr_api==0.2.0 onnxruntime==1.32.0 \
-		paddle2onnx==2.0.2rc3 paddlepaddle==3.2.2
+		openvino==2026.4.1 paddle2onnx==2.0.2rc3 paddlepaddle==3.2.2
 	touch $@
 
 rapidocr-venv: $(RAPIDOCR_VENV)/.installed

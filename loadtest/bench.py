@@ -30,6 +30,7 @@ from loadtest.engine_limit import real_page_set, write_page_set
 from loadtest.result import LevelResult
 from loadtest.run import run_level
 from loadtest.servers import (
+    RAPIDOCR_ENGINES,
     ServerProcess,
     rapidocr_params,
     start_ours,
@@ -214,8 +215,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"PaddleX basic serving ({key})...", file=sys.stderr)
         report[key] = _measure_paddlex(out, key, venv, threads, documents, truths, args, requests)
     if args.rapidocr_venv is not None:
-        print("RapidOCR's API server...", file=sys.stderr)
-        report["rapidocr"] = _measure_rapidocr(out, threads, documents, truths, args, requests)
+        for engine in args.rapidocr_engines:
+            print(f"RapidOCR's API server on {engine}...", file=sys.stderr)
+            key = RAPIDOCR_KEYS[engine]
+            report[key] = _measure_rapidocr(out, threads, documents, truths, args, requests, engine)
     return report
 
 
@@ -226,18 +229,21 @@ def _measure_rapidocr(
     truths: dict[str, str],
     args: argparse.Namespace,
     requests: int,
+    engine: str,
 ) -> dict[str, Any]:
-    """RapidOCR's API server on our models converted to ONNX, with our detection settings."""
+    """RapidOCR's API server on `engine` ("onnxruntime" or "openvino"), on our models converted
+    to ONNX, with our detection settings."""
     venv: Path = args.rapidocr_venv
     config = AppConfig()
     bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
     models = onnx_export.export(venv, bundle.det, bundle.rec, out / "rapidocr-models")
     options = ocr_options(bundle, config.pipeline)
     facts = {
-        "onnxruntime": _package_version(venv, "onnxruntime"),
+        engine: _package_version(venv, engine),
         "rapidocr": _package_version(venv, "rapidocr"),
     }
-    server = start_rapidocr(out, venv, rapidocr_params(options, models, threads))
+    params = rapidocr_params(options, models, threads, engine)
+    server = start_rapidocr(out, venv, params, RAPIDOCR_KEYS[engine])
     return _measure_baseline(server, "rapidocr", "/", facts, documents, truths, args, requests)
 
 
@@ -303,16 +309,22 @@ def _package_version(venv: Path | None, package: str) -> str:
     return found.stdout.strip() or "unknown"
 
 
+RAPIDOCR_KEYS = {"onnxruntime": "rapidocr", "openvino": "rapidocr_openvino"}
+"""Report key of each RapidOCR engine's row."""
+
 BASELINE_LABELS = {
     "paddlex": "PaddleX basic serving",
     "paddlex_default": "PaddleX basic serving, default install",
     "rapidocr": "RapidOCR API server",
+    "rapidocr_openvino": "RapidOCR API server",
 }
 
 
 def _engine(run: dict[str, Any]) -> str:
     if "onnxruntime" in run:
         return f"ONNX Runtime {run['onnxruntime']}"
+    if "openvino" in run:
+        return f"OpenVINO {run['openvino']} f32"
     onednn = "oneDNN" if run.get("run_mode", "mkldnn").startswith("mkldnn") else "oneDNN off"
     return f"Paddle {run['paddle']}, {onednn}"
 
@@ -362,7 +374,10 @@ def markdown(report: dict[str, Any]) -> str:
     cers = [f"engine {engine['cer']:.4f}"]
     if "ours_cer" in report:
         cers.append(f"ours at concurrency {max(ours)} {report['ours_cer']:.4f}")
-    cers += [f"{BASELINE_LABELS[key]} {run['cer']:.4f}" for key, run in baselines.items()]
+    cers += [
+        f"{BASELINE_LABELS[key]} ({_engine(run)}) {run['cer']:.4f}"
+        for key, run in baselines.items()
+    ]
     lines.append(f"- CER on the page set: {', '.join(cers)}")
     impact = report.get("job_impact")
     if impact:
@@ -374,7 +389,10 @@ def markdown(report: dict[str, Any]) -> str:
             f"{beside['job_pages_done_meanwhile']} pages meanwhile)"
         )
     peaks = [f"ours {report.get('ours_peak_rss_mb')} MiB"]
-    peaks += [f"{BASELINE_LABELS[key]} {run['peak_rss_mb']} MiB" for key, run in baselines.items()]
+    peaks += [
+        f"{BASELINE_LABELS[key]} ({_engine(run)}) {run['peak_rss_mb']} MiB"
+        for key, run in baselines.items()
+    ]
     lines.append(f"- peak RSS of all server processes: {', '.join(peaks)}")
     return "\n".join(lines) + "\n"
 
@@ -413,6 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         help="also measure RapidOCR's API server from this virtual environment (`make "
         "rapidocr-venv`), on our models converted to ONNX; at --paddlex-levels",
+    )
+    parser.add_argument(
+        "--rapidocr-engines",
+        type=lambda s: s.split(","),
+        default=list(RAPIDOCR_ENGINES),
+        help="RapidOCR's engines, a row each (default: onnxruntime,openvino)",
     )
     parser.add_argument("--skip-job-impact", action="store_true")
     args = parser.parse_args(argv)

@@ -189,25 +189,62 @@ def start_paddlex(
 # rapidocr_api builds its engine from three model paths only; the bench needs the other settings
 # too, so this swaps in an engine built from RAPIDOCR_PARAMS and then runs rapidocr_api's own
 # FastAPI app and command line. Models load lazily, so the first engine downloads nothing.
+# RapidOCR passes OpenVINO no precision: on CPUs with bf16 OpenVINO would then run bf16, which
+# changes the text (models/openvino_backend.py), so its CPU settings gain f32, as ours run.
 RAPIDOCR_LAUNCH = """
 import json, os, sys
 import rapidocr_api.main as api
 from rapidocr import RapidOCR
+try:
+    from rapidocr.inference_engine.openvino import device_config
+except ImportError:  # OpenVINO not installed: the ONNX Runtime row only
+    device_config = None
+if device_config is not None:
+    get_config = device_config.CPUConfig.get_config
+    device_config.CPUConfig.get_config = lambda self: {
+        **get_config(self), "INFERENCE_PRECISION_HINT": "f32"
+    }
 api.processor.ocr = RapidOCR(params=json.loads(os.environ["RAPIDOCR_PARAMS"]))
 sys.argv = ["rapidocr_api", *sys.argv[1:]]
 api.main()
 """
 
+RAPIDOCR_ENGINES = ("onnxruntime", "openvino")
+"""The RapidOCR engines the bench runs (`rapidocr_params`' `engine`)."""
 
-def rapidocr_params(options: OcrOptions, models: OnnxModels, cpu_threads: int) -> dict[str, object]:
-    """RapidOCR settings equal to ours: `options`' detection and recognition settings, no
-    orientation classifier, `cpu_threads` ONNX Runtime threads, our models and dictionary."""
+# PaddleOCR's detector normalisation (the models' inference.yml, ours); RapidOCR's default is
+# 0.5 and 0.5, which changes the detector's input and so the text.
+PADDLE_DET_MEAN = [0.485, 0.456, 0.406]
+PADDLE_DET_STD = [0.229, 0.224, 0.225]
+
+
+def rapidocr_params(
+    options: OcrOptions, models: OnnxModels, cpu_threads: int, engine: str = "onnxruntime"
+) -> dict[str, object]:
+    """RapidOCR settings equal to ours: `options`' detection and recognition settings, the
+    detector's normalisation, no orientation classifier, `cpu_threads` threads of `engine`
+    ("onnxruntime" or "openvino"), our models and dictionary."""
+    if engine not in RAPIDOCR_ENGINES:
+        raise ValueError(f"unknown RapidOCR engine {engine!r}: one of {RAPIDOCR_ENGINES}")
     det, rec = options.det, options.rec
+    if engine == "openvino":
+        threads: dict[str, object] = {
+            "EngineConfig.openvino.inference_num_threads": cpu_threads,
+            "EngineConfig.openvino.num_streams": 1,
+        }
+    else:
+        threads = {
+            "EngineConfig.onnxruntime.intra_op_num_threads": cpu_threads,
+            "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+        }
     return {
         "Global.use_cls": False,
         "Global.text_score": rec.score_thresh,
         "Global.max_side_len": det.max_side_limit,
+        "Det.engine_type": engine,
         "Det.model_path": str(models.det),
+        "Det.mean": PADDLE_DET_MEAN,
+        "Det.std": PADDLE_DET_STD,
         "Det.limit_side_len": det.limit_side_len,
         "Det.limit_type": det.limit_type,
         "Det.thresh": det.thresh,
@@ -216,19 +253,22 @@ def rapidocr_params(options: OcrOptions, models: OnnxModels, cpu_threads: int) -
         "Det.max_candidates": det.max_candidates,
         "Det.use_dilation": False,
         "Det.score_mode": "fast",
+        "Rec.engine_type": engine,
         "Rec.model_path": str(models.rec),
         "Rec.rec_keys_path": str(models.keys),
         "Rec.rec_img_shape": [3, rec.image_height, rec.min_width],
         "Rec.rec_batch_num": rec.batch_size,
-        "EngineConfig.onnxruntime.intra_op_num_threads": cpu_threads,
-        "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+        **threads,
     }
 
 
-def start_rapidocr(out: Path, venv: Path, params: dict[str, object]) -> ServerProcess:
-    """RapidOCR's API server (`rapidocr_api`, ONNX Runtime) from `venv`, on a free loopback port."""
+def start_rapidocr(
+    out: Path, venv: Path, params: dict[str, object], name: str = "rapidocr"
+) -> ServerProcess:
+    """RapidOCR's API server (`rapidocr_api`) from `venv` with `params`, on a free loopback
+    port."""
     port = free_port()
     argv = [str(venv / "bin" / "python"), "-c", RAPIDOCR_LAUNCH, "-ip", "127.0.0.1"]
     argv += ["-p", str(port)]
     env = {"RAPIDOCR_PARAMS": json.dumps(params)}
-    return start("rapidocr", argv, port, out / "rapidocr.log", env)
+    return start(name, argv, port, out / f"{name}.log", env)

@@ -52,7 +52,7 @@ def test_rows_and_ratios_for_both_paddlex_installs() -> None:
     assert "ours p50 at concurrency 1 / engine median page time: 1.10" in text
     assert "ours mean latency at concurrency 1 / engine mean page time: 1.10" in text
     assert "ours at concurrency 8 0.0085" in text
-    assert "PaddleX basic serving, default install 1500 MiB" in text
+    assert "PaddleX basic serving, default install (Paddle 3.3.1, oneDNN off) 1500 MiB" in text
 
 
 def test_without_paddlex_only_ours() -> None:
@@ -69,5 +69,18 @@ def test_rapidocr_row_ratio_and_accuracy() -> None:
     text = markdown({**REPORT, "rapidocr": rapidocr})
     assert "| RapidOCR API server (ONNX Runtime 1.32.0) | 4 | 0.250 | 1.25 |" in text
     assert "ours / RapidOCR API server (ONNX Runtime 1.32.0) at concurrency 4: 0.76x" in text
-    assert "RapidOCR API server 0.0091" in text
-    assert "RapidOCR API server 900 MiB" in text
+    assert "RapidOCR API server (ONNX Runtime 1.32.0) 0.0091" in text
+    assert "RapidOCR API server (ONNX Runtime 1.32.0) 900 MiB" in text
+
+
+def test_rapidocr_rows_on_both_engines() -> None:
+    onnxruntime = {"onnxruntime": "1.32.0", "rapidocr": "3.10.0", "cer": 0.0084}
+    openvino = {"openvino": "2026.4.1", "rapidocr": "3.10.0", "cer": 0.0085}
+    for run, pages_s in ((onnxruntime, 0.1), (openvino, 0.2)):
+        run |= {"levels": [_level(1, pages_s, 5.0), _level(4, pages_s, 20.0)], "peak_rss_mb": 900}
+    text = markdown({**REPORT, "rapidocr": onnxruntime, "rapidocr_openvino": openvino})
+    assert "| RapidOCR API server (ONNX Runtime 1.32.0) | 4 | 0.100 | 0.50 |" in text
+    assert "| RapidOCR API server (OpenVINO 2026.4.1 f32) | 4 | 0.200 | 1.00 |" in text
+    assert "ours / RapidOCR API server (ONNX Runtime 1.32.0) at concurrency 4: 1.90x" in text
+    assert "ours / RapidOCR API server (OpenVINO 2026.4.1 f32) at concurrency 4: 0.95x" in text
+    assert "RapidOCR API server (OpenVINO 2026.4.1 f32) 0.0085" in text

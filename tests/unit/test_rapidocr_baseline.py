@@ -105,6 +105,28 @@ def test_rapidocr_runs_with_our_settings_and_thread_count() -> None:
     assert params["Global.text_score"] == 0.0
     assert params["Global.use_cls"] is False
     assert params["EngineConfig.onnxruntime.intra_op_num_threads"] == 2
+    assert (params["Det.engine_type"], params["Rec.engine_type"]) == ("onnxruntime",) * 2
+    # PaddleOCR's detector normalisation (the models' inference.yml), not RapidOCR's 0.5s.
+    assert (params["Det.mean"], params["Det.std"]) == (
+        [0.485, 0.456, 0.406],
+        [0.229, 0.224, 0.225],
+    )
     assert (params["Det.model_path"], params["Rec.rec_keys_path"]) == ("d.onnx", "k.txt")
     assert json.loads(json.dumps(params)) == params  # it travels as JSON in the environment
     compile(RAPIDOCR_LAUNCH, "<rapidocr launch>", "exec")
+
+
+def test_rapidocr_on_openvino_gets_its_threads_and_the_same_models() -> None:
+    config = AppConfig()
+    bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
+    options = ocr_options(bundle, config.pipeline)
+    models = OnnxModels(Path("d.onnx"), Path("r.onnx"), Path("k.txt"))
+    params = rapidocr_params(options, models, cpu_threads=2, engine="openvino")
+    assert (params["Det.engine_type"], params["Rec.engine_type"]) == ("openvino",) * 2
+    assert params["EngineConfig.openvino.inference_num_threads"] == 2
+    assert params["EngineConfig.openvino.num_streams"] == 1
+    assert not any(key.startswith("EngineConfig.onnxruntime") for key in params)
+    assert (params["Det.model_path"], params["Rec.model_path"]) == ("d.onnx", "r.onnx")
+    assert "INFERENCE_PRECISION_HINT" in RAPIDOCR_LAUNCH  # f32, as ours
+    with pytest.raises(ValueError, match="unknown RapidOCR engine"):
+        rapidocr_params(options, models, cpu_threads=2, engine="tensorrt")
