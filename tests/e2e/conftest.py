@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -13,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
+
+from serving.workers import shm
 
 CONFIG = """
 [server]
@@ -109,6 +113,25 @@ def stop_server(server: Server) -> int:
         except subprocess.TimeoutExpired:
             server.process.kill()
     return server.process.wait()
+
+
+def kill_leftovers(server: Server, children: list[psutil.Process]) -> None:
+    """Stop what a kill -9 of the main process leaves: its workers and shared memory."""
+    if server.process.poll() is None:
+        server.process.kill()
+        server.process.wait(timeout=30)
+    # Workers exit when their parent's pipes close; the resource tracker then unlinks the pool's
+    # semaphores, so it is left to finish.
+    _gone, alive = psutil.wait_procs(children, timeout=15)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            if "resource_tracker" not in " ".join(proc.cmdline()):
+                proc.kill()
+    _gone, alive = psutil.wait_procs(alive, timeout=15)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    shm.sweep(shm.server_prefix(server.process.pid))
 
 
 @pytest.fixture(scope="session")

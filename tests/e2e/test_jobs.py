@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
 import os
@@ -23,9 +22,8 @@ import psutil
 import pytest
 
 from loadtest.accuracy import cer
-from serving.workers import shm
 from tests import images
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server, kill_leftovers, start_server, stop_server, wait_ready
 
 LATIN = images.latin_lines()
 CHINESE = images.chinese_lines()
@@ -328,7 +326,7 @@ def test_job_survives_kill_9_and_every_page_appears_once(tmp_path: Path) -> None
         os.kill(first.process.pid, signal.SIGKILL)
         first.process.wait(timeout=30)
     finally:
-        _kill_leftovers(first, children)
+        kill_leftovers(first, children)
     follower.join(timeout=30)
     assert follower.error is not None  # the stream was cut by the kill
 
@@ -353,22 +351,3 @@ def test_job_survives_kill_9_and_every_page_appears_once(tmp_path: Path) -> None
         assert reset.group(1) == "1"
     finally:
         stop_server(second)
-
-
-def _kill_leftovers(server: Server, children: list[psutil.Process]) -> None:
-    """Stop what a kill -9 of the main process leaves: its workers and shared memory."""
-    if server.process.poll() is None:
-        server.process.kill()
-        server.process.wait(timeout=30)
-    # Workers exit when their parent's pipes close; the resource tracker then unlinks the pool's
-    # semaphores, so it is left to finish.
-    _gone, alive = psutil.wait_procs(children, timeout=15)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            if "resource_tracker" not in " ".join(proc.cmdline()):
-                proc.kill()
-    _gone, alive = psutil.wait_procs(alive, timeout=15)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    shm.sweep(shm.server_prefix(server.process.pid))

@@ -1,0 +1,196 @@
+"""Replicas sharing one PostgreSQL job store (a real server, tests/postgres.py): any replica answers
+for any job, claims never overlap while leases live, a lapsed lease is taken over, and each page
+is committed exactly once, also under concurrent claimers."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from serving.jobs.files import Document
+from serving.jobs.postgres_store import PostgresJobStore
+from serving.jobs.types import JobStoreUnavailable
+from tests.postgres import PostgresServer
+
+LEASE_S = 30.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def url(postgres: PostgresServer) -> str:
+    return postgres.database()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def replicas(url: str, tmp_path: Path, clock: Clock) -> Iterator[tuple[PostgresJobStore, ...]]:
+    """Two stores on one database and one uploads directory, as two replicas have them."""
+    stores = tuple(
+        PostgresJobStore(url, uploads_dir=tmp_path, lease_s=LEASE_S, clock=clock, owner=name)
+        for name in ("replica-a", "replica-b")
+    )
+    for store in stores:
+        store.open()
+    yield stores
+    for store in stores:
+        store.close()
+
+
+def _create(store: PostgresJobStore, job_id: str, pages: int) -> None:
+    files = store.job_dir(job_id) / "files"
+    files.mkdir(parents=True)
+    (files / "0").write_bytes(b"%PDF-")
+    document = Document(name="doc.pdf", path=files / "0", kind="pdf", pages=pages, size_bytes=5)
+    store.create_job(job_id, [document], {})
+
+
+def _line(seq: int) -> bytes:
+    return json.dumps({"seq": seq}).encode()
+
+
+def test_any_replica_answers_for_a_job_and_claims_never_overlap(replicas) -> None:
+    a, b = replicas
+    _create(a, "j", 4)
+    assert b.get_job("j").pages_total == 4
+    assert [j.id for j in b.list_jobs()] == ["j"]
+    claims = [a.claim_next(), b.claim_next(), a.claim_next(), b.claim_next()]
+    assert [t.seq for t in claims if t is not None] == [0, 1, 2, 3]
+    assert a.claim_next() is None
+    assert b.claim_next() is None
+    # Each commits its own pages only; the other's are refused while their lease lives.
+    assert not a.complete_page("j", 1, _line(1))
+    assert b.complete_page("j", 1, _line(1))
+    for seq, store in ((0, a), (2, a), (3, b)):
+        assert store.complete_page("j", seq, _line(seq))
+    info, pages = a.finished_pages("j")
+    assert info.status == "succeeded"
+    assert [p.order for p in pages] == [1, 2, 3, 4]
+    assert [a.read_result("j", seq) for seq in range(4)] == [_line(s) for s in range(4)]
+
+
+def test_a_lapsed_lease_is_taken_over_and_committed_once(replicas, clock: Clock) -> None:
+    a, b = replicas
+    _create(a, "j", 2)
+    held = a.claim_next()
+    assert held is not None
+    assert held.seq == 0
+    clock.now += LEASE_S / 2
+    assert a.renew_leases([("j", 0)]) == set()  # renewed: good for another LEASE_S from here
+    clock.now += LEASE_S * 0.9
+    taken = b.claim_next()
+    assert taken is not None
+    assert taken.seq == 1  # page 0's renewed lease still lives
+    clock.now += LEASE_S  # replica a stops renewing (killed): its lease lapses
+    again = b.claim_next()
+    assert again is not None
+    assert (again.seq, again.attempts) == (0, 2)
+    assert a.renew_leases([("j", 0)]) == {("j", 0)}  # a learns it lost the page
+    assert not a.complete_page("j", 0, b"late result of the replica that lost its lease")
+    assert not a.fail_page("j", 0, "internal", "late")
+    assert not a.release_page("j", 0)
+    assert b.complete_page("j", 0, _line(0))
+    assert b.complete_page("j", 1, _line(1))
+    info, pages = b.finished_pages("j")
+    assert (info.status, info.pages_done) == ("succeeded", 2)
+    assert sorted(p.seq for p in pages) == [0, 1]
+    assert b.read_result("j", 0) == _line(0)
+
+
+def test_a_replica_restarting_gives_back_lapsed_pages_only(
+    replicas, url: str, tmp_path: Path, clock: Clock
+) -> None:
+    a, b = replicas
+    _create(a, "j", 3)
+    assert a.claim_next() is not None
+    clock.now += LEASE_S / 2
+    assert b.claim_next() is not None
+    clock.now += LEASE_S * 0.6  # a's lease lapsed, b's lives
+    restarted = PostgresJobStore(url, uploads_dir=tmp_path, clock=clock, owner="replica-a2")
+    assert restarted.open() == 1
+    try:
+        task = restarted.claim_next()
+        assert task is not None
+        assert (task.seq, task.attempts) == (0, 2)
+    finally:
+        restarted.close()
+
+
+def test_cancel_on_one_replica_stops_the_others_commits(replicas) -> None:
+    a, b = replicas
+    _create(a, "j", 2)
+    task = a.claim_next()
+    assert task is not None
+    assert b.cancel_job("j").status == "cancelled"
+    assert a.renew_leases([("j", task.seq)]) == {("j", task.seq)}
+    assert not a.complete_page("j", task.seq, _line(task.seq))
+    assert a.claim_next() is None
+    assert a.get_job("j").pages_done == 0
+
+
+def test_concurrent_replicas_commit_every_page_exactly_once(url: str, tmp_path: Path) -> None:
+    """Four replicas, each claiming and committing as fast as it can, on the real clock."""
+    stores = [
+        PostgresJobStore(url, uploads_dir=tmp_path, owner=f"r{i}", lease_s=LEASE_S)
+        for i in range(4)
+    ]
+    for store in stores:
+        store.open()
+    _create(stores[0], "j", 60)
+    committed: dict[str, list[int]] = {store.owner: [] for store in stores}
+
+    def work(store: PostgresJobStore) -> None:
+        while (task := store.claim_next()) is not None:
+            if store.complete_page(task.job_id, task.seq, _line(task.seq)):
+                committed[store.owner].append(task.seq)
+
+    threads = [threading.Thread(target=work, args=(store,)) for store in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        seqs = sorted(seq for done in committed.values() for seq in done)
+        assert seqs == list(range(60))
+        info, pages = stores[1].finished_pages("j")
+        assert (info.status, info.pages_done) == ("succeeded", 60)
+        assert sorted(p.order for p in pages) == list(range(1, 61))
+        assert sum(1 for done in committed.values() if done) >= 2  # they really shared the work
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_newer_schema_is_refused(url: str, tmp_path: Path) -> None:
+    store = PostgresJobStore(url, uploads_dir=tmp_path)
+    store.open()
+    store.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE ocr_schema SET version = version + 1")
+    with pytest.raises(JobStoreUnavailable, match="schema version"):
+        PostgresJobStore(url, uploads_dir=tmp_path).open()
+    assert not store.is_open
+
+
+def test_an_unreachable_database_answers_503(tmp_path: Path) -> None:
+    missing = f"postgresql://nobody@/none?host={tmp_path}"  # no server listens there
+    store = PostgresJobStore(missing, uploads_dir=tmp_path)
+    with pytest.raises(JobStoreUnavailable, match="unreachable") as caught:
+        store.open()
+    assert caught.value.http_status == 503
+    assert not store.is_open
