@@ -56,7 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="OCR images and PDFs into JSONL (one line per page) or a file per document. "
         "Resumable: a rerun skips the pages already done.",
     )
-    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="files, folders or globs")
+    # "*", not "+": `--ray INPUT ...` hands its first input to --ray, which gives it back below.
+    parser.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or globs")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument(
         "--format",
@@ -85,8 +86,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="pages in flight in-process (default: jobs.max_inflight_pages)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    ray = parser.add_argument_group(
+        "Ray", "run on Ray Data (the `ray` extra; see serving.jobs.ray_batch and the README)"
+    )
+    ray.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run on a Ray cluster: ray://HOST:10001, auto; none given: $RAY_ADDRESS, else a "
+        "local Ray (write --ray=ADDRESS before the inputs)",
+    )
+    ray.add_argument("--det-actors", type=int, default=1, help="detection actors (default 1)")
+    ray.add_argument("--rec-actors", type=int, default=1, help="recognition actors (default 1)")
+    ray.add_argument("--cls-actors", type=int, default=1, help="classifier actors (default 1)")
+    ray.add_argument(
+        "--gpus-per-actor", type=float, default=0.0, help="GPU share of a model actor; 0: CPU"
+    )
+    ray.add_argument(
+        "--cpus-per-actor", type=float, default=1.0, help="cores a model actor reserves"
+    )
+    ray.add_argument(
+        "--cpus-per-task", type=float, default=1.0, help="cores a decode/post-process task reserves"
+    )
     parser.add_argument("--log-level", default="warning", help="in-process log level")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.ray and Path(args.ray).exists():  # `--ray docs/ ...`: an input, not a cluster address
+        args.inputs.insert(0, args.ray)
+        args.ray = ""
+    if not args.inputs:
+        parser.error("the following arguments are required: INPUT")
+    return args
 
 
 def plan(specs: list[str]) -> tuple[list[BatchDocument], list[str]]:
@@ -174,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     options = parse_options(dict(_option(text) for text in args.option))
+    if args.ray is not None:
+        from serving.jobs.ray_batch import main_ray
+
+        return main_ray(args, options, _config(args))
     documents, problems = plan(args.inputs)
     for problem in problems:
         _say(f"ocr-batch: {problem}", error=True)

@@ -83,16 +83,23 @@ class Manifest:
         """Whether this page is done with these options."""
         return key in self.records
 
-    def append(self, key: PageKey, record: dict[str, Any]) -> None:
-        """Record a page as done, on disk before this returns."""
+    def append(self, key: PageKey, record: dict[str, Any], *, sync: bool = True) -> None:
+        """Record a page as done, on disk before this returns (with `sync=False`: once `sync()`
+        is called, so that a block of pages costs one fsync)."""
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("ab")
         entry = {"sha256": key[0], "page": key[1], "options": self.options, "record": record}
         self._file.write(json.dumps(entry, ensure_ascii=False).encode() + b"\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self.records[key] = record
+        if sync:
+            self.sync()
+
+    def sync(self) -> None:
+        """Put the pages appended so far on disk."""
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
 
     def close(self) -> None:
         """Close the manifest file."""

@@ -1,0 +1,366 @@
+"""`ocr-batch --ray`: documents through Ray Data, resumably, on a local or an existing cluster.
+
+Python entry point::
+
+    from serving.jobs.ray_batch import ActorPools, run_on_ray
+    summary = run_on_ray(["scans/"], Path("out"), address="ray://head:10001",
+                         pools=ActorPools(det=4, rec=8, gpus_per_actor=0.5))
+    print(summary.pages_per_s, summary.failures)
+
+The driver lists the documents and their pages (`serving.jobs.cli.plan`), leaves out the pages the
+output folder's manifest already holds (`serving.jobs.manifest`: the same folder and format as the
+in-process `ocr-batch`, so either can resume the other's run), and streams the rest through the
+stages of `serving.jobs.ray_stages`. Each page is appended to the manifest, on disk, as soon as
+its row reaches the driver; an interrupted run loses only the pages in flight. Lost workers are
+Ray's to retry: decode and post-processing tasks are retried, model actors restarted and their
+calls retried. At the end the results are written from the manifest: `results.jsonl` (one line
+per page, as the jobs API's results) and `results.parquet`.
+
+Documents are read by path on the workers: on a cluster, inputs live on a file system every node
+mounts at the same path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from serving.config import AppConfig, load_config
+from serving.inputs import DecodeLimits
+from serving.jobs import ray_stages
+from serving.jobs.manifest import (
+    RESULTS,
+    BatchDocument,
+    Manifest,
+    OutputFormat,
+    PageKey,
+    write_outputs,
+)
+from serving.jobs.ray_stages import ModelActor, PageSettings, Row
+from serving.request_options import ocr_options, overrides
+
+logger = logging.getLogger(__name__)
+
+PARQUET = "results.parquet"
+
+TASK_RETRIES = 3
+"""Retries of a task whose worker process died, and of a model call whose actor died (errors in a
+page are the page's own: they are never retried). Bounded, so that a page that kills its worker
+every time (a crash in the engine) costs that page's block, not the run."""
+ACTOR_RESTARTS = 3
+"""Restarts of a model actor whose process died (Ray Data's default is unbounded)."""
+LOST = "worker_lost"
+"""The error code of a page whose block failed past `TASK_RETRIES`; a rerun tries it again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActorPools:
+    """How many actors own each model, and what each asks Ray for."""
+
+    det: int = 1
+    rec: int = 1
+    cls: int = 1
+    """Classifier actors, when the options run the classifier."""
+    gpus_per_actor: float = 0.0
+    """0: CPU actors; else each actor asks for this much GPU and its engine runs on it."""
+    cpus_per_actor: float = 1.0
+    """CPU cores a model actor reserves; a CPU actor's engine runs as many threads (at least 1)."""
+    cpus_per_task: float = 1.0
+    """CPU cores a decode or post-processing task reserves."""
+
+    def __post_init__(self) -> None:
+        for name in ("det", "rec", "cls"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} actors must be >= 1, got {getattr(self, name)}")
+        if self.gpus_per_actor < 0 or self.cpus_per_actor <= 0 or self.cpus_per_task <= 0:
+            raise ValueError("gpus_per_actor must be >= 0, cpus per actor and task > 0")
+
+
+@dataclass(slots=True, kw_only=True)
+class BatchSummary:
+    """What a run did."""
+
+    documents: int
+    pages: int
+    skipped: int
+    """Pages already in the manifest: not run again."""
+    done: list[PageKey] = field(default_factory=list)
+    """Pages run and written by this run, in the order they finished."""
+    failures: dict[PageKey, dict[str, str]] = field(default_factory=dict)
+    """Pages that failed, with their error (code, message); a rerun tries them again."""
+    elapsed_s: float = 0.0
+    written: list[Path] = field(default_factory=list)
+    """Result files this run changed."""
+
+    @property
+    def pages_per_s(self) -> float:
+        """Pages done by this run per second of its wall-clock time (start-up included)."""
+        return len(self.done) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def text(self) -> str:
+        """One line for the user."""
+        return (
+            f"{len(self.done)} pages done now in {self.elapsed_s:.1f} s "
+            f"({self.pages_per_s:.2f} pages/s), {self.skipped} skipped (already done), "
+            f"{len(self.failures)} failed"
+        )
+
+
+def run_on_ray(
+    inputs: Sequence[str],
+    out: Path,
+    *,
+    config: AppConfig | None = None,
+    options: Mapping[str, Any] | None = None,
+    address: str | None = None,
+    pools: ActorPools | None = None,
+    fmt: OutputFormat = "jsonl",
+    parquet: bool = True,
+    pages_per_block: int = 1,
+    on_page: Callable[[PageKey, bool], None] | None = None,
+    say: Callable[[str], None] | None = None,
+    progress: bool = False,
+) -> BatchSummary:
+    """OCR the documents `inputs` names (files, folders, globs) on Ray into the folder `out`.
+
+    Args:
+        inputs: Files, folders (walked recursively) and glob patterns.
+        out: Output folder: `manifest.jsonl`, `results.jsonl`, `results.parquet`.
+        config: Models, engine and pipeline settings (default: the built-in defaults).
+        options: OCR options, checked and named as `ocr-batch -o` names them.
+        address: Ray cluster ("ray://head:10001", "auto"); None: `RAY_ADDRESS`, else a local Ray.
+            Unused when Ray is already initialised in this process.
+        pools: Actor pool sizes and resources.
+        fmt: `ocr-batch --format`.
+        parquet: Also write `results.parquet` (with `fmt` "jsonl").
+        pages_per_block: Pages per Ray Data block: larger blocks cost less scheduling, smaller
+            ones stream sooner and lose less on an interruption.
+        on_page: Called with each page's key and whether it succeeded, once it is on disk.
+        say: Where the plan line and problems go (default: this module's logger).
+        progress: Show a progress bar (pages/s) on stderr; Ray Data's own bars stay off.
+
+    Raises:
+        BatchError: nothing to OCR.
+        ValidationFailed: bad options.
+        ConfigError: a bad configuration.
+    """
+    import ray  # an optional dependency: the `ray` extra
+    import ray.data
+
+    from serving.jobs.cli import BatchError, plan
+    from serving.jobs.options import parse_options
+
+    started = time.monotonic()
+    config = config or load_config(None)
+    checked = parse_options(dict(options or {}))
+    documents, problems = plan(list(inputs))
+    say = say or (lambda message: logger.warning("%s", message))
+    for problem in problems:
+        say(problem)
+    if not documents:
+        raise BatchError("no document to OCR")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest(out, checked)
+    manifest.load()
+    todo = _todo(documents, manifest)
+    keys = {key for doc in documents for key in doc.page_keys()}
+    summary = BatchSummary(documents=len(documents), pages=len(keys), skipped=len(keys) - len(todo))
+    say(
+        f"{len(documents)} documents, {len(keys)} pages: {len(todo)} to do, "
+        f"{summary.skipped} skipped (already done)"
+    )
+    owns_ray = False
+    try:
+        if todo:
+            if not ray.is_initialized():
+                ray.init(address=address, logging_level=logging.WARNING)
+                owns_ray = True
+            context = ray.data.DataContext.get_current()
+            context.enable_progress_bars = False
+            context.max_errored_blocks = -1  # a block lost past its retries costs its pages only
+            dataset = build_dataset(config, checked, todo, pools or ActorPools(), pages_per_block)
+            with tqdm(
+                total=len(todo),
+                unit="page",
+                desc="ocr-batch",
+                disable=not progress,
+                file=sys.stderr,
+            ) as bar:
+                _collect(dataset, manifest, summary, on_page, bar, say)
+            for doc, page in todo:
+                key = (doc.sha256, page)
+                if not manifest.done(key) and key not in summary.failures:
+                    message = "its worker died more often than Ray retries; see Ray's logs"
+                    summary.failures[key] = {"code": LOST, "message": message}
+                    say(f"{doc.name} page {page + 1}: {message}")
+    finally:
+        manifest.close()
+        if owns_ray:
+            ray.shutdown()
+        summary.elapsed_s = time.monotonic() - started
+    summary.written = write_outputs(out, fmt, documents, manifest, summary.failures)
+    if parquet and fmt == "jsonl" and (summary.written or not (out / PARQUET).exists()):
+        summary.written.append(write_parquet(out / RESULTS, out / PARQUET))
+    return summary
+
+
+def build_dataset(
+    config: AppConfig,
+    options: dict[str, Any],
+    todo: Sequence[tuple[BatchDocument, int]],
+    pools: ActorPools,
+    pages_per_block: int = 1,
+) -> Any:
+    """The Ray Data pipeline over the pages `todo` (lazy: nothing runs until it is read)."""
+    import ray.data
+
+    from models.bundle import load_bundle
+
+    bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
+    settings = PageSettings(
+        limits=DecodeLimits(
+            max_pdf_pages=config.input.max_pdf_pages,
+            pdf_render_scale=config.input.pdf_render_scale,
+            max_image_pixels=config.input.max_image_pixels,
+        ),
+        options=ocr_options(bundle, config.pipeline, **overrides(options)),
+        charset=bundle.charset,
+    )
+    rows = [
+        ray_stages.page_row(doc.name, doc.sha256, str(doc.path), doc.kind, page)
+        for doc, page in todo
+    ]
+    blocks = max(1, math.ceil(len(rows) / max(1, pages_per_block)))
+    dataset: Any = ray.data.from_items(rows, override_num_blocks=blocks)
+    task: dict[str, Any] = {
+        "fn_kwargs": {"settings": settings},
+        "num_cpus": pools.cpus_per_task,
+        "max_retries": TASK_RETRIES,
+    }
+    gpu = pools.gpus_per_actor > 0
+    device = "gpu:0" if gpu else "cpu"  # Ray shows a GPU actor its own GPU as device 0
+    actor_config = ray_stages.cpu_threads_config(config, int(pools.cpus_per_actor))
+
+    def model(stage: str, size: int) -> dict[str, Any]:
+        return {
+            "fn_constructor_kwargs": {"config": actor_config, "stage": stage, "device": device},
+            "compute": ray.data.ActorPoolStrategy(size=size),
+            "num_cpus": pools.cpus_per_actor,
+            "num_gpus": pools.gpus_per_actor if gpu else None,
+            "max_restarts": ACTOR_RESTARTS,
+            "max_task_retries": TASK_RETRIES,
+        }
+
+    with warnings.catch_warnings():
+        # Ray 2.60 takes retry bounds only as `ray_remote_args`, deprecated for 2.64 with no named
+        # replacement yet; revisit when the pin moves.
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        dataset = dataset.map(ray_stages.decode, **task)
+        dataset = dataset.map(ModelActor, **model("det", pools.det))
+        dataset = dataset.map(ray_stages.after_det, **task)
+        if settings.options.cls is not None:
+            dataset = dataset.map(ModelActor, **model("cls", pools.cls))
+            dataset = dataset.map(ray_stages.after_cls, **task)
+        dataset = dataset.map(ModelActor, **model("rec", pools.rec))
+        dataset = dataset.map(ray_stages.finish, **task)
+    return dataset.select_columns(list(ray_stages.OUTPUT_COLUMNS))
+
+
+def write_parquet(results: Path, target: Path) -> Path:
+    """`results.jsonl` as Parquet: the same records, one row per page."""
+    import pyarrow.json
+    import pyarrow.parquet
+
+    table = pyarrow.json.read_json(results)
+    tmp = target.with_name(f".{target.name}.tmp")
+    pyarrow.parquet.write_table(table, tmp)
+    tmp.replace(target)
+    return target
+
+
+def _todo(
+    documents: Sequence[BatchDocument], manifest: Manifest
+) -> list[tuple[BatchDocument, int]]:
+    """Each page not in the manifest, once (a file named twice is one document)."""
+    todo: dict[PageKey, tuple[BatchDocument, int]] = {}
+    for doc in documents:
+        for key in doc.page_keys():
+            if not manifest.done(key):
+                todo.setdefault(key, (doc, key[1]))
+    return list(todo.values())
+
+
+def _collect(
+    dataset: Any,
+    manifest: Manifest,
+    summary: BatchSummary,
+    on_page: Callable[[PageKey, bool], None] | None,
+    bar: tqdm[Any],
+    say: Callable[[str], None],
+) -> None:
+    """Write each finished page to the manifest as it streams back (one sync per block)."""
+    for batch in dataset.iter_batches(batch_size=None, batch_format="pandas"):
+        rows: list[Row] = batch.to_dict("records")
+        finished: list[tuple[PageKey, bool]] = []
+        for row in rows:
+            key = (str(row["sha256"]), int(row["page"]))
+            if row["record"]:
+                manifest.append(key, json.loads(row["record"]), sync=False)
+                summary.done.append(key)
+                finished.append((key, True))
+            else:
+                summary.failures[key] = {
+                    "code": str(row["error_code"]),
+                    "message": str(row["error_message"]),
+                }
+                say(f"{row['name']} page {key[1] + 1}: {row['error_message']}")
+                finished.append((key, False))
+        manifest.sync()
+        bar.update(len(rows))
+        if on_page is not None:
+            for key, ok in finished:
+                on_page(key, ok)
+
+
+def main_ray(args: argparse.Namespace, options: dict[str, Any], config: AppConfig) -> int:
+    """`ocr-batch --ray`: 0 when every page is done, 1 when some failed."""
+    pools = ActorPools(
+        det=args.det_actors,
+        rec=args.rec_actors,
+        cls=args.cls_actors,
+        gpus_per_actor=args.gpus_per_actor,
+        cpus_per_actor=args.cpus_per_actor,
+        cpus_per_task=args.cpus_per_task,
+    )
+    summary = run_on_ray(
+        args.inputs,
+        args.out,
+        config=config,
+        options=options,
+        address=args.ray or None,
+        pools=pools,
+        fmt=args.format,
+        say=_say,
+        progress=not args.quiet,
+    )
+    written = ", ".join(str(p) for p in summary.written) or "outputs unchanged"
+    _say(f"{summary.text()}; {written}")
+    for (sha256, page), error in summary.failures.items():
+        _say(f"failed: {sha256[:12]} page {page + 1}: {error['message']}")
+    return 1 if summary.failures else 0
+
+
+def _say(message: str) -> None:
+    sys.stdout.write(f"ocr-batch: {message}\n")
+    sys.stdout.flush()
