@@ -4,17 +4,23 @@ is committed exactly once, also under concurrent claimers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import cast
 
+import numpy as np
 import psycopg
 import pytest
 
+from pipelines.types import PageResult, TextLine
+from serving.config import JobsConfig
 from serving.jobs.files import Document
 from serving.jobs.postgres_store import PostgresJobStore
-from serving.jobs.types import JobStoreUnavailable
+from serving.jobs.runner import JobRunner
+from serving.jobs.types import JobStoreUnavailable, PageTask
 from tests.postgres import PostgresServer
 
 LEASE_S = 30.0
@@ -194,3 +200,81 @@ def test_an_unreachable_database_answers_503(tmp_path: Path) -> None:
         store.open()
     assert caught.value.http_status == 503
     assert not store.is_open
+
+
+# --- two job runners (the replicas' feed, lease renewal and polling) on one store -------------
+
+
+class HeldOcr:
+    """Holds every page until cancelled; notes the pages it started and the ones cancelled."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cancelled: list[int] = []
+
+    async def __call__(self, task: PageTask) -> PageResult:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(task.seq)
+            raise
+        raise AssertionError("unreachable")
+
+
+async def quick_ocr(task: PageTask) -> PageResult:
+    line = TextLine(text=f"page {task.seq}", score=0.9, poly=np.zeros((4, 2), np.int16))
+    return PageResult(width=10, height=20, lines=[line])
+
+
+@pytest.mark.anyio
+async def test_runners_take_over_a_stalled_replicas_page_which_then_drops_it(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lease_s = 0.6
+    config = JobsConfig(
+        data_dir=str(tmp_path),
+        store=url,
+        lease_s=lease_s,
+        poll_interval_s=0.05,
+        max_inflight_pages=1,
+    )
+
+    def runner(owner: str, ocr: Callable[[PageTask], Awaitable[PageResult]]) -> JobRunner:
+        store = PostgresJobStore(
+            url, uploads_dir=tmp_path, lease_s=lease_s, poll_interval_s=0.05, owner=owner
+        )
+        return JobRunner(store=store, ocr=ocr, config=config)
+
+    held = HeldOcr()
+    a = runner("replica-a", held)
+    await a.start()
+    b = runner("replica-b", quick_ocr)
+    try:
+        _create(cast(PostgresJobStore, a.store), "j", 3)
+        await asyncio.wait_for(held.started.wait(), 10)
+        # Replica a stalls (a long pause, a network partition): its renewals stop reaching the
+        # database, so its lease on page 0 lapses while it still works on the page.
+        stalled: list[int] = []
+        monkeypatch.setattr(a.store, "renew_leases", lambda pages: stalled.append(1) or set())
+        await b.start()
+        for _ in range(200):
+            info = await b.get("j")
+            if info.finished:
+                break
+            await asyncio.sleep(0.05)
+        assert (info.status, info.pages_done) == ("succeeded", 3)
+        assert stalled  # a went on trying to renew meanwhile
+        assert held.cancelled == []
+        # Back in touch, a learns it lost page 0 and drops it.
+        monkeypatch.undo()
+        for _ in range(100):
+            if held.cancelled:
+                break
+            await asyncio.sleep(0.05)
+        assert held.cancelled == [0]
+        _, pages = await asyncio.to_thread(b.store.finished_pages, "j")
+        assert sorted(p.seq for p in pages) == [0, 1, 2]
+    finally:
+        await a.stop()
+        await b.stop()
