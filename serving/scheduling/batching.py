@@ -18,7 +18,7 @@ import contextlib
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from serving.config import QueueConfig, StageLimits
 from serving.errors import DeadlineExceeded, OcrError, Overloaded, ShuttingDown
@@ -73,6 +73,26 @@ class Selection:
     """When a waiting bucket reaches its max wait; None when nothing is queued."""
     dropped: list[WorkItem] = field(default_factory=list)
     """Expired or abandoned items: failed with DeadlineExceeded if still awaited, then freed."""
+
+
+class Candidate(NamedTuple):
+    """A bucket's most urgent batch, as `BatchPolicy.select` considers it."""
+
+    stage: str
+    bucket: Hashable
+    head: list[WorkItem]
+    left_cost: int
+    """Cost of the more urgent batches of this stage the asking device left to others."""
+
+
+class Where(NamedTuple):
+    """The device asking for work, and the placement state it decides on."""
+
+    device: str
+    placement: Placement
+    free: Mapping[str, float]
+    """`Placement.free_times` at `now`."""
+    now: float
 
 
 class BatchPolicy:
@@ -134,16 +154,23 @@ class BatchPolicy:
                     head = min(items, key=lambda it: it.sort_key)
                     candidates.append((head.sort_key, stage, bucket))
         candidates.sort(key=lambda c: c[0])
+        free: dict[str, float] | None = None
+        left: dict[str, int] = {}  # cost of each stage's batches left to others: their queue
         for _key, stage, bucket in candidates:
             batch, full = self._fill(self._buckets[stage][bucket], limits[stage])
             oldest = min(it.enqueued_at for it in batch)
             ready_at = oldest + self._config[stage].max_wait_ms / 1000.0
             if full or now >= ready_at or not company_possible:
                 if placement is not None and device is not None:
+                    if free is None:
+                        free = placement.free_times(now)
                     placed = self._place(
-                        stage, bucket, batch, limits[stage], device, placement, now
+                        Candidate(stage, bucket, batch, left.get(stage, 0)),
+                        limits[stage],
+                        Where(device, placement, free, now),
                     )
                     if isinstance(placed, float):
+                        left[stage] = left.get(stage, 0) + sum(it.cost for it in batch)
                         # The other device takes it, or frees (a notify) before then: waking at
                         # a time already past would only spin.
                         if placed > now:
@@ -157,30 +184,28 @@ class BatchPolicy:
         return selection
 
     def _place(
-        self,
-        stage: str,
-        bucket: Hashable,
-        head: list[WorkItem],
-        limits: StageLimits,
-        device: str,
-        placement: Placement,
-        now: float,
+        self, candidate: Candidate, limits: StageLimits, where: Where
     ) -> list[WorkItem] | float:
-        """The batch `device` should take from this bucket, or when to look again.
+        """The batch `where.device` should take from this bucket, or when to look again.
 
-        The most urgent items, unless another device would finish them sooner. Then the least
-        urgent ones, which another device reaches only after all the rest of the bucket: a slow
-        device helps with a backlog from its tail, never delaying the head.
+        The most urgent items, unless another device would finish them sooner (after the work
+        already left to it). Then the least urgent ones, which another device reaches only after
+        all the rest of the bucket: a slow device helps with a backlog from its tail, never
+        delaying the head.
         """
+        stage, head, left = candidate.stage, candidate.head, candidate.left_cost
+        device, placement, free, now = where
         cost = sum(it.cost for it in head)
-        look_again = placement.leave_until(device, stage, cost, now)
+        look_again = placement.leave_until(device, stage, cost, now, left, free=free)
         if look_again is None:
             return head
-        items = self._buckets[stage][bucket]
+        items = self._buckets[stage][candidate.bucket]
         tail, _ = self._fill(items, limits, least_urgent=True)
         tail_cost = sum(it.cost for it in tail)
         ahead = sum(it.cost for it in items) - tail_cost
-        if ahead > 0 and placement.leave_until(device, stage, tail_cost, now, ahead) is None:
+        if ahead > 0 and (
+            placement.leave_until(device, stage, tail_cost, now, left + ahead, free=free) is None
+        ):
             return tail
         return look_again
 

@@ -4,7 +4,8 @@ With unlike devices (a GPU and the CPU), plain work pulling lets an idle CPU tak
 the GPU would finish many times sooner, and adding a device can make the server slower. Here the
 device asking for work compares when it would finish a batch (its own batches in flight, then
 this one, from the cost model) with when the best other device serving that stage would, counting
-that device's batches in flight. If another would finish first, it leaves the batch and looks
+that device's batches in flight and the queued work the asking device has already left to it. If
+another would finish first, it leaves the batch and looks
 again when that device frees (or when anything changes); it takes work that suits it instead,
 such as small recognition batches. A device that has never run a stage takes its batch (that is
 how it is measured), and with one device nothing is ever left. Pure: time is passed in.
@@ -13,7 +14,7 @@ how it is measured), and with one device nothing is ever left. Pure: time is pas
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from serving.scheduling.cost_model import CostModel
@@ -57,19 +58,34 @@ class Placement:
         total = sum(r.predicted_s for r in running.values())
         return max(now, first_started + total)
 
+    def free_times(self, now: float) -> dict[str, float]:
+        """`free_at` of every device, as one snapshot for the many `leave_until` calls of a
+        selection (nothing starts or finishes during one)."""
+        return {device: self.free_at(device, now) for device in self._stages}
+
     def leave_until(
-        self, device: str, stage: str, cost: int, now: float, ahead: int = 0
+        self,
+        device: str,
+        stage: str,
+        cost: int,
+        now: float,
+        ahead: int = 0,
+        *,
+        free: Mapping[str, float] | None = None,
     ) -> float | None:
         """None: `device` should take this batch. Else the time at which the device that would
         finish it sooner should free: `device` looks again then, or when anything changes (a
         time already past means: only when something changes, never a busy loop).
 
-        `ahead` is the cost of queued work of this stage another device would run first.
+        `ahead` is the cost of queued work of this stage another device would run first: the
+        other device's queue, besides the batches it holds. `free` is a `free_times` snapshot.
         """
         mine = self.model.predict(device, stage, cost)
         if mine is None:
             return None
-        my_finish = self.free_at(device, now) + mine
+        if free is None:
+            free = self.free_times(now)
+        my_finish = free.get(device, now) + mine
         best: tuple[float, float] | None = None
         for other, stages in self._stages.items():
             if other == device or stage not in stages or other in self._down:
@@ -77,7 +93,7 @@ class Placement:
             theirs = self.model.predict(other, stage, cost + ahead)
             if theirs is None:
                 continue
-            other_free = self.free_at(other, now)
+            other_free = free.get(other, now)
             finish = other_free + theirs
             if finish < my_finish and (best is None or finish < best[0]):
                 best = (finish, other_free)

@@ -166,3 +166,26 @@ def test_with_a_backlog_the_slow_device_takes_from_the_tail_never_the_head() -> 
         assert len(taken.batch) == 1
 
     asyncio.run(main())
+
+
+def test_work_left_to_the_gpu_counts_as_its_queue_across_buckets() -> None:
+    """30 pages of different shapes (one bucket each): the idle GPU (0.05 s a page) would reach
+    the 21st only after 1.05 s, the CPU finishes it in 1 s. The CPU leaves the first 20 to the
+    GPU and takes the 21st; counting only the batches the GPU holds, it left all 30 and idled."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        placement = _gpu_and_cpu()
+        now = 10.0
+        policy = BatchPolicy(QUEUES)
+        pages = []
+        for i in range(30):
+            page = _item("det", 2_000_000 + i, loop)  # a shape of its own: its own bucket
+            policy.submit(page, now + i * 0.001)
+            pages.append(page)
+        cpu = policy.select(now + 1, ("det",), LIMITS, device="cpu", placement=placement)
+        assert cpu.batch == [pages[20]]
+        gpu = policy.select(now + 1, ("det",), LIMITS, device="gpu:0", placement=placement)
+        assert gpu.batch == [pages[0]]
+
+    asyncio.run(main())
