@@ -12,12 +12,14 @@ from typing import Final
 from models.base import EngineBackend, EngineBackendError, Predictor
 from models.engine_options import DeviceKind, EngineOptions
 from models.fake_predictor import FAKE
+from models.onnxruntime_backend import ONNXRUNTIME
+from models.openvino_backend import OPENVINO
 from models.paddle_backend import PADDLE
 from models.spec import ModelSpec
 from models.torch_backend import TORCH
 
 BACKENDS: Final[Mapping[str, EngineBackend]] = MappingProxyType(
-    {backend.name: backend for backend in (PADDLE, TORCH, FAKE)}
+    {backend.name: backend for backend in (PADDLE, OPENVINO, ONNXRUNTIME, TORCH, FAKE)}
 )
 """Every engine backend `[engine] cpu_backend` and `gpu_backend` may name."""
 

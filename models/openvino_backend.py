@@ -1,0 +1,79 @@
+"""OpenVINO as an engine backend for CPU device workers (the `openvino` extra).
+
+Serves a model directory's `inference.onnx`, or a Paddle model's cached conversion
+(`models.convert`): OpenVINO cannot read Paddle's PIR `inference.json`.
+
+Precision is f32 unless `[engine] openvino_precision = "bf16"`: OpenVINO's own default on
+CPUs with bf16 is bf16, faster and not faithful (it changes recognised text). Threads come from
+`[engine] cpu_threads`, one stream, the latency hint; inputs of any batch, height and width.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from models.base import EngineBackend, Predictor
+from models.convert import prepare_onnx
+from models.engine_options import EngineOptions
+from models.onnx_predictor import BatchRunner, OnnxPredictor, import_engine
+from models.spec import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+
+def compile_config(options: EngineOptions) -> dict[str, Any]:
+    """`compile_model` properties for one CPU predictor."""
+    return {
+        "INFERENCE_NUM_THREADS": options.cpu_threads,
+        "NUM_STREAMS": 1,
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": options.openvino_precision,
+    }
+
+
+class OpenVinoPredictor(OnnxPredictor):
+    """One OpenVINO compiled model and infer request on the CPU plugin."""
+
+    engine = "openvino"
+
+    def _open(self) -> BatchRunner:
+        ov = import_engine("openvino", "openvino")
+        core = ov.Core()
+        model = core.read_model(str(self.onnx_file))
+        if len(model.inputs) != 1 or not model.outputs:
+            raise ValueError(f"expected one input and at least one output, got {model.inputs}")
+        compiled = core.compile_model(model, "CPU", compile_config(self.options))
+        request = compiled.create_infer_request()
+        logger.info(
+            "loaded %s model=%s engine=openvino %s threads=%d precision=%s",
+            self.spec.kind,
+            self.spec.model_name,
+            ov.get_version(),
+            self.options.cpu_threads,
+            compiled.get_property("INFERENCE_PRECISION_HINT"),
+        )
+
+        def run(data: np.ndarray) -> np.ndarray:
+            request.infer({0: data})
+            # The output tensor's memory belongs to the request and is reused: copy it.
+            return np.array(request.get_output_tensor(0).data, copy=True)
+
+        return run
+
+
+def create_openvino_predictor(spec: ModelSpec, options: EngineOptions) -> Predictor:
+    """An OpenVINO predictor for an ONNX spec on the CPU."""
+    return OpenVinoPredictor(spec, options)
+
+
+OPENVINO = EngineBackend(
+    name="openvino",
+    devices=frozenset({"cpu"}),
+    formats=frozenset({"onnx"}),
+    create=create_openvino_predictor,
+    prepare=prepare_onnx,
+)
+"""OpenVINO (CPU plugin) on ONNX models and Paddle models' conversions."""

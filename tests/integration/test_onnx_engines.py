@@ -1,0 +1,125 @@
+"""The CPU engines read the same text as Paddle: ONNX Runtime and OpenVINO (f32) on the
+converted PP-OCRv5 models, on real document pages and the synthetic test images, in process and
+through the server's device workers with pages batched together."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from loadtest import pages
+from models import convert
+from models.bundle import load_bundle
+from serving.app import build_app
+from serving.config import AppConfig, EngineConfig, PaddlexConfig, WorkersConfig
+from serving.local_engine import LocalEngine
+from serving.runtime import Runtime
+from tests import images
+from tests.integration.conftest import wait_ready
+
+ONNX_ENGINES = ("openvino", "onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def onnx_dir() -> str:
+    """The configured cache, holding the default models' conversions (`make convert`, which
+    `make test` runs; converted here when only the converter is there)."""
+    cache = Path(EngineConfig().onnx_dir)
+    models = AppConfig().models
+    bundle = load_bundle(models.det, models.rec)
+    missing = [s for s in (bundle.det, bundle.rec) if convert.find_onnx(s, cache) is None]
+    converter = convert.default_converter()
+    if missing and converter is None:
+        pytest.skip(f"no ONNX conversions in {cache}: run {convert.CONVERT_COMMAND}")
+    for spec in missing:
+        if converter is not None:
+            convert.convert(spec, cache, converter)
+    return str(cache)
+
+
+@pytest.fixture(scope="module")
+def test_pages() -> dict[str, np.ndarray]:
+    chosen = {
+        "latin": images.latin_lines().image,
+        "chinese": images.chinese_lines().image,
+        "dense": images.dense_page().image,
+    }
+    for pdf in pages.find_real_pdfs()[:2]:
+        (index,) = pages.select_text_pages(pdf, 1)
+        (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
+        chosen[f"{pdf.name}:p{index + 1}"] = image
+    assert len(chosen) == 5, "run scripts/system-deps.sh to install the Debian doc PDFs"
+    return chosen
+
+
+def _config(backend: str, onnx_dir: str, **engine: object) -> AppConfig:
+    return AppConfig(
+        engine=dataclasses.replace(
+            EngineConfig(), cpu_backend=backend, cpu_threads=2, onnx_dir=onnx_dir, **engine
+        ),
+        workers=dataclasses.replace(WorkersConfig(), cpu_workers=2, devices=("cpu",)),
+        paddlex=PaddlexConfig(visualize=False),
+    )
+
+
+def _read(config: AppConfig, test_pages: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    engine = LocalEngine(config)
+    engine.load()
+    return {name: [ln.text for ln in engine.ocr(img).lines] for name, img in test_pages.items()}
+
+
+@pytest.fixture(scope="module")
+def paddle_texts(onnx_dir: str, test_pages: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    texts = _read(_config("paddle", onnx_dir), test_pages)
+    assert sum(len(t) for t in texts.values()) > 100, "the pages should have text"
+    return texts
+
+
+@pytest.mark.parametrize("backend", ONNX_ENGINES)
+def test_engine_reads_what_paddle_reads(
+    backend: str,
+    onnx_dir: str,
+    test_pages: dict[str, np.ndarray],
+    paddle_texts: dict[str, list[str]],
+) -> None:
+    texts = _read(_config(backend, onnx_dir), test_pages)
+    for name in test_pages:
+        assert texts[name] == paddle_texts[name], name
+
+
+@pytest.fixture(scope="module")
+def openvino_client(onnx_dir: str) -> Iterator[TestClient]:
+    runtime = Runtime.build(_config("openvino", onnx_dir), jobs=False)
+    with TestClient(build_app(runtime)) as client:
+        wait_ready(client)
+        yield client
+
+
+def test_openvino_server_batches_pages_and_reads_what_paddle_reads(
+    openvino_client: TestClient,
+    test_pages: dict[str, np.ndarray],
+    paddle_texts: dict[str, list[str]],
+) -> None:
+    # Every page twice, all at once: rec batches hold crops of several requests.
+    names = [*test_pages, *test_pages]
+    bodies = {name: images.encode_png(test_pages[name]) for name in test_pages}
+
+    def post(name: str) -> list[str]:
+        body = {"file": base64.b64encode(bodies[name]).decode(), "fileType": 1}
+        response = openvino_client.post("/ocr", json=body)
+        assert response.status_code == 200, response.text
+        return list(response.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"])
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        texts = list(pool.map(post, names))
+    for name, got in zip(names, texts, strict=True):
+        assert got == paddle_texts[name], name
+    metrics = openvino_client.get("/metrics").text
+    assert 'ocr_batch_size_bucket{device="cpu",le="6.0",stage="rec"}' in metrics
