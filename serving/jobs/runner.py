@@ -42,6 +42,8 @@ MAX_ATTEMPTS = 4
 """Tries of one page when it meets a passing condition (503 or 504) other than overload."""
 RETRY_BACKOFF_S = 1.0
 """Wait before a page goes back to pending after a passing condition; doubles each attempt."""
+STORE_RETRY_S = 5.0
+"""Wait before claiming again after the store could not be reached (a shared store's database)."""
 
 
 class JobEvents:
@@ -167,7 +169,8 @@ class JobRunner:
         self._loops = []
         if self.store.is_open:
             for job_id, seq in pages:
-                await asyncio.to_thread(self.store.release_page, job_id, seq, refund=True)
+                with contextlib.suppress(OcrError):  # unreachable: its lease lapses instead
+                    await asyncio.to_thread(self.store.release_page, job_id, seq, refund=True)
             await asyncio.to_thread(self.store.close)
         self.events.notify_all()
 
@@ -223,17 +226,23 @@ class JobRunner:
         while True:
             await slots.acquire()
             self._wake.clear()
+            wait_s = self.store.poll_interval_s  # a shared store changes unseen: look again
             try:
+                if not self.store.is_open and self.store.poll_interval_s is not None:
+                    await self.open(create=False)  # a shared store unreachable until now
                 task = (
                     await asyncio.to_thread(self.store.claim_next) if self.store.is_open else None
                 )
+            except OcrError as err:  # the database is unreachable: no traceback, every few s
+                logger.warning("jobs: cannot claim a page: %s", err.message)
+                task, wait_s = None, STORE_RETRY_S
             except Exception:  # the runner's boundary: a store error must not end the feed
                 logger.exception("jobs: cannot claim a page")
                 task = None
             if task is None:
                 slots.release()
-                with contextlib.suppress(TimeoutError):  # a shared store changes unseen
-                    await asyncio.wait_for(self._wake.wait(), self.store.poll_interval_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait_s)
                 continue
             key = (task.job_id, task.seq)
             page = asyncio.create_task(self._run_page(task), name=f"job-{task.job_id}-{task.seq}")

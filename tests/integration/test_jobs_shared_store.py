@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import cast
@@ -17,6 +18,7 @@ import pytest
 
 from pipelines.types import PageResult, TextLine
 from serving.config import JobsConfig
+from serving.jobs import runner as runner_module
 from serving.jobs.files import Document
 from serving.jobs.postgres_store import PostgresJobStore
 from serving.jobs.runner import JobRunner
@@ -278,3 +280,44 @@ async def test_runners_take_over_a_stalled_replicas_page_which_then_drops_it(
     finally:
         await a.stop()
         await b.stop()
+
+
+def test_a_dropped_connection_answers_503_once_then_reconnects(replicas, url: str) -> None:
+    a, _b = replicas
+    _create(a, "j", 1)
+    with psycopg.connect(url, autocommit=True) as admin:  # as a database restart would
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid <> pg_backend_pid() AND datname = current_database()"
+        )
+    with pytest.raises(JobStoreUnavailable, match="unreachable"):
+        a.get_job("j")
+    assert a.get_job("j").pages_total == 1
+
+
+@pytest.mark.anyio
+async def test_a_runner_started_before_its_database_feeds_once_it_is_up(
+    postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"late_{uuid.uuid4().hex[:8]}"
+    url = postgres.url(name)  # no such database yet: connecting fails as with a server down
+    monkeypatch.setattr(runner_module, "STORE_RETRY_S", 0.1)
+    config = JobsConfig(data_dir=str(tmp_path), store=url, poll_interval_s=0.05)
+    store = PostgresJobStore(url, uploads_dir=tmp_path, poll_interval_s=0.05)
+    runner = JobRunner(store=store, ocr=quick_ocr, config=config)
+    try:
+        await runner.start()  # logs that the store is unreachable, and keeps trying
+        assert not store.is_open
+        with psycopg.connect(postgres.url(), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {name}".encode())
+        other = PostgresJobStore(url, uploads_dir=tmp_path)  # another replica
+        other.open()
+        _create(other, "j", 2)
+        for _ in range(200):
+            if (info := other.get_job("j")).finished:
+                break
+            await asyncio.sleep(0.05)
+        assert (info.status, info.pages_done) == ("succeeded", 2)
+        other.close()
+    finally:
+        await runner.stop()
