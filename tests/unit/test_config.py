@@ -399,6 +399,19 @@ def test_describe_keeps_explicit_counts_and_values() -> None:
     assert data["workers"]["devices"] == ("auto",)
 
 
+def test_a_shared_job_store_is_a_postgresql_url_whose_password_is_never_logged() -> None:
+    assert AppConfig().jobs.store == "sqlite"
+    url = "postgresql://ocr:s3cret@db.internal:5432/ocr?sslmode=require"
+    config = _build({"jobs": {"store": url, "lease_s": 10.0, "poll_interval_s": 0.5}})
+    assert config.jobs.store == url
+    logged = describe(config)["jobs"]["store"]
+    assert logged == "postgresql://ocr:***@db.internal:5432/ocr?sslmode=require"
+    with pytest.raises(ConfigError, match=r"jobs\.store.*mysql://ocr:\*\*\*@db/ocr"):
+        _build({"jobs": {"store": "mysql://ocr:s3cret@db/ocr"}})
+    with pytest.raises(ConfigError, match=r"jobs\.poll_interval_s.*< jobs\.lease_s"):
+        _build({"jobs": {"store": url, "lease_s": 1.0, "poll_interval_s": 2.0}})
+
+
 # --- cli.resolve_config ---------------------------------------------------------------------
 
 
