@@ -107,8 +107,10 @@ class DeviceDispatch:
         recorder: Recorder,
         on_done: Callable[[WorkItem], None],
         on_dropped: Callable[[WorkItem], None],
+        hold_background: Callable[[], bool] = lambda: False,
     ) -> None:
         self.loop = loop
+        self.hold_background = hold_background
         self.policy = policy
         self.placement = placement
         self._place = placement if use_placement else None
@@ -175,6 +177,7 @@ class DeviceDispatch:
             company_possible=self.admission.inflight > 1,
             device=model.name,
             placement=self._place,
+            hold_background=self.hold_background(),
         )
         for item in selection.dropped:
             self.recorder.dropped_items += 1

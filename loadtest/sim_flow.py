@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from loadtest.sim_cpu import CpuPoolSim
 from loadtest.sim_devices import DeviceDispatch
@@ -34,6 +35,7 @@ class SimRequest:
 
     __slots__ = (
         "arrival",
+        "coming",
         "deadline",
         "items",
         "on_end",
@@ -60,6 +62,8 @@ class SimRequest:
         self.on_end = on_end
         self.pages_left = pages.pages if isinstance(pages, RequestDraw) else len(pages)
         self.pages_held = 0
+        self.coming = 0
+        """Its interactive CPU steps in flight that end by submitting device work."""
         self.items: list[WorkItem] = []
         self.status: str | None = None
         """None while in flight; then one of `sim_stats.OUTCOMES`."""
@@ -98,6 +102,9 @@ class RequestFlow:
     be drawing pages nobody looks at)."""
     dispatch: DeviceDispatch | None = None
     ended: int = 0
+    coming: int = 0
+    """Interactive CPU steps in flight that end by submitting device work, as
+    `Scheduler.interactive_coming` counts them: while any runs, devices leave background work."""
 
     def start(
         self,
@@ -120,7 +127,7 @@ class RequestFlow:
         if cancel_after_s is not None:
             self.loop.at(now + cancel_after_s, self._cancel, request)
         seconds = self.cpu.model.sizes.seconds(0, 0)
-        self.cpu.run(request, seconds, priority, self._sized, request)
+        self._then_device(request, seconds, self._sized, request)
         return request
 
     def _sized(self, request: SimRequest) -> None:
@@ -142,7 +149,7 @@ class RequestFlow:
         for spec in request.pages:
             page = SimPage(request, spec)
             seconds = model.prepare.seconds(spec.det_pixels, spec.lines)
-            self.cpu.run(request, seconds, request.priority, self._prepared, page)
+            self._then_device(request, seconds, self._prepared, page)
 
     def _prepared(self, page: SimPage) -> None:
         spec = page.spec
@@ -180,7 +187,7 @@ class RequestFlow:
         model = self.cpu.model
         if item.stage == "det":
             seconds = model.after_det.seconds(spec.det_pixels, spec.lines)
-            self.cpu.run(request, seconds, request.priority, self._detected, page)
+            self._then_device(request, seconds, self._detected, page)
             return
         page.chunks_left -= 1
         if page.chunks_left == 0:
@@ -211,10 +218,34 @@ class RequestFlow:
     def _cancel(self, request: SimRequest) -> None:
         self._end(request, "cancelled")
 
+    def _then_device(
+        self, request: SimRequest, seconds: float, done: Callable[[Any], None], arg: Any
+    ) -> None:
+        """A CPU step whose `done` submits device work (as `OcrService` wraps those steps)."""
+        if request.priority == BACKGROUND:
+            self.cpu.run(request, seconds, request.priority, done, arg)
+            return
+        request.coming += 1
+        self.coming += 1
+        self.cpu.run(request, seconds, request.priority, self._came, (request, done, arg))
+
+    def _came(self, call: tuple[SimRequest, Callable[[Any], None], Any]) -> None:
+        request, done, arg = call
+        self._release(request, 1)
+        done(arg)
+
+    def _release(self, request: SimRequest, steps: int) -> None:
+        request.coming -= steps
+        self.coming -= steps
+        if not self.coming and self.dispatch is not None:
+            self.dispatch.changed()
+
     def _end(self, request: SimRequest, outcome: str) -> None:
         if request.status is not None:
             return
         request.status = outcome
+        if request.coming:  # its steps' `done` will not run
+            self._release(request, request.coming)
         self.ended += 1
         if request.pages_held:
             self.admission.release(request.pages_held)

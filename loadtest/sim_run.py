@@ -64,6 +64,7 @@ class _TimedPolicy(BatchPolicy):
         company_possible: bool = True,
         device: str | None = None,
         placement: Placement | None = None,
+        hold_background: bool = False,
     ) -> Selection:
         started = time.perf_counter()
         try:
@@ -74,6 +75,7 @@ class _TimedPolicy(BatchPolicy):
                 company_possible=company_possible,
                 device=device,
                 placement=placement,
+                hold_background=hold_background,
             )
         finally:
             self.select_s += time.perf_counter() - started
@@ -126,6 +128,7 @@ class Simulation:
             recorder=self.recorder,
             on_done=self.flow.item_done,
             on_dropped=self.flow.item_dropped,
+            hold_background=lambda: self.flow.coming > 0,
         )
         self.flow.dispatch = self.dispatch
         self.clients = InteractiveClients(

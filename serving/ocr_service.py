@@ -18,7 +18,7 @@ from serving.inputs import DecodeLimits, FileKind
 from serving.page_image import page_png
 from serving.request_options import OcrOptions
 from serving.scheduling.admission import Admission
-from serving.scheduling.batching import INTERACTIVE, Scheduler, WorkItem
+from serving.scheduling.batching import BACKGROUND, INTERACTIVE, Scheduler, WorkItem
 from serving.scheduling.memory_budget import MemoryBudget, page_cost_bytes
 from serving.workers import cpu_stages, shm
 from serving.workers.cpu_pool import CpuPool, free_segments
@@ -102,9 +102,10 @@ class OcrService:
             # The document crosses to the workers once, in shared memory, whatever its pages.
             source = shm.put(np.frombuffer(data, np.uint8), self._prefix)
             try:
-                sizes = await self.cpu.run(
-                    cpu_stages.page_sizes, source, kind, self.limits, None, priority=priority
-                )
+                with self.scheduler.interactive_coming(priority):
+                    sizes = await self.cpu.run(
+                        cpu_stages.page_sizes, source, kind, self.limits, None, priority=priority
+                    )
                 costs = [page_cost_bytes(w, h, options.det) for w, h in sizes]
                 for cost in costs:
                     self.budget.check(cost)
@@ -196,15 +197,16 @@ class OcrService:
         """Decode one page once the budget has room for it, and OCR it; the room is held until
         its result is assembled."""
         async with self.budget.hold(cost):
-            page = await self.cpu.run(
-                cpu_stages.prepare_page_of,
-                source,
-                kind,
-                index,
-                self.limits,
-                options.det,
-                priority=priority,
-            )
+            with self.scheduler.interactive_coming(priority):
+                page = await self.cpu.run(
+                    cpu_stages.prepare_page_of,
+                    source,
+                    kind,
+                    index,
+                    self.limits,
+                    options.det,
+                    priority=priority,
+                )
             try:
                 output = await self._page(page, options, visualize, deadline, priority)
             finally:
@@ -237,7 +239,14 @@ class OcrService:
                 step, deadline, priority, cpu_stages.after_cls, options.rec
             )
         result, images = await self._infer_then(
-            step, deadline, priority, cpu_stages.finish, page.image, options.rec, visualize
+            step,
+            deadline,
+            priority,
+            cpu_stages.finish,
+            page.image,
+            options.rec,
+            visualize,
+            last=True,
         )
         return PageOutput(result=result, images=images)
 
@@ -248,6 +257,7 @@ class OcrService:
         priority: int,
         cpu_step: Callable[..., T],
         *args: Any,
+        last: bool = False,
     ) -> T:
         """Run the inference `step` awaits, then `cpu_step(step, outputs, *args)` in the pool; the
         step's segments and the outputs' are freed whatever happens."""
@@ -256,7 +266,9 @@ class OcrService:
                 *(self._infer(step.state.awaiting, ref, deadline, priority) for ref in step.inputs)
             )
             try:
-                return await self.cpu.run(cpu_step, step, outputs, *args, priority=priority)
+                # Every step but the last submits the page's next stage.
+                with self.scheduler.interactive_coming(BACKGROUND if last else priority):
+                    return await self.cpu.run(cpu_step, step, outputs, *args, priority=priority)
             finally:
                 free_segments(outputs)
         finally:

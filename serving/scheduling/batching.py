@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -133,6 +133,7 @@ class BatchPolicy:
         company_possible: bool = True,
         device: str | None = None,
         placement: Placement | None = None,
+        hold_background: bool = False,
     ) -> Selection:
         """Pick the next batch for a worker serving `stages` with batch caps `limits`.
 
@@ -140,7 +141,9 @@ class BatchPolicy:
         `company_possible` (other work in flight could still join it), and never while other
         buckets are ready: the worker runs those meanwhile. With a `placement`, the worker
         (`device`) leaves a batch that another device would finish sooner and takes the next
-        candidate instead.
+        candidate instead. With `hold_background` (interactive work is about to be submitted:
+        a page in a CPU step between its device stages), background batches wait: a job's batch,
+        once started, is not preempted, and the interactive page would wait for all of it.
         """
         selection = Selection()
         candidates: list[tuple[tuple[int, int, float], str, Hashable]] = []
@@ -156,7 +159,9 @@ class BatchPolicy:
         candidates.sort(key=lambda c: c[0])
         free: dict[str, float] | None = None
         left: dict[str, int] = {}  # cost of each stage's batches left to others: their queue
-        for _key, stage, bucket in candidates:
+        for key, stage, bucket in candidates:
+            if hold_background and key[0] >= BACKGROUND:
+                break  # background candidates sort last; a release notifies the workers
             batch, full = self._fill(self._buckets[stage][bucket], limits[stage])
             oldest = min(it.enqueued_at for it in batch)
             ready_at = oldest + self._config[stage].max_wait_ms / 1000.0
@@ -289,6 +294,8 @@ class Scheduler:
         self._open: set[WorkItem] = set()
         """Items submitted and not yet answered: queued, or in a batch on a device."""
         self._closed = False
+        self._coming = 0
+        """Interactive CPU steps in flight that end by submitting device work."""
 
     @property
     def closed(self) -> bool:
@@ -333,6 +340,22 @@ class Scheduler:
         """Something other than a submit changed what workers may take (a device freed)."""
         self._changed.set()
 
+    @contextlib.contextmanager
+    def interactive_coming(self, priority: int) -> Iterator[None]:
+        """Around a CPU step that ends by submitting device work at `priority`: while an
+        interactive one runs, workers leave background batches (`BatchPolicy.select`'s
+        `hold_background`), so the page's next stage does not queue behind a job's batch."""
+        if priority >= BACKGROUND:
+            yield
+            return
+        self._coming += 1
+        try:
+            yield
+        finally:
+            self._coming -= 1
+            if not self._coming:
+                self._changed.set()
+
     async def next_batch(
         self, stages: Iterable[str], limits: Mapping[str, StageLimits], device: str | None = None
     ) -> list[WorkItem]:
@@ -348,6 +371,7 @@ class Scheduler:
                 company_possible=self._company_possible(),
                 device=device,
                 placement=self.placement,
+                hold_background=self._coming > 0,
             )
             for item in selection.dropped:
                 self._drop(item)

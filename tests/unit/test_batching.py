@@ -230,3 +230,39 @@ def test_close_fails_queued_and_running_items_and_refuses_new_ones():
         assert scheduler.policy.depth("rec") == 0
 
     asyncio.run(scenario())
+
+
+def test_background_waits_while_interactive_work_is_coming(loop):
+    """While an interactive page is in a CPU step that will submit device work, a worker leaves
+    background batches (one running would not be preempted) and takes interactive ones."""
+    policy = BatchPolicy(queues())
+    job = item(loop, stage="det", bucket=(64, 64), count=1, priority=BACKGROUND, name="job")
+    policy.submit(job, now=0.0)
+    held = policy.select(1.0, ["det", "rec"], LIMITS, hold_background=True)
+    assert held.batch == []
+    assert held.wake_at is None  # the release notifies: no timer
+    crops = item(loop, name="crops")
+    policy.submit(crops, now=1.1)
+    assert names(policy.select(1.2, ["det", "rec"], LIMITS, hold_background=True).batch) == [
+        "crops"
+    ]
+    assert names(policy.select(1.3, ["det", "rec"], LIMITS).batch) == ["job"]
+
+
+def test_the_last_interactive_step_ending_wakes_the_workers(loop):
+    async def main():
+        scheduler = Scheduler(queues())
+        job = item(asyncio.get_running_loop(), stage="det", bucket=(64, 64), count=1)
+        job.priority = BACKGROUND
+        with scheduler.interactive_coming(BACKGROUND):  # background steps hold nothing
+            scheduler.submit(job)
+            assert await scheduler.next_batch(["det"], LIMITS) == [job]
+        scheduler.submit(second := item(asyncio.get_running_loop(), stage="det", count=1))
+        second.priority = BACKGROUND
+        with scheduler.interactive_coming(INTERACTIVE):
+            waiter = asyncio.ensure_future(scheduler.next_batch(["det"], LIMITS))
+            await asyncio.sleep(0.01)
+            assert not waiter.done()  # held while the interactive step runs
+        assert await asyncio.wait_for(waiter, 1.0) == [second]
+
+    loop.run_until_complete(main())

@@ -104,25 +104,26 @@ def test_one_page_follows_the_servers_path_step_by_step() -> None:
     assert result.admission_page_s == pytest.approx(2.7)
 
 
-def test_interactive_work_runs_first_but_a_running_background_batch_is_not_preempted() -> None:
+def test_interactive_work_runs_first_and_holds_background_work_between_its_stages() -> None:
     sim = Simulation(_config())
     ended: Ended = []
     _inject(sim, ended, 0.0, BACKGROUND)
     _inject(sim, ended, 0.05, INTERACTIVE)
     result = sim.run()
     # The CPU pool runs the interactive calls first (0.1-0.2 sizes, 0.2-0.4 prepare) and the job
-    # page's prepare after (0.4-0.6). Interactive det 0.4-1.4; the job page's det is the only
-    # item queued at 1.4 and runs to 2.4 while the interactive chunks (queued at 1.7) wait.
-    # Interactive rec: the 320 px chunk 2.4-2.9, then the 640 px one together with the job's
-    # 640 px chunk (queued at 2.7, same bucket: one batch of two items) 2.9-3.4; finish 3.4-3.5.
-    # The job's 320 px chunk 3.4-3.9, finish 3.9-4.0.
+    # page's prepare after (0.4-0.6). Interactive det 0.4-1.4. The job page's det is the only
+    # item queued at 1.4, but the interactive page is in its CPU step after det (1.4-1.7), which
+    # will submit device work: the device holds the job's det (a batch is not preempted: taken at
+    # 1.4 it would run to 2.4 and the interactive chunks would wait for it). Interactive rec: the
+    # 320 px chunk 1.7-2.2, the 640 px one 2.2-2.7; finish 2.7-2.8. Then the job: det 2.7-3.7,
+    # CPU 3.7-4.0, its chunks 4.0-4.5 and 4.5-5.0 (alone now), finish 5.0-5.1.
     assert ended == [
-        ("interactive", "ok", 0.05, 3.5),
-        ("background", "ok", 0.0, 4.0),
+        ("interactive", "ok", 0.05, 2.8),
+        ("background", "ok", 0.0, 5.1),
     ]
-    assert _rows(result, "cpu", "rec") == 3
-    assert result.recorder.batches[("cpu", "rec")].rows == {6: 2, 4: 1}
-    assert result.devices["cpu"][1] == pytest.approx(3.5)
+    assert _rows(result, "cpu", "rec") == 4
+    assert result.recorder.batches[("cpu", "rec")].rows == {6: 2, 2: 2}
+    assert result.devices["cpu"][1] == pytest.approx(4.0)
 
 
 def test_shed_deadline_and_cancelled_requests_and_their_dropped_items() -> None:
