@@ -35,13 +35,15 @@ COPY pipelines pipelines
 COPY models models
 COPY loadtest loadtest
 # requirements-gpu.txt leaves paddlepaddle out: the gpu variant keeps its base image's GPU build.
+# Both carry the `postgres` extra (psycopg), so replicas can share a job store (OCR_JOBS__STORE).
 # (No heredoc: buildah before 1.33 does not read them.)
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
     && python3 -m venv /opt/build \
     && /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
     && python3 -c 'import tomllib; \
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+deps = project["dependencies"] + project["optional-dependencies"]["postgres"]; \
 open("/wheels/requirements-cpu.txt", "w").write("\n".join(deps) + "\n"); \
 gpu = [d for d in deps if not d.startswith("paddlepaddle")]; \
 open("/wheels/requirements-gpu.txt", "w").write("\n".join(gpu) + "\n")'
