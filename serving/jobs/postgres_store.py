@@ -32,12 +32,13 @@ from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import errors
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import dict_row
 
 from serving.config import redact_url
 from serving.inputs import FileKind
 from serving.jobs.durable import fsync_path
 from serving.jobs.files import Document
+from serving.jobs.postgres_schema import Connection, migrate
 from serving.jobs.schema import file_info, finished_page, job_info, page_error
 from serving.jobs.types import (
     STATUSES,
@@ -52,59 +53,9 @@ from serving.jobs.types import (
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Connection = psycopg.Connection[DictRow]
 
-SCHEMA_VERSION = 1
-_SCHEMA_LOCK = 0x6F63725F6A6F6273  # pg_advisory_xact_lock key: one replica migrates at a time
 _RETRIES = 5
 """Tries of a transaction that PostgreSQL aborted for a deadlock or a serialisation conflict."""
-
-_MIGRATIONS: dict[int, str] = {
-    1: """
-    CREATE TABLE ocr_jobs (
-        n BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
-        id TEXT PRIMARY KEY,
-        status TEXT NOT NULL,
-        options TEXT NOT NULL,
-        pages_total INTEGER NOT NULL,
-        pages_done INTEGER NOT NULL DEFAULT 0,
-        pages_failed INTEGER NOT NULL DEFAULT 0,
-        created_at DOUBLE PRECISION NOT NULL,
-        started_at DOUBLE PRECISION,
-        finished_at DOUBLE PRECISION
-    );
-    CREATE INDEX ocr_jobs_by_status ON ocr_jobs (status, finished_at);
-    CREATE TABLE ocr_files (
-        job_id TEXT NOT NULL,
-        idx INTEGER NOT NULL,
-        name TEXT NOT NULL,
-        stored_as TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        pages INTEGER NOT NULL,
-        size_bytes BIGINT NOT NULL,
-        PRIMARY KEY (job_id, idx)
-    );
-    CREATE TABLE ocr_pages (
-        job_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        file_idx INTEGER NOT NULL,
-        page INTEGER NOT NULL,
-        status TEXT NOT NULL DEFAULT 'pending',
-        attempts INTEGER NOT NULL DEFAULT 0,
-        lease_owner TEXT,
-        lease_expires_at DOUBLE PRECISION,
-        finished_order INTEGER,
-        error_code TEXT,
-        error_message TEXT,
-        result BYTEA,
-        PRIMARY KEY (job_id, seq),
-        UNIQUE (job_id, finished_order),
-        CHECK ((status = 'running') = (lease_owner IS NOT NULL)),
-        CHECK ((status = 'done') = (result IS NOT NULL))
-    );
-    CREATE INDEX ocr_pages_open ON ocr_pages (job_id, seq) WHERE status IN ('pending', 'running');
-    """,
-}
 
 
 class _Gone(Exception):
@@ -161,7 +112,7 @@ class PostgresJobStore:
         if self._open:
             return 0
         try:
-            self._call(_migrate, opening=True)
+            self._call(migrate, opening=True)
             reset = self._call(self._reset_lapsed, opening=True)
         except BaseException:
             self.close()
@@ -520,7 +471,7 @@ class PostgresJobStore:
         root = self.uploads_dir / "jobs"
         if not root.is_dir():
             return
-        old = [p for p in root.iterdir() if p.stat().st_mtime < cutoff]
+        old = [p for p in root.iterdir() if _modified_at(p) < cutoff]
         if not old:
             return
         known = self._call(
@@ -569,31 +520,6 @@ class PostgresJobStore:
             self._conn = None
 
 
-def _migrate(conn: Connection) -> None:
-    """Bring the schema to `SCHEMA_VERSION`; replicas starting together take turns.
-
-    Raises:
-        JobStoreUnavailable: the store was made by a newer version of the server.
-    """
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-    conn.execute("CREATE TABLE IF NOT EXISTS ocr_schema (version INTEGER NOT NULL)")
-    row = conn.execute("SELECT version FROM ocr_schema").fetchone()
-    version = 0 if row is None else int(row["version"])
-    if version > SCHEMA_VERSION:
-        raise JobStoreUnavailable(
-            f"The job store has schema version {version}; this server knows up to "
-            f"{SCHEMA_VERSION} (made by a newer version?)"
-        )
-    for target in range(version + 1, SCHEMA_VERSION + 1):
-        for statement in _MIGRATIONS[target].split(";"):
-            if statement.strip():
-                conn.execute(statement.encode())
-    if row is None:
-        conn.execute("INSERT INTO ocr_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
-    elif version < SCHEMA_VERSION:
-        conn.execute("UPDATE ocr_schema SET version = %s", (SCHEMA_VERSION,))
-
-
 def _info(conn: Connection, job_id: str, *, detail: bool) -> JobInfo:
     row = conn.execute("SELECT * FROM ocr_jobs WHERE id = %s", (job_id,)).fetchone()
     if row is None:
@@ -613,3 +539,11 @@ def _info(conn: Connection, job_id: str, *, detail: bool) -> JobInfo:
         )
     )
     return job_info(row, files=files, failed=failed)
+
+
+def _modified_at(path: Path) -> float:
+    """When `path` last changed; infinitely recent when it is gone (another replica removed it)."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return float("inf")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -321,3 +322,18 @@ async def test_a_runner_started_before_its_database_feeds_once_it_is_up(
         other.close()
     finally:
         await runner.stop()
+
+
+def test_only_old_upload_directories_without_a_job_are_swept(replicas, clock: Clock) -> None:
+    """Another replica may be mid-upload in a directory that has no job yet: only old ones go."""
+    a, b = replicas
+    _create(a, "kept", 1)
+    for name in ("abandoned", "uploading"):
+        (a.job_dir(name) / "files").mkdir(parents=True)
+    long_ago = clock.now - 10 * 86400
+    for name in ("abandoned", "kept"):
+        os.utime(a.job_dir(name), (long_ago, long_ago))
+    assert b.purge_expired(retention_s=86400) == []
+    assert not a.job_dir("abandoned").exists()
+    assert a.job_dir("uploading").exists()
+    assert a.job_dir("kept").exists()

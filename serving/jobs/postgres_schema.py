@@ -1,0 +1,91 @@
+"""The PostgreSQL job store's schema (versioned in the one-row table `ocr_schema`) and migrations.
+
+The tables mirror SQLite's (`serving.jobs.schema`), prefixed `ocr_` to live beside others in a
+database, with a page's lease (`lease_owner`, `lease_expires_at`) and result (`result`) added.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg.rows import DictRow
+
+from serving.jobs.types import JobStoreUnavailable
+
+Connection = psycopg.Connection[DictRow]
+"""A connection whose rows are dicts by column name."""
+
+SCHEMA_VERSION = 1
+_SCHEMA_LOCK = 0x6F63725F6A6F6273
+"""`pg_advisory_xact_lock` key: one replica migrates at a time."""
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE ocr_jobs (
+        n BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+        id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        options TEXT NOT NULL,
+        pages_total INTEGER NOT NULL,
+        pages_done INTEGER NOT NULL DEFAULT 0,
+        pages_failed INTEGER NOT NULL DEFAULT 0,
+        created_at DOUBLE PRECISION NOT NULL,
+        started_at DOUBLE PRECISION,
+        finished_at DOUBLE PRECISION
+    );
+    CREATE INDEX ocr_jobs_by_status ON ocr_jobs (status, finished_at);
+    CREATE TABLE ocr_files (
+        job_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        stored_as TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        pages INTEGER NOT NULL,
+        size_bytes BIGINT NOT NULL,
+        PRIMARY KEY (job_id, idx)
+    );
+    CREATE TABLE ocr_pages (
+        job_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        file_idx INTEGER NOT NULL,
+        page INTEGER NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        lease_owner TEXT,
+        lease_expires_at DOUBLE PRECISION,
+        finished_order INTEGER,
+        error_code TEXT,
+        error_message TEXT,
+        result BYTEA,
+        PRIMARY KEY (job_id, seq),
+        UNIQUE (job_id, finished_order),
+        CHECK ((status = 'running') = (lease_owner IS NOT NULL)),
+        CHECK ((status = 'done') = (result IS NOT NULL))
+    );
+    CREATE INDEX ocr_pages_open ON ocr_pages (job_id, seq) WHERE status IN ('pending', 'running');
+    """,
+}
+
+
+def migrate(conn: Connection) -> None:
+    """Bring the schema to `SCHEMA_VERSION`; replicas starting together take turns.
+
+    Raises:
+        JobStoreUnavailable: the store was made by a newer version of the server.
+    """
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+    conn.execute("CREATE TABLE IF NOT EXISTS ocr_schema (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT version FROM ocr_schema").fetchone()
+    version = 0 if row is None else int(row["version"])
+    if version > SCHEMA_VERSION:
+        raise JobStoreUnavailable(
+            f"The job store has schema version {version}; this server knows up to "
+            f"{SCHEMA_VERSION} (made by a newer version?)"
+        )
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[target].split(";"):
+            if statement.strip():
+                conn.execute(statement.encode())
+    if row is None:
+        conn.execute("INSERT INTO ocr_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+    elif version < SCHEMA_VERSION:
+        conn.execute("UPDATE ocr_schema SET version = %s", (SCHEMA_VERSION,))
