@@ -49,6 +49,8 @@ class EngineOptions:
     """Initial GPU memory pool of the predictor."""
     precision: Precision = "fp32"
     """GPU compute precision (and TensorRT engine precision when `use_tensorrt`)."""
+    allow_tf32: bool = False
+    """Let CUDA matmuls and convolutions use TF32 (torch engine; faster, less exact)."""
     use_tensorrt: bool = False
     trt_workspace_bytes: int = 1 << 30
     trt_min_subgraph_size: int = 3
