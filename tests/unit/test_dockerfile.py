@@ -112,7 +112,9 @@ def test_one_server_stage_on_a_selectable_base(stages: dict[str, Stage]) -> None
     build = (REPO_ROOT / "scripts/image-build.sh").read_text()
     gpu = re.search(r"PADDLE_GPU_IMAGE:-(\S+)\}", build)
     assert gpu
-    assert re.fullmatch(r"paddlepaddle/paddle:3\.\d+\.\d+-gpu-cuda12\.\d+-cudnn[\d.]+", gpu.group(1))
+    assert re.fullmatch(
+        r"paddlepaddle/paddle:3\.\d+\.\d+-gpu-cuda12\.\d+-cudnn[\d.]+", gpu.group(1)
+    )
     pinned = re.search(r'"paddlepaddle==([\d.]+)"', (REPO_ROOT / "pyproject.toml").read_text())
     assert pinned
     assert gpu.group(1).split(":")[1].startswith(pinned.group(1) + "-")
