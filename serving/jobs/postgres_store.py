@@ -508,9 +508,12 @@ class PostgresJobStore:
 
     def _connection(self) -> Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self.url, autocommit=True, row_factory=dict_row, connect_timeout=10
-            )
+            try:
+                self._conn = psycopg.connect(
+                    self.url, autocommit=True, row_factory=dict_row, connect_timeout=10
+                )
+            except psycopg.Error as err:  # down, refused, or a URL libpq cannot read
+                raise JobStoreUnavailable(f"The job store is unreachable: {err}") from err
         return self._conn
 
     def _drop(self) -> None:

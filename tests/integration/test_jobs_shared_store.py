@@ -337,3 +337,9 @@ def test_only_old_upload_directories_without_a_job_are_swept(replicas, clock: Cl
     assert not a.job_dir("abandoned").exists()
     assert a.job_dir("uploading").exists()
     assert a.job_dir("kept").exists()
+
+
+def test_a_url_libpq_cannot_read_answers_503(tmp_path: Path) -> None:
+    store = PostgresJobStore("postgresql://ocr@/db?no_such_option=1", uploads_dir=tmp_path)
+    with pytest.raises(JobStoreUnavailable, match="unreachable"):
+        store.open()
