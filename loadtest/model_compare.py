@@ -1,9 +1,9 @@
 """PP-OCRv5 mobile against PP-OCRv6 small on the ONNX engines, side by side in one run.
 
 For each engine and model set: accuracy (CER and word-level F1 against the PDFs' text layer) and
-the in-process engine limit (`loadtest.engine_limit`, in its own process), then our server's
-throughput at concurrency 4; the model sets alternate within each engine, so their ratio is
-measured under the same load. Real document pages rendered at 150 dpi (as `make bench`).
+the in-process engine limit, the sets taking turns page by page so that their ratio is measured
+under the same load, then our server's throughput at concurrency 4, one set after the other.
+Real document pages rendered at 150 dpi (as `make bench`).
 
     python -m loadtest.model_compare --out model-compare-out
 
@@ -16,7 +16,7 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -24,11 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from loadtest.accuracy import WordCounts, char_edits, word_counts
 from loadtest.documents import load_documents
 from loadtest.engine_limit import real_page_set, write_page_set
 from loadtest.run import run_level
 from loadtest.servers import start_ours
+from serving.config import load_config
+from serving.local_engine import LocalEngine
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +111,47 @@ def accuracy(truths: dict[str, str], texts: dict[str, list[str]]) -> dict[str, f
     }
 
 
-def engine_limit(config: Path, pages_dir: Path, out_json: Path, rounds: int) -> dict[str, Any]:
-    """`loadtest.engine_limit` in its own process; its figures and texts."""
-    argv = [sys.executable, "-m", "loadtest.engine_limit", "--config", str(config)]
-    argv += ["--pages-dir", str(pages_dir), "--json", str(out_json), "--rounds", str(rounds)]
-    subprocess.run(argv, check=True)
-    loaded: dict[str, Any] = json.loads(out_json.read_text())
-    return loaded
+def interleaved_limits(
+    configs: dict[str, Path], images: Sequence[np.ndarray], names: Sequence[str], rounds: int
+) -> dict[str, dict[str, Any]]:
+    """The in-process engine limit of each configuration, page by page in turn.
+
+    Every configuration's engine is loaded in this process; each page goes through all of them
+    before the next page, in an order that rotates from page to page, so a change in the
+    machine's load weighs on all of them alike. Each gets one untimed warm-up page.
+    Returns, per configuration, its figures (as `loadtest.engine_limit`) and first-round texts.
+    """
+    engines = {key: LocalEngine(load_config(path)) for key, path in configs.items()}
+    for engine in engines.values():
+        engine.load()
+        engine.ocr(images[0])
+    times: dict[str, list[float]] = {key: [] for key in engines}
+    texts: dict[str, dict[str, list[str]]] = {key: {} for key in engines}
+    keys = list(engines)
+    visit = 0
+    for round_ in range(rounds):
+        for name, image in zip(names, images, strict=True):
+            shift = visit % len(keys)
+            visit += 1
+            for key in keys[shift:] + keys[:shift]:
+                started = time.monotonic()
+                lines = engines[key].ocr(image).lines
+                times[key].append(time.monotonic() - started)
+                if round_ == 0:
+                    texts[key][name] = [line.text for line in lines]
+    for engine in engines.values():
+        for predictor in engine.predictors.values():
+            predictor.close()
+    return {
+        key: {
+            "pages": len(t),
+            "pages_per_s": round(len(t) / sum(t), 4),
+            "median_page_s": round(statistics.median(t), 4),
+            "mean_page_s": round(statistics.fmean(t), 4),
+            "texts": texts[key],
+        }
+        for key, t in times.items()
+    }
 
 
 def server_level(out: Path, text: str, pages: list[Path], concurrency: int) -> dict[str, Any]:
@@ -161,26 +199,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load_average_at_start": os.getloadavg(),
         "runs": [],
     }
+    images = [image for _, image, _ in page_set]
+    names = [p.name for p in paths]
     for engine in args.engines:
+        configs: dict[str, Path] = {}
+        texts: dict[str, str] = {}
         for key in args.models:
-            models = MODEL_SETS[key]
-            name = f"{engine}-{key}"
-            print(f"{models.label} on {engine}...", file=sys.stderr)
-            text = config_text(models, engine, threads, out / "jobs")
-            config = out / f"{name}.toml"
-            config.write_text(text)
-            limit = engine_limit(config, out / "pages", out / f"{name}.json", args.rounds)
+            texts[key] = config_text(MODEL_SETS[key], engine, threads, out / "jobs")
+            configs[key] = out / f"{engine}-{key}.toml"
+            configs[key].write_text(texts[key])
+        print(f"engine limits on {engine}, interleaved: {', '.join(configs)}...", file=sys.stderr)
+        limits = interleaved_limits(configs, images, names, args.rounds)
+        for key, limit in limits.items():
             run_: dict[str, Any] = {
                 "engine": engine,
                 "models": key,
-                "label": models.label,
+                "label": MODEL_SETS[key].label,
                 **accuracy(truths, limit.pop("texts")),
                 "engine_limit": limit,
             }
-            if args.concurrency and key in args.server_models and engine in args.server_engines:
-                run_["server"] = server_level(out, text, paths, args.concurrency)
             report["runs"].append(run_)
             print(json.dumps(run_), file=sys.stderr)
+        if not args.concurrency or engine not in args.server_engines:
+            continue
+        for run_ in report["runs"]:
+            if run_["engine"] == engine and run_["models"] in args.server_models:
+                print(f"our server: {run_['label']} on {engine}...", file=sys.stderr)
+                load = os.getloadavg()[0]
+                run_["server"] = server_level(out, texts[run_["models"]], paths, args.concurrency)
+                run_["server"]["load_average_before"] = load
+                print(json.dumps(run_["server"]), file=sys.stderr)
     report["load_average_at_end"] = os.getloadavg()
     return report
 

@@ -194,7 +194,7 @@ def start_paddlex(
 RAPIDOCR_LAUNCH = """
 import json, os, sys
 import rapidocr_api.main as api
-from rapidocr import RapidOCR
+from rapidocr import EngineType, RapidOCR
 try:
     from rapidocr.inference_engine.openvino import device_config
 except ImportError:  # OpenVINO not installed: the ONNX Runtime row only
@@ -204,7 +204,10 @@ if device_config is not None:
     device_config.CPUConfig.get_config = lambda self: {
         **get_config(self), "INFERENCE_PRECISION_HINT": "f32"
     }
-api.processor.ocr = RapidOCR(params=json.loads(os.environ["RAPIDOCR_PARAMS"]))
+params = json.loads(os.environ["RAPIDOCR_PARAMS"])
+for key in [k for k in params if k.endswith(".engine_type")]:  # RapidOCR wants its enum
+    params[key] = EngineType(params[key])
+api.processor.ocr = RapidOCR(params=params)
 sys.argv = ["rapidocr_api", *sys.argv[1:]]
 api.main()
 """
