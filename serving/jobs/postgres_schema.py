@@ -50,7 +50,7 @@ _MIGRATIONS: dict[int, str] = {
         page INTEGER NOT NULL,
         status TEXT NOT NULL DEFAULT 'pending',
         attempts INTEGER NOT NULL DEFAULT 0,
-        lease_owner TEXT,
+        lease_owner TEXT, -- who holds a running page, or committed a finished one
         lease_expires_at DOUBLE PRECISION,
         finished_order INTEGER,
         error_code TEXT,
@@ -58,7 +58,7 @@ _MIGRATIONS: dict[int, str] = {
         result BYTEA,
         PRIMARY KEY (job_id, seq),
         UNIQUE (job_id, finished_order),
-        CHECK ((status = 'running') = (lease_owner IS NOT NULL)),
+        CHECK (status <> 'running' OR lease_owner IS NOT NULL),
         CHECK ((status = 'done') = (result IS NOT NULL))
     );
     CREATE INDEX ocr_pages_open ON ocr_pages (job_id, seq) WHERE status IN ('pending', 'running');

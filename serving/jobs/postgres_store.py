@@ -337,26 +337,35 @@ class PostgresJobStore:
 
     def renew_leases(self, pages: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
         """Extend the leases on `pages`; returns those this store no longer holds in a running
-        job (taken over after a lapse, or the job was cancelled or deleted)."""
+        job (taken over after a lapse, or the job was cancelled or deleted). A page this store
+        has just committed is not lost: its task is ending."""
         if not pages:
             return set()
-        until = self._clock() + self.lease_s
-        rows = self._call(
-            lambda conn: conn.execute(
+        keys = {
+            "until": self._clock() + self.lease_s,
+            "owner": self.owner,
+            "ids": [job_id for job_id, _ in pages],
+            "seqs": [seq for _, seq in pages],
+        }
+        listed = (
+            " AND (p.job_id, p.seq) IN (SELECT * FROM unnest(%(ids)s::text[], %(seqs)s::int[]))"
+        )
+
+        def renew(conn: Connection) -> set[tuple[str, int]]:
+            held = conn.execute(
                 "UPDATE ocr_pages p SET lease_expires_at = %(until)s FROM ocr_jobs j"
                 " WHERE j.id = p.job_id AND j.status = 'running' AND p.status = 'running'"
-                " AND p.lease_owner = %(owner)s"
-                " AND (p.job_id, p.seq) IN (SELECT * FROM unnest(%(ids)s::text[], %(seqs)s::int[]))"
-                " RETURNING p.job_id, p.seq",
-                {
-                    "until": until,
-                    "owner": self.owner,
-                    "ids": [job_id for job_id, _ in pages],
-                    "seqs": [seq for _, seq in pages],
-                },
+                f" AND p.lease_owner = %(owner)s{listed} RETURNING p.job_id, p.seq",
+                keys,
             ).fetchall()
-        )
-        return set(pages) - {(row["job_id"], row["seq"]) for row in rows}
+            done = conn.execute(
+                "SELECT p.job_id, p.seq FROM ocr_pages p WHERE p.status IN ('done', 'failed')"
+                f" AND p.lease_owner = %(owner)s{listed}",
+                keys,
+            ).fetchall()
+            return {(row["job_id"], row["seq"]) for row in (*held, *done)}
+
+        return set(pages) - self._call(renew)
 
     def finished_pages(
         self, job_id: str, *, after_order: int = 0, from_seq: int | None = None
@@ -429,7 +438,7 @@ class PostgresJobStore:
             # The page row first (the lease holder's guard), then the job's: one lock order.
             page = conn.execute(
                 "UPDATE ocr_pages SET status = %s, result = %s, error_code = %s,"
-                " error_message = %s, lease_owner = NULL, lease_expires_at = NULL"
+                " error_message = %s, lease_expires_at = NULL"
                 " WHERE job_id = %s AND seq = %s AND status = 'running' AND lease_owner = %s",
                 (status, line, code, message, job_id, seq, self.owner),
             )

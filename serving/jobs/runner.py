@@ -263,7 +263,7 @@ class JobRunner:
                 continue
             for key in lost:
                 task = self._tasks.get(key)
-                if task is not None:
+                if task is not None and not task.done():
                     logger.warning("job %s page %d: lease lost; dropping the page", *key)
                     task.cancel()
 

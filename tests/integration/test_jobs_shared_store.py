@@ -87,6 +87,9 @@ def test_any_replica_answers_for_a_job_and_claims_never_overlap(replicas) -> Non
     assert b.complete_page("j", 1, _line(1))
     for seq, store in ((0, a), (2, a), (3, b)):
         assert store.complete_page("j", seq, _line(seq))
+    # A page just committed is not "lost" to its committer (its task is ending), but is to others.
+    assert a.renew_leases([("j", 0), ("j", 2)]) == set()
+    assert b.renew_leases([("j", 0)]) == {("j", 0)}
     info, pages = a.finished_pages("j")
     assert info.status == "succeeded"
     assert [p.order for p in pages] == [1, 2, 3, 4]
