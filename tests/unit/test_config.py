@@ -246,7 +246,7 @@ def test_int_accepted_for_float_field() -> None:
         ({"pipeline": {"rec": {"batch_size": 0}}}, "pipeline.rec.batch_size"),
         ({"engine": {"cpu_threads": -1}}, "engine.cpu_threads"),
         ({"engine": {"precision": "int8"}}, "engine.precision"),
-        ({"engine": {"cpu_backend": "onnxruntime"}}, "engine.cpu_backend"),
+        ({"engine": {"cpu_backend": "tensorrt"}}, "engine.cpu_backend"),
         ({"engine": {"gpu_backend": "tests.fakes.predictors:SLOW_FAKE"}}, "engine.gpu_backend"),
         ({"engine": {"gpu_memory_pool_mb": 0}}, "engine.gpu_memory_pool_mb"),
         ({"workers": {"cpu_workers": -1}}, "workers.cpu_workers"),
@@ -295,7 +295,8 @@ def test_engine_backends_are_checked_against_the_registry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert _build({"engine": {"gpu_backend": "fake"}}).engine.backend_for("gpu") == "fake"
-    message = r"^engine\.cpu_backend: unknown engine backend 'onnx': must be paddle or fake$"
+    known = ", ".join(BACKENDS).rsplit(", ", 1)
+    message = rf"^engine\.cpu_backend: unknown engine backend 'onnx': must be {' or '.join(known)}$"
     with pytest.raises(ConfigError, match=message):
         _build({"engine": {"cpu_backend": "onnx"}})
     cpu_only = EngineBackend(
@@ -308,7 +309,9 @@ def test_engine_backends_are_checked_against_the_registry(
     monkeypatch.setattr("serving.config.BACKENDS", backends)
     monkeypatch.setattr("models.registry.BACKENDS", backends)
     assert _build({"engine": {"cpu_backend": "cpu-only"}}).engine.cpu_backend == "cpu-only"
-    message = r"^engine\.gpu_backend: cpu-only does not run on gpu devices: paddle or fake do$"
+    on_gpu = ", ".join(n for n, b in BACKENDS.items() if "gpu" in b.devices).rsplit(", ", 1)
+    serving = " or ".join(on_gpu)
+    message = rf"^engine\.gpu_backend: cpu-only does not run on gpu devices: {serving} do$"
     with pytest.raises(ConfigError, match=message):
         _build({"engine": {"gpu_backend": "cpu-only"}})
 
