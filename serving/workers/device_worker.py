@@ -175,7 +175,12 @@ class DeviceRunner:
             predictor.launch(slot)
         except Exception:
             slot.release()
-            logger.warning("%s batch of %d failed to launch; running it again", stage, len(refs))
+            logger.warning(
+                "%s batch of %d failed to launch; running it again",
+                stage,
+                len(refs),
+                exc_info=True,
+            )
             return RunningBatch(outcomes=self.run_batch(stage, refs))
         return RunningBatch(
             slot=slot, finish_slot=functools.partial(self._finish, stage, refs, rows)
@@ -190,7 +195,9 @@ class DeviceRunner:
                 raise PredictorFailed(f"{stage} returned {output.shape[0]} rows for {sum(rows)}")
             return item_outcomes(MODEL_STAGES[stage], output, rows, self.setup.shm_prefix)
         except Exception:
-            logger.warning("%s batch of %d failed; running it again", stage, len(refs))
+            logger.warning(
+                "%s batch of %d failed; running it again", stage, len(refs), exc_info=True
+            )
         finally:
             slot.release()
         # The inputs are still in shared memory: the synchronous path retries items alone.

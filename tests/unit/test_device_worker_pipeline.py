@@ -96,3 +96,33 @@ def test_worker_launches_the_next_batch_before_it_waits_for_the_current_one(pref
     assert device.gate_seen == {("compute", 1): True}
     assert device.log.index(("start", ("upload", 2))) < device.log.index(("end", ("compute", 1)))
     assert not serving.is_alive()
+
+
+class FailingLaunch(StagedFake):
+    """Refuses to launch, and fails items whose label is 0 when run synchronously."""
+
+    def launch(self, slot: Slot) -> None:
+        raise RuntimeError("launch failed")
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        if (batch[:, 0, 0, 1] == 0).any():
+            raise RuntimeError("bad crop")
+        return rec_kernel(batch)
+
+
+def test_a_batch_that_cannot_launch_runs_again_item_by_item(prefix) -> None:
+    device = TimedDevice(copy_s=0.0, compute_s=0.0)
+    engine = EngineChoice(backend="fake", options=EngineOptions())
+    spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
+    runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=None)  # type: ignore[arg-type]
+    lane = Lane(device, max_slots=1)
+    runner.predictors["rec"] = FailingLaunch(lane)
+    try:
+        running = runner.start_batch("rec", [crops(1, 2, prefix), crops(2, 0, prefix)])
+        good, bad = running.finish()
+    finally:
+        device.close()
+    assert isinstance(good, ItemOk)
+    assert (good.value[0] == 2).all()
+    assert not isinstance(bad, ItemOk)
+    assert lane.stage((1, 3, 48, 64)) is not None  # the slot was given back
