@@ -47,11 +47,10 @@ class PostgresServer:
         self.bindir = bindir
         self.root = Path(tempfile.mkdtemp(prefix="ocr-pg-"))
         self.data = self.root / "data"
-        self._run_as: str | None = None
+        self._run_as: pwd.struct_passwd | None = None
         if os.geteuid() == 0:
-            self._run_as = "postgres" if _has_user("postgres") else "nobody"
-            entry = pwd.getpwnam(self._run_as)
-            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+            self._run_as = pwd.getpwnam("postgres" if _has_user("postgres") else "nobody")
+            os.chown(self.root, self._run_as.pw_uid, self._run_as.pw_gid)
             self.root.chmod(0o755)
 
     def start(self) -> None:
@@ -104,7 +103,9 @@ class PostgresServer:
     def _ctl(self, *command: str | Path) -> None:
         result = subprocess.run(
             [str(c) for c in command],
-            user=self._run_as,
+            user=None if self._run_as is None else self._run_as.pw_uid,
+            group=None if self._run_as is None else self._run_as.pw_gid,
+            extra_groups=None if self._run_as is None else [],
             capture_output=True,
             text=True,
             cwd=self.root,
