@@ -142,8 +142,10 @@ class BatchPolicy:
         buckets are ready: the worker runs those meanwhile. With a `placement`, the worker
         (`device`) leaves a batch that another device would finish sooner and takes the next
         candidate instead. With `hold_background` (interactive work is about to be submitted:
-        a page in a CPU step between its device stages), background batches wait: a job's batch,
-        once started, is not preempted, and the interactive page would wait for all of it.
+        a page in a CPU step between its device stages), long background batches wait: a job's
+        batch, once started, is not preempted, and the interactive page would wait for all of it.
+        An interactive batch takes background items of its bucket only if it stays short
+        (`LONG_BATCH_S`).
         """
         selection = Selection()
         candidates: list[tuple[tuple[int, int, float], str, Hashable]] = []
@@ -160,9 +162,16 @@ class BatchPolicy:
         free: dict[str, float] | None = None
         left: dict[str, int] = {}  # cost of each stage's batches left to others: their queue
         for key, stage, bucket in candidates:
-            if hold_background and key[0] >= BACKGROUND:
-                break  # background candidates sort last; a release notifies the workers
-            batch, full = self._fill(self._buckets[stage][bucket], limits[stage])
+            items = self._buckets[stage][bucket]
+            if key[0] >= BACKGROUND:
+                batch, full = self._fill(items, limits[stage])
+                if hold_background and _long(batch, device, placement):
+                    continue  # a release (`Scheduler.interactive_coming`) notifies the workers
+            else:
+                # Background items ride along only where they add little time (a GPU's batch).
+                batch, full = self._fill(items, limits[stage], only=key[0])
+                if not _long(batch, device, placement):
+                    batch, full = self._fill(items, limits[stage])
             oldest = min(it.enqueued_at for it in batch)
             ready_at = oldest + self._config[stage].max_wait_ms / 1000.0
             if full or now >= ready_at or not company_possible:
@@ -241,13 +250,20 @@ class BatchPolicy:
 
     @staticmethod
     def _fill(
-        items: list[WorkItem], limits: StageLimits, *, least_urgent: bool = False
+        items: list[WorkItem],
+        limits: StageLimits,
+        *,
+        least_urgent: bool = False,
+        only: int | None = None,
     ) -> tuple[list[WorkItem], bool]:
-        """Most (or least) urgent items that fit the caps; the first one always fits (it runs
-        alone)."""
+        """Most (or least) urgent items (of priority `only`) that fit the caps; the first one
+        always fits (it runs alone)."""
         batch: list[WorkItem] = []
         count = cost = 0
-        for item in sorted(items, key=lambda it: it.sort_key, reverse=least_urgent):
+        ordered = sorted(items, key=lambda it: it.sort_key, reverse=least_urgent)
+        if only is not None:
+            ordered = [it for it in ordered if it.priority == only]
+        for item in ordered:
             fits = (
                 count + item.count <= limits.max_batch_size and cost + item.cost <= limits.max_cost
             )
@@ -267,6 +283,21 @@ class BatchPolicy:
         else:
             del self._buckets[stage][bucket]
         self._sizes[stage] -= len(batch)
+
+
+LONG_BATCH_S = 0.2
+"""A batch predicted to take longer than this is long: while interactive work is coming, no
+background batch that long starts (it would not be preempted), and no background item makes an
+interactive batch that long longer. On this machine's CPU device every batch is long (a page's
+det 0.8 s, a 6-crop rec chunk 0.1-1.2 s); on a GPU, batches are short and mixing them is cheap."""
+
+
+def _long(batch: list[WorkItem], device: str | None, placement: Placement | None) -> bool:
+    """Whether `batch` is long on `device`; so is any batch on a device not yet measured."""
+    if placement is None or device is None:
+        return True
+    predicted = placement.model.predict(device, batch[0].stage, sum(it.cost for it in batch))
+    return predicted is None or predicted > LONG_BATCH_S
 
 
 def _earliest(current: float | None, candidate: float) -> float:

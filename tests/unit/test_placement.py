@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from serving.config import QueueConfig, StageLimits
-from serving.scheduling.batching import INTERACTIVE, BatchPolicy, WorkItem
+from serving.scheduling.batching import BACKGROUND, INTERACTIVE, BatchPolicy, WorkItem
 from serving.scheduling.cost_model import CostModel, size_class
 from serving.scheduling.placement import Placement
 
@@ -187,5 +187,30 @@ def test_work_left_to_the_gpu_counts_as_its_queue_across_buckets() -> None:
         assert cpu.batch == [pages[20]]
         gpu = policy.select(now + 1, ("det",), LIMITS, device="gpu:0", placement=placement)
         assert gpu.batch == [pages[0]]
+
+    asyncio.run(main())
+
+
+def test_background_items_ride_along_only_where_batches_are_short() -> None:
+    """A job's chunk of the same width joins an interactive batch on the GPU (a few ms more), not
+    on the CPU device, where it would make the interactive batch take twice as long."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        model = CostModel()
+        model.observe("gpu:0", "rec", 2_000, 0.01)
+        model.observe("cpu", "rec", 2_000, 0.8)  # 0.4 s for one 1,000-unit chunk: long
+        for device, expected in (("gpu:0", 2), ("cpu", 1)):
+            policy = BatchPolicy(QUEUES)
+            mine = _item("rec", 1_000, loop)
+            job = _item("rec", 1_000, loop)
+            job.priority = BACKGROUND
+            policy.submit(mine, 0.0)
+            policy.submit(job, 0.0)
+            alone = Placement(model=model)
+            alone.add_device(device, ("rec",))  # no other device to leave work to
+            batch = policy.select(1.0, ("rec",), LIMITS, device=device, placement=alone).batch
+            assert batch[0] is mine
+            assert len(batch) == expected, device
 
     asyncio.run(main())
