@@ -38,8 +38,9 @@ from serving.config import redact_url
 from serving.inputs import FileKind
 from serving.jobs.durable import fsync_path
 from serving.jobs.files import Document
+from serving.jobs.postgres_rows import PageGone, end_page, read_job
 from serving.jobs.postgres_schema import Connection, migrate
-from serving.jobs.schema import file_info, finished_page, job_info, page_error
+from serving.jobs.schema import finished_page, job_info
 from serving.jobs.types import (
     STATUSES,
     FinishedPage,
@@ -56,10 +57,8 @@ T = TypeVar("T")
 
 _RETRIES = 5
 """Tries of a transaction that PostgreSQL aborted for a deadlock or a serialisation conflict."""
-
-
-class _Gone(Exception):
-    """Roll the transaction back: the page's claim or its job is gone, nothing is written."""
+MAX_CLAIMS = 5
+"""Claims of one page that never ended (its replicas died or stalled) before it is failed."""
 
 
 class PostgresJobStore:
@@ -173,7 +172,7 @@ class PostgresJobStore:
                     "INSERT INTO ocr_pages (job_id, seq, file_idx, page) VALUES (%s, %s, %s, %s)",
                     [(job_id, seq, i, page) for seq, (i, page) in enumerate(pages)],
                 )
-            return _info(conn, job_id, detail=True)
+            return read_job(conn, job_id, detail=True)
 
         return self._call(create)
 
@@ -183,7 +182,7 @@ class PostgresJobStore:
         Raises:
             JobNotFound: no such job.
         """
-        return self._call(lambda conn: _info(conn, job_id, detail=True))
+        return self._call(lambda conn: read_job(conn, job_id, detail=True))
 
     def list_jobs(self, *, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
         """Jobs, newest first."""
@@ -222,7 +221,7 @@ class PostgresJobStore:
                 " WHERE id = %s AND status IN ('queued', 'running')",
                 (now, job_id),
             )
-            return _info(conn, job_id, detail=True)
+            return read_job(conn, job_id, detail=True)
 
         return self._call(cancel)
 
@@ -271,6 +270,7 @@ class PostgresJobStore:
         now = self._clock()
 
         def claim(conn: Connection) -> PageTask | None:
+            self._fail_abandoned(conn, now)
             page = conn.execute(
                 "WITH next AS ("
                 " SELECT p.job_id, p.seq FROM ocr_pages p JOIN ocr_jobs j ON j.id = p.job_id"
@@ -386,7 +386,7 @@ class PostgresJobStore:
         def query(conn: Connection) -> tuple[JobInfo, list[FinishedPage]]:
             # One snapshot for the job and its pages (READ COMMITTED would take one per query).
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            info = _info(conn, job_id, detail=False)
+            info = read_job(conn, job_id, detail=False)
             if from_seq is None:
                 rows = conn.execute(
                     f"{columns} AND p.finished_order > %s ORDER BY p.finished_order",
@@ -432,41 +432,45 @@ class PostgresJobStore:
         message: str | None,
     ) -> bool:
         now = self._clock()
-        failed = int(status == "failed")
 
         def finish(conn: Connection) -> bool:
-            # The page row first (the lease holder's guard), then the job's: one lock order.
-            page = conn.execute(
-                "UPDATE ocr_pages SET status = %s, result = %s, error_code = %s,"
-                " error_message = %s, lease_expires_at = NULL"
-                " WHERE job_id = %s AND seq = %s AND status = 'running' AND lease_owner = %s",
-                (status, line, code, message, job_id, seq, self.owner),
+            return end_page(
+                conn, job_id, seq, status, line, code, message, now=now, holder=self.owner
             )
-            if page.rowcount == 0:
-                return False
-            job = conn.execute(
-                "UPDATE ocr_jobs SET pages_done = pages_done + %(done)s,"
-                " pages_failed = pages_failed + %(failed)s,"
-                " status = CASE WHEN pages_done + pages_failed + 1 < pages_total THEN status"
-                "  WHEN pages_failed + %(failed)s = 0 THEN 'succeeded' ELSE 'failed' END,"
-                " finished_at = CASE WHEN pages_done + pages_failed + 1 < pages_total"
-                "  THEN finished_at ELSE %(now)s END"
-                " WHERE id = %(id)s AND status = 'running'"
-                " RETURNING pages_done + pages_failed AS finished",
-                {"done": 1 - failed, "failed": failed, "now": now, "id": job_id},
-            ).fetchone()
-            if job is None:
-                raise _Gone  # cancelled or deleted meanwhile: the page's update is rolled back
-            conn.execute(
-                "UPDATE ocr_pages SET finished_order = %s WHERE job_id = %s AND seq = %s",
-                (job["finished"], job_id, seq),
-            )
-            return True
 
         try:
             return self._call(finish)
-        except _Gone:
+        except PageGone:
             return False
+
+    def _fail_abandoned(self, conn: Connection, now: float) -> None:
+        """Fail the pages claimed `MAX_CLAIMS` times without an end: each replica that took one
+        died or stalled, so the page itself may be what kills them; it must not take them all."""
+        pages = conn.execute(
+            "SELECT p.job_id, p.seq, p.attempts FROM ocr_pages p JOIN ocr_jobs j ON j.id = p.job_id"
+            " WHERE j.status = 'running' AND p.attempts >= %(max)s AND (p.status = 'pending'"
+            "  OR (p.status = 'running' AND p.lease_expires_at < %(now)s))"
+            " FOR UPDATE OF p SKIP LOCKED",
+            {"max": MAX_CLAIMS, "now": now},
+        ).fetchall()
+        for page in pages:
+            message = (
+                f"Abandoned after {page['attempts']} claims that never ended: each replica that"
+                " ran the page died or stalled past its lease (jobs.lease_s)"
+            )
+            logger.warning("job %s page %d: %s", page["job_id"], page["seq"], message)
+            with contextlib.suppress(PageGone), conn.transaction():  # a savepoint per page
+                end_page(
+                    conn,
+                    page["job_id"],
+                    page["seq"],
+                    "failed",
+                    None,
+                    "page_abandoned",
+                    message,
+                    now=now,
+                    holder=None,
+                )
 
     def _reset_lapsed(self, conn: Connection) -> int:
         return conn.execute(
@@ -530,27 +534,6 @@ class PostgresJobStore:
             with contextlib.suppress(psycopg.Error):
                 self._conn.close()
             self._conn = None
-
-
-def _info(conn: Connection, job_id: str, *, detail: bool) -> JobInfo:
-    row = conn.execute("SELECT * FROM ocr_jobs WHERE id = %s", (job_id,)).fetchone()
-    if row is None:
-        raise JobNotFound(f"No job {job_id}")
-    if not detail:
-        return job_info(row)
-    files = tuple(
-        file_info(f)
-        for f in conn.execute("SELECT * FROM ocr_files WHERE job_id = %s ORDER BY idx", (job_id,))
-    )
-    failed = tuple(
-        page_error(p, files[p["file_idx"]].name)
-        for p in conn.execute(
-            "SELECT file_idx, page, error_code, error_message FROM ocr_pages"
-            " WHERE job_id = %s AND status = 'failed' ORDER BY seq",
-            (job_id,),
-        )
-    )
-    return job_info(row, files=files, failed=failed)
 
 
 def _modified_at(path: Path) -> float:

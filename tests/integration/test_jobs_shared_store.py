@@ -21,7 +21,7 @@ from pipelines.types import PageResult, TextLine
 from serving.config import JobsConfig
 from serving.jobs import runner as runner_module
 from serving.jobs.files import Document
-from serving.jobs.postgres_store import PostgresJobStore
+from serving.jobs.postgres_store import MAX_CLAIMS, PostgresJobStore
 from serving.jobs.runner import JobRunner
 from serving.jobs.types import JobStoreUnavailable, PageTask
 from tests.postgres import PostgresServer
@@ -346,3 +346,25 @@ def test_a_url_libpq_cannot_read_answers_503(tmp_path: Path) -> None:
     store = PostgresJobStore("postgresql://ocr@/db?no_such_option=1", uploads_dir=tmp_path)
     with pytest.raises(JobStoreUnavailable, match="unreachable"):
         store.open()
+
+
+def test_a_page_whose_every_replica_dies_is_failed_not_passed_on_for_ever(
+    replicas, clock: Clock
+) -> None:
+    """A page that kills whoever runs it (say, memory) must not take every replica down in turn."""
+    a, b = replicas
+    _create(a, "j", 2)
+    for claim in range(MAX_CLAIMS):
+        store = (a, b)[claim % 2]
+        task = store.claim_next()
+        assert task is not None
+        assert (task.seq, task.attempts) == (0, claim + 1)
+        clock.now += LEASE_S + 1  # its replica dies with it
+    survivor = b.claim_next()
+    assert survivor is not None
+    assert survivor.seq == 1  # page 0 was failed, not claimed a sixth time
+    assert b.complete_page("j", 1, _line(1))
+    info = a.get_job("j")
+    assert (info.status, info.pages_done, info.pages_failed) == ("failed", 1, 1)
+    assert [(p.page, p.code) for p in info.failed] == [(0, "page_abandoned")]
+    assert f"after {MAX_CLAIMS} claims" in info.failed[0].message

@@ -1,0 +1,94 @@
+"""Row operations of the PostgreSQL job store: a page's end counted in its job, a job read whole."""
+
+from __future__ import annotations
+
+from serving.jobs.postgres_schema import Connection
+from serving.jobs.schema import file_info, job_info, page_error
+from serving.jobs.types import JobInfo, JobNotFound
+
+
+class PageGone(Exception):
+    """Roll the transaction back: the page's claim or its job is gone, nothing is written."""
+
+
+def end_page(
+    conn: Connection,
+    job_id: str,
+    seq: int,
+    status: str,
+    line: bytes | None,
+    code: str | None,
+    message: str | None,
+    *,
+    now: float,
+    holder: str | None,
+) -> bool:
+    """End a page (done with its result line, or failed) and count it in its job, in `conn`'s
+    transaction; False when the page is not `holder`'s running page. `holder` None ends a page
+    nobody holds any more (its lease lapsed, or it was set back to pending).
+
+    Raises:
+        PageGone: the job is no longer running (cancelled or deleted meanwhile).
+    """
+    # The page row first (the lease holder's guard), then the job's: one lock order.
+    if holder is None:
+        guard = "(status = 'pending' OR (status = 'running' AND lease_expires_at < %(now)s))"
+    else:
+        guard = "status = 'running' AND lease_owner = %(holder)s"
+    page = conn.execute(
+        "UPDATE ocr_pages SET status = %(status)s, result = %(line)s, error_code = %(code)s,"
+        " error_message = %(message)s, lease_expires_at = NULL"
+        f" WHERE job_id = %(id)s AND seq = %(seq)s AND {guard}",
+        {
+            "status": status,
+            "line": line,
+            "code": code,
+            "message": message,
+            "id": job_id,
+            "seq": seq,
+            "now": now,
+            "holder": holder,
+        },
+    )
+    if page.rowcount == 0:
+        return False
+    failed = int(status == "failed")
+    job = conn.execute(
+        "UPDATE ocr_jobs SET pages_done = pages_done + %(done)s,"
+        " pages_failed = pages_failed + %(failed)s,"
+        " status = CASE WHEN pages_done + pages_failed + 1 < pages_total THEN status"
+        "  WHEN pages_failed + %(failed)s = 0 THEN 'succeeded' ELSE 'failed' END,"
+        " finished_at = CASE WHEN pages_done + pages_failed + 1 < pages_total"
+        "  THEN finished_at ELSE %(now)s END"
+        " WHERE id = %(id)s AND status = 'running'"
+        " RETURNING pages_done + pages_failed AS finished",
+        {"done": 1 - failed, "failed": failed, "now": now, "id": job_id},
+    ).fetchone()
+    if job is None:
+        raise PageGone  # cancelled or deleted meanwhile: the page's update is rolled back
+    conn.execute(
+        "UPDATE ocr_pages SET finished_order = %s WHERE job_id = %s AND seq = %s",
+        (job["finished"], job_id, seq),
+    )
+    return True
+
+
+def read_job(conn: Connection, job_id: str, *, detail: bool) -> JobInfo:
+    row = conn.execute("SELECT * FROM ocr_jobs WHERE id = %s", (job_id,)).fetchone()
+    if row is None:
+        raise JobNotFound(f"No job {job_id}")
+    if not detail:
+        return job_info(row)
+    files = tuple(
+        file_info(f)
+        for f in conn.execute("SELECT * FROM ocr_files WHERE job_id = %s ORDER BY idx", (job_id,))
+    )
+    failed = tuple(
+        page_error(p, files[p["file_idx"]].name)
+        for p in conn.execute(
+            "SELECT file_idx, page, error_code, error_message FROM ocr_pages"
+            " WHERE job_id = %s AND status = 'failed' ORDER BY seq",
+            (job_id,),
+        )
+    )
+    return job_info(row, files=files, failed=failed)
