@@ -7,7 +7,8 @@ takes a pending page, or one whose lease has lapsed (its replica died), with
 renews the leases of the pages it works on (`renew_leases`) every third of `lease_s`. A result is
 committed, in the page's row, only by the lease holder while the page runs in a running job, in one
 transaction with the job's counters, so each page is committed exactly once; `(job_id,
-finished_order)` is unique besides. Timestamps and lease expiries are wall-clock seconds of the
+finished_order)` is unique besides. A page claimed `MAX_CLAIMS` times without an end is failed
+rather than passed on again. Timestamps and lease expiries are wall-clock seconds of the
 replicas (`time.time()`): their clocks must agree to well within `lease_s` (NTP does).
 
 Methods are synchronous and serialised by a lock over one connection; async callers run them with
