@@ -99,6 +99,8 @@ class BatchSummary:
     """Pages run and written by this run, in the order they finished."""
     failures: dict[PageKey, dict[str, str]] = field(default_factory=dict)
     """Pages that failed, with their error (code, message); a rerun tries them again."""
+    done_at_s: list[float] = field(default_factory=list)
+    """When each page of `done` reached the manifest, in seconds since the run started."""
     elapsed_s: float = 0.0
     written: list[Path] = field(default_factory=list)
     """Result files this run changed."""
@@ -189,6 +191,7 @@ def run_on_ray(
             context = ray.data.DataContext.get_current()
             context.enable_progress_bars = False
             context.max_errored_blocks = -1  # a block lost past its retries costs its pages only
+            context.enable_fallback_to_arrow_object_ext_type = True  # page states: pickled
             dataset = build_dataset(config, checked, todo, pools or ActorPools(), pages_per_block)
             with tqdm(
                 total=len(todo),
@@ -197,7 +200,7 @@ def run_on_ray(
                 disable=not progress,
                 file=sys.stderr,
             ) as bar:
-                _collect(dataset, manifest, summary, on_page, bar, say)
+                _collect(dataset, manifest, summary, on_page, bar, say, started)
             for doc, page in todo:
                 key = (doc.sha256, page)
                 if not manifest.done(key) and key not in summary.failures:
@@ -308,6 +311,7 @@ def _collect(
     on_page: Callable[[PageKey, bool], None] | None,
     bar: tqdm[Any],
     say: Callable[[str], None],
+    started: float,
 ) -> None:
     """Write each finished page to the manifest as it streams back (one sync per block)."""
     for batch in dataset.iter_batches(batch_size=None, batch_format="pandas"):
@@ -327,6 +331,8 @@ def _collect(
                 say(f"{row['name']} page {key[1] + 1}: {row['error_message']}")
                 finished.append((key, False))
         manifest.sync()
+        now = time.monotonic() - started
+        summary.done_at_s.extend(now for _, ok in finished if ok)
         bar.update(len(rows))
         if on_page is not None:
             for key, ok in finished:

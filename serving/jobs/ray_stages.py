@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -125,6 +126,8 @@ class ModelActor:
     """
 
     def __init__(self, config: AppConfig, stage: Stage, device: str) -> None:
+        # Paddle warns about a missing ccache at import; it compiles nothing here.
+        warnings.filterwarnings("ignore", message="No ccache found")
         bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
         spec: ModelSpec | None = bundle.specs.get(stage)
         if spec is None:
