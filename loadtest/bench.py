@@ -206,6 +206,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         ours.stop()
 
+    default = AppConfig().engine.cpu_backend
+    others = [b for b in CPU_ENGINES if b != default]
+    for backend in others if args.server_engines is None else args.server_engines:
+        print(f"our server on {backend}...", file=sys.stderr)
+        report.setdefault("ours_engines", {})[backend] = _measure_ours_on(
+            out, backend, documents, args, requests
+        )
+
     paddlex_runs: list[tuple[str, Path | None]] = []
     if not args.skip_paddlex:
         paddlex_runs.append(("paddlex", None))
@@ -220,6 +228,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             key = RAPIDOCR_KEYS[engine]
             report[key] = _measure_rapidocr(out, threads, documents, truths, args, requests, engine)
     return report
+
+
+CPU_ENGINES = ("openvino", "onnxruntime", "paddle")
+"""The engines `make bench` runs our server on, besides the main rows."""
+
+
+def _measure_ours_on(
+    out: Path, backend: str, documents: Sequence[Document], args: argparse.Namespace, requests: int
+) -> list[dict[str, Any]]:
+    """Our server with `backend` as the CPU devices' engine, at concurrency 4."""
+    folder = out / f"ours-{backend}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = OURS_CONFIG.format(
+        cpu_workers=args.cpu_workers,
+        cpu_instances=args.cpu_instances,
+        ours_threads=args.cpu_threads,
+        jobs_dir=folder / "jobs",
+    )
+    server = start_ours(folder, config + f'cpu_backend = "{backend}"\n')
+    try:
+        server.wait_ready("/readyz")
+        levels = _levels(server, "v1", documents, [4], requests, args.max_time_s)
+    finally:
+        server.stop()
+    return [_level_dict(r) for r in levels]
 
 
 def _measure_rapidocr(
@@ -348,6 +381,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{engine['median_page_s']:.2f} (median page) | | |",
     ]
     rows += [_level_row("ours", level, limit) for level in report.get("ours_levels", [])]
+    for backend, levels in report.get("ours_engines", {}).items():
+        rows += [_level_row(f"ours, CPU engine {backend}", level, limit) for level in levels]
     baselines = {key: report[key] for key in BASELINE_LABELS if key in report}
     for key, run in baselines.items():
         label = f"{BASELINE_LABELS[key]} ({_engine(run)})"
@@ -439,6 +474,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="RapidOCR's engines, a row each (default: onnxruntime,openvino)",
     )
     parser.add_argument("--skip-job-impact", action="store_true")
+    parser.add_argument(
+        "--server-engines",
+        type=lambda s: [x for x in s.split(",") if x],
+        default=None,
+        help="also run our server at concurrency 4 with each of these CPU engines ('' = none; "
+        "default: the CPU engines other than the configured one, which the main rows use)",
+    )
     args = parser.parse_args(argv)
     report = run(args)
     table = markdown(report)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,11 @@ from tests import properties
 from tests.postgres import MISSING, PostgresServer, find_binaries
 
 os.environ.setdefault("PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK", "True")
+# The ONNX engines' conversions (`make convert`) sit under the repository; servers and CLIs that
+# tests start in temporary directories find them there, not under their own working directory.
+os.environ.setdefault(
+    "OCR_ENGINE__ONNX_DIR", str(Path(__file__).resolve().parents[1] / "var" / "models" / "onnx")
+)
 
 _MARKERS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "gpu": "gpu"}
 

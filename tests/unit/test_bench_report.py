@@ -84,3 +84,8 @@ def test_rapidocr_rows_on_both_engines() -> None:
     assert "ours / RapidOCR API server (ONNX Runtime 1.32.0) at concurrency 4: 1.90x" in text
     assert "ours / RapidOCR API server (OpenVINO 2026.4.1 f32) at concurrency 4: 0.95x" in text
     assert "RapidOCR API server (OpenVINO 2026.4.1 f32) 0.0085" in text
+
+
+def test_a_row_for_our_server_on_each_other_cpu_engine() -> None:
+    report = {**REPORT, "ours_engines": {"paddle": [_level(4, 0.1, 30.0)]}}
+    assert "| ours, CPU engine paddle | 4 | 0.100 | 0.50 | 30.00 | 60.00 | 0 |" in markdown(report)

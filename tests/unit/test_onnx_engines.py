@@ -168,7 +168,8 @@ def test_a_failing_converter_leaves_no_cache_entry(tmp_path: Path, bundle: Model
     assert convert.find_onnx(bundle.det, cache) is None
 
 
-def test_the_cli_converts_the_configured_models(tmp_path: Path, capsys) -> None:
+def test_the_cli_converts_the_configured_models(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("OCR_ENGINE__ONNX_DIR", raising=False)  # tests/conftest.py sets it
     config = tmp_path / "config.toml"
     cache = tmp_path / "cache"
     config.write_text(f'[engine]\nonnx_dir = "{cache}"\n')

@@ -1,0 +1,319 @@
+"""The CPU engines side by side in one run: each one's in-process engine limit, its text against
+Paddle's, and our server's throughput with it as the CPU device workers' backend.
+
+    python -m loadtest.engines_bench --out engines-out     # or: make bench-engines
+
+Same pages as `make bench` (real document pages rendered at 150 dpi), same models (the ONNX
+engines read the cached conversions `make convert` makes), same threads. Engine limits are
+interleaved: each page goes to every engine in turn (one process each, one at work at a time),
+so that load from elsewhere on the machine falls on all of them alike. Then our server runs
+with each engine as its CPU backend, one after another, at one concurrency. Writes
+engines.json and engines.md under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import cv2
+
+from loadtest.accuracy import char_edits
+from loadtest.documents import load_documents
+from loadtest.engine_limit import real_page_set, write_page_set
+from loadtest.run import run_level
+from loadtest.servers import start_ours
+from serving.config import AppConfig, build
+from serving.local_engine import LocalEngine
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One engine configuration: a backend and its extra `[engine]` keys."""
+
+    name: str
+    backend: str
+    engine_toml: str = ""
+
+
+VARIANTS = {
+    "paddle": Variant("paddle", "paddle"),
+    "onnxruntime": Variant("onnxruntime", "onnxruntime"),
+    "openvino": Variant("openvino", "openvino", 'openvino_precision = "f32"\n'),
+    "openvino-bf16": Variant("openvino-bf16", "openvino", 'openvino_precision = "bf16"\n'),
+}
+
+SERVER_CONFIG = """
+[server]
+log_level = "warning"
+[paddlex]
+visualize = false
+[workers]
+devices = ["cpu"]
+[jobs]
+data_dir = "{jobs_dir}"
+[engine]
+cpu_backend = "{backend}"
+cpu_threads = {threads}
+{engine_toml}"""
+
+
+def engine_config(variant: Variant, threads: int) -> AppConfig:
+    """The configuration of one variant's in-process engine."""
+    return build(AppConfig, tomllib.loads(engine_toml(variant, threads)))
+
+
+def engine_toml(variant: Variant, threads: int) -> str:
+    """The `[engine]` section of one variant."""
+    return (
+        f'[engine]\ncpu_backend = "{variant.backend}"\ncpu_threads = {threads}\n'
+        f"{variant.engine_toml}"
+    )
+
+
+def _engine_process(variant: Variant, threads: int, pages: list[Path], conn: Connection) -> None:
+    """One variant's engine in its own process: OCRs the page it is sent, answers the time."""
+    engine = LocalEngine(engine_config(variant, threads))
+    engine.load()
+    images = [cv2.imread(str(path), cv2.IMREAD_COLOR) for path in pages]
+    engine.ocr(images[0])  # warm-up
+    conn.send("ready")
+    while (index := conn.recv()) is not None:
+        started = time.perf_counter()
+        lines = engine.ocr(images[index]).lines
+        conn.send((time.perf_counter() - started, [line.text for line in lines]))
+
+
+def engine_limits(
+    variants: Sequence[Variant], threads: int, pages: list[Path], rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Every variant's in-process engine limit, interleaved: each page goes to every engine in
+    turn (one process each, one at work at a time), so that load from elsewhere on the machine
+    falls on all of them alike. Returns pages/s, page times and the first round's texts."""
+    context = multiprocessing.get_context("spawn")
+    workers = {}
+    for variant in variants:
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=_engine_process, args=(variant, threads, pages, child), daemon=True
+        )
+        process.start()
+        workers[variant.name] = (process, parent)
+    try:
+        for _, conn in workers.values():
+            conn.recv()
+        times: dict[str, list[float]] = {name: [] for name in workers}
+        texts: dict[str, dict[str, list[str]]] = {name: {} for name in workers}
+        order = list(workers)
+        for round_ in range(rounds):
+            for index, page in enumerate(pages):
+                print(f"  round {round_ + 1} page {page.name}", file=sys.stderr)
+                for name in order:
+                    conn = workers[name][1]
+                    conn.send(index)
+                    elapsed, lines = conn.recv()
+                    times[name].append(elapsed)
+                    texts[name].setdefault(page.name, lines)
+                order = order[1:] + order[:1]  # no engine always goes first
+    finally:
+        for process, conn in workers.values():
+            conn.send(None)
+            process.join(timeout=60)
+    return {
+        name: {
+            "pages_per_s": round(len(times[name]) / sum(times[name]), 4),
+            "median_page_s": round(statistics.median(times[name]), 3),
+            "page_s": [round(t, 3) for t in times[name]],
+            "texts": texts[name],
+        }
+        for name in workers
+    }
+
+
+def line_diffs(texts: dict[str, list[str]], reference: dict[str, list[str]]) -> dict[str, Any]:
+    """How many lines differ from the reference's, page by page, with the first few."""
+    differing = 0
+    examples = []
+    for page, lines in reference.items():
+        other = texts.get(page, [])
+        pairs = list(zip(lines, other, strict=False))
+        bad = [(a, b) for a, b in pairs if a != b]
+        differing += len(bad) + abs(len(lines) - len(other))
+        examples += [f"{page}: {a!r} -> {b!r}" for a, b in bad[:3]]
+    total = sum(len(lines) for lines in reference.values())
+    return {"lines": total, "differing": differing, "examples": examples[:8]}
+
+
+def cer(truths: dict[str, str], texts: dict[str, list[str]]) -> float:
+    """Character error rate of all pages together against their text layers."""
+    edits = chars = 0
+    for name, truth in truths.items():
+        e, n = char_edits(truth, "\n".join(texts[name]))
+        edits += e
+        chars += n
+    return edits / chars if chars else 0.0
+
+
+def server_level(
+    variant: Variant, threads: int, paths: list[Path], out: Path, concurrency: int, requests: int
+) -> dict[str, Any]:
+    """Our server with `variant` as the CPU backend, at one concurrency."""
+    folder = out / f"server-{variant.name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = SERVER_CONFIG.format(
+        jobs_dir=folder / "jobs",
+        backend=variant.backend,
+        threads=threads,
+        engine_toml=variant.engine_toml,
+    )
+    server = start_ours(folder, config)
+    try:
+        server.wait_ready("/readyz")
+        level = asyncio.run(
+            run_level(
+                server.url,
+                "v1",
+                load_documents(paths),
+                concurrency=concurrency,
+                requests=requests,
+                warmup=min(concurrency, 2),
+                timeout_s=600,
+            )
+        )
+    finally:
+        server.stop()
+    return {
+        "concurrency": concurrency,
+        "pages_s": level.throughput_pages_s,
+        "p50_s": level.p50_s,
+        "p95_s": level.p95_s,
+        "errors": sum(level.errors.values()),
+        "peak_rss_mb": round(server.memory.peak_bytes / 2**20),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything measured, as one JSON-able dict."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    threads = args.cpu_threads or (os.cpu_count() or 1)
+    variants = [VARIANTS[name] for name in args.engines]
+    page_set = real_page_set(args.pages, args.dpi)
+    paths = write_page_set(page_set, out / "pages")
+    truths = {p.name: truth for p, (_, _, truth) in zip(paths, page_set, strict=True)}
+    report: dict[str, Any] = {
+        "command": " ".join(sys.argv),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "pages": [p.name for p in paths],
+        "cpu_threads": threads,
+        "cpu_count": os.cpu_count(),
+        "load_average_before": os.getloadavg(),
+        "engines": {},
+    }
+    limits = engine_limits(variants, threads, paths, args.rounds)
+    reference = limits["paddle"]["texts"] if "paddle" in limits else None
+    for variant in variants:
+        limit = limits[variant.name]
+        row: dict[str, Any] = {
+            "engine_limit_pages_s": limit["pages_per_s"],
+            "median_page_s": limit["median_page_s"],
+            "page_s": limit["page_s"],
+            "cer": round(cer(truths, limit["texts"]), 5),
+        }
+        if reference is not None:
+            row["vs_paddle"] = line_diffs(limit["texts"], reference)
+        report["engines"][variant.name] = row
+    for variant in variants:
+        if variant.name in args.server_engines:
+            print(f"our server on {variant.name}...", file=sys.stderr)
+            requests = args.requests or 2 * len(paths)
+            report["engines"][variant.name]["server"] = server_level(
+                variant, args.server_threads, paths, out, args.concurrency, requests
+            )
+    report["load_average_after"] = os.getloadavg()
+    return report
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The side-by-side table."""
+    rows = [
+        "| engine | engine limit pages/s | x Paddle | server pages/s (c=4) | server x Paddle "
+        "| lines differing from Paddle | CER |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    engines = report["engines"]
+    base = engines.get("paddle", {})
+    base_limit = base.get("engine_limit_pages_s")
+    base_server = base.get("server", {}).get("pages_s")
+    for name, row in engines.items():
+        limit = row["engine_limit_pages_s"]
+        server = row.get("server", {}).get("pages_s")
+        diff = row.get("vs_paddle")
+        rows.append(
+            f"| {name} | {limit:.3f} | {limit / base_limit:.2f} | "
+            if base_limit
+            else f"| {name} | {limit:.3f} | | "
+        )
+        rows[-1] += f"{server:.3f} | " if server is not None else "| "
+        rows[-1] += f"{server / base_server:.2f} | " if server and base_server else "| "
+        rows[-1] += f"{diff['differing']}/{diff['lines']} | " if diff else "| "
+        rows[-1] += f"{row['cer']:.4f} |"
+    notes = [
+        f"- {len(report['pages'])} pages, {report['cpu_threads']} threads, "
+        f"{report['cpu_count']} cores; load average before "
+        f"{report['load_average_before'][0]:.1f}, after {report['load_average_after'][0]:.1f}",
+    ]
+    for name, row in engines.items():
+        for example in row.get("vs_paddle", {}).get("examples", []):
+            notes.append(f"- {name}: {example}")
+    return "\n".join(rows) + "\n\n" + "\n".join(notes) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point of `make bench-engines`."""
+    parser = argparse.ArgumentParser(prog="python -m loadtest.engines_bench", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("engines-out"))
+    parser.add_argument("--pages", type=int, default=8)
+    parser.add_argument("--dpi", type=float, default=150.0)
+    parser.add_argument("--rounds", type=int, default=2, help="engine-limit rounds")
+    parser.add_argument("--cpu-threads", type=int, default=0, help="0 = number of cores")
+    parser.add_argument(
+        "--server-threads", type=int, default=0, help="server's [engine] cpu_threads; 0 = its rule"
+    )
+    parser.add_argument(
+        "--engines", type=lambda s: s.split(","), default=["paddle", "onnxruntime", "openvino"]
+    )
+    parser.add_argument(
+        "--server-engines",
+        type=lambda s: s.split(","),
+        default=["paddle", "onnxruntime", "openvino"],
+        help="engines to also measure as our server's backend",
+    )
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=0, help="default 2 x pages")
+    args = parser.parse_args(argv)
+    unknown = set(args.engines) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown engines {sorted(unknown)}: one of {', '.join(VARIANTS)}")
+    report = run(args)
+    table = markdown(report)
+    (args.out / "engines.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    (args.out / "engines.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
