@@ -9,6 +9,7 @@ included) and the device worker's per-stage output handling (`device_worker.item
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
@@ -58,6 +59,10 @@ class InlineScheduler:
         finally:
             shm.discard(item.payload)
         item.future.set_result(outcome.value)
+
+    def interactive_coming(self, priority: int) -> contextlib.nullcontext[None]:
+        """Nothing waits on a hold here: every item is answered as it is submitted."""
+        return contextlib.nullcontext()
 
 
 def run_inline(
