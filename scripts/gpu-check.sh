@@ -49,19 +49,19 @@ export PYTHONUNBUFFERED=1
 
 echo "== imports and devices"
 "$PY" - "$OUT_DIR/env.json" <<'EOF' || fail "imports failed (see above)"
-import json, platform, sys
+import importlib.metadata, json, platform, sys
 import torch
 from models.registry import BACKENDS
 from models.torch_backend import import_onnx2torch
 from serving.app import build_app  # noqa: F401  the server's own imports
-onnx2torch = import_onnx2torch()
+import_onnx2torch()
 info = {
     "python": platform.python_version(),
     "torch": torch.__version__,
     "cuda": torch.version.cuda,
     "cuda_available": torch.cuda.is_available(),
     "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-    "onnx2torch": getattr(onnx2torch, "__version__", "?"),
+    "onnx2torch": importlib.metadata.version("onnx2torch"),
     "backends": sorted(BACKENDS),
 }
 json.dump(info, open(sys.argv[1], "w"), indent=1)

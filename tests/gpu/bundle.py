@@ -37,6 +37,9 @@ GPU_WHEELS = (
     "starlette==1.10.0",
     "uvicorn==0.55.0",
     "python-multipart==0.0.34",
+    # tests/conftest.py imports the PostgreSQL test helper, which imports psycopg.
+    "psycopg==3.3.9",
+    "psycopg-binary==3.3.9",
 )
 """Runtime packages of the server missing on the GPU machine (which has torch, onnx, numpy,
 opencv-python-headless, prometheus-client, PyYAML, httpx, anyio, psutil, pytest); pinned as in
@@ -53,7 +56,7 @@ MAX_MIB = 60
 """The checkout (~2 MiB) travels with the bundle; 64 MiB in all."""
 
 
-def render_pages(real_pages: int = 2) -> Pages:
+def render_pages(real_pages: int = 1) -> Pages:
     """Synthetic pages, the warm-up page and `real_pages` real document pages, with the texts
     Paddle reads on them on the CPU (Paddle must be installed)."""
     from loadtest import pages as pdf_pages
@@ -125,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(".gpu-bundle"))
     parser.add_argument("--python-version", default="3.12", help="of the GPU machine")
     parser.add_argument("--max-mib", type=float, default=MAX_MIB)
-    parser.add_argument("--real-pages", type=int, default=2)
+    parser.add_argument("--real-pages", type=int, default=1)
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
