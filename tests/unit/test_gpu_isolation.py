@@ -47,4 +47,4 @@ def test_unused_gpus_are_reported(
     monkeypatch.setattr(runtime, "nvidia_gpus_present", lambda: 1)
     with caplog.at_level(logging.WARNING):
         assert runtime.visible_gpus("no-such-backend") == 0
-    assert "gpu_backend = \"torch\"" in caplog.text
+    assert 'gpu_backend = "torch"' in caplog.text
