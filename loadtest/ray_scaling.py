@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     pages = write_page_set(real_page_set(args.pages, args.dpi), args.out / "pages")
     # Each model actor reserves one logical CPU and runs one engine thread; CPU tasks a quarter.
     num_cpus = args.num_cpus or 2 * max(counts) + 2
-    ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+    ray.init("local", num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
     runs: list[dict[str, Any]] = []
     reference: list[tuple[str, int, list[str]]] | None = None
     try:

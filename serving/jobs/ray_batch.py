@@ -23,13 +23,14 @@ mounts at the same path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,8 +142,9 @@ def run_on_ray(
         out: Output folder: `manifest.jsonl`, `results.jsonl`, `results.parquet`.
         config: Models, engine and pipeline settings (default: the built-in defaults).
         options: OCR options, checked and named as `ocr-batch -o` names them.
-        address: Ray cluster ("ray://head:10001", "auto"); None: `RAY_ADDRESS`, else a local Ray.
-            Unused when Ray is already initialised in this process.
+        address: Ray cluster ("ray://head:10001", "auto", "local": a new local Ray); None:
+            `RAY_ADDRESS`, else the cluster `ray start` started on this machine, else a new local
+            Ray. Unused when Ray is already initialised in this process.
         pools: Actor pool sizes and resources.
         fmt: `ocr-batch --format`.
         parquet: Also write `results.parquet` (with `fmt` "jsonl").
@@ -158,7 +160,6 @@ def run_on_ray(
         ConfigError: a bad configuration.
     """
     import ray  # an optional dependency: the `ray` extra
-    import ray.data
 
     from serving.jobs.cli import BatchError, plan
     from serving.jobs.options import parse_options
@@ -188,18 +189,23 @@ def run_on_ray(
             if not ray.is_initialized():
                 ray.init(address=address, logging_level=logging.WARNING)
                 owns_ray = True
-            context = ray.data.DataContext.get_current()
-            context.enable_progress_bars = False
-            context.max_errored_blocks = -1  # a block lost past its retries costs its pages only
-            context.enable_fallback_to_arrow_object_ext_type = True  # page states: pickled
-            dataset = build_dataset(config, checked, todo, pools or ActorPools(), pages_per_block)
-            with tqdm(
-                total=len(todo),
-                unit="page",
-                desc="ocr-batch",
-                disable=not progress,
-                file=sys.stderr,
-            ) as bar:
+            with (
+                _data_context(
+                    enable_progress_bars=False,
+                    max_errored_blocks=-1,  # a block lost past its retries costs its pages only
+                    enable_fallback_to_arrow_object_ext_type=True,  # page states: pickled
+                ),
+                tqdm(
+                    total=len(todo),
+                    unit="page",
+                    desc="ocr-batch",
+                    disable=not progress,
+                    file=sys.stderr,
+                ) as bar,
+            ):
+                dataset = build_dataset(
+                    config, checked, todo, pools or ActorPools(), pages_per_block
+                )
                 _collect(dataset, manifest, summary, on_page, bar, say, started)
             for doc, page in todo:
                 key = (doc.sha256, page)
@@ -290,6 +296,22 @@ def write_parquet(results: Path, target: Path) -> Path:
     pyarrow.parquet.write_table(table, tmp)
     tmp.replace(target)
     return target
+
+
+@contextlib.contextmanager
+def _data_context(**values: Any) -> Iterator[None]:
+    """Ray Data settings for this run, the caller's restored after it."""
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    before = {name: getattr(context, name) for name in values}
+    for name, value in values.items():
+        setattr(context, name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(context, name, value)
 
 
 def _todo(

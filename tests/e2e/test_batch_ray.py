@@ -35,7 +35,8 @@ class Interrupted(Exception):
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    # "local": a Ray of the test's own even where a `ray start` cluster runs on the machine.
+    ray.init("local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     try:
         yield
     finally:
@@ -168,7 +169,7 @@ def test_cli_runs_on_a_local_ray_and_reports(tmp_path: Path) -> None:
         "--cpus-per-task",
         "0.5",
     ]
-    env = {**os.environ, "RAY_ADDRESS": ""}
+    env = {**os.environ, "RAY_ADDRESS": "local"}  # a new local Ray, whatever runs here
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 documents, 1 pages: 1 to do, 0 skipped" in done.stdout
