@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -154,6 +155,51 @@ def interleaved_limits(
     }
 
 
+MODEL_TIME_SHAPES = {
+    "det": (1, 3, 1664, 1280),  # a 150-dpi letter page, padded to multiples of 32
+    "rec 6x48x320": (6, 3, 48, 320),
+    "rec 6x48x960": (6, 3, 48, 960),
+}
+
+
+def model_times(config: Path, repeats: int) -> dict[str, float]:
+    """Seconds of one model run per input shape (the least of `repeats`, after a warm-up run):
+    the models' own compute, no pre- or post-processing. The least is the figure a shared
+    machine disturbs least."""
+    engine = LocalEngine(load_config(config))
+    engine.load()
+    rng = np.random.default_rng(0)
+    times = {}
+    for name, shape in MODEL_TIME_SHAPES.items():
+        predictor = engine.predictors[name.split()[0]]
+        batch = rng.standard_normal(shape, dtype=np.float32)
+        predictor.run(batch)
+        runs = []
+        for _ in range(repeats):
+            started = time.monotonic()
+            predictor.run(batch)
+            runs.append(time.monotonic() - started)
+        times[name] = round(min(runs), 4)
+    return times
+
+
+def alternating_model_times(
+    configs: dict[str, Path], repeats: int, passes: int
+) -> dict[str, dict[str, float]]:
+    """`model_times` of each configuration, each in a process of its own, the configurations
+    taking turns `passes` times; the least over the passes."""
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(passes):
+        for key, config in configs.items():
+            argv = [sys.executable, "-m", "loadtest.model_compare", "--model-times-of"]
+            argv += [str(config), "--repeats", str(repeats)]
+            done = subprocess.run(argv, check=True, capture_output=True, text=True)
+            times = json.loads(done.stdout.strip().splitlines()[-1])
+            previous = best.get(key, times)
+            best[key] = {shape: min(t, previous[shape]) for shape, t in times.items()}
+    return best
+
+
 def server_level(out: Path, text: str, pages: list[Path], concurrency: int) -> dict[str, Any]:
     """Our server on `text`'s configuration: one closed-loop level."""
     server = start_ours(out, text)
@@ -220,6 +266,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             report["runs"].append(run_)
             print(json.dumps(run_), file=sys.stderr)
+        if args.model_time_passes:
+            print(f"model run times on {engine}...", file=sys.stderr)
+            times = alternating_model_times(configs, args.repeats, args.model_time_passes)
+            for run_ in report["runs"]:
+                if run_["engine"] == engine:
+                    run_["model_times_s"] = times[run_["models"]]
         if not args.concurrency or engine not in args.server_engines:
             continue
         for run_ in report["runs"]:
@@ -300,7 +352,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="engines also measured through our server",
     )
     parser.add_argument("--concurrency", type=int, default=4, help="server level; 0 = none")
+    parser.add_argument(
+        "--model-time-passes",
+        type=int,
+        default=2,
+        help="per engine: model run times, each set in its own process, sets taking turns",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="model runs per shape and pass")
+    parser.add_argument("--model-times-of", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.model_times_of is not None:  # one process of `alternating_model_times`
+        print(json.dumps(model_times(args.model_times_of, args.repeats)))
+        return 0
     unknown = set(args.models) - set(MODEL_SETS)
     if unknown:
         parser.error(f"unknown model sets {sorted(unknown)}: one of {', '.join(MODEL_SETS)}")
