@@ -64,9 +64,9 @@ def test_torch_server_batches_pages_and_reads_what_paddle_reads(
     test_pages: dict[str, np.ndarray],
     paddle_texts: dict[str, list[str]],
 ) -> None:
-    # The synthetic pages, twice each, all at once (the real pages are read in process above).
+    # The synthetic pages, all at once (the real pages are read in process above).
     synthetic = [name for name in test_pages if ":" not in name]
-    names = [*synthetic, *synthetic]
+    names = synthetic
     bodies = {name: images.encode_png(test_pages[name]) for name in synthetic}
 
     def post(name: str) -> list[str]:
