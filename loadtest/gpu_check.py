@@ -51,6 +51,8 @@ class ReplayDet:
     """Answers each det batch with a recorded real map for the same input shape (nearest shape
     otherwise), so the CPU stages see real boxes, at no device cost."""
 
+    reads_text = False  # the warm-up page's text is not checked (`serving.warmup`)
+
     def __init__(self, maps: dict[tuple[int, int], np.ndarray]) -> None:
         self.maps = maps
 

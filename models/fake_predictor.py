@@ -44,6 +44,9 @@ class FakePredictor:
         fail_on: called with each batch; when it returns True, `run()` raises PredictorError.
     """
 
+    reads_text = False
+    """Model-free: the server does not check its warm-up page's text (`serving.warmup`)."""
+
     def __init__(
         self,
         kind: ModelKind,

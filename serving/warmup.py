@@ -8,7 +8,6 @@ import cv2
 import numpy as np
 
 from models.bundle import load_bundle
-from models.fake_predictor import FakePredictor
 from serving.config import PipelineConfig
 from serving.local_engine import ocr_page
 from serving.request_options import ocr_options
@@ -50,15 +49,15 @@ def warm_up_page(predictors: dict[str, Any], model_dirs: dict[str, str]) -> list
 def check_warmup_texts(texts: list[str], predictors: dict[str, Any]) -> None:
     """Refuse a worker whose warm-up page read wrong: its device would serve wrong text.
 
-    Checked where the worker runs both det and rec on real models (model-free fakes read no
-    real text).
+    Checked where the worker runs both det and rec on real models: predictors that answer
+    without one (fakes) say so with a false `reads_text` attribute.
 
     Raises:
         WarmupMismatch: a line is missing, extra, or reads too differently.
     """
     if "det" not in predictors or "rec" not in predictors:
         return
-    if any(isinstance(p, FakePredictor) for p in predictors.values()):
+    if any(not getattr(p, "reads_text", True) for p in predictors.values()):
         return
     from rapidfuzz.distance import Levenshtein
 
