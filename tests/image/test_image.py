@@ -81,7 +81,8 @@ class Container:
 
 
 def run_container(*extra: str, env: dict[str, str] | None = None) -> Container:
-    """`podman run` on the host network, bound to loopback on a free port."""
+    """`podman run` on the host network, bound to loopback on a free port, confined as
+    deploy/k8s confines it: read-only root, /tmp and the home on tmpfs, no capabilities."""
     port = free_port()
     name = f"ocr-image-test-{uuid.uuid4().hex[:8]}"
     settings = {
@@ -93,6 +94,8 @@ def run_container(*extra: str, env: dict[str, str] | None = None) -> Container:
     env_args = [arg for key, value in settings.items() for arg in ("-e", f"{key}={value}")]
     podman(
         "run", "-d", "--name", name, "--network=host", "--shm-size=1g",
+        "--read-only", "--tmpfs", "/tmp", "--tmpfs", "/home/ocr",
+        "--cap-drop=ALL", "--security-opt=no-new-privileges",
         *env_args, *extra, IMAGE,
     )  # fmt: skip
     return Container(name=name, url=f"http://127.0.0.1:{port}")
