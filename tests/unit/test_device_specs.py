@@ -73,7 +73,7 @@ def test_each_worker_gets_engine_options_for_its_own_device() -> None:
     engines = {worker.spec.device: worker.spec.engine for worker in runtime.devices.workers}
     assert {device: engine.backend for device, engine in engines.items()} == {
         "gpu:0": "paddle",
-        "cpu": "paddle",
+        "cpu": "openvino",  # the default CPU engine
     }
     options = {device: engine.options for device, engine in engines.items()}
     assert set(options) == {"gpu:0", "cpu"}
