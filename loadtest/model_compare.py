@@ -336,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--models",
         type=lambda s: s.split(","),
-        default=["v5", "v6", "v6-736"],
+        default=["v5", "v6"],
         help=f"of {', '.join(MODEL_SETS)}",
     )
     parser.add_argument(
