@@ -94,8 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="?",
         const="",
         metavar="ADDRESS",
-        help="run on a Ray cluster: ray://HOST:10001, auto; none given: $RAY_ADDRESS, else a "
-        "local Ray (write --ray=ADDRESS before the inputs)",
+        help="run on a Ray cluster: HEAD:6379, auto, local; none given: $RAY_ADDRESS, else the "
+        "cluster `ray start` started here, else a local Ray (--ray=ADDRESS before the inputs)",
     )
     ray.add_argument("--det-actors", type=int, default=1, help="detection actors (default 1)")
     ray.add_argument("--rec-actors", type=int, default=1, help="recognition actors (default 1)")

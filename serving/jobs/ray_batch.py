@@ -3,7 +3,7 @@
 Python entry point::
 
     from serving.jobs.ray_batch import ActorPools, run_on_ray
-    summary = run_on_ray(["scans/"], Path("out"), address="ray://head:10001",
+    summary = run_on_ray(["/mnt/scans/"], Path("out"), address="auto",
                          pools=ActorPools(det=4, rec=8, gpus_per_actor=0.5))
     print(summary.pages_per_s, summary.failures)
 
@@ -27,6 +27,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import sys
 import time
 import warnings
@@ -142,7 +143,8 @@ def run_on_ray(
         out: Output folder: `manifest.jsonl`, `results.jsonl`, `results.parquet`.
         config: Models, engine and pipeline settings (default: the built-in defaults).
         options: OCR options, checked and named as `ocr-batch -o` names them.
-        address: Ray cluster ("ray://head:10001", "auto", "local": a new local Ray); None:
+        address: Ray cluster ("HEAD:6379", "auto", "local": a new local Ray; not "ray://",
+            Ray Client, where Ray Data does not stream); None:
             `RAY_ADDRESS`, else the cluster `ray start` started on this machine, else a new local
             Ray. Unused when Ray is already initialised in this process.
         pools: Actor pool sizes and resources.
@@ -165,6 +167,13 @@ def run_on_ray(
     from serving.jobs.options import parse_options
 
     started = time.monotonic()
+    if (address or os.environ.get("RAY_ADDRESS", "")).startswith("ray://"):
+        # Tried with Ray 2.60: the streaming executor fails under Ray Client ("'Worker' object
+        # has no attribute 'core_worker'").
+        raise BatchError(
+            "Ray Data does not run over Ray Client (ray://): run ocr-batch on a node of the "
+            "cluster with --ray=HEAD:6379 (or --ray with RAY_ADDRESS=HEAD:6379), or as a Ray job"
+        )
     config = config or load_config(None)
     checked = parse_options(dict(options or {}))
     documents, problems = plan(list(inputs))
