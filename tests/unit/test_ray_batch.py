@@ -1,0 +1,37 @@
+"""`ocr-batch --ray`'s checks before any Ray starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serving.jobs.cli import BatchError, parse_args
+from serving.jobs.ray_batch import ActorPools, run_on_ray
+
+
+def test_ray_client_addresses_are_refused_with_the_way_out(tmp_path: Path, monkeypatch) -> None:
+    with pytest.raises(BatchError, match=r"ray://.*--ray=HEAD:6379"):
+        run_on_ray([str(tmp_path)], tmp_path / "out", address="ray://head:10001")
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    with pytest.raises(BatchError, match="Ray Client"):
+        run_on_ray([str(tmp_path)], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "fields", [{"det": 0}, {"rec": -1}, {"gpus_per_actor": -0.5}, {"cpus_per_task": 0}]
+)
+def test_pools_refuse_impossible_sizes(fields) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        ActorPools(**fields)
+
+
+def test_ray_before_the_inputs_gives_its_input_back(tmp_path: Path) -> None:
+    args = parse_args(["--ray", str(tmp_path), "more.pdf", "--out", "o"])
+    assert (args.ray, args.inputs) == ("", [str(tmp_path), "more.pdf"])
+    args = parse_args(["--ray=head:6379", str(tmp_path), "--out", "o"])
+    assert (args.ray, args.inputs) == ("head:6379", [str(tmp_path)])
+    assert parse_args([str(tmp_path), "--out", "o"]).ray is None
+    with pytest.raises(SystemExit):
+        parse_args(["--ray", "head:6379", "--out", "o"])  # an address, and no input
