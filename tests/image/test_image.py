@@ -116,7 +116,7 @@ def served() -> Iterator[Container]:
         print(f"\n{IMAGE}: start to ready {container.wait_ready():.1f} s")
         yield container
     finally:
-        podman("rm", "-f", "-t", "0", container.name, check=False)
+        podman("rm", "-f", "-v", "-t", "0", container.name, check=False)
 
 
 @dataclass(frozen=True)
@@ -257,5 +257,5 @@ def test_job_survives_kill_and_restart_with_its_volume(real: RealDocument) -> No
             assert cer(real.pdf_truth[line["page"]], text) < MAX_CER
         assert "pages left running set back to pending" in container.logs()
     finally:
-        podman("rm", "-f", "-t", "0", container.name, check=False)
+        podman("rm", "-f", "-v", "-t", "0", container.name, check=False)
         podman("volume", "rm", "-f", volume, check=False)
