@@ -20,6 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from models.base import EngineBackendError
 from serving.config import AppConfig, load_config
 from serving.documents import count_pages
 from serving.errors import ConfigError, OcrError
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return _main(args)
-    except (BatchError, ConfigError, FileNotFoundError) as err:
+    except (BatchError, ConfigError, EngineBackendError, FileNotFoundError) as err:
         _say(f"ocr-batch: {err}", error=True)
         return 2
     except OcrError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,24 @@ def test_the_classifier_asked_for_without_a_model_stops_before_any_page(tmp_path
     assert result.returncode == 2
     assert "needs a classifier (models.cls)" in result.stderr
     assert not (out / "results.jsonl").exists()
+
+
+def test_a_missing_conversion_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "page.png").write_bytes(images.encode_png(images.latin_lines().image))
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG + '\n[engine]\ncpu_backend = "openvino"\n')
+    env = {**os.environ, "OCR_ENGINE__ONNX_DIR": str(tmp_path / "no-conversions")}
+    command = [sys.executable, "-m", "serving.jobs.cli", str(folder), "--out", str(tmp_path / "o")]
+    result = subprocess.run(
+        [*command, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode == 2
+    assert "make convert" in result.stderr
+    assert "Traceback" not in result.stderr
