@@ -1,24 +1,32 @@
-"""Row operations of the PostgreSQL job store: a page's end counted in its job, a job read whole."""
+"""Row operations of the PostgreSQL job store: a page's end counted in its job."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from serving.jobs.postgres_schema import Connection
-from serving.jobs.schema import file_info, job_info, page_error
-from serving.jobs.types import JobInfo, JobNotFound
 
 
 class PageGone(Exception):
     """Roll the transaction back: the page's claim or its job is gone, nothing is written."""
 
 
+@dataclass(frozen=True, slots=True)
+class PageEnd:
+    """How a page ended: done with its result line, or failed with an error code and message."""
+
+    status: Literal["done", "failed"]
+    line: bytes | None = None
+    code: str | None = None
+    message: str | None = None
+
+
 def end_page(
     conn: Connection,
     job_id: str,
     seq: int,
-    status: str,
-    line: bytes | None,
-    code: str | None,
-    message: str | None,
+    end: PageEnd,
     *,
     now: float,
     holder: str | None,
@@ -40,10 +48,10 @@ def end_page(
         " error_message = %(message)s, lease_expires_at = NULL"
         f" WHERE job_id = %(id)s AND seq = %(seq)s AND {guard}",
         {
-            "status": status,
-            "line": line,
-            "code": code,
-            "message": message,
+            "status": end.status,
+            "line": end.line,
+            "code": end.code,
+            "message": end.message,
             "id": job_id,
             "seq": seq,
             "now": now,
@@ -52,7 +60,7 @@ def end_page(
     )
     if page.rowcount == 0:
         return False
-    failed = int(status == "failed")
+    failed = int(end.status == "failed")
     job = conn.execute(
         "UPDATE ocr_jobs SET pages_done = pages_done + %(done)s,"
         " pages_failed = pages_failed + %(failed)s,"
@@ -71,24 +79,3 @@ def end_page(
         (job["finished"], job_id, seq),
     )
     return True
-
-
-def read_job(conn: Connection, job_id: str, *, detail: bool) -> JobInfo:
-    row = conn.execute("SELECT * FROM ocr_jobs WHERE id = %s", (job_id,)).fetchone()
-    if row is None:
-        raise JobNotFound(f"No job {job_id}")
-    if not detail:
-        return job_info(row)
-    files = tuple(
-        file_info(f)
-        for f in conn.execute("SELECT * FROM ocr_files WHERE job_id = %s ORDER BY idx", (job_id,))
-    )
-    failed = tuple(
-        page_error(p, files[p["file_idx"]].name)
-        for p in conn.execute(
-            "SELECT file_idx, page, error_code, error_message FROM ocr_pages"
-            " WHERE job_id = %s AND status = 'failed' ORDER BY seq",
-            (job_id,),
-        )
-    )
-    return job_info(row, files=files, failed=failed)

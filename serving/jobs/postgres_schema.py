@@ -9,7 +9,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import DictRow
 
-from serving.jobs.types import JobStoreUnavailable
+from serving.jobs.schema import check_version, statements
 
 Connection = psycopg.Connection[DictRow]
 """A connection whose rows are dicts by column name."""
@@ -76,15 +76,10 @@ def migrate(conn: Connection) -> None:
     conn.execute("CREATE TABLE IF NOT EXISTS ocr_schema (version INTEGER NOT NULL)")
     row = conn.execute("SELECT version FROM ocr_schema").fetchone()
     version = 0 if row is None else int(row["version"])
-    if version > SCHEMA_VERSION:
-        raise JobStoreUnavailable(
-            f"The job store has schema version {version}; this server knows up to "
-            f"{SCHEMA_VERSION} (made by a newer version?)"
-        )
+    check_version(version, SCHEMA_VERSION)
     for target in range(version + 1, SCHEMA_VERSION + 1):
-        for statement in _MIGRATIONS[target].split(";"):
-            if statement.strip():
-                conn.execute(statement.encode())
+        for statement in statements(_MIGRATIONS[target]):
+            conn.execute(statement.encode())
     if row is None:
         conn.execute("INSERT INTO ocr_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
     elif version < SCHEMA_VERSION:

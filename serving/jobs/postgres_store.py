@@ -19,29 +19,26 @@ next call; a deadlock between replicas (PostgreSQL aborts one side) is retried.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import shutil
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors
 from psycopg.rows import dict_row
 
 from serving.config import redact_url
-from serving.inputs import FileKind
-from serving.jobs.durable import fsync_path
 from serving.jobs.files import Document
-from serving.jobs.postgres_rows import PageGone, end_page, read_job
+from serving.jobs.postgres_rows import PageEnd, PageGone, end_page
 from serving.jobs.postgres_schema import Connection, migrate
-from serving.jobs.schema import finished_page, job_info
+from serving.jobs.queries import POSTGRES, insert_job, read_finished, read_job
+from serving.jobs.rows import job_info, page_task
 from serving.jobs.types import (
     STATUSES,
     FinishedPage,
@@ -51,6 +48,7 @@ from serving.jobs.types import (
     JobStoreUnavailable,
     PageTask,
 )
+from serving.jobs.uploads import JobDirs
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +60,7 @@ MAX_CLAIMS = 5
 """Claims of one page that never ended (its replicas died or stalled) before it is failed."""
 
 
-class PostgresJobStore:
+class PostgresJobStore(JobDirs):
     """Jobs in the PostgreSQL database at `url`; see the module docstring for the guarantees."""
 
     def __init__(
@@ -75,6 +73,7 @@ class PostgresJobStore:
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
     ) -> None:
+        super().__init__(uploads_dir)
         self.url = url
         self.uploads_dir = uploads_dir
         self.lease_s = lease_s
@@ -128,14 +127,6 @@ class PostgresJobStore:
                 self._conn.close()
                 self._conn = None
 
-    def job_dir(self, job_id: str) -> Path:
-        """Where a job's uploaded files are staged, on the directory the replicas share."""
-        return self.uploads_dir / "jobs" / job_id
-
-    def discard(self, job_id: str) -> None:
-        """Remove the directory of a job that was never created (its upload was refused)."""
-        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
-
     # --- jobs ---------------------------------------------------------------------------------
 
     def create_job(
@@ -145,37 +136,12 @@ class PostgresJobStore:
 
         The documents and the directories naming them reach the disk before the job's rows.
         """
-        job_dir = self.job_dir(job_id)
-        for document in documents:
-            fsync_path(document.path)
-        for directory in (job_dir / "files", job_dir, job_dir.parent):
-            fsync_path(directory)
+        self.sync_uploads(job_id, documents)
         now = self._clock()
 
-        def create(conn: Connection) -> JobInfo:
-            total = sum(d.pages for d in documents)
-            conn.execute(
-                "INSERT INTO ocr_jobs (id, status, options, pages_total, created_at)"
-                " VALUES (%s, 'queued', %s, %s, %s)",
-                (job_id, json.dumps(options), total, now),
-            )
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO ocr_files (job_id, idx, name, stored_as, kind, pages, size_bytes)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [
-                        (job_id, i, d.name, d.path.name, d.kind, d.pages, d.size_bytes)
-                        for i, d in enumerate(documents)
-                    ],
-                )
-                pages = ((i, page) for i, d in enumerate(documents) for page in range(d.pages))
-                cur.executemany(
-                    "INSERT INTO ocr_pages (job_id, seq, file_idx, page) VALUES (%s, %s, %s, %s)",
-                    [(job_id, seq, i, page) for seq, (i, page) in enumerate(pages)],
-                )
-            return read_job(conn, job_id, detail=True)
-
-        return self._call(create)
+        return self._call(
+            lambda conn: insert_job(conn, POSTGRES, job_id, documents, options, now=now)
+        )
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages.
@@ -183,7 +149,7 @@ class PostgresJobStore:
         Raises:
             JobNotFound: no such job.
         """
-        return self._call(lambda conn: read_job(conn, job_id, detail=True))
+        return self._call(lambda conn: read_job(conn, POSTGRES, job_id, detail=True))
 
     def list_jobs(self, *, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
         """Jobs, newest first."""
@@ -222,7 +188,7 @@ class PostgresJobStore:
                 " WHERE id = %s AND status IN ('queued', 'running')",
                 (now, job_id),
             )
-            return read_job(conn, job_id, detail=True)
+            return read_job(conn, POSTGRES, job_id, detail=True)
 
         return self._call(cancel)
 
@@ -241,7 +207,7 @@ class PostgresJobStore:
                 raise JobNotFound(f"No job {job_id}")
 
         self._call(delete)
-        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+        self.discard(job_id)
 
     def purge_expired(self, retention_s: float) -> list[str]:
         """Delete jobs that finished more than `retention_s` ago, and upload directories older than
@@ -299,16 +265,8 @@ class PostgresJobStore:
                 " WHERE id = %s AND status = 'queued'",
                 (now, job_id),
             )
-            return PageTask(
-                job_id=job_id,
-                seq=page["seq"],
-                file_index=page["file_idx"],
-                file_name=row["name"],
-                page=page["page"],
-                kind=cast(FileKind, row["kind"]),
-                path=self.job_dir(job_id) / "files" / row["stored_as"],
-                options=json.loads(row["options"]),
-                attempts=page["attempts"],
+            return page_task(
+                page, row, options=row["options"], attempts=page["attempts"], job_dir=self.job_dir
             )
 
         return self._call(claim)
@@ -316,11 +274,11 @@ class PostgresJobStore:
     def complete_page(self, job_id: str, seq: int, line: bytes) -> bool:
         """Commit a leased page's result line, once; False (nothing written) when this store no
         longer holds the page's lease in a running job: cancelled, deleted, or taken over."""
-        return self._finish(job_id, seq, "done", line, None, None)
+        return self._finish(job_id, seq, PageEnd("done", line=line))
 
     def fail_page(self, job_id: str, seq: int, code: str, message: str) -> bool:
         """Record that a leased page failed; False when the lease or the running job is gone."""
-        return self._finish(job_id, seq, "failed", None, code, message)
+        return self._finish(job_id, seq, PageEnd("failed", code=code, message=message))
 
     def release_page(self, job_id: str, seq: int, *, refund: bool = False) -> bool:
         """Give a leased page back to pending; `refund` takes back the attempt its claim counted."""
@@ -378,30 +336,11 @@ class PostgresJobStore:
         Raises:
             JobNotFound: no such job.
         """
-        columns = (
-            "SELECT p.seq, p.finished_order, p.file_idx, p.page, p.status, p.error_code,"
-            " p.error_message, f.name FROM ocr_pages p"
-            " JOIN ocr_files f ON f.job_id = p.job_id AND f.idx = p.file_idx WHERE p.job_id = %s"
-        )
 
         def query(conn: Connection) -> tuple[JobInfo, list[FinishedPage]]:
             # One snapshot for the job and its pages (READ COMMITTED would take one per query).
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            info = read_job(conn, job_id, detail=False)
-            if from_seq is None:
-                rows = conn.execute(
-                    f"{columns} AND p.finished_order > %s ORDER BY p.finished_order",
-                    (job_id, after_order),
-                ).fetchall()
-            else:
-                rows = []
-                for row in conn.execute(
-                    f"{columns} AND p.seq >= %s ORDER BY p.seq", (job_id, from_seq)
-                ):
-                    if row["status"] not in ("done", "failed"):
-                        break
-                    rows.append(row)
-            return info, [finished_page(row) for row in rows]
+            return read_finished(conn, POSTGRES, job_id, after_order=after_order, from_seq=from_seq)
 
         return self._call(query)
 
@@ -423,21 +362,11 @@ class PostgresJobStore:
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _finish(
-        self,
-        job_id: str,
-        seq: int,
-        status: str,
-        line: bytes | None,
-        code: str | None,
-        message: str | None,
-    ) -> bool:
+    def _finish(self, job_id: str, seq: int, end: PageEnd) -> bool:
         now = self._clock()
 
         def finish(conn: Connection) -> bool:
-            return end_page(
-                conn, job_id, seq, status, line, code, message, now=now, holder=self.owner
-            )
+            return end_page(conn, job_id, seq, end, now=now, holder=self.owner)
 
         try:
             return self._call(finish)
@@ -465,10 +394,7 @@ class PostgresJobStore:
                     conn,
                     page["job_id"],
                     page["seq"],
-                    "failed",
-                    None,
-                    "page_abandoned",
-                    message,
+                    PageEnd("failed", code="page_abandoned", message=message),
                     now=now,
                     holder=None,
                 )
@@ -482,10 +408,9 @@ class PostgresJobStore:
         ).rowcount
 
     def _sweep_orphans(self, cutoff: float) -> None:
-        root = self.uploads_dir / "jobs"
-        if not root.is_dir():
+        if not self.jobs_root.is_dir():
             return
-        old = [p for p in root.iterdir() if _modified_at(p) < cutoff]
+        old = [p for p in self.jobs_root.iterdir() if _modified_at(p) < cutoff]
         if not old:
             return
         known = self._call(
@@ -496,10 +421,7 @@ class PostgresJobStore:
                 )
             }
         )
-        for path in old:
-            if path.name not in known:
-                logger.info("removing job directory %s with no job", path.name)
-                shutil.rmtree(path, ignore_errors=True)
+        self.remove_orphans(old, known)
 
     def _call(self, work: Callable[[Connection], T], *, opening: bool = False) -> T:
         """Run `work` in one transaction, retried on deadlock; connection errors answer 503."""

@@ -1,22 +1,13 @@
-"""The job store's SQLite schema (versioned in `PRAGMA user_version`), migrations, and the API's
-values read from a row of either store (SQLite's or PostgreSQL's, whose columns are the same)."""
+"""The job store's SQLite schema (versioned in `PRAGMA user_version`) and migrations; the version
+check both stores' migrations make. Rows are read in `serving.jobs.rows`."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from typing import Any, Protocol, cast
 
-from serving.inputs import FileKind
-from serving.jobs.types import FileInfo, FinishedPage, JobInfo, JobStoreUnavailable, PageError
+from serving.jobs.types import JobStoreUnavailable
 
 SCHEMA_VERSION = 1
-
-
-class Row(Protocol):
-    """A row read by column name: `sqlite3.Row`, or psycopg's `dict_row`."""
-
-    def __getitem__(self, key: str, /) -> Any: ...
 
 
 # Migrations from version N-1 to N; a new schema version appends one entry.
@@ -69,17 +60,12 @@ def migrate(db: sqlite3.Connection) -> None:
         JobStoreUnavailable: the store was made by a newer version of the server.
     """
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
-    if version > SCHEMA_VERSION:
-        raise JobStoreUnavailable(
-            f"The job store has schema version {version}; this server knows up to "
-            f"{SCHEMA_VERSION} (made by a newer version?)"
-        )
+    check_version(version, SCHEMA_VERSION)
     for target in range(version + 1, SCHEMA_VERSION + 1):
         db.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _MIGRATIONS[target].split(";"):
-                if statement.strip():
-                    db.execute(statement)
+            for statement in statements(_MIGRATIONS[target]):
+                db.execute(statement)
             db.execute(f"PRAGMA user_version = {target}")
         except BaseException:
             db.execute("ROLLBACK")
@@ -87,54 +73,19 @@ def migrate(db: sqlite3.Connection) -> None:
         db.execute("COMMIT")
 
 
-def job_info(
-    row: Row, *, files: tuple[FileInfo, ...] = (), failed: tuple[PageError, ...] = ()
-) -> JobInfo:
-    """A `jobs` row, with the job's files and failed pages when given."""
-    return JobInfo(
-        id=row["id"],
-        status=row["status"],
-        options=json.loads(row["options"]),
-        pages_total=row["pages_total"],
-        pages_done=row["pages_done"],
-        pages_failed=row["pages_failed"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        files=files,
-        failed=failed,
-    )
+def check_version(version: int, known: int) -> None:
+    """Refuse a store whose schema `version` is newer than the `known` one.
+
+    Raises:
+        JobStoreUnavailable: the store was made by a newer version of the server.
+    """
+    if version > known:
+        raise JobStoreUnavailable(
+            f"The job store has schema version {version}; this server knows up to "
+            f"{known} (made by a newer version?)"
+        )
 
 
-def finished_page(row: Row) -> FinishedPage:
-    """A finished `pages` row joined with its file's name."""
-    error = page_error(row, row["name"]) if row["status"] == "failed" else None
-    return FinishedPage(
-        seq=row["seq"],
-        order=row["finished_order"],
-        file_index=row["file_idx"],
-        page=row["page"],
-        error=error,
-    )
-
-
-def file_info(row: Row) -> FileInfo:
-    """A `files` row."""
-    return FileInfo(
-        index=row["idx"],
-        name=row["name"],
-        kind=cast(FileKind, row["kind"]),
-        pages=row["pages"],
-        size_bytes=row["size_bytes"],
-    )
-
-
-def page_error(row: Row, file: str) -> PageError:
-    """A failed `pages` row."""
-    return PageError(
-        file_index=row["file_idx"],
-        file=file,
-        page=row["page"],
-        code=row["error_code"] or "internal",
-        message=row["error_message"] or "",
-    )
+def statements(script: str) -> list[str]:
+    """A migration script's statements (split at `;`; the scripts hold no other `;`)."""
+    return [statement for statement in script.split(";") if statement.strip()]

@@ -19,21 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
-import logging
 import os
-import shutil
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from serving.inputs import FileKind
 from serving.jobs.durable import fsync_path, write_atomic
 from serving.jobs.files import Document
-from serving.jobs.schema import file_info, finished_page, job_info, migrate, page_error
+from serving.jobs.queries import SQLITE, insert_job, read_finished, read_job
+from serving.jobs.rows import job_info, page_task
+from serving.jobs.schema import migrate
 from serving.jobs.types import (
     STATUSES,
     FinishedPage,
@@ -43,11 +41,10 @@ from serving.jobs.types import (
     JobStoreUnavailable,
     PageTask,
 )
+from serving.jobs.uploads import JobDirs
 
-logger = logging.getLogger(__name__)
 
-
-class SqliteJobStore:
+class SqliteJobStore(JobDirs):
     """Jobs in SQLite under `data_dir`; see the module docstring for the layout and guarantees."""
 
     poll_interval_s: float | None = None
@@ -56,6 +53,7 @@ class SqliteJobStore:
     """This process holds the store (`flock`), so its claims never lapse."""
 
     def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(data_dir)
         self.data_dir = data_dir
         self._clock = clock
         self._lock = threading.Lock()
@@ -131,14 +129,6 @@ class SqliteJobStore:
                 self._db = None
             self._release_lock()
 
-    def job_dir(self, job_id: str) -> Path:
-        """Where a job's files and results live."""
-        return self.data_dir / "jobs" / job_id
-
-    def discard(self, job_id: str) -> None:
-        """Remove the directory of a job that was never created (its upload was refused)."""
-        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
-
     # --- jobs ---------------------------------------------------------------------------------
 
     def create_job(
@@ -148,37 +138,10 @@ class SqliteJobStore:
 
         The documents and the directories holding them reach the disk before the job's row.
         """
-        job_dir = self.job_dir(job_id)
-        for document in documents:
-            fsync_path(document.path)
-        for directory in (job_dir / "files", job_dir, job_dir.parent):
-            fsync_path(directory)
+        self.sync_uploads(job_id, documents)
         now = self._clock()
         with self._locked() as db, _transaction(db):
-            total = sum(d.pages for d in documents)
-            db.execute(
-                "INSERT INTO jobs (id, status, options, pages_total, created_at)"
-                " VALUES (?, 'queued', ?, ?, ?)",
-                (job_id, json.dumps(options), total, now),
-            )
-            db.executemany(
-                "INSERT INTO files (job_id, idx, name, stored_as, kind, pages, size_bytes)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (job_id, i, d.name, d.path.name, d.kind, d.pages, d.size_bytes)
-                    for i, d in enumerate(documents)
-                ],
-            )
-            rows = [
-                (job_id, seq, i, page)
-                for seq, (i, page) in enumerate(
-                    (i, page) for i, d in enumerate(documents) for page in range(d.pages)
-                )
-            ]
-            db.executemany(
-                "INSERT INTO pages (job_id, seq, file_idx, page) VALUES (?, ?, ?, ?)", rows
-            )
-            return self._info(db, job_id, detail=True)
+            return insert_job(db, SQLITE, job_id, documents, options, now=now)
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages.
@@ -187,7 +150,7 @@ class SqliteJobStore:
             JobNotFound: no such job.
         """
         with self._locked() as db:
-            return self._info(db, job_id, detail=True)
+            return read_job(db, SQLITE, job_id, detail=True)
 
     def list_jobs(self, *, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
         """Jobs, newest first."""
@@ -218,7 +181,7 @@ class SqliteJobStore:
                 " WHERE id = ? AND status IN ('queued', 'running')",
                 (now, job_id),
             )
-            return self._info(db, job_id, detail=True)
+            return read_job(db, SQLITE, job_id, detail=True)
 
     def delete_job(self, job_id: str) -> None:
         """Delete a job's rows, uploads and results (a page being OCR'd is not committed).
@@ -233,7 +196,7 @@ class SqliteJobStore:
                 db.execute("DELETE FROM files WHERE job_id = ?", (job_id,))
                 db.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
             # Under the lock: a concurrent `complete_page` sees no row and writes nothing.
-            shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+            self.discard(job_id)
 
     def purge_expired(self, retention_s: float) -> list[str]:
         """Delete jobs that finished more than `retention_s` ago; returns their ids."""
@@ -262,7 +225,8 @@ class SqliteJobStore:
                 "SELECT id, options FROM jobs WHERE status IN ('queued', 'running') ORDER BY rowid"
             ).fetchall():
                 row = db.execute(
-                    "SELECT p.seq, p.file_idx, p.page, p.attempts, f.name, f.stored_as, f.kind"
+                    "SELECT p.job_id, p.seq, p.file_idx, p.page, p.attempts,"
+                    " f.name, f.stored_as, f.kind"
                     " FROM pages p JOIN files f ON f.job_id = p.job_id AND f.idx = p.file_idx"
                     " WHERE p.job_id = ? AND p.status = 'pending' ORDER BY p.seq LIMIT 1",
                     (job["id"],),
@@ -279,16 +243,12 @@ class SqliteJobStore:
                     " WHERE id = ?",
                     (now, job["id"]),
                 )
-                return PageTask(
-                    job_id=job["id"],
-                    seq=row["seq"],
-                    file_index=row["file_idx"],
-                    file_name=row["name"],
-                    page=row["page"],
-                    kind=cast(FileKind, row["kind"]),
-                    path=self.job_dir(job["id"]) / "files" / row["stored_as"],
-                    options=json.loads(job["options"]),
+                return page_task(
+                    row,
+                    row,
+                    options=job["options"],
                     attempts=row["attempts"] + 1,
+                    job_dir=self.job_dir,
                 )
         return None
 
@@ -347,26 +307,7 @@ class SqliteJobStore:
             JobNotFound: no such job.
         """
         with self._locked() as db:
-            info = self._info(db, job_id, detail=False)
-            columns = (
-                "SELECT p.seq, p.finished_order, p.file_idx, p.page, p.status, p.error_code,"
-                " p.error_message, f.name FROM pages p"
-                " JOIN files f ON f.job_id = p.job_id AND f.idx = p.file_idx WHERE p.job_id = ?"
-            )
-            if from_seq is None:
-                rows = db.execute(
-                    f"{columns} AND p.finished_order > ? ORDER BY p.finished_order",
-                    (job_id, after_order),
-                ).fetchall()
-            else:
-                rows = []
-                for row in db.execute(
-                    f"{columns} AND p.seq >= ? ORDER BY p.seq", (job_id, from_seq)
-                ):
-                    if row["status"] not in ("done", "failed"):
-                        break
-                    rows.append(row)
-            return info, [finished_page(row) for row in rows]
+            return read_finished(db, SQLITE, job_id, after_order=after_order, from_seq=from_seq)
 
     def read_result(self, job_id: str, seq: int) -> bytes:
         """A done page's result line.
@@ -387,25 +328,6 @@ class SqliteJobStore:
             if self._db is None:
                 raise JobStoreUnavailable("The job store is not open")
             yield self._db
-
-    def _info(self, db: sqlite3.Connection, job_id: str, *, detail: bool) -> JobInfo:
-        row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise JobNotFound(f"No job {job_id}")
-        if not detail:
-            return job_info(row)
-        files = tuple(
-            file_info(f)
-            for f in db.execute("SELECT * FROM files WHERE job_id = ? ORDER BY idx", (job_id,))
-        )
-        failed = tuple(
-            page_error(p, files[p["file_idx"]].name)
-            for p in db.execute(
-                "SELECT * FROM pages WHERE job_id = ? AND status = 'failed' ORDER BY seq",
-                (job_id,),
-            )
-        )
-        return job_info(row, files=files, failed=failed)
 
     @staticmethod
     def _is_running(db: sqlite3.Connection, job_id: str, seq: int) -> bool:
@@ -447,14 +369,10 @@ class SqliteJobStore:
 
     def _sweep_orphans(self) -> None:
         """Remove job directories without a row: uploads cut short by a crash."""
-        root = self.data_dir / "jobs"
-        if not root.is_dir() or self._db is None:
+        if not self.jobs_root.is_dir() or self._db is None:
             return
         known = {row[0] for row in self._db.execute("SELECT id FROM jobs")}
-        for path in root.iterdir():
-            if path.name not in known:
-                logger.info("removing job directory %s with no job", path.name)
-                shutil.rmtree(path, ignore_errors=True)
+        self.remove_orphans(self.jobs_root.iterdir(), known)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:

@@ -1,0 +1,136 @@
+"""The statements both job stores run, written once for either SQL dialect: SQLite's tables and
+`?` parameters, or PostgreSQL's `ocr_`-prefixed tables and `%s` parameters (same columns)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from serving.jobs.files import Document
+from serving.jobs.rows import (
+    file_rows,
+    finished_page,
+    finished_run,
+    job_detail,
+    job_info,
+    page_rows,
+)
+from serving.jobs.types import FinishedPage, JobInfo, JobNotFound
+
+
+class Cursor(Protocol):
+    """The rows of a query: `sqlite3.Cursor`, or a psycopg cursor."""
+
+    def fetchone(self) -> Any: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Batch(Protocol):
+    """A cursor that runs one statement over many rows of parameters."""
+
+    def executemany(self, query: str, params_seq: Sequence[tuple[Any, ...]], /) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class Database(Protocol):
+    """A connection: `sqlite3.Connection`, or psycopg's."""
+
+    def execute(self, query: str, params: tuple[Any, ...], /) -> Cursor: ...
+
+    def cursor(self) -> Batch: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dialect:
+    """A store's table names and parameter marker."""
+
+    jobs: str
+    files: str
+    pages: str
+    param: str
+
+
+SQLITE = Dialect(jobs="jobs", files="files", pages="pages", param="?")
+POSTGRES = Dialect(jobs="ocr_jobs", files="ocr_files", pages="ocr_pages", param="%s")
+
+
+def insert_job(
+    db: Database,
+    sql: Dialect,
+    job_id: str,
+    documents: Sequence[Document],
+    options: dict[str, Any],
+    *,
+    now: float,
+) -> JobInfo:
+    """Insert a queued job's rows (the job, its files, its pages) in `db`'s transaction."""
+    p = sql.param
+    db.execute(
+        f"INSERT INTO {sql.jobs} (id, status, options, pages_total, created_at)"
+        f" VALUES ({p}, 'queued', {p}, {p}, {p})",
+        (job_id, json.dumps(options), sum(d.pages for d in documents), now),
+    )
+    with contextlib.closing(db.cursor()) as cur:
+        cur.executemany(
+            f"INSERT INTO {sql.files} (job_id, idx, name, stored_as, kind, pages, size_bytes)"
+            f" VALUES ({', '.join([p] * 7)})",
+            file_rows(job_id, documents),
+        )
+        cur.executemany(
+            f"INSERT INTO {sql.pages} (job_id, seq, file_idx, page) VALUES ({p}, {p}, {p}, {p})",
+            page_rows(job_id, documents),
+        )
+    return read_job(db, sql, job_id, detail=True)
+
+
+def read_job(db: Database, sql: Dialect, job_id: str, *, detail: bool) -> JobInfo:
+    """A job's row; with `detail`, its files and failed pages too.
+
+    Raises:
+        JobNotFound: no such job.
+    """
+    p = sql.param
+    row = db.execute(f"SELECT * FROM {sql.jobs} WHERE id = {p}", (job_id,)).fetchone()
+    if row is None:
+        raise JobNotFound(f"No job {job_id}")
+    if not detail:
+        return job_info(row)
+    return job_detail(
+        row,
+        db.execute(f"SELECT * FROM {sql.files} WHERE job_id = {p} ORDER BY idx", (job_id,)),
+        db.execute(
+            f"SELECT file_idx, page, error_code, error_message FROM {sql.pages}"
+            f" WHERE job_id = {p} AND status = 'failed' ORDER BY seq",
+            (job_id,),
+        ),
+    )
+
+
+def read_finished(
+    db: Database, sql: Dialect, job_id: str, *, after_order: int, from_seq: int | None
+) -> tuple[JobInfo, list[FinishedPage]]:
+    """A job and its finished pages, as `JobStore.finished_pages` describes them; the caller
+    makes the reads see one instant.
+
+    Raises:
+        JobNotFound: no such job.
+    """
+    p = sql.param
+    info = read_job(db, sql, job_id, detail=False)
+    columns = (
+        "SELECT p.seq, p.finished_order, p.file_idx, p.page, p.status, p.error_code,"
+        f" p.error_message, f.name FROM {sql.pages} p JOIN {sql.files} f"
+        f" ON f.job_id = p.job_id AND f.idx = p.file_idx WHERE p.job_id = {p}"
+    )
+    if from_seq is not None:
+        rows = db.execute(f"{columns} AND p.seq >= {p} ORDER BY p.seq", (job_id, from_seq))
+        return info, finished_run(rows)
+    rows = db.execute(
+        f"{columns} AND p.finished_order > {p} ORDER BY p.finished_order", (job_id, after_order)
+    )
+    return info, [finished_page(row) for row in rows]

@@ -1,0 +1,45 @@
+"""What both job stores keep on disk: job directories under `root/jobs`, uploads in `<id>/files`."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from serving.jobs.durable import fsync_path
+from serving.jobs.files import Document
+
+logger = logging.getLogger(__name__)
+
+
+class JobDirs:
+    """Job directories under `root / "jobs"`, named by job id; a store's base class."""
+
+    def __init__(self, root: Path) -> None:
+        self.jobs_root = root / "jobs"
+
+    def job_dir(self, job_id: str) -> Path:
+        """Where a job's files live (its uploads in `job_dir / "files"`)."""
+        return self.jobs_root / job_id
+
+    def discard(self, job_id: str) -> None:
+        """Remove the directory of a job that was never created (its upload was refused)."""
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+
+    def sync_uploads(self, job_id: str, documents: Sequence[Document]) -> None:
+        """Bring a job's staged documents, and the directories naming them, to the disk (before
+        the rows that point at them are committed)."""
+        job_dir = self.job_dir(job_id)
+        for document in documents:
+            fsync_path(document.path)
+        for directory in (job_dir / "files", job_dir, job_dir.parent):
+            fsync_path(directory)
+
+    def remove_orphans(self, paths: Iterable[Path], known: set[str]) -> None:
+        """Remove the job directories among `paths` that no job in `known` names (uploads a
+        crash cut short)."""
+        for path in paths:
+            if path.name not in known:
+                logger.info("removing job directory %s with no job", path.name)
+                shutil.rmtree(path, ignore_errors=True)
