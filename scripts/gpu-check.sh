@@ -74,7 +74,7 @@ if [[ $DRY_RUN == 0 ]]; then
     DEFAULTS=()
 else
     DEFAULTS=(--device cpu --concurrency 1,2 --requests 4 --rounds 1 --cpu-workers 2
-        --cpu-threads 2 --skip mixed)
+        --cpu-threads 2 --skip mixed --request-timeout-s 600)
 fi
 
 echo "== tests/gpu"

@@ -15,6 +15,7 @@ The folder must stay under the 64 MiB that can travel with the checkout (`--max-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -74,7 +75,9 @@ def render_pages(real_pages: int = 1) -> Pages:
         (index,) = pdf_pages.select_text_pages(pdf, 1)
         (image,) = pdf_pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
         chosen[f"{pdf.stem}-p{index + 1}"] = image
-    engine = LocalEngine(AppConfig())
+    # Paddle itself, whatever engine the CPU default is now.
+    config = AppConfig(engine=dataclasses.replace(EngineConfig(), cpu_backend="paddle"))
+    engine = LocalEngine(config)
     engine.load()
     expected = {name: [ln.text for ln in engine.ocr(img).lines] for name, img in chosen.items()}
     return Pages(chosen, expected)
