@@ -38,6 +38,7 @@ __all__ = [
     "char_edits",
     "evaluate",
     "normalize_text",
+    "pages_cer",
     "word_counts",
     "words",
 ]
@@ -114,6 +115,17 @@ def word_counts(reference: str, hypothesis: str) -> WordCounts:
     """Bag-of-words match of two texts (`words`); sum them over pages for a micro F1."""
     ref, hyp = Counter(words(reference)), Counter(words(hypothesis))
     return WordCounts(sum((ref & hyp).values()), sum(ref.values()), sum(hyp.values()))
+
+
+def pages_cer(truths: dict[str, str], texts: dict[str, list[str]]) -> float:
+    """Character error rate of all pages together: each page's text layer (`truths`) against
+    its recognised lines (`texts`, joined by newlines); 0.0 where there are no characters."""
+    edits = chars = 0
+    for name, truth in truths.items():
+        e, n = char_edits(truth, "\n".join(texts[name]))
+        edits += e
+        chars += n
+    return edits / chars if chars else 0.0
 
 
 def cer(reference: str, hypothesis: str) -> float:

@@ -23,13 +23,15 @@ from typing import Any
 import httpx
 
 from loadtest import job_impact, onnx_export
-from loadtest.accuracy import char_edits
+from loadtest.accuracy import pages_cer
 from loadtest.client import Api, prepare_request, response_texts
 from loadtest.documents import Document, load_documents
 from loadtest.engine_limit import real_page_set, write_page_set
+from loadtest.report import save_report
 from loadtest.result import LevelResult
 from loadtest.run import run_level
 from loadtest.servers import (
+    OURS_CPU_TOML,
     RAPIDOCR_ENGINES,
     ServerProcess,
     rapidocr_params,
@@ -43,29 +45,16 @@ from models.paddle_predictor import onednn_fails_on_det
 from serving.config import AppConfig
 from serving.request_options import ocr_options
 
-OURS_CONFIG = """
-[server]
-log_level = "warning"
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = {cpu_workers}
+OURS_CONFIG = (
+    OURS_CPU_TOML
+    + """cpu_workers = {cpu_workers}
 cpu_instances = {cpu_instances}
 [jobs]
 data_dir = "{jobs_dir}"
 [engine]
 cpu_threads = {ours_threads}
 """
-
-
-def _cer(truths: dict[str, str], texts: dict[str, list[str]]) -> float:
-    edits = chars = 0
-    for name, truth in truths.items():
-        e, n = char_edits(truth, "\n".join(texts[name]))
-        edits += e
-        chars += n
-    return edits / chars if chars else 0.0
+)
 
 
 async def _read_all(
@@ -170,7 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         check=True,
     )
     engine = json.loads(engine_json.read_text())
-    engine["cer"] = _cer(truths, engine.pop("texts"))
+    engine["cer"] = pages_cer(truths, engine.pop("texts"))
     report["engine"] = engine
 
     print("our server...", file=sys.stderr)
@@ -191,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for r in _levels(ours, "v1", documents, args.levels, requests, args.max_time_s)
         ]
         concurrent = asyncio.run(_read_all(ours, "v1", documents, max(args.levels)))
-        report["ours_cer"] = _cer(truths, concurrent)
+        report["ours_cer"] = pages_cer(truths, concurrent)
         if not args.skip_job_impact:
             print("  /ocr beside a batch job...", file=sys.stderr)
             report["job_impact"] = job_impact.measure(
@@ -328,7 +317,7 @@ def _measure_baseline(
         return {
             **facts,
             "levels": [_level_dict(r) for r in levels],
-            "cer": _cer(truths, asyncio.run(_read_all(server, api, documents, 1))),
+            "cer": pages_cer(truths, asyncio.run(_read_all(server, api, documents, 1))),
             "peak_rss_mb": round(server.memory.peak_bytes / 2**20),
         }
     finally:
@@ -483,10 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     report = run(args)
-    table = markdown(report)
-    (args.out / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    (args.out / "results.md").write_text(table)
-    print(table)
+    save_report(args.out, "results", report, markdown(report))
     return 0
 
 

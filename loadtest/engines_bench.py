@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import statistics
@@ -30,11 +29,12 @@ from typing import Any
 
 import cv2
 
-from loadtest.accuracy import char_edits
+from loadtest.accuracy import pages_cer
 from loadtest.documents import load_documents
 from loadtest.engine_limit import real_page_set, write_page_set
+from loadtest.report import save_report
 from loadtest.run import run_level
-from loadtest.servers import start_ours
+from loadtest.servers import OURS_CPU_TOML, start_ours
 from serving.config import AppConfig, build
 from serving.local_engine import LocalEngine
 
@@ -55,19 +55,15 @@ VARIANTS = {
     "openvino-bf16": Variant("openvino-bf16", "openvino", 'openvino_precision = "bf16"\n'),
 }
 
-SERVER_CONFIG = """
-[server]
-log_level = "warning"
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-[jobs]
+SERVER_CONFIG = (
+    OURS_CPU_TOML
+    + """[jobs]
 data_dir = "{jobs_dir}"
 [engine]
 cpu_backend = "{backend}"
 cpu_threads = {threads}
 {engine_toml}"""
+)
 
 
 def engine_config(variant: Variant, threads: int) -> AppConfig:
@@ -156,16 +152,6 @@ def line_diffs(texts: dict[str, list[str]], reference: dict[str, list[str]]) -> 
     return {"lines": total, "differing": differing, "examples": examples[:8]}
 
 
-def cer(truths: dict[str, str], texts: dict[str, list[str]]) -> float:
-    """Character error rate of all pages together against their text layers."""
-    edits = chars = 0
-    for name, truth in truths.items():
-        e, n = char_edits(truth, "\n".join(texts[name]))
-        edits += e
-        chars += n
-    return edits / chars if chars else 0.0
-
-
 def server_level(
     variant: Variant, threads: int, paths: list[Path], out: Path, concurrency: int, requests: int
 ) -> dict[str, Any]:
@@ -230,7 +216,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "engine_limit_pages_s": limit["pages_per_s"],
             "median_page_s": limit["median_page_s"],
             "page_s": limit["page_s"],
-            "cer": round(cer(truths, limit["texts"]), 5),
+            "cer": round(pages_cer(truths, limit["texts"]), 5),
         }
         if reference is not None:
             row["vs_paddle"] = line_diffs(limit["texts"], reference)
@@ -308,10 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown engines {sorted(unknown)}: one of {', '.join(VARIANTS)}")
     report = run(args)
-    table = markdown(report)
-    (args.out / "engines.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    (args.out / "engines.md").write_text(table)
-    print(table)
+    save_report(args.out, "engines", report, markdown(report))
     return 0
 
 

@@ -118,6 +118,18 @@ def start(name: str, argv: list[str], port: int, log: Path, env: dict[str, str])
     )
 
 
+OURS_CPU_TOML = """
+[server]
+log_level = "warning"
+[paddlex]
+visualize = false
+[workers]
+devices = ["cpu"]
+"""
+"""The start of our server's config in the benchmarks: CPU workers only, quiet; append keys of
+`[workers]`, then other sections."""
+
+
 def start_ours(out: Path, config_text: str) -> ServerProcess:
     """`ocr-serve` with the given config, on a free loopback port."""
     port = free_port()

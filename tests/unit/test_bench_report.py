@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from loadtest.accuracy import pages_cer
 from loadtest.bench import markdown
+from loadtest.report import save_report
 
 
 def _level(concurrency: int, pages_s: float, p50_s: float) -> dict[str, Any]:
@@ -89,3 +95,20 @@ def test_rapidocr_rows_on_both_engines() -> None:
 def test_a_row_for_our_server_on_each_other_cpu_engine() -> None:
     report = {**REPORT, "ours_engines": {"paddle": [_level(4, 0.1, 30.0)]}}
     assert "| ours, CPU engine paddle | 4 | 0.100 | 0.50 | 30.00 | 60.00 | 0 |" in markdown(report)
+
+
+def test_cer_over_all_pages_weighs_pages_by_their_characters() -> None:
+    truths = {"a.png": "abcdefghij", "b.png": "xy"}
+    texts = {"a.png": ["abcdefghij"], "b.png": ["x", "z"]}  # "xz" without whitespace: 1 edit
+    assert pages_cer(truths, texts) == pytest.approx(1 / 12)  # not the mean of 0 and 1/2
+    assert pages_cer({}, {}) == 0.0
+
+
+def test_save_report_writes_json_and_table_and_prints_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_report(tmp_path, "engines", {"pages": ["é.png"]}, "| a |\n")
+    assert json.loads((tmp_path / "engines.json").read_text()) == {"pages": ["é.png"]}
+    assert "é" in (tmp_path / "engines.json").read_text()  # not escaped
+    assert (tmp_path / "engines.md").read_text() == "| a |\n"
+    assert capsys.readouterr().out == "| a |\n\n"
