@@ -133,7 +133,11 @@ class TorchPredictor:
                 torch.cuda.set_device(torch.device(device))
             else:
                 torch.set_num_threads(self._options.cpu_threads)
-            module = onnx2torch.convert(str(self._spec.onnx_file)).eval().to(device)
+            # The graph loaded here, not its path: given a path, onnx2torch writes a copy for
+            # shape inference beside the model, which fails where models are read-only (the
+            # container image under a read-only root filesystem).
+            graph = importlib.import_module("onnx").load(str(self._spec.onnx_file))
+            module = onnx2torch.convert(graph).eval().to(device)
             if self._options.precision == "fp16":
                 module = module.half()
         except Exception as err:  # onnx2torch and torch raise many kinds
