@@ -24,17 +24,10 @@ from serving.jobs.files import Document
 from serving.jobs.postgres_store import MAX_CLAIMS, PostgresJobStore
 from serving.jobs.runner import JobRunner
 from serving.jobs.types import JobStoreUnavailable, PageTask
+from tests.clock import ManualClock
 from tests.postgres import PostgresServer
 
 LEASE_S = 30.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -43,12 +36,14 @@ def url(postgres: PostgresServer) -> str:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def replicas(url: str, tmp_path: Path, clock: Clock) -> Iterator[tuple[PostgresJobStore, ...]]:
+def replicas(
+    url: str, tmp_path: Path, clock: ManualClock
+) -> Iterator[tuple[PostgresJobStore, ...]]:
     """Two stores on one database and one uploads directory, as two replicas have them."""
     stores = tuple(
         PostgresJobStore(url, uploads_dir=tmp_path, lease_s=LEASE_S, clock=clock, owner=name)
@@ -96,7 +91,7 @@ def test_any_replica_answers_for_a_job_and_claims_never_overlap(replicas) -> Non
     assert [a.read_result("j", seq) for seq in range(4)] == [_line(s) for s in range(4)]
 
 
-def test_a_lapsed_lease_is_taken_over_and_committed_once(replicas, clock: Clock) -> None:
+def test_a_lapsed_lease_is_taken_over_and_committed_once(replicas, clock: ManualClock) -> None:
     a, b = replicas
     _create(a, "j", 2)
     held = a.claim_next()
@@ -125,7 +120,7 @@ def test_a_lapsed_lease_is_taken_over_and_committed_once(replicas, clock: Clock)
 
 
 def test_a_replica_restarting_gives_back_lapsed_pages_only(
-    replicas, url: str, tmp_path: Path, clock: Clock
+    replicas, url: str, tmp_path: Path, clock: ManualClock
 ) -> None:
     a, b = replicas
     _create(a, "j", 3)
@@ -327,7 +322,7 @@ async def test_a_runner_started_before_its_database_feeds_once_it_is_up(
         await runner.stop()
 
 
-def test_only_old_upload_directories_without_a_job_are_swept(replicas, clock: Clock) -> None:
+def test_only_old_upload_directories_without_a_job_are_swept(replicas, clock: ManualClock) -> None:
     """Another replica may be mid-upload in a directory that has no job yet: only old ones go."""
     a, b = replicas
     _create(a, "kept", 1)
@@ -349,7 +344,7 @@ def test_a_url_libpq_cannot_read_answers_503(tmp_path: Path) -> None:
 
 
 def test_a_page_whose_every_replica_dies_is_failed_not_passed_on_for_ever(
-    replicas, clock: Clock
+    replicas, clock: ManualClock
 ) -> None:
     """A page that kills whoever runs it (say, memory) must not take every replica down in turn."""
     a, b = replicas

@@ -18,24 +18,17 @@ from serving.jobs.schema import SCHEMA_VERSION
 from serving.jobs.sqlite_store import SqliteJobStore
 from serving.jobs.store import JobStore
 from serving.jobs.types import JobNotFound, JobStoreUnavailable
+from tests.clock import ManualClock
 from tests.postgres import PostgresServer
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock):
+def store(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock):
     """Each implementation of the `JobStore` protocol, opened on an empty store."""
     built: JobStore
     if request.param == "sqlite":
@@ -49,7 +42,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock):
 
 
 @pytest.fixture
-def sqlite_store(tmp_path: Path, clock: Clock):
+def sqlite_store(tmp_path: Path, clock: ManualClock):
     store = SqliteJobStore(tmp_path / "jobs", clock=clock)
     store.open()
     yield store
@@ -72,7 +65,7 @@ def _line(seq: int) -> bytes:
     return json.dumps({"seq": seq, "lines": [{"text": f"page {seq}"}]}).encode()
 
 
-def test_lifecycle_queued_running_succeeded(store: JobStore, clock: Clock) -> None:
+def test_lifecycle_queued_running_succeeded(store: JobStore, clock: ManualClock) -> None:
     _create(store, "a")
     info = store.get_job("a")
     assert (info.status, info.pages_total, info.pages_done) == ("queued", 4, 0)
@@ -141,7 +134,7 @@ def test_failed_pages_are_listed_and_fail_the_job(store: JobStore) -> None:
     assert pages[1].error is None
 
 
-def test_reopen_resets_running_pages(tmp_path: Path, clock: Clock) -> None:
+def test_reopen_resets_running_pages(tmp_path: Path, clock: ManualClock) -> None:
     store = SqliteJobStore(tmp_path / "jobs", clock=clock)
     store.open()
     _create(store, "a", (3,))
@@ -168,7 +161,7 @@ def test_reopen_resets_running_pages(tmp_path: Path, clock: Clock) -> None:
         again.close()
 
 
-def test_cancel_stops_claims_and_commits(store: JobStore, clock: Clock) -> None:
+def test_cancel_stops_claims_and_commits(store: JobStore, clock: ManualClock) -> None:
     _create(store, "a", (3,))
     task = store.claim_next()
     assert task is not None
@@ -198,7 +191,7 @@ def test_delete_removes_rows_and_files(store: JobStore) -> None:
     assert not store.job_dir("a").exists()
 
 
-def test_retention_deletes_only_jobs_finished_long_ago(store: JobStore, clock: Clock) -> None:
+def test_retention_deletes_only_jobs_finished_long_ago(store: JobStore, clock: ManualClock) -> None:
     for job_id in ("old", "recent", "active"):
         _create(store, job_id, (1,))
     for job_id in ("old", "recent"):
@@ -216,7 +209,7 @@ def test_retention_deletes_only_jobs_finished_long_ago(store: JobStore, clock: C
     assert [j.id for j in store.list_jobs()] == ["active"]
 
 
-def test_listing_newest_first_and_by_status(store: JobStore, clock: Clock) -> None:
+def test_listing_newest_first_and_by_status(store: JobStore, clock: ManualClock) -> None:
     for job_id in ("a", "b", "c"):
         _create(store, job_id, (1,))
         clock.now += 1
@@ -245,7 +238,7 @@ def test_listing_newest_first_and_by_status(store: JobStore, clock: Clock) -> No
     assert listed["created_at"].endswith("+00:00")
 
 
-def test_orphan_upload_directories_are_swept(tmp_path: Path, clock: Clock) -> None:
+def test_orphan_upload_directories_are_swept(tmp_path: Path, clock: ManualClock) -> None:
     store = SqliteJobStore(tmp_path / "jobs", clock=clock)
     store.open()
     _create(store, "kept", (1,))
