@@ -69,3 +69,23 @@ def gpu_pages() -> Pages:
     from tests.gpu.bundle import render_pages
 
     return render_pages()
+
+
+@pytest.fixture(scope="session")
+def cpu_texts(gpu_models: ModelsConfig, gpu_pages: Pages) -> dict[str, list[str]]:
+    """The same engine on this machine's CPU: what the GPU must read exactly. Paddle's texts,
+    read elsewhere, can differ: in the CPU dry run (torch 2.13, opencv-python-headless 5.1 in
+    place of opencv-contrib 4.10) one line of 93 read "7o09" where Paddle read "7oo9"; the
+    cause (the other OpenCV's resize, or the engine) is not established."""
+    from serving.config import EngineConfig
+    from serving.local_engine import LocalEngine
+
+    engine = EngineConfig()
+    config = AppConfig(
+        models=gpu_models, engine=dataclasses.replace(engine, cpu_backend="torch", cpu_threads=4)
+    )
+    local = LocalEngine(config)
+    local.load()
+    return {
+        name: [ln.text for ln in local.ocr(img).lines] for name, img in gpu_pages.images.items()
+    }
