@@ -253,7 +253,7 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> AppConfig:
-    config = load_config(args.config)
+    config = load_config(args.config, os.environ)  # OCR_* overrides, as ocr-serve reads them
     configure_logging(args.log_level)
     server = dataclasses.replace(config.server, log_level=args.log_level)
     return dataclasses.replace(config, server=server)

@@ -174,7 +174,7 @@ def run_on_ray(
             "Ray Data does not run over Ray Client (ray://): run ocr-batch on a node of the "
             "cluster with --ray=HEAD:6379 (or --ray with RAY_ADDRESS=HEAD:6379), or as a Ray job"
         )
-    config = config or load_config(None)
+    config = config or load_config(None, os.environ)
     checked = parse_options(dict(options or {}))
     documents, problems = plan(list(inputs))
     say = say or (lambda message: logger.warning("%s", message))
