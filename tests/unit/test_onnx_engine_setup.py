@@ -193,6 +193,16 @@ def test_openvino_is_f32_unless_bf16_is_asked_for() -> None:
         EngineOptions(openvino_precision="f16")  # type: ignore[arg-type]
 
 
+def test_openvino_bounds_its_per_shape_cache_as_onednn_is_bounded() -> None:
+    """Unbounded, the CPU plugin keeps state for up to 5,000 input shapes: memory grows with
+    every new page size (`make soak`); `engine.mkldnn_cache_capacity` bounds both engines."""
+    assert compile_config(EngineOptions())["CPU_RUNTIME_CACHE_CAPACITY"] == 10
+    assert compile_config(EngineOptions(mkldnn_cache_capacity=3))["CPU_RUNTIME_CACHE_CAPACITY"] == 3
+    assert "CPU_RUNTIME_CACHE_CAPACITY" not in compile_config(
+        EngineOptions(mkldnn_cache_capacity=0)
+    )
+
+
 def test_engine_settings_reach_the_onnx_engines(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
