@@ -37,10 +37,16 @@ from serving.config import redact_url
 from serving.jobs.files import Document
 from serving.jobs.postgres_rows import PageEnd, PageGone, end_page
 from serving.jobs.postgres_schema import Connection, migrate
-from serving.jobs.queries import POSTGRES, insert_job, read_finished, read_job
+from serving.jobs.queries import (
+    POSTGRES,
+    count_jobs,
+    insert_job,
+    read_finished,
+    read_job,
+    set_cancelled,
+)
 from serving.jobs.rows import job_info, page_task
 from serving.jobs.types import (
-    STATUSES,
     FinishedPage,
     JobInfo,
     JobNotFound,
@@ -167,12 +173,7 @@ class PostgresJobStore(JobDirs):
     def counts(self) -> dict[str, int]:
         """Jobs per status (every status present, zero where none)."""
 
-        def query(conn: Connection) -> dict[str, int]:
-            rows = conn.execute("SELECT status, COUNT(*) AS n FROM ocr_jobs GROUP BY status")
-            found = {row["status"]: int(row["n"]) for row in rows}
-            return {status: found.get(status, 0) for status in STATUSES}
-
-        return self._call(query)
+        return self._call(lambda conn: count_jobs(conn, POSTGRES))
 
     def cancel_job(self, job_id: str) -> JobInfo:
         """Mark a queued or running job cancelled; a finished job is left as it is.
@@ -181,16 +182,7 @@ class PostgresJobStore(JobDirs):
             JobNotFound: no such job.
         """
         now = self._clock()
-
-        def cancel(conn: Connection) -> JobInfo:
-            conn.execute(
-                "UPDATE ocr_jobs SET status = 'cancelled', finished_at = %s"
-                " WHERE id = %s AND status IN ('queued', 'running')",
-                (now, job_id),
-            )
-            return read_job(conn, POSTGRES, job_id, detail=True)
-
-        return self._call(cancel)
+        return self._call(lambda conn: set_cancelled(conn, POSTGRES, job_id, now=now))
 
     def delete_job(self, job_id: str) -> None:
         """Delete a job's rows and results, then its uploads (a page being OCR'd is not committed).

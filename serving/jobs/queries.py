@@ -18,7 +18,7 @@ from serving.jobs.rows import (
     job_info,
     page_rows,
 )
-from serving.jobs.types import FinishedPage, JobInfo, JobNotFound
+from serving.jobs.types import STATUSES, FinishedPage, JobInfo, JobNotFound
 
 
 class Cursor(Protocol):
@@ -86,6 +86,29 @@ def insert_job(
             page_rows(job_id, documents),
         )
     return read_job(db, sql, job_id, detail=True)
+
+
+def set_cancelled(db: Database, sql: Dialect, job_id: str, *, now: float) -> JobInfo:
+    """Mark a queued or running job cancelled (a finished one is left as it is), in `db`'s
+    transaction; returns the job.
+
+    Raises:
+        JobNotFound: no such job.
+    """
+    p = sql.param
+    db.execute(
+        f"UPDATE {sql.jobs} SET status = 'cancelled', finished_at = {p}"
+        f" WHERE id = {p} AND status IN ('queued', 'running')",
+        (now, job_id),
+    )
+    return read_job(db, sql, job_id, detail=True)
+
+
+def count_jobs(db: Database, sql: Dialect) -> dict[str, int]:
+    """Jobs per status (every status present, zero where none)."""
+    rows = db.execute(f"SELECT status, COUNT(*) AS n FROM {sql.jobs} GROUP BY status", ())
+    found = {row["status"]: int(row["n"]) for row in rows}
+    return {status: found.get(status, 0) for status in STATUSES}
 
 
 def read_job(db: Database, sql: Dialect, job_id: str, *, detail: bool) -> JobInfo:

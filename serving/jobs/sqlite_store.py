@@ -29,11 +29,17 @@ from typing import Any
 
 from serving.jobs.durable import fsync_path, write_atomic
 from serving.jobs.files import Document
-from serving.jobs.queries import SQLITE, insert_job, read_finished, read_job
+from serving.jobs.queries import (
+    SQLITE,
+    count_jobs,
+    insert_job,
+    read_finished,
+    read_job,
+    set_cancelled,
+)
 from serving.jobs.rows import job_info, page_task
 from serving.jobs.schema import migrate
 from serving.jobs.types import (
-    STATUSES,
     FinishedPage,
     JobInfo,
     JobNotFound,
@@ -165,8 +171,7 @@ class SqliteJobStore(JobDirs):
     def counts(self) -> dict[str, int]:
         """Jobs per status (every status present, zero where none)."""
         with self._locked() as db:
-            found = dict(db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall())
-            return {status: int(found.get(status, 0)) for status in STATUSES}
+            return count_jobs(db, SQLITE)
 
     def cancel_job(self, job_id: str) -> JobInfo:
         """Mark a queued or running job cancelled; a finished job is left as it is.
@@ -176,12 +181,7 @@ class SqliteJobStore(JobDirs):
         """
         now = self._clock()
         with self._locked() as db, _transaction(db):
-            db.execute(
-                "UPDATE jobs SET status = 'cancelled', finished_at = ?"
-                " WHERE id = ? AND status IN ('queued', 'running')",
-                (now, job_id),
-            )
-            return read_job(db, SQLITE, job_id, detail=True)
+            return set_cancelled(db, SQLITE, job_id, now=now)
 
     def delete_job(self, job_id: str) -> None:
         """Delete a job's rows, uploads and results (a page being OCR'd is not committed).
