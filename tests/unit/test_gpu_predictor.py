@@ -14,7 +14,7 @@ from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions
 from models.gpu_predictor import GpuPredictor
 from models.spec import load_model_spec
-from tests.unit.test_paddle_config import _make_config_class, _Precision
+from tests.fakes.paddle_inference import Precision, make_config_class
 
 Call = tuple[str, dict[str, Any]]
 
@@ -49,7 +49,7 @@ class FakePredictor:
 
 
 def make_fake_paddle(calls: list[Call], *, cuda_build: bool = True) -> types.ModuleType:
-    config_class = _make_config_class(calls)
+    config_class = make_config_class(calls)
     if cuda_build:
 
         def set_exec_stream(self: Any, stream: Any) -> None:
@@ -58,7 +58,7 @@ def make_fake_paddle(calls: list[Call], *, cuda_build: bool = True) -> types.Mod
         config_class.set_exec_stream = set_exec_stream  # type: ignore[attr-defined]
     inference = types.ModuleType("paddle.inference")
     inference.Config = config_class  # type: ignore[attr-defined]
-    inference.PrecisionType = _Precision  # type: ignore[attr-defined]
+    inference.PrecisionType = Precision  # type: ignore[attr-defined]
     inference.get_version = lambda: "version: 3.2.2"  # type: ignore[attr-defined]
 
     def create_predictor(config: Any) -> FakePredictor:
