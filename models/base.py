@@ -45,6 +45,49 @@ class PredictorNotLoadedError(PredictorError):
     """`run()` or `warmup()` was called before `load()` or after `close()`."""
 
 
+class SpecPredictor:
+    """A base of predictor classes: the model it runs and the engine settings, as properties."""
+
+    def __init__(self, spec: ModelSpec, options: EngineOptions) -> None:
+        self._spec = spec
+        self._options = options
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model this predictor runs."""
+        return self._spec
+
+    @property
+    def options(self) -> EngineOptions:
+        """The engine settings."""
+        return self._options
+
+
+def not_loaded(spec: ModelSpec) -> PredictorNotLoadedError:
+    """The error for a `run()` of `spec`'s predictor before `load()` or after `close()`."""
+    return PredictorNotLoadedError(f"{spec.kind} predictor for {spec.directory} is not loaded")
+
+
+def nchw_batch(batch: np.ndarray) -> np.ndarray:
+    """The batch as a predictor runs it: a contiguous float32 NCHW array.
+
+    Raises:
+        ValueError: the batch is not 4-D.
+    """
+    if batch.ndim != 4:
+        raise ValueError(f"expected an NCHW batch, got shape {batch.shape}")
+    return np.ascontiguousarray(batch, dtype=np.float32)
+
+
+def batch_failed(
+    spec: ModelSpec, data: np.ndarray, err: Exception, note: str = ""
+) -> PredictorError:
+    """The error for an engine that failed on a batch (`note`: what else to say, as ` (...)`)."""
+    return PredictorError(
+        f"{spec.kind} model {spec.model_name} failed on input shape {data.shape}{note}: {err}"
+    )
+
+
 class EngineBackendError(ValueError):
     """An unknown engine backend, or one asked for a device or model format it does not serve."""
 

@@ -1,4 +1,5 @@
-"""What the ONNX engines' predictors share: the lifecycle, input checks and error wrapping.
+"""What the ONNX engines share: the predictors' lifecycle, input checks and error wrapping, and
+the backend entry (`cpu_onnx_backend`).
 
 An engine (`models.onnxruntime_backend`, `models.openvino_backend`) supplies `_open()`, which
 loads `spec.onnx_file` and returns the function that runs one batch. The engine package is
@@ -14,7 +15,15 @@ from types import ModuleType
 
 import numpy as np
 
-from models.base import PredictorError, PredictorNotLoadedError
+from models.base import (
+    EngineBackend,
+    PredictorError,
+    SpecPredictor,
+    batch_failed,
+    nchw_batch,
+    not_loaded,
+)
+from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
 from models.paddle_predictor import warmup_shape
 from models.spec import ModelSpec
@@ -37,7 +46,7 @@ def import_engine(module: str, extra: str) -> ModuleType:
         ) from err
 
 
-class OnnxPredictor:
+class OnnxPredictor(SpecPredictor):
     """One ONNX model on the CPU; see `models.base.Predictor`. Subclasses implement `_open()`.
 
     Not thread-safe: one instance per thread or process.
@@ -49,19 +58,8 @@ class OnnxPredictor:
     def __init__(self, spec: ModelSpec, options: EngineOptions) -> None:
         if spec.onnx_file is None:
             raise PredictorError(f"{spec.directory} holds no ONNX model ({engine_name(self)})")
-        self._spec = spec
-        self._options = options
+        super().__init__(spec, options)
         self._run: BatchRunner | None = None
-
-    @property
-    def spec(self) -> ModelSpec:
-        """The model this predictor runs (an ONNX spec)."""
-        return self._spec
-
-    @property
-    def options(self) -> EngineOptions:
-        """The engine settings."""
-        return self._options
 
     @property
     def onnx_file(self) -> Path:
@@ -104,19 +102,12 @@ class OnnxPredictor:
             PredictorError: the engine failed on the batch.
         """
         if self._run is None:
-            raise PredictorNotLoadedError(
-                f"{self._spec.kind} predictor for {self._spec.directory} is not loaded"
-            )
-        if batch.ndim != 4:
-            raise ValueError(f"expected an NCHW batch, got shape {batch.shape}")
-        data = np.ascontiguousarray(batch, dtype=np.float32)
+            raise not_loaded(self._spec)
+        data = nchw_batch(batch)
         try:
             return self._run(data)
         except Exception as err:  # engines raise their own RuntimeError subclasses
-            raise PredictorError(
-                f"{self._spec.kind} model {self._spec.model_name} failed on input shape "
-                f"{data.shape} ({engine_name(self)}): {err}"
-            ) from err
+            raise batch_failed(self._spec, data, err, f" ({engine_name(self)})") from err
 
     def warmup(self) -> None:
         """Run one small zero input of a shape the model accepts."""
@@ -130,3 +121,15 @@ class OnnxPredictor:
 def engine_name(predictor: OnnxPredictor) -> str:
     """The predictor's engine, for messages."""
     return type(predictor).engine
+
+
+def cpu_onnx_backend(predictor: type[OnnxPredictor]) -> EngineBackend:
+    """The backend named after `predictor.engine` that runs it on the CPU, on ONNX models and
+    Paddle models' conversions."""
+    return EngineBackend(
+        name=predictor.engine,
+        devices=frozenset({"cpu"}),
+        formats=frozenset({"onnx"}),
+        create=predictor,
+        prepare=prepare_onnx,
+    )

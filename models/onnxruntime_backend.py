@@ -12,11 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from models.base import EngineBackend, Predictor
-from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
-from models.onnx_predictor import BatchRunner, OnnxPredictor, import_engine
-from models.spec import ModelSpec
+from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
 
 logger = logging.getLogger(__name__)
 
@@ -66,16 +63,5 @@ class OnnxRuntimePredictor(OnnxPredictor):
         return run
 
 
-def create_onnxruntime_predictor(spec: ModelSpec, options: EngineOptions) -> Predictor:
-    """An ONNX Runtime predictor for an ONNX spec on the CPU."""
-    return OnnxRuntimePredictor(spec, options)
-
-
-ONNXRUNTIME = EngineBackend(
-    name="onnxruntime",
-    devices=frozenset({"cpu"}),
-    formats=frozenset({"onnx"}),
-    create=create_onnxruntime_predictor,
-    prepare=prepare_onnx,
-)
+ONNXRUNTIME = cpu_onnx_backend(OnnxRuntimePredictor)
 """ONNX Runtime (CPU execution provider) on ONNX models and Paddle models' conversions."""

@@ -15,11 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from models.base import EngineBackend, Predictor
-from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
-from models.onnx_predictor import BatchRunner, OnnxPredictor, import_engine
-from models.spec import ModelSpec
+from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
 
 logger = logging.getLogger(__name__)
 
@@ -73,16 +70,5 @@ class OpenVinoPredictor(OnnxPredictor):
         return run
 
 
-def create_openvino_predictor(spec: ModelSpec, options: EngineOptions) -> Predictor:
-    """An OpenVINO predictor for an ONNX spec on the CPU."""
-    return OpenVinoPredictor(spec, options)
-
-
-OPENVINO = EngineBackend(
-    name="openvino",
-    devices=frozenset({"cpu"}),
-    formats=frozenset({"onnx"}),
-    create=create_openvino_predictor,
-    prepare=prepare_onnx,
-)
+OPENVINO = cpu_onnx_backend(OpenVinoPredictor)
 """OpenVINO (CPU plugin) on ONNX models and Paddle models' conversions."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from models.base import PredictorError, PredictorNotLoadedError
+from models.base import PredictorError, SpecPredictor, batch_failed, nchw_batch, not_loaded
 from models.engine_options import EngineOptions, EngineOptionsError
 from models.spec import ModelSpec
 
@@ -191,7 +191,7 @@ def paddle_version() -> str:
     return str(paddle.__version__)
 
 
-class PaddlePredictor:
+class PaddlePredictor(SpecPredictor):
     """One Paddle Inference predictor for a single-input model; see `models.base.Predictor`.
 
     Not thread-safe, and `run()` holds the GIL for the whole inference: use one instance per
@@ -204,22 +204,11 @@ class PaddlePredictor:
         options: EngineOptions,
         inference: ModuleType | None = None,
     ) -> None:
-        self._spec = spec
-        self._options = options
+        super().__init__(spec, options)
         self._inference = inference
         self._predictor: Any = None
         self._input: Any = None
         self._output: Any = None
-
-    @property
-    def spec(self) -> ModelSpec:
-        """The model this predictor runs."""
-        return self._spec
-
-    @property
-    def options(self) -> EngineOptions:
-        """The engine settings."""
-        return self._options
 
     @property
     def loaded(self) -> bool:
@@ -273,12 +262,8 @@ class PaddlePredictor:
             PredictorError: Paddle failed to run the batch.
         """
         if self._predictor is None:
-            raise PredictorNotLoadedError(
-                f"{self._spec.kind} predictor for {self._spec.directory} is not loaded"
-            )
-        if batch.ndim != 4:
-            raise ValueError(f"expected an NCHW batch, got shape {batch.shape}")
-        data = np.ascontiguousarray(batch, dtype=np.float32)
+            raise not_loaded(self._spec)
+        data = nchw_batch(batch)
         try:
             self._input.reshape(list(data.shape))
             self._input.copy_from_cpu(data)
@@ -286,10 +271,7 @@ class PaddlePredictor:
             # copy_to_cpu allocates a new numpy array and copies into it (no aliasing).
             output: np.ndarray = self._output.copy_to_cpu()
         except Exception as err:  # Paddle's errors are RuntimeError/ValueError/... subclasses
-            raise PredictorError(
-                f"{self._spec.kind} model {self._spec.model_name} failed on input shape "
-                f"{data.shape}: {err}"
-            ) from err
+            raise batch_failed(self._spec, data, err) from err
         return output
 
     def warmup(self) -> None:
