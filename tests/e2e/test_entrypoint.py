@@ -40,6 +40,8 @@ def image_environment(tmp: Path, port: int) -> dict[str, str]:
             "OCR_WORKERS__CPU_WORKERS": "1",
             "OCR_PADDLEX__VISUALIZE": "false",
             "OCR_JOBS__DATA_DIR": str(tmp / "jobs"),
+            # As in the image, whose CPU devices run Paddle (the Dockerfile says why).
+            "OCR_ENGINE__CPU_BACKEND": "paddle",
         }
     )
     return env
