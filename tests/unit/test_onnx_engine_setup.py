@@ -187,6 +187,7 @@ def test_openvino_is_f32_unless_bf16_is_asked_for() -> None:
     config = compile_config(EngineOptions(cpu_threads=3))
     assert config["INFERENCE_PRECISION_HINT"] == "f32"
     assert (config["INFERENCE_NUM_THREADS"], config["NUM_STREAMS"]) == (3, 1)
+    assert config["ENABLE_CPU_PINNING"] is False  # device workers must not share pinned cores
     bf16 = compile_config(EngineOptions(openvino_precision="bf16"))
     assert bf16["INFERENCE_PRECISION_HINT"] == "bf16"
     with pytest.raises(EngineOptionsError, match="openvino_precision"):
