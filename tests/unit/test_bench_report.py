@@ -112,3 +112,18 @@ def test_save_report_writes_json_and_table_and_prints_the_table(
     assert "é" in (tmp_path / "engines.json").read_text()  # not escaped
     assert (tmp_path / "engines.md").read_text() == "| a |\n"
     assert capsys.readouterr().out == "| a |\n\n"
+
+
+def test_a_baseline_that_fails_requests_is_compared_at_its_fastest_level_without_errors() -> None:
+    openvino = {"openvino": "2026.4.1", "rapidocr": "3.10.0", "cer": 0.0085, "peak_rss_mb": 900}
+    failing = _level(4, 0.1, 6.0) | {"errors": {"http_500": 12, "ReadError": 3}, "requests": 16}
+    openvino["levels"] = [_level(1, 0.25, 4.0), failing]
+    text = markdown({**REPORT, "rapidocr_openvino": openvino})
+    label = "RapidOCR API server (OpenVINO 2026.4.1 f32)"
+    assert f"ours / {label} at concurrency 4" not in text
+    # ours at 4: 0.19 pages/s; RapidOCR's only level without errors: 0.25.
+    assert (
+        f"- ours at concurrency 4 / {label} at concurrency 1, its fastest level without errors: "
+        "0.76x" in text
+    )
+    assert f"- {label} at concurrency 4: 15 of 16 requests failed" in text
