@@ -362,8 +362,11 @@ class WorkersConfig:
     """"auto" = every visible GPU, else the CPU; or a list such as ["gpu:0", "gpu:1", "cpu"]."""
     gpu_instances: int = 1
     """Device worker processes per GPU."""
-    cpu_instances: int = 1
-    """Device worker processes for "cpu"; the cores are split between them (`cpu_threads`)."""
+    cpu_instances: int = 2
+    """Device worker processes for "cpu"; the cores are split between them (`cpu_threads`).
+    Two by default: two pages in flight keep the cores busy through the parts of a page that
+    one engine runs on one core (README, CPU tuning: 1.28x the pages per second of one, at equal
+    single-request latency, for about 1 GiB more)."""
     cpu: DeviceClassConfig = field(default_factory=DeviceClassConfig)
     gpu: DeviceClassConfig = field(default_factory=_gpu_class)
     det_queue: QueueConfig = field(default_factory=QueueConfig)

@@ -32,6 +32,9 @@ visualize = false
 [workers]
 devices = ["cpu"]
 cpu_workers = 2
+# One device worker (the default is two): these tests are about behaviour, and one keeps a 2-core
+# machine's start-ups short; test_scheduling runs two.
+cpu_instances = 1
 [workers.rec_queue]
 # One CPU device is always busy, so rec chunks of different requests meet only if they wait
 # about one detection run; the worker runs detection meanwhile.

@@ -40,8 +40,8 @@ def image_environment(tmp: Path, port: int) -> dict[str, str]:
             "OCR_WORKERS__CPU_WORKERS": "1",
             "OCR_PADDLEX__VISUALIZE": "false",
             "OCR_JOBS__DATA_DIR": str(tmp / "jobs"),
-            # As in the image, whose CPU devices run Paddle (the Dockerfile says why).
-            "OCR_ENGINE__CPU_BACKEND": "paddle",
+            # The image's ONNX conversions are at a fixed path; here, `make convert`'s.
+            "OCR_ENGINE__ONNX_DIR": str(REPO_ROOT / "var" / "models" / "onnx"),
         }
     )
     return env
@@ -72,7 +72,7 @@ def test_serves_readyz_on_the_port_from_the_environment(served) -> None:
     server, env = served
     response = httpx.get(f"{server.url}/readyz")
     assert response.status_code == 200
-    assert list(response.json()["devices"]) == ["cpu"]
+    assert list(response.json()["devices"]) == ["cpu#0", "cpu#1"]  # config.toml: cpu_instances = 2
     # The image's HEALTHCHECK command, with the image's environment.
     check = subprocess.run(
         [sys.executable, "-m", "serving.healthcheck"], env=env, capture_output=True, timeout=30
@@ -128,6 +128,6 @@ def test_logs_are_json_lines_with_request_ids(served) -> None:
     assert access[0]["logger"] == "serving.access"
     assert str(access[0]["message"]).startswith("POST /v1/ocr 422 ")
     processes = {e["process"] for e in entries}
-    assert {"main", "device[cpu]"} <= processes
+    assert {"main", "device[cpu#0]", "device[cpu#1]"} <= processes
     assert any(e["message"] == "Application startup complete." for e in entries)
     assert any(str(e["message"]).startswith("effective configuration") for e in entries)

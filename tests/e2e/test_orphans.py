@@ -25,6 +25,7 @@ visualize = false
 [workers]
 devices = ["cpu"]
 cpu_workers = 2
+cpu_instances = 1
 [engine]
 cpu_backend = "fake"
 """

@@ -175,7 +175,7 @@ def test_kill_9_inside_in_flight_work_loses_no_request(tmp_path) -> None:
 
 
 def test_two_cpu_device_workers_share_the_cores_and_both_serve(tmp_path) -> None:
-    config = CONFIG.replace("cpu_workers = 2\n", "cpu_workers = 2\ncpu_instances = 2\n")
+    config = CONFIG.replace("cpu_instances = 1\n", "cpu_instances = 2\n")
     server = start_server(tmp_path, config)
     try:
         wait_ready(server)

@@ -32,6 +32,7 @@ visualize = false
 [workers]
 devices = ["cpu"]
 cpu_workers = 1
+cpu_instances = 1
 """
 
 

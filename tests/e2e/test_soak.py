@@ -66,7 +66,8 @@ def test_short_soak_answers_everything_and_leaks_nothing(tmp_path: Path) -> None
     assert data["total"]["fraction"] < MAX_GROWTH
 
     roles = {p["role"] for p in data["processes"]}
-    assert {"main", "device cpu", "cpu-worker 1", "cpu-worker 2"} <= roles, roles
+    # config.toml's default: two CPU device workers.
+    assert {"main", "device cpu#0", "device cpu#1", "cpu-worker 1", "cpu-worker 2"} <= roles, roles
     assert data["server"]["mkldnn_cache_capacity"] == 10
     assert data["distinct_sizes"] >= result["requests"] - 1  # sizes vary request by request
     samples = data["samples"]

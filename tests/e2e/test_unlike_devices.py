@@ -19,6 +19,7 @@ max_inflight_pages = 256
 [workers]
 devices = ["gpu:0", "cpu"]
 cpu_workers = 2
+cpu_instances = 1
 [workers.gpu]
 det = { max_batch_size = 1, max_cost = 32000000 }
 inflight_batches = 1

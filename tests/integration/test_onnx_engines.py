@@ -64,7 +64,9 @@ def _config(backend: str, onnx_dir: str, **engine: object) -> AppConfig:
         engine=dataclasses.replace(
             EngineConfig(), cpu_backend=backend, cpu_threads=2, onnx_dir=onnx_dir, **engine
         ),
-        workers=dataclasses.replace(WorkersConfig(), cpu_workers=2, devices=("cpu",)),
+        workers=dataclasses.replace(
+            WorkersConfig(), cpu_workers=2, devices=("cpu",), cpu_instances=1
+        ),
         paddlex=PaddlexConfig(visualize=False),
     )
 

@@ -383,11 +383,12 @@ def test_describe_reports_effective_counts_when_zero() -> None:
     assert config.workers.cpu_workers == 0
     assert config.engine.cpu_threads == 0
     cores = os.cpu_count() or 1
+    threads = max(1, cores // config.workers.cpu_instances)  # the cores split between instances
     data = describe(config)
     assert data["workers"]["cpu_workers"] == cores
-    assert data["engine"]["cpu_threads"] == cores
+    assert data["engine"]["cpu_threads"] == threads
     assert config.cpu_workers == cores
-    assert config.cpu_threads == cores
+    assert config.cpu_threads == threads
     # The config itself is not changed.
     assert config.workers.cpu_workers == 0
 

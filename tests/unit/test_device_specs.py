@@ -18,7 +18,8 @@ def _specs(workers: dict[str, Any], gpus: int) -> list[tuple[str, str]]:
 
 def test_auto_is_every_gpu_else_one_cpu_worker() -> None:
     assert _specs({}, gpus=2) == [("gpu:0", "gpu:0"), ("gpu:1", "gpu:1")]
-    assert _specs({}, gpus=0) == [("cpu", "cpu")]
+    assert _specs({}, gpus=0) == [("cpu#0", "cpu"), ("cpu#1", "cpu")]
+    assert _specs({"cpu_instances": 1}, gpus=0) == [("cpu", "cpu")]
 
 
 def test_instances_multiply_each_device_and_get_numbered_names() -> None:
@@ -36,7 +37,7 @@ def test_instances_multiply_each_device_and_get_numbered_names() -> None:
 
 
 def test_a_device_named_twice_is_one_worker() -> None:
-    assert _specs({"devices": ["cpu", "cpu"]}, gpus=0) == [("cpu", "cpu")]
+    assert _specs({"devices": ["cpu", "cpu"], "cpu_instances": 1}, gpus=0) == [("cpu", "cpu")]
 
 
 @pytest.mark.parametrize(
