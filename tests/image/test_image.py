@@ -11,6 +11,7 @@ import base64
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -183,6 +184,19 @@ def test_runs_as_non_root(served: Container) -> None:
     uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
     assert set(uids) == {"10001"}  # real, effective, saved and filesystem uid of ocr-serve
     assert podman("exec", served.name, "id", "-u") == "10001"
+
+
+def test_cpu_devices_run_the_default_engine_from_build_time_conversions(served: Container) -> None:
+    """The cpu image serves config.toml's default CPU engine (OpenVINO, f32) on the ONNX models
+    converted when the image was built: nothing is converted or downloaded at start."""
+    logs = served.logs()
+    for stage in ("det", "rec"):
+        assert f"loaded {stage} model=PP-OCRv5_mobile_{stage} engine=openvino" in logs, logs[-3000:]
+    assert re.search(r"engine=openvino [^\n]* precision=<Type: 'float32'>", logs), logs[-3000:]
+    provenance = podman(
+        "exec", served.name, "sh", "-c", "cat /opt/ocr-models/onnx/*/provenance.json"
+    )
+    assert provenance.count('"converter"') >= 2
 
 
 def test_healthcheck_turns_healthy(served: Container) -> None:

@@ -144,7 +144,12 @@ def test_server_runs_as_configured(stages: dict[str, Stage]) -> None:
     assert env["OCR_JOBS__DATA_DIR"].startswith("/var/lib/ocr/")
     assert env["PATH"].startswith("/opt/ocr/bin:")
     # The image's environment over the file it copies gives a valid configuration.
-    env["OCR_ENGINE__GPU_BACKEND"] = "paddle"  # the build argument's default
+    # The build arguments' defaults.
+    assert env["OCR_ENGINE__GPU_BACKEND"] == "${GPU_BACKEND}"
+    assert env["OCR_ENGINE__CPU_BACKEND"] == "${CPU_BACKEND}"
+    assert "CPU_BACKEND=openvino" in stage.all("ARG")
+    env["OCR_ENGINE__GPU_BACKEND"] = "paddle"
+    env["OCR_ENGINE__CPU_BACKEND"] = "openvino"
     config = load_config(REPO_ROOT / "config.toml", env)
     assert config.server.host == "0.0.0.0"
     assert config.server.port == 8000
