@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -87,6 +88,45 @@ class ActorPools:
                 raise ValueError(f"{name} actors must be >= 1, got {getattr(self, name)}")
         if self.gpus_per_actor < 0 or self.cpus_per_actor <= 0 or self.cpus_per_task <= 0:
             raise ValueError("gpus_per_actor must be >= 0, cpus per actor and task > 0")
+
+
+def cpus_needed(pools: ActorPools) -> float:
+    """CPUs the pipeline holds at once at the least: every model actor (the classifier's
+    counted, whether or not the options run it) and one task beside them. Less, and Ray Data
+    waits for a CPU that never comes free."""
+    return (pools.det + pools.rec + pools.cls) * pools.cpus_per_actor + pools.cpus_per_task
+
+
+def fit_pools(
+    pools: ActorPools, cpus: float, *, shrink: bool, say: Callable[[str], None]
+) -> ActorPools:
+    """`pools` on a cluster of `cpus` CPUs. On a Ray this run started (`shrink`), actors and
+    tasks ask for proportionally less CPU when they would not fit all at once; on an existing
+    cluster, whose autoscaler may add nodes, a warning says so.
+
+    Found running the defaults on a 2-core machine: the det and rec actors took both CPUs and
+    the decode tasks waited forever, silently.
+    """
+    needed = cpus_needed(pools)
+    if cpus <= 0 or needed <= cpus:
+        return pools
+    if not shrink:
+        say(
+            f"the actors and one task ask for {needed:g} CPUs, the cluster has {cpus:g}: the run "
+            "waits until it has more (lower --cpus-per-actor and --cpus-per-task to fit)"
+        )
+        return pools
+    scale = cpus / needed
+    fitted = dataclasses.replace(
+        pools,
+        cpus_per_actor=pools.cpus_per_actor * scale,
+        cpus_per_task=pools.cpus_per_task * scale,
+    )
+    say(
+        f"this Ray has {cpus:g} CPUs, the actors and one task ask for {needed:g}: each actor "
+        f"asks for {fitted.cpus_per_actor:.2g} CPU and each task {fitted.cpus_per_task:.2g}"
+    )
+    return fitted
 
 
 @dataclass(slots=True, kw_only=True)
@@ -198,6 +238,8 @@ def run_on_ray(
             if not ray.is_initialized():
                 ray.init(address=address, logging_level=logging.WARNING)
                 owns_ray = True
+            cpus = float(ray.cluster_resources().get("CPU", 0.0))  # type: ignore[no-untyped-call]
+            pools = fit_pools(pools or ActorPools(), cpus, shrink=owns_ray, say=say)
             with (
                 _data_context(
                     enable_progress_bars=False,
@@ -212,9 +254,7 @@ def run_on_ray(
                     file=sys.stderr,
                 ) as bar,
             ):
-                dataset = build_dataset(
-                    config, checked, todo, pools or ActorPools(), pages_per_block
-                )
+                dataset = build_dataset(config, checked, todo, pools, pages_per_block)
                 _collect(dataset, manifest, summary, on_page, bar, say, started)
             for doc, page in todo:
                 key = (doc.sha256, page)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from serving.jobs.cli import BatchError, parse_args
-from serving.jobs.ray_batch import ActorPools, run_on_ray
+from serving.jobs.ray_batch import ActorPools, cpus_needed, fit_pools, run_on_ray
 
 
 def test_ray_client_addresses_are_refused_with_the_way_out(tmp_path: Path, monkeypatch) -> None:
@@ -35,3 +35,22 @@ def test_ray_before_the_inputs_gives_its_input_back(tmp_path: Path) -> None:
     assert parse_args([str(tmp_path), "--out", "o"]).ray is None
     with pytest.raises(SystemExit):
         parse_args(["--ray", "head:6379", "--out", "o"])  # an address, and no input
+
+
+def test_a_ray_of_our_own_too_small_for_the_pools_gets_them_shrunk_to_fit() -> None:
+    said: list[str] = []
+    defaults = ActorPools()  # 3 actors x 1 CPU + a task x 1 CPU
+    assert cpus_needed(defaults) == 4
+    fitted = fit_pools(defaults, 2.0, shrink=True, say=said.append)
+    assert cpus_needed(fitted) == pytest.approx(2.0)
+    assert (fitted.cpus_per_actor, fitted.cpus_per_task) == (0.5, 0.5)
+    assert (fitted.det, fitted.rec, fitted.cls) == (1, 1, 1)
+    assert "this Ray has 2 CPUs" in said[0]
+
+
+def test_pools_that_fit_or_an_existing_cluster_are_left_as_asked() -> None:
+    said: list[str] = []
+    assert fit_pools(ActorPools(), 8.0, shrink=True, say=said.append) == ActorPools()
+    assert said == []
+    assert fit_pools(ActorPools(), 2.0, shrink=False, say=said.append) == ActorPools()
+    assert "the run waits until it has more" in said[0]
