@@ -20,7 +20,7 @@
 set -euo pipefail
 variant="$1"
 wheels="$2"
-cpu_backend="${CPU_BACKEND:-paddle}"
+cpu_backend="${CPU_BACKEND:-openvino}"
 if [ -s /run/secrets/ca ]; then
   export PIP_CERT=/run/secrets/ca
 fi
