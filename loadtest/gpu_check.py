@@ -259,17 +259,24 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _fmt(value: Any) -> str:
+    """A figure for the Markdown table: floats to three significant digits, absent as '-'."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def markdown(report: dict[str, Any]) -> str:
     s = report["summary"]
     lines = [
         f"# GPU check ({report['device']}, {report['backend']}, {report['precision']})",
         "",
-        f"- engine limit: {s['engine_limit_pages_s']} pages/s (GPU memory allocated in "
-        f"process: {report['engine_limit'].get('gpu_max_allocated_mib')} MiB)",
-        f"- CPU-side limit: {s['cpu_side_limit_pages_s']} pages/s "
+        f"- engine limit: {_fmt(s['engine_limit_pages_s'])} pages/s (GPU memory allocated in "
+        f"process: {_fmt(report['engine_limit'].get('gpu_max_allocated_mib'))} MiB)",
+        f"- CPU-side limit: {_fmt(s['cpu_side_limit_pages_s'])} pages/s "
         f"({report['cpu_workers']} CPU workers, device answers replayed)",
-        f"- server at the highest concurrency: {s['server_top_pages_s']} pages/s = "
-        f"{s['ratio_to_bound']} x min(engine limit, CPU-side limit) "
+        f"- server at the highest concurrency: {_fmt(s['server_top_pages_s'])} pages/s = "
+        f"{_fmt(s['ratio_to_bound'])} x min(engine limit, CPU-side limit) "
         f"({'meets' if s['meets_0_8'] else 'below'} 0.8)",
         "",
         "| run | devices | concurrency | pages/s | p50 s | p95 s | det mean batch | rec mean batch "
@@ -289,9 +296,9 @@ def markdown(report: dict[str, Any]) -> str:
             )
             lines.append(
                 f"| {name} | {', '.join(run['devices'])} | {level['concurrency']} | "
-                f"{level['throughput_pages_s']:.2f} | {level['p50_s']} | {level['p95_s']} | "
-                f"{det} | {rec.get('mean_batch_size')} | {hist} | "
-                f"{run.get('gpu_memory_peak_mib')} |"
+                f"{_fmt(level['throughput_pages_s'])} | {_fmt(level['p50_s'])} | "
+                f"{_fmt(level['p95_s'])} | {_fmt(det)} | {_fmt(rec.get('mean_batch_size'))} | "
+                f"{hist or '-'} | {_fmt(run.get('gpu_memory_peak_mib'))} |"
             )
     lines += ["", f"Texts equal to Paddle's (engine limit run): {report['texts_equal']}", ""]
     return "\n".join(lines)
