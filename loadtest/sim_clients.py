@@ -8,7 +8,7 @@ from loadtest.sim_events import EventLoop
 from loadtest.sim_flow import JOB_MAX_ATTEMPTS, JOB_RETRY_BACKOFF_S, RequestFlow, SimRequest
 from loadtest.sim_stats import Recorder
 from loadtest.sim_traffic import PageSpec, TrafficSource
-from serving.scheduling.batching import BACKGROUND, INTERACTIVE
+from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 
 
 @dataclass(slots=True, eq=False)
@@ -76,6 +76,8 @@ class JobFeedSim:
     max_inflight: int
     backlog: int
     """Pages not yet started; -1: endless."""
+    timeout_s: float
+    """`jobs.page_timeout_s`."""
     inflight: int = 0
     pages_done: int = 0
     pages_failed: int = 0
@@ -98,7 +100,9 @@ class JobFeedSim:
                 return
             self.inflight += 1
             page.attempts += 1
-            request = self.flow.start([page.spec], BACKGROUND, on_end=self._ended)
+            request = self.flow.start(
+                [page.spec], BACKGROUND, on_end=self._ended, timeout_s=self.timeout_s
+            )
             if request.status is None:
                 self._running[id(request)] = page
             else:  # shed at once: `_ended` already ran without the page

@@ -1,14 +1,13 @@
 """Simulated CPU side: the CPU worker pool and the cores it may share with CPU devices.
 
-Mirrors `serving.workers.cpu_pool.CpuPool`: each worker runs one call at a time, fed from one heap
-(priority, then first come); a call whose request has ended (answered, timed out, cancelled) is
-skipped when it reaches the head, and one already running finishes and its result is discarded.
+Mirrors `serving.workers.cpu_pool.CpuPool`: each worker runs one call at a time, fed from its
+`ShareQueue` (priority, then first come; background first while below its share); a call whose
+request has ended (answered, timed out, cancelled) is skipped when it reaches the head, and one
+already running finishes and its result is discarded.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 from loadtest.sim_events import EventLoop
 from loadtest.sim_model import CpuModel, HostModel, lognormal_factor
 from loadtest.sim_stats import Recorder
+from serving.scheduling.share import ShareQueue
 
 
 class Preemptible(Protocol):
@@ -95,6 +95,7 @@ class _Call:
     seconds: float
     done: Callable[[Any], None]
     arg: Any
+    priority: int
 
 
 @dataclass(slots=True)
@@ -109,12 +110,14 @@ class CpuPoolSim:
     calls: int = 0
     skipped: int = 0
     """Calls dropped from the queue because their request had ended."""
-    _queue: list[tuple[int, int, _Call]] = field(default_factory=list)
-    _order: itertools.count[int] = field(default_factory=itertools.count)
+    background_share: float = 0.0
+    """`jobs.min_share`."""
+    _queue: ShareQueue[_Call] = field(init=False)
     _idle: int = 0
 
     def __post_init__(self) -> None:
         self._idle = self.model.workers
+        self._queue = ShareQueue(self.background_share)
 
     @property
     def queued(self) -> int:
@@ -126,13 +129,12 @@ class CpuPoolSim:
     ) -> None:
         """Queue a call of `seconds`; `done(arg)` runs when it ends, if `owner` is still alive."""
         key = priority if self.model.priority else 0
-        heapq.heappush(self._queue, (key, next(self._order), _Call(owner, seconds, done, arg)))
+        self._queue.push(_Call(owner, seconds, done, arg, key), key)
         if self._idle:
             self._next()
 
     def _next(self) -> None:
-        while self._queue and self._idle:
-            _, _, call = heapq.heappop(self._queue)
+        while self._idle and (call := self._queue.pop(self.loop.now)) is not None:
             if call.owner.status is not None:
                 self.skipped += 1
                 continue
@@ -142,10 +144,12 @@ class CpuPoolSim:
             self.load.call_started(id(call), self.loop.now, seconds)
             self.recorder.cpu_call(self.loop.now, seconds)
             self.calls += 1
+            call.seconds = seconds
             self.loop.at(self.loop.now + seconds, self._ended, call)
 
     def _ended(self, call: _Call) -> None:
         self._idle += 1
+        self._queue.ran(self.loop.now, call.seconds, call.priority)
         self.load.call_ended(id(call))
         if call.owner.status is None:
             call.done(call.arg)

@@ -24,7 +24,8 @@ from loadtest.sim_traffic import PageSpec, RequestDraw
 from serving.errors import Overloaded
 from serving.jobs.runner import MAX_ATTEMPTS, RETRY_BACKOFF_S
 from serving.scheduling.admission import Admission
-from serving.scheduling.batching import BACKGROUND, BatchPolicy, WorkItem
+from serving.scheduling.batching import BatchPolicy, WorkItem
+from serving.scheduling.priorities import BACKGROUND
 
 JOB_RETRY_BACKOFF_S = RETRY_BACKOFF_S
 JOB_MAX_ATTEMPTS = MAX_ATTEMPTS
@@ -113,12 +114,14 @@ class RequestFlow:
         *,
         cancel_after_s: float | None = None,
         on_end: Callable[[SimRequest], None] | None = None,
+        timeout_s: float | None = None,
     ) -> SimRequest:
-        """A request arrives now."""
+        """A request arrives now; its deadline is `timeout_s` (default: the flow's) from now."""
         now = self.loop.now
-        request = SimRequest(pages, priority, now, now + self.timeout_s, on_end)
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        request = SimRequest(pages, priority, now, now + timeout_s, on_end)
         try:
-            self.admission.admit(1, deadline_s=self.timeout_s)
+            self.admission.admit(1, deadline_s=timeout_s)
         except Overloaded:
             self._end(request, "shed")
             return request

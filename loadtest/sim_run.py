@@ -96,12 +96,17 @@ class Simulation:
             end_s=config.duration_s,
             bin_s=config.duration_s / TIMELINE_BINS,
         )
-        self.policy = _TimedPolicy(config.queues)
+        self.policy = _TimedPolicy(config.queues, background_share=config.traffic.job_min_share)
         self.placement = Placement()
         self.admission = Admission(max_pages=config.max_inflight_pages, clock=self.loop.clock)
         load = HostLoad(config.host)
         self.cpu = CpuPoolSim(
-            self.loop, config.cpu, load, random.Random(rng.random()), self.recorder
+            self.loop,
+            config.cpu,
+            load,
+            random.Random(rng.random()),
+            self.recorder,
+            background_share=config.traffic.job_min_share,
         )
         source = TrafficSource(config.traffic, random.Random(rng.random()))
         # Only makes the items' futures; never run, closed by `run`.
@@ -141,6 +146,7 @@ class Simulation:
             stop_s=config.duration_s,
             max_inflight=config.traffic.job_max_inflight_pages,
             backlog=config.traffic.job_pages,
+            timeout_s=config.traffic.job_timeout_s,
         )
 
     def run(self) -> SimResult:

@@ -43,6 +43,7 @@ class ScenarioOptions:
     cpu_priority: bool = True
     rec_width_multiple: int | None = None
     job_max_inflight_pages: int | None = None
+    job_min_share: float | None = None
     job_pages: int | None = None
     uncapped: bool = False
     """Simulate the whole duration even where `DURATION_CAPS_S` caps it."""
@@ -193,6 +194,8 @@ def build(name: str, options: ScenarioOptions) -> SimConfig:
         traffic = replace(traffic, job_pages=options.job_pages)
     if options.job_max_inflight_pages is not None:
         traffic = replace(traffic, job_max_inflight_pages=options.job_max_inflight_pages)
+    if options.job_min_share is not None:
+        traffic = replace(traffic, job_min_share=options.job_min_share)
     queues = dict(config.queues)
     if options.rec_max_wait_ms is not None:
         rec = queues.get("rec", QueueConfig())

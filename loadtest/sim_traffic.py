@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from pipelines.det_preprocess import det_input_size
 from pipelines.types import DetParams, RecParams
+from serving.config import JobsConfig
 
 LINE_WIDTH_QUANTILES = (36, 42, 131, 296, 446, 680, 997, 1356, 1716, 1788, 1971, 2132, 2558)
 """Widths of the bench's 307 text lines resized to height 48 (px), at quantiles 0, 0.05, 0.1,
@@ -114,6 +115,10 @@ class TrafficConfig:
     """Background job pages queued at the start; -1: an endless job (full speed)."""
     job_max_inflight_pages: int = 8
     """`jobs.max_inflight_pages`."""
+    job_timeout_s: float = JobsConfig().page_timeout_s
+    """`jobs.page_timeout_s`: a job page's deadline."""
+    job_min_share: float = JobsConfig().min_share
+    """`jobs.min_share`: the devices' time job pages keep while interactive work waits."""
 
     @property
     def mean_pages(self) -> float:

@@ -50,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--job-pages", type=int, help="background job pages; -1: endless; 0: none")
     parser.add_argument("--job-max-inflight-pages", type=int, help="jobs.max_inflight_pages")
+    parser.add_argument("--job-min-share", type=float, help="jobs.min_share; 0: strict priority")
     parser.add_argument(
         "--uncapped", action="store_true", help="ignore the duration caps of slow configurations"
     )
@@ -90,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_priority=not args.cpu_fifo,
         rec_width_multiple=args.rec_width_multiple,
         job_max_inflight_pages=args.job_max_inflight_pages,
+        job_min_share=args.job_min_share,
         job_pages=args.job_pages,
         uncapped=args.uncapped,
     )

@@ -420,6 +420,15 @@ class JobsConfig:
     get 422. Checked on each zip's central directory before it is unpacked."""
     max_inflight_pages: int = 8
     """Job pages in flight at once in this server, all jobs together."""
+    page_timeout_s: float = 3600.0
+    """How long one job page may take in the server, waiting behind interactive work included,
+    before it is dropped (504) and tried again (4 times at most). Longer than a request's
+    `server.request_timeout_s`: nobody waits on a connection, and on a busy server a page of
+    `max_inflight_pages` gets only its `min_share` of the devices."""
+    min_share: float = 0.1
+    """Share of the devices' time job pages keep while interactive work would take all of it
+    (measured over the last minutes): below it, a job's batch goes first. 0: jobs run only when
+    no interactive work waits, and starve on a server kept busy (`serving.scheduling.share`)."""
 
     def __post_init__(self) -> None:
         _check(bool(self.data_dir), "jobs.data_dir", "must not be empty")
@@ -429,6 +438,8 @@ class JobsConfig:
         _check(self.max_upload_bytes > 0, "jobs.max_upload_bytes", "must be > 0")
         _check(self.max_zip_entries > 0, "jobs.max_zip_entries", "must be > 0")
         _check(self.max_inflight_pages > 0, "jobs.max_inflight_pages", "must be > 0")
+        _check(self.page_timeout_s > 0, "jobs.page_timeout_s", "must be > 0")
+        _check(0 <= self.min_share < 1, "jobs.min_share", "must be >= 0 and < 1")
         _check(
             self.store == "sqlite" or self.store.startswith(("postgresql://", "postgres://")),
             "jobs.store",

@@ -18,8 +18,9 @@ from serving.inputs import DecodeLimits, FileKind
 from serving.page_image import page_png
 from serving.request_options import OcrOptions
 from serving.scheduling.admission import Admission
-from serving.scheduling.batching import BACKGROUND, INTERACTIVE, Scheduler, WorkItem
+from serving.scheduling.batching import Scheduler, WorkItem
 from serving.scheduling.memory_budget import MemoryBudget, page_cost_bytes
+from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.workers import cpu_stages, shm
 from serving.workers.cpu_pool import CpuPool, free_segments
 

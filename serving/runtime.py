@@ -177,7 +177,10 @@ class Runtime:
         budget = MemoryBudget(config.server.memory_budget_bytes or default_budget_bytes())
         # Waiting for a batch to fill only helps while other pages are in flight.
         scheduler = Scheduler(
-            queues, on_drop=discard_payload, company_possible=lambda: admission.inflight > 1
+            queues,
+            on_drop=discard_payload,
+            company_possible=lambda: admission.inflight > 1,
+            background_share=config.jobs.min_share,
         )
         specs = specs if specs is not None else device_specs(config)
         if backend is not None:
@@ -216,6 +219,7 @@ class Runtime:
             initializer=init_cpu_worker,
             initargs=(str(bundle.rec.directory), prefix),
             on_restart=metrics.worker_restarts.labels(kind="cpu").inc,
+            background_share=config.jobs.min_share,
         )
         decode_limits = DecodeLimits(
             max_pdf_pages=config.input.max_pdf_pages,

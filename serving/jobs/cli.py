@@ -35,7 +35,7 @@ from serving.jobs.manifest import (
 from serving.jobs.options import page_record, parse_options
 from serving.log_config import configure_logging
 from serving.request_options import NO_CLASSIFIER, overrides
-from serving.scheduling.batching import BACKGROUND
+from serving.scheduling.priorities import BACKGROUND
 
 logger = logging.getLogger("serving.batch")
 
@@ -171,7 +171,7 @@ async def run_local(
                                 page,
                                 options,
                                 priority=BACKGROUND,
-                                timeout_s=config.server.request_timeout_s,
+                                timeout_s=config.jobs.page_timeout_s,
                             )
                         except OcrError as err:
                             if err.http_status in (503, 504) and attempt < MAX_ATTEMPTS:

@@ -31,7 +31,7 @@ from serving.jobs.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTa
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService
 from serving.request_options import ocr_options, overrides
-from serving.scheduling.batching import BACKGROUND
+from serving.scheduling.priorities import BACKGROUND
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class JobRunner:
     ) -> JobRunner:
         """A runner over the configured store whose pages go through `service` at background
         priority."""
-        timeout_s = config.server.request_timeout_s
+        timeout_s = config.jobs.page_timeout_s
 
         async def ocr(task: PageTask) -> PageResult:
             options = ocr_options(bundle, config.pipeline, **overrides(task.options))

@@ -6,9 +6,10 @@ the next batch sized for it (work pulling): the policy picks the most urgent buc
 the worker serves (priority first, then later pipeline stages first so requests in flight finish,
 then age), fills the batch up to the worker's count and cost caps, and waits up to `max_wait_ms` for
 company when the batch is not full. Among unlike devices a worker leaves a batch that another
-device would finish sooner (`serving.scheduling.placement`). Expired and cancelled items are
-dropped, never run. When the server stops, `Scheduler.close` fails every item still awaited,
-queued or running, with a 503.
+device would finish sooner (`serving.scheduling.placement`). Background work that has had less
+than its share of the devices goes first (`serving.scheduling.share`). Expired and cancelled
+items are dropped, never run. When the server stops, `Scheduler.close` fails every item still
+awaited, queued or running, with a 503.
 """
 
 from __future__ import annotations
@@ -23,14 +24,11 @@ from typing import Any, NamedTuple
 from serving.config import QueueConfig, StageLimits
 from serving.errors import DeadlineExceeded, OcrError, Overloaded, ShuttingDown
 from serving.scheduling.placement import Placement
+from serving.scheduling.priorities import BACKGROUND
+from serving.scheduling.share import BackgroundShare
 
 # Later stages first: finishing requests already in flight bounds latency and memory.
 STAGE_RANK = {"rec": 0, "cls": 1, "det": 2}
-
-INTERACTIVE = 0
-"""Priority of requests from the OCR endpoints."""
-BACKGROUND = 1
-"""Priority of batch-job pages: they run when no interactive work waits."""
 
 
 @dataclass(slots=True, eq=False)
@@ -98,10 +96,13 @@ class Where(NamedTuple):
 class BatchPolicy:
     """Pure batching policy over per-stage queues; time is passed in, so tests use a fake clock."""
 
-    def __init__(self, queues: Mapping[str, QueueConfig]) -> None:
+    def __init__(self, queues: Mapping[str, QueueConfig], *, background_share: float = 0.0) -> None:
         self._config = dict(queues)
         self._buckets: dict[str, dict[Hashable, list[WorkItem]]] = {s: {} for s in queues}
         self._sizes: dict[str, int] = dict.fromkeys(queues, 0)
+        self.share = BackgroundShare(background_share)
+        """Device seconds handed to background work; below `background_share` of them it goes
+        first (`jobs.min_share`; 0: strict priority)."""
 
     def depth(self, stage: str) -> int:
         """Items queued for `stage` (including abandoned ones not yet swept)."""
@@ -145,27 +146,19 @@ class BatchPolicy:
         a page in a CPU step between its device stages), long background batches wait: a job's
         batch, once started, is not preempted, and the interactive page would wait for all of it.
         An interactive batch takes background items of its bucket only if it stays short
-        (`LONG_BATCH_S`).
+        (`LONG_BATCH_S`). While background work has had less than its share of the devices
+        (`self.share`), background candidates come first, `hold_background` or not.
         """
         selection = Selection()
-        candidates: list[tuple[tuple[int, int, float], str, Hashable]] = []
-        for stage in stages:
-            buckets = self._buckets.get(stage)
-            if not buckets:
-                continue
-            for bucket in list(buckets):
-                items = self._sweep(stage, bucket, now, selection.dropped)
-                if items:
-                    head = min(items, key=lambda it: it.sort_key)
-                    candidates.append((head.sort_key, stage, bucket))
-        candidates.sort(key=lambda c: c[0])
+        candidates, background_first = self._candidates(now, stages, selection.dropped)
         free: dict[str, float] | None = None
         left: dict[str, int] = {}  # cost of each stage's batches left to others: their queue
         for key, stage, bucket in candidates:
             items = self._buckets[stage][bucket]
             if key[0] >= BACKGROUND:
-                batch, full = self._fill(items, limits[stage])
-                if hold_background and _long(batch, device, placement):
+                # Of a bucket interactive items lead, only when background work goes first.
+                batch, full = self._fill(items, limits[stage], only=key[0])
+                if hold_background and not background_first and _long(batch, device, placement):
                     continue  # a release (`Scheduler.interactive_coming`) notifies the workers
             else:
                 # Background items ride along only where they add little time (a GPU's batch).
@@ -192,10 +185,46 @@ class BatchPolicy:
                         continue
                     batch = placed
                 self._take(stage, bucket, batch)
+                self._account(batch, device, placement, now)
                 selection.batch = batch
                 return selection
             selection.wake_at = _earliest(selection.wake_at, ready_at)
         return selection
+
+    def _candidates(
+        self, now: float, stages: Iterable[str], dropped: list[WorkItem]
+    ) -> tuple[list[tuple[tuple[int, int, float], str, Hashable]], bool]:
+        """Each bucket's most urgent item's key, stage and bucket, most urgent first, after
+        sweeping expired and abandoned items into `dropped`; and whether background work goes
+        first (its share is due and both classes wait). Then the background candidates, those of
+        buckets interactive items lead too, come before every interactive one, in their order."""
+        due = self.share.due(now)
+        candidates: list[tuple[tuple[int, int, float], str, Hashable]] = []
+        # Background heads of buckets an interactive item leads (only looked for when due).
+        behind: list[tuple[tuple[int, int, float], str, Hashable]] = []
+        for stage in stages:
+            buckets = self._buckets.get(stage)
+            if not buckets:
+                continue
+            for bucket in list(buckets):
+                items = self._sweep(stage, bucket, now, dropped)
+                if not items:
+                    continue
+                head = min(items, key=lambda it: it.sort_key)
+                candidates.append((head.sort_key, stage, bucket))
+                if due and head.priority < BACKGROUND:
+                    keys = [it.sort_key for it in items if it.priority >= BACKGROUND]
+                    if keys:
+                        behind.append((min(keys), stage, bucket))
+        candidates.sort(key=lambda c: c[0])
+        interactive_waits = bool(candidates) and candidates[0][0][0] < BACKGROUND
+        background_waits = bool(behind) or (bool(candidates) and candidates[-1][0][0] >= BACKGROUND)
+        if not (due and interactive_waits and background_waits):
+            return candidates, False
+        background = sorted(
+            [c for c in candidates if c[0][0] >= BACKGROUND] + behind, key=lambda c: c[0]
+        )
+        return background + [c for c in candidates if c[0][0] < BACKGROUND], True
 
     def _place(
         self, candidate: Candidate, limits: StageLimits, where: Where
@@ -275,6 +304,20 @@ class BatchPolicy:
         full = count >= limits.max_batch_size or cost >= limits.max_cost
         return batch, full
 
+    def _account(
+        self, batch: list[WorkItem], device: str | None, placement: Placement | None, now: float
+    ) -> None:
+        """Count the batch's predicted device seconds to each class (none before the device has
+        run its stage: the share is of measured time)."""
+        if self.share.min_share <= 0 or placement is None or device is None:
+            return
+        cost = sum(it.cost for it in batch)
+        seconds = placement.model.predict(device, batch[0].stage, cost)
+        if seconds is None:
+            return
+        background = sum(it.cost for it in batch if it.priority >= BACKGROUND)
+        self.share.record(now, seconds, seconds * background / max(cost, 1))
+
     def _take(self, stage: str, bucket: Hashable, batch: list[WorkItem]) -> None:
         taken = {id(it) for it in batch}
         rest = [it for it in self._buckets[stage][bucket] if id(it) not in taken]
@@ -315,8 +358,9 @@ class Scheduler:
         on_drop: Callable[[WorkItem], None] | None = None,
         company_possible: Callable[[], bool] = lambda: True,
         placement: Placement | None = None,
+        background_share: float = 0.0,
     ) -> None:
-        self.policy = BatchPolicy(queues)
+        self.policy = BatchPolicy(queues, background_share=background_share)
         self.placement = placement or Placement()
         self._clock = clock
         self._changed = asyncio.Event()

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import heapq
-import itertools
 import logging
 import multiprocessing
 import threading
@@ -30,6 +28,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from serving.errors import OcrError, WorkerUnavailable
+from serving.scheduling.share import ShareQueue
 from serving.workers import shm
 from serving.workers.cpu_worker import cpu_worker_main
 from serving.workers.proc import cancel_and_wait
@@ -90,6 +89,7 @@ class CpuPool:
         abandon_grace_s: float = 2.0,
         start_timeout_s: float = 120.0,
         restart_backoff_s: float = 0.5,
+        background_share: float = 0.0,
     ) -> None:
         self.workers = workers
         self._initializer = initializer
@@ -100,9 +100,9 @@ class CpuPool:
         self._start_timeout_s = start_timeout_s
         self._restart_backoff_s = restart_backoff_s
         self._slots = [_Worker(i) for i in range(workers)]
-        self._queue: list[tuple[int, int, _Call]] = []
-        """Heap of (priority, order, call): interactive before background, then first come."""
-        self._order = itertools.count()
+        self._queue: ShareQueue[_Call] = ShareQueue(background_share)
+        """Interactive before background, then first come; background first while it has had
+        less than `background_share` of the workers' time (`jobs.min_share`)."""
         self._wakeup: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._aborted: OcrError | None = None
@@ -157,17 +157,15 @@ class CpuPool:
     async def _enqueue(self, call: _Call, *, front: bool = False) -> None:
         if self._wakeup is None:
             raise WorkerUnavailable("The CPU worker pool is not running")
-        order = next(self._order)
         # A retry keeps its place ahead of everything of its priority that came after it.
-        heapq.heappush(self._queue, (call.priority, -order if front else order, call))
+        self._queue.push(call, call.priority, front=front)
         async with self._wakeup:
             self._wakeup.notify()
 
     async def _next_call(self, wakeup: asyncio.Condition) -> _Call:
         async with wakeup:
             while True:
-                while self._queue:
-                    _, _, call = heapq.heappop(self._queue)
+                while (call := self._queue.pop(time.monotonic())) is not None:
                     if not call.future.done():
                         return call
                 await wakeup.wait()
@@ -245,6 +243,8 @@ class CpuPool:
             return
         finally:
             worker.call = None
+            now = time.monotonic()
+            self._queue.ran(now, now - started, call.priority)
         if call.future.done():
             if kind == "ok":
                 free_segments(value)
@@ -296,11 +296,7 @@ class CpuPool:
         """Fail every call queued or running with `error`, and refuse new ones (shutdown: callers
         answer now; a running call's result is freed when it comes back). Returns how many."""
         self._aborted = error
-        pending = [
-            *(call for _, _, call in self._queue),
-            *(w.call for w in self._slots if w.call is not None),
-        ]
-        self._queue.clear()
+        pending = [*self._queue.drain(), *(w.call for w in self._slots if w.call is not None)]
         failed = 0
         for call in pending:
             if not call.future.done():
@@ -316,8 +312,7 @@ class CpuPool:
         """Stop the processes; calls still queued fail with WorkerUnavailable."""
         await cancel_and_wait(self._tasks)
         self._wakeup = None
-        while self._queue:
-            _, _, call = heapq.heappop(self._queue)
+        for call in self._queue.drain():
             if not call.future.done():
                 call.future.set_exception(WorkerUnavailable("The server is stopping"))
         stops = [_in_thread(functools.partial(_stop, w, timeout_s)) for w in self._slots]

@@ -8,7 +8,8 @@ import pytest
 
 from serving.config import QueueConfig, StageLimits
 from serving.errors import DeadlineExceeded, Overloaded, ShuttingDown
-from serving.scheduling.batching import BACKGROUND, INTERACTIVE, BatchPolicy, Scheduler, WorkItem
+from serving.scheduling.batching import BatchPolicy, Scheduler, WorkItem
+from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 
 LIMITS = {
     "det": StageLimits(max_batch_size=2, max_cost=10_000),

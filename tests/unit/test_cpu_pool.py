@@ -15,7 +15,7 @@ import pytest
 from serving.config import AppConfig
 from serving.errors import InvalidInput, ShuttingDown, WorkerUnavailable
 from serving.runtime import Runtime
-from serving.scheduling.batching import BACKGROUND, INTERACTIVE
+from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.workers import cpu_pool, cpu_stages
 from serving.workers.cpu_pool import CpuPool
 from tests.fakes import cpu_calls
@@ -227,6 +227,31 @@ def test_interactive_calls_run_before_background_ones_queued_earlier(tmp_path: P
             ]
             await asyncio.gather(busy, *calls)
             assert log.read_text().split() == ["request", "job-1", "job-2"]
+        finally:
+            await pool.stop()
+
+    asyncio.run(main())
+
+
+def test_a_background_call_goes_first_while_jobs_have_had_less_than_their_share(
+    tmp_path: Path,
+) -> None:
+    """`jobs.min_share`: after 0.3 s of a request's call, a job's call queued first runs first."""
+
+    async def main() -> None:
+        pool = await _started(_pool(1, background_share=0.1))
+        log = tmp_path / "order"
+        try:
+            busy = asyncio.ensure_future(
+                pool.run(cpu_calls.announce_then_sleep, str(tmp_path), 0.3)
+            )
+            await _wait_for_file(tmp_path, "busy")
+            calls = [
+                pool.run(cpu_calls.record, str(log), "job", priority=BACKGROUND),
+                pool.run(cpu_calls.record, str(log), "request", priority=INTERACTIVE),
+            ]
+            await asyncio.gather(busy, *calls)
+            assert log.read_text().split() == ["job", "request"]
         finally:
             await pool.stop()
 

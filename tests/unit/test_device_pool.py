@@ -17,7 +17,8 @@ from models.engine_options import EngineOptions
 from models.registry import EngineChoice
 from serving.config import QueueConfig, StageLimits
 from serving.errors import OcrError, WorkerUnavailable
-from serving.scheduling.batching import INTERACTIVE, Scheduler, WorkItem
+from serving.scheduling.batching import Scheduler, WorkItem
+from serving.scheduling.priorities import INTERACTIVE
 from serving.workers.device_pool import DevicePool, WorkerDied
 from serving.workers.device_worker import DeviceSpec, ItemFailed, ItemOk
 

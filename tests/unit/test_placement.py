@@ -8,9 +8,10 @@ import asyncio
 import pytest
 
 from serving.config import QueueConfig, StageLimits
-from serving.scheduling.batching import BACKGROUND, INTERACTIVE, BatchPolicy, WorkItem
+from serving.scheduling.batching import BatchPolicy, WorkItem
 from serving.scheduling.cost_model import CostModel, size_class
 from serving.scheduling.placement import Placement
+from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 
 LIMITS = {
     "det": StageLimits(max_batch_size=1, max_cost=10**9),

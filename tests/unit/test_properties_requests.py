@@ -34,7 +34,7 @@ from serving.inputs import DecodeLimits, FileKind, frames_type
 from serving.jobs.options import parse_options
 from serving.ocr_service import PageOutput
 from serving.request_options import OPTIONS, OcrOptions, ocr_options, overrides, request_options
-from serving.scheduling.batching import BACKGROUND
+from serving.scheduling.priorities import BACKGROUND
 from tests.fakes.service import Model, run_inline
 from tests.images import encode_png
 from tests.properties import counted, outcome, prob_map

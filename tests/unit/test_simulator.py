@@ -19,7 +19,7 @@ from loadtest.sim_scenarios import ScenarioOptions, build
 from loadtest.sim_traffic import PageSpec, TrafficConfig, TrafficSource
 from loadtest.simulator import main
 from serving.config import QueueConfig, StageLimits
-from serving.scheduling.batching import BACKGROUND, INTERACTIVE
+from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 
 PAGE = PageSpec(det_h=32, det_w=32, lines=8, chunks=((6, 320), (2, 640)))
 LIMITS = {
@@ -244,3 +244,23 @@ def test_configurations_compared_see_the_same_requests() -> None:
     assert sum(arrivals[0]) > 100
     requests = [sum(r.recorder.kinds["interactive"].outcomes.values()) for r in runs]
     assert requests[0] == requests[1]
+
+
+def test_a_job_keeps_its_share_of_a_device_requests_keep_busy() -> None:
+    """`cpu-c2+job`, 20 minutes: two closed-loop clients always have a page queued. With strict
+    priority the job does nothing in the measured window; with `jobs.min_share` 0.1 about a tenth
+    of the device's pages (4.8 s of device each), none past its deadline, and the requests give up
+    about a tenth of theirs."""
+
+    def run(share: float) -> SimResult:
+        options = ScenarioOptions(duration_s=1200.0, job_min_share=share)
+        return Simulation(build("cpu-c2+job", options)).run()
+
+    strict, shared = run(0.0), run(0.1)
+    assert strict.recorder.kinds["background"].pages_done == 0
+    jobs = shared.recorder.kinds["background"]
+    assert 15 <= jobs.pages_done <= 35
+    assert "deadline" not in jobs.outcomes
+    assert shared.job_pages_failed == 0
+    kept = shared.recorder.kinds["interactive"].pages_done
+    assert 0.85 <= kept / strict.recorder.kinds["interactive"].pages_done < 0.95
