@@ -31,6 +31,12 @@ class Metrics:
             registry=r,
         )
         self.queue_depth = Gauge("ocr_queue_depth", "Items queued.", ["stage"], registry=r)
+        self.background_share = Gauge(
+            "ocr_background_share",
+            "Batch jobs' share of the pool's seconds over the last minutes (decayed).",
+            ["pool"],
+            registry=r,
+        )
         self.queue_wait_seconds = Histogram(
             "ocr_queue_wait_seconds",
             "Time items waited in a batching queue.",
@@ -103,6 +109,11 @@ class Metrics:
         )
         for state in ("used", "total", "waiting"):
             budget.labels(state=state).set_function(functools.partial(memory, state))
+
+    def track_background_share(self, pool: str, fraction: Callable[[], float]) -> None:
+        """Report batch jobs' share of a pool's recent seconds ("devices", "cpu_workers") when
+        scraped: it stays near `jobs.min_share` while requests keep the pool busy."""
+        self.background_share.labels(pool=pool).set_function(fraction)
 
     def track_queue_depth(self, stage: str, depth: Callable[[], int]) -> None:
         """Report a queue's depth when scraped."""

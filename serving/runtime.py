@@ -211,6 +211,7 @@ class Runtime:
         )
         for stage in STAGES:
             metrics.track_queue_depth(stage, functools.partial(scheduler.policy.depth, stage))
+        metrics.track_background_share("devices", scheduler.background_share)
         devices = DevicePool(
             workers, scheduler, metrics=metrics, restart_backoff_s=config.workers.restart_backoff_s
         )
@@ -221,6 +222,7 @@ class Runtime:
             on_restart=metrics.worker_restarts.labels(kind="cpu").inc,
             background_share=config.jobs.min_share,
         )
+        metrics.track_background_share("cpu_workers", cpu.background_share)
         decode_limits = DecodeLimits(
             max_pdf_pages=config.input.max_pdf_pages,
             pdf_render_scale=config.input.pdf_render_scale,

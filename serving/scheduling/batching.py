@@ -411,6 +411,10 @@ class Scheduler:
         self._open.clear()
         return failed
 
+    def background_share(self) -> float:
+        """Background batches' share of the device seconds handed out lately (`jobs.min_share`)."""
+        return self.policy.share.fraction(self._clock())
+
     def notify(self) -> None:
         """Something other than a submit changed what workers may take (a device freed)."""
         self._changed.set()

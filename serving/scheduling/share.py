@@ -51,6 +51,11 @@ class BackgroundShare:
         self._decay(now)
         return self.background_s < self.min_share * self.total_s
 
+    def fraction(self, now: float) -> float:
+        """Background's share of the device seconds handed out lately; 0 before any."""
+        self._decay(now)
+        return self.background_s / self.total_s if self.total_s > 0 else 0.0
+
     def _decay(self, now: float) -> None:
         if self._at is not None and now > self._at:
             factor = 0.5 ** ((now - self._at) / self.half_life_s)

@@ -113,6 +113,10 @@ class CpuPool:
         """At least one worker is up, so calls make progress."""
         return any(w.alive for w in self._slots)
 
+    def background_share(self) -> float:
+        """Background calls' share of the workers' recent seconds (`jobs.min_share`)."""
+        return self._queue.share.fraction(time.monotonic())
+
     def start(self) -> None:
         """Start supervising the workers (each spawns in the background); needs a running loop."""
         self._wakeup = asyncio.Condition()

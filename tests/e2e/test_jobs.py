@@ -180,6 +180,11 @@ def test_job_lifecycle_streams_results_while_ocr_is_served(jobs_server: Server) 
     assert httpx.get(f"{url}/v1/jobs?status=succeeded").json()["jobs"][0]["id"] == job["id"]
     metrics = httpx.get(f"{url}/metrics").text
     assert 'ocr_jobs{status="succeeded"} 1.0' in metrics
+    # The job's pages had some of both pools' recent seconds, the requests the rest.
+    for pool in ("devices", "cpu_workers"):
+        found = re.search(rf'^ocr_background_share{{pool="{pool}"}} (\S+)$', metrics, re.M)
+        assert found is not None, pool
+        assert 0.0 < float(found.group(1)) < 1.0, pool
 
 
 def test_cancel_stops_the_job_and_delete_removes_it(jobs_server: Server) -> None:

@@ -55,5 +55,8 @@ def test_metrics_count_what_was_sent(server: Server) -> None:
     assert delta("ocr_batch_size_sum", stage="rec") == 16
     for stage in ("det", "rec", "cls"):
         assert ("ocr_queue_depth", (("stage", stage),)) in after
+    # No job ran: requests had every second of both pools.
+    for pool in ("devices", "cpu_workers"):
+        assert _total(after, "ocr_background_share", pool=pool) == 0.0
     for kind in ("cpu", "device"):
         assert ("ocr_worker_restarts_total", (("kind", kind),)) in after

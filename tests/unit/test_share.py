@@ -176,3 +176,12 @@ def test_the_cpu_workers_queue_keeps_order_within_a_class() -> None:
     queue.push("request-1", INTERACTIVE)
     queue.push("retry", INTERACTIVE, front=True)
     assert [queue.pop(0.0) for _ in range(4)] == ["retry", "request-1", "job-1", "job-2"]
+
+
+def test_the_fraction_reported_is_the_decayed_share() -> None:
+    share = BackgroundShare(0.1, half_life_s=60.0)
+    assert share.fraction(0.0) == 0.0
+    share.record(0.0, 4.0, 1.0)
+    assert share.fraction(0.0) == pytest.approx(0.25)
+    share.record(60.0, 2.0, 0.0)  # 0.5 of 2 + 2
+    assert share.fraction(60.0) == pytest.approx(0.125)
