@@ -211,13 +211,24 @@ def test_abort_answers_every_call_now_and_refuses_new_ones(tmp_path: Path) -> No
     asyncio.run(main())
 
 
-def test_interactive_calls_run_before_background_ones_queued_earlier(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("share", "first"),
+    [
+        (0.0, "request"),  # strict priority
+        # `jobs.min_share`: after 0.3 s of a request's call, jobs have had less than their
+        # share, so a job's call goes first (the next, whichever its few ms leave due).
+        (0.1, "job-1"),
+    ],
+)
+def test_background_calls_wait_for_interactive_ones_unless_their_share_is_due(
+    tmp_path: Path, share: float, first: str
+) -> None:
     async def main() -> None:
-        pool = await _started(_pool(1))
+        pool = await _started(_pool(1, background_share=share))
         log = tmp_path / "order"
         try:
             busy = asyncio.ensure_future(
-                pool.run(cpu_calls.announce_then_sleep, str(tmp_path), 0.5)
+                pool.run(cpu_calls.announce_then_sleep, str(tmp_path), 0.3)
             )
             await _wait_for_file(tmp_path, "busy")
             calls = [
@@ -226,32 +237,10 @@ def test_interactive_calls_run_before_background_ones_queued_earlier(tmp_path: P
                 pool.run(cpu_calls.record, str(log), "request", priority=INTERACTIVE),
             ]
             await asyncio.gather(busy, *calls)
-            assert log.read_text().split() == ["request", "job-1", "job-2"]
-        finally:
-            await pool.stop()
-
-    asyncio.run(main())
-
-
-def test_a_background_call_goes_first_while_jobs_have_had_less_than_their_share(
-    tmp_path: Path,
-) -> None:
-    """`jobs.min_share`: after 0.3 s of a request's call, a job's call queued first runs first."""
-
-    async def main() -> None:
-        pool = await _started(_pool(1, background_share=0.1))
-        log = tmp_path / "order"
-        try:
-            busy = asyncio.ensure_future(
-                pool.run(cpu_calls.announce_then_sleep, str(tmp_path), 0.3)
-            )
-            await _wait_for_file(tmp_path, "busy")
-            calls = [
-                pool.run(cpu_calls.record, str(log), "job", priority=BACKGROUND),
-                pool.run(cpu_calls.record, str(log), "request", priority=INTERACTIVE),
-            ]
-            await asyncio.gather(busy, *calls)
-            assert log.read_text().split() == ["job", "request"]
+            order = log.read_text().split()
+            assert order[0] == first
+            assert sorted(order) == ["job-1", "job-2", "request"]
+            assert [name for name in order if name.startswith("job")] == ["job-1", "job-2"]
         finally:
             await pool.stop()
 

@@ -18,9 +18,9 @@ from models.registry import EngineChoice
 from serving.config import QueueConfig, StageLimits
 from serving.errors import OcrError, WorkerUnavailable
 from serving.scheduling.batching import Scheduler, WorkItem
-from serving.scheduling.priorities import INTERACTIVE
 from serving.workers.device_pool import DevicePool, WorkerDied
 from serving.workers.device_worker import DeviceSpec, ItemFailed, ItemOk
+from tests.fakes.work import work_item
 
 LIMITS = {"rec": StageLimits(max_batch_size=4, max_cost=10_000)}
 
@@ -90,16 +90,7 @@ class FakeWorker:
 
 
 def item(loop: asyncio.AbstractEventLoop, payload: int) -> WorkItem:
-    return WorkItem(
-        stage="rec",
-        bucket=320,
-        payload=payload,
-        count=1,
-        cost=320,
-        priority=INTERACTIVE,
-        deadline=1e12,
-        future=loop.create_future(),
-    )
+    return work_item(loop, payload=payload, deadline=1e12)
 
 
 def scheduler() -> Scheduler:

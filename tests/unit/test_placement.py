@@ -11,7 +11,8 @@ from serving.config import QueueConfig, StageLimits
 from serving.scheduling.batching import BatchPolicy, WorkItem
 from serving.scheduling.cost_model import CostModel, size_class
 from serving.scheduling.placement import Placement
-from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
+from serving.scheduling.priorities import BACKGROUND
+from tests.fakes.work import work_item
 
 LIMITS = {
     "det": StageLimits(max_batch_size=1, max_cost=10**9),
@@ -22,16 +23,7 @@ QUEUES = {stage: QueueConfig() for stage in ("det", "rec", "cls")}
 
 
 def _item(stage: str, cost: int, loop: asyncio.AbstractEventLoop) -> WorkItem:
-    return WorkItem(
-        stage=stage,
-        bucket=cost,
-        payload=None,
-        count=1,
-        cost=cost,
-        priority=INTERACTIVE,
-        deadline=1e9,
-        future=loop.create_future(),
-    )
+    return work_item(loop, stage=stage, cost=cost)
 
 
 def _gpu_and_cpu() -> Placement:

@@ -13,6 +13,7 @@ from serving.scheduling.batching import BatchPolicy, WorkItem
 from serving.scheduling.placement import Placement
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.scheduling.share import BackgroundShare, ShareQueue
+from tests.fakes.work import work_item
 
 LIMITS = {
     "det": StageLimits(max_batch_size=1, max_cost=10**9),
@@ -24,16 +25,7 @@ DET_S = 0.8
 
 
 def _item(loop: asyncio.AbstractEventLoop, priority: int, stage: str = "det") -> WorkItem:
-    return WorkItem(
-        stage=stage,
-        bucket=1_000,
-        payload=None,
-        count=1,
-        cost=1_000,
-        priority=priority,
-        deadline=1e9,
-        future=loop.create_future(),
-    )
+    return work_item(loop, stage=stage, cost=1_000, priority=priority)
 
 
 def _one_device() -> Placement:
