@@ -222,7 +222,8 @@ class PostgresJobStore(JobDirs):
     # --- pages --------------------------------------------------------------------------------
 
     def claim_next(self) -> PageTask | None:
-        """Lease the next page of the oldest active job: a pending one, or one whose lease lapsed.
+        """Lease the next page, a pending one or one whose lease lapsed, of the active job with the
+        fewest pages running (in all replicas), then the oldest: jobs share the runners' slots.
 
         None when there is none (or every candidate is being claimed by another replica).
         """
@@ -231,11 +232,15 @@ class PostgresJobStore(JobDirs):
         def claim(conn: Connection) -> PageTask | None:
             self._fail_abandoned(conn, now)
             page = conn.execute(
-                "WITH next AS ("
-                " SELECT p.job_id, p.seq FROM ocr_pages p JOIN ocr_jobs j ON j.id = p.job_id"
-                " WHERE j.status IN ('queued', 'running') AND (p.status = 'pending'"
-                "  OR (p.status = 'running' AND p.lease_expires_at < %(now)s))"
-                " ORDER BY j.n, p.seq LIMIT 1 FOR UPDATE OF p SKIP LOCKED)"
+                "WITH active AS ("
+                " SELECT j.id, j.n, (SELECT count(*) FROM ocr_pages r"
+                "  WHERE r.job_id = j.id AND r.status = 'running') AS running"
+                " FROM ocr_jobs j WHERE j.status IN ('queued', 'running')),"
+                " next AS ("
+                " SELECT p.job_id, p.seq FROM ocr_pages p JOIN active a ON a.id = p.job_id"
+                " WHERE p.status = 'pending'"
+                "  OR (p.status = 'running' AND p.lease_expires_at < %(now)s)"
+                " ORDER BY a.running, a.n, p.seq LIMIT 1 FOR UPDATE OF p SKIP LOCKED)"
                 " UPDATE ocr_pages p SET status = 'running', attempts = p.attempts + 1,"
                 " lease_owner = %(owner)s, lease_expires_at = %(until)s"
                 " FROM next WHERE p.job_id = next.job_id AND p.seq = next.seq"

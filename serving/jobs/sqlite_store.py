@@ -218,11 +218,14 @@ class SqliteJobStore(JobDirs):
     # --- pages --------------------------------------------------------------------------------
 
     def claim_next(self) -> PageTask | None:
-        """Mark the next pending page of the oldest active job running; None when there is none."""
+        """Mark the next pending page running: of the active job with the fewest pages running,
+        then the oldest (jobs share the runner's slots); None when there is none."""
         now = self._clock()
         with self._locked() as db, _transaction(db):
             for job in db.execute(
-                "SELECT id, options FROM jobs WHERE status IN ('queued', 'running') ORDER BY rowid"
+                "SELECT j.id, j.options FROM jobs j WHERE j.status IN ('queued', 'running')"
+                " ORDER BY (SELECT COUNT(*) FROM pages r"
+                "  WHERE r.job_id = j.id AND r.status = 'running'), j.rowid"
             ).fetchall():
                 row = db.execute(
                     "SELECT p.job_id, p.seq, p.file_idx, p.page, p.attempts,"

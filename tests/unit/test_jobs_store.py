@@ -346,3 +346,22 @@ def test_uploads_reach_the_disk_before_the_job_row(
         job_dir,
         job_dir.parent,
     ]
+
+
+def test_jobs_share_the_claims_fewest_running_first(store: JobStore) -> None:
+    """A job queued behind a long one starts at once: each claim takes a page of the active job
+    with the fewest pages running, then the oldest."""
+    _create(store, "long", pages=(4,))
+    _create(store, "short", pages=(1, 1))
+    claimed = [store.claim_next() for _ in range(4)]
+    assert [(t.job_id, t.seq) for t in claimed if t is not None] == [
+        ("long", 0),
+        ("short", 0),
+        ("long", 1),
+        ("short", 1),
+    ]
+    # The short job has no page left: the long one takes the rest.
+    assert store.complete_page("short", 0, _line(0))
+    next_task = store.claim_next()
+    assert next_task is not None
+    assert (next_task.job_id, next_task.seq) == ("long", 2)
