@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -12,7 +13,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from serving.errors import ClientGone
+from serving.errors import ClientGone, ValidationFailed
 from serving.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,30 @@ def runtime_of(request: Request) -> Runtime:
     """The runtime the app serves (`build_app` puts it in the app's state)."""
     runtime: Runtime = request.app.state.runtime
     return runtime
+
+
+TIMEOUT_HEADER = "X-Request-Timeout"
+"""A client's own deadline, in seconds, for one OCR request (as Triton's per-request `timeout`)."""
+
+
+def timeout_of(request: Request, limit_s: float) -> float:
+    """The request's deadline in seconds: the client's `X-Request-Timeout`, at most `limit_s`
+    (`server.request_timeout_s`), or `limit_s`. Admission sheds at once (503) a request whose
+    pages would finish after it at the server's measured pace.
+
+    Raises:
+        ValidationFailed: the header is not a positive number of seconds.
+    """
+    raw = request.headers.get(TIMEOUT_HEADER)
+    if raw is None:
+        return limit_s
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValidationFailed(f"{TIMEOUT_HEADER} must be a positive number of seconds")
+    return min(value, limit_s)
 
 
 def observed(endpoint: str, handler: Handler) -> Handler:

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from serving.http.endpoints import TIMEOUT_HEADER
 from serving.http.openapi_schemas import SCHEMAS, Json, bounds
 from serving.request_options import CHOICES, OPTIONS, Option
 
@@ -52,6 +53,15 @@ def _query(name: str, schema: Json, description: str) -> Json:
 
 
 _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_TIMEOUT = {
+    "name": TIMEOUT_HEADER,
+    "in": "header",
+    "required": False,
+    "schema": {"type": "number", "minimum": 0, "exclusiveMinimum": True},  # OpenAPI 3.0
+    "description": "This request's deadline in seconds, at most `server.request_timeout_s`: a "
+    "request the server cannot finish in time at its measured pace is shed at once (503), one "
+    "not done by then gets 504",
+}
 _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 
@@ -89,6 +99,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
             "required": True,
             "content": {"application/json": {"schema": _ref("PaddlexRequest")}},
         },
+        "parameters": [_TIMEOUT],
         "responses": {
             "200": _json("Recognised pages in PaddleX's envelope", _ref("PaddlexEnvelope")),
             **_errors(408, 413, 422, 503, 504, schema="PaddlexEnvelope"),
@@ -97,7 +108,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
     ("/v1/ocr", "post"): {
         "summary": "Recognise an image or a PDF",
         "tags": ["ocr"],
-        "parameters": _OCR_OPTIONS,
+        "parameters": [*_OCR_OPTIONS, _TIMEOUT],
         "requestBody": _DOCUMENT_BODY,
         "responses": {
             "200": _json("One entry per page", _ref("OcrResult")),

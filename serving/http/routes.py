@@ -10,7 +10,7 @@ from starlette.routing import Route
 from serving.config import AppConfig
 from serving.errors import InvalidInput
 from serving.http import paddlex_api, request_id, url_fetch
-from serving.http.endpoints import observed, runtime_of, until_disconnect
+from serving.http.endpoints import observed, runtime_of, timeout_of, until_disconnect
 from serving.http.exceptions import native_errors, paddlex_error
 from serving.http.jobs import job_routes
 from serving.http.uploads import read_body, read_document
@@ -27,6 +27,7 @@ async def paddlex_ocr(request: Request) -> Response:
         body = paddlex_api.load_body(raw)
         log_id = paddlex_api.log_id_of(body, default=log_id)
         parsed = paddlex_api.parse_request(body)
+        timeout_s = timeout_of(request, runtime.config.server.request_timeout_s)
         runtime.check_ready()
         data, kind = await _paddlex_file(parsed, runtime.config)
         options = runtime.request_options(
@@ -43,7 +44,7 @@ async def paddlex_ocr(request: Request) -> Response:
                 kind,
                 options,
                 visualize=visualize,
-                timeout_s=runtime.config.server.request_timeout_s,
+                timeout_s=timeout_s,
             ),
         )
         runtime.metrics.pages.inc(len(pages))
@@ -78,6 +79,7 @@ async def _paddlex_file(
 async def v1_ocr(request: Request) -> Response:
     """`POST /v1/ocr`: multipart `file`, or a raw image or PDF body."""
     runtime = runtime_of(request)
+    timeout_s = timeout_of(request, runtime.config.server.request_timeout_s)
     runtime.check_ready()
     data, kind = await read_document(request, runtime.config.server.max_body_bytes)
     options = runtime.request_options(
@@ -85,7 +87,7 @@ async def v1_ocr(request: Request) -> Response:
     )
     pages = await until_disconnect(
         request,
-        runtime.service.ocr(data, kind, options, timeout_s=runtime.config.server.request_timeout_s),
+        runtime.service.ocr(data, kind, options, timeout_s=timeout_s),
     )
     runtime.metrics.pages.inc(len(pages))
     body = {

@@ -160,6 +160,40 @@ def test_v1_errors(server: Server) -> None:
     assert httpx.get(f"{server.url}/readyz").status_code == 200
 
 
+def test_a_client_sets_its_own_deadline(server: Server) -> None:
+    """`X-Request-Timeout`: seconds, at most `server.request_timeout_s`; not a positive number is
+    422 on both APIs, and a deadline too short for the page is 504, the server serving on."""
+    png = images.encode_png(images.latin_lines().image)
+    png_body = {"file": base64.b64encode(png).decode(), "fileType": 1}
+    for bad in ("soon", "0", "-1", "nan", "inf"):
+        headers = {"content-type": "image/png", "x-request-timeout": bad}
+        native = httpx.post(f"{server.url}/v1/ocr", content=png, headers=headers, timeout=60)
+        assert native.status_code == 422, bad
+        assert native.json()["error"]["code"] == "validation_failed"
+        assert "X-Request-Timeout" in native.json()["error"]["message"]
+        paddlex = httpx.post(
+            f"{server.url}/ocr", json=png_body, headers={"x-request-timeout": bad}, timeout=60
+        )
+        assert paddlex.json()["errorCode"] == 422, bad
+    dense = images.encode_png(images.dense_page().image)
+    late = httpx.post(
+        f"{server.url}/v1/ocr",
+        content=dense,
+        headers={"content-type": "image/png", "x-request-timeout": "0.001"},
+        timeout=60,
+    )
+    assert late.status_code == 504
+    assert late.json()["error"]["code"] == "deadline_exceeded"
+    # Longer than the server allows: the server's own deadline, and the page is read.
+    for timeout in ("60", "1e9"):
+        ok = httpx.post(
+            f"{server.url}/ocr", json=png_body, headers={"x-request-timeout": timeout}, timeout=120
+        )
+        assert ok.status_code == 200, ok.text
+        texts = ok.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"]
+        assert texts == images.latin_lines().lines
+
+
 def _tiff_of(pages: list[np.ndarray]) -> bytes:
     frames = [Image.fromarray(np.ascontiguousarray(page[:, :, ::-1])) for page in pages]
     buf = io.BytesIO()
