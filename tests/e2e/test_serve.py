@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import glob
 import io
 import signal
@@ -192,6 +193,33 @@ def test_a_client_sets_its_own_deadline(server: Server) -> None:
         assert ok.status_code == 200, ok.text
         texts = ok.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"]
         assert texts == images.latin_lines().lines
+    # While the server is busy with a dense page, a request whose deadline its measured pace
+    # cannot meet is shed at once (the pace was learnt on the pages above).
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(
+            httpx.post,
+            f"{server.url}/v1/ocr",
+            content=dense,
+            headers={"content-type": "image/png"},
+            timeout=120,
+        )
+        started = time.monotonic()
+        shed = None
+        while not busy.done() and time.monotonic() - started < 60:
+            attempt = httpx.post(
+                f"{server.url}/v1/ocr",
+                content=png,
+                headers={"content-type": "image/png", "x-request-timeout": "0.5"},
+                timeout=60,
+            )
+            if attempt.status_code == 503:
+                shed = attempt
+                break
+        assert busy.result().status_code == 200
+    assert shed is not None
+    assert shed.json()["error"]["code"] == "overloaded"
+    assert "deadline" in shed.json()["error"]["message"]
+    assert shed.headers["retry-after"]
 
 
 def _tiff_of(pages: list[np.ndarray]) -> bytes:
