@@ -3,9 +3,11 @@ and batches are dispatched, so the figures are correct across all worker process
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
+import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from serving.scheduling.cost_model import CostModel, size_class
@@ -115,6 +117,19 @@ class Metrics:
         scraped: it stays near `jobs.min_share` while requests keep the pool busy."""
         self.background_share.labels(pool=pool).set_function(fraction)
 
+    def track_memory(self, processes: Mapping[str, Callable[[], Iterable[int]]]) -> None:
+        """Report, when scraped, the resident memory of each named group of processes (`pids`
+        answers the live ones: a worker restarted is a new pid)."""
+        gauge = Gauge(
+            "ocr_process_resident_bytes",
+            "Resident memory of the server's processes: the main one, the CPU workers together, "
+            "each device worker (which grows with the largest page it has seen, then levels).",
+            ["process"],
+            registry=self.registry,
+        )
+        for name, pids in processes.items():
+            gauge.labels(process=name).set_function(functools.partial(_resident_bytes, pids))
+
     def track_queue_depth(self, stage: str, depth: Callable[[], int]) -> None:
         """Report a queue's depth when scraped."""
         self.queue_depth.labels(stage=stage).set_function(depth)
@@ -122,3 +137,11 @@ class Metrics:
     def render(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)
+
+
+def _resident_bytes(pids: Callable[[], Iterable[int]]) -> float:
+    total = 0
+    for pid in pids():
+        with contextlib.suppress(psutil.Error):  # it exited since: a restart is under way
+            total += psutil.Process(pid).memory_info().rss
+    return float(total)

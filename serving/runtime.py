@@ -30,7 +30,7 @@ from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.workers import shm
 from serving.workers.cpu_pool import CpuPool
 from serving.workers.cpu_stages import init_cpu_worker
-from serving.workers.device_pool import DevicePool, DeviceWorker, discard_payload
+from serving.workers.device_pool import DevicePool, DeviceWorker, WorkerHandle, discard_payload
 from serving.workers.device_worker import DeviceSpec, WorkerSetup
 from serving.workers.watchdog import LoopWatchdog
 
@@ -223,6 +223,13 @@ class Runtime:
             background_share=config.jobs.min_share,
         )
         metrics.track_background_share("cpu_workers", cpu.background_share)
+        metrics.track_memory(
+            {
+                "main": lambda: [os.getpid()],
+                "cpu_workers": cpu.pids,
+                **{w.spec.name: functools.partial(_pids, w) for w in devices.workers},
+            }
+        )
         decode_limits = DecodeLimits(
             max_pdf_pages=config.input.max_pdf_pages,
             pdf_render_scale=config.input.pdf_render_scale,
@@ -336,3 +343,7 @@ class Runtime:
         if swept:
             logger.info("removed %d shared-memory segments left by workers", swept)
         logger.info("stopped (pid %d)", os.getpid())
+
+
+def _pids(worker: WorkerHandle) -> list[int]:
+    return [worker.pid] if worker.pid is not None else []

@@ -55,6 +55,10 @@ def test_metrics_count_what_was_sent(server: Server) -> None:
     assert delta("ocr_batch_size_sum", stage="rec") == 16
     for stage in ("det", "rec", "cls"):
         assert ("ocr_queue_depth", (("stage", stage),)) in after
+    # Resident memory of every process: the main one, the CPU workers, each device worker.
+    devices = httpx.get(f"{server.url}/readyz").json()["devices"]
+    for process in ("main", "cpu_workers", *devices):
+        assert _total(after, "ocr_process_resident_bytes", process=process) > 20 * 2**20, process
     # No job ran: requests had every second of both pools.
     for pool in ("devices", "cpu_workers"):
         assert _total(after, "ocr_background_share", pool=pool) == 0.0
