@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from loadtest.client import Api
 from loadtest.documents import Document, load_documents
 from loadtest.engine_limit import real_page_set, write_page_set
 from loadtest.run import run_level
@@ -60,37 +61,45 @@ def measure(
     max_time_s: float,
 ) -> dict[str, Any]:
     """p50/p95 of `/ocr` at concurrency 2 alone, then beside a job of `job_copies` x the pages."""
-
-    def level() -> dict[str, Any]:
-        result = asyncio.run(
-            run_level(
-                server.url,
-                "paddlex",
-                documents,
-                concurrency=2,
-                requests=requests,
-                warmup=2,
-                timeout_s=600,
-                max_time_s=max_time_s,
-            )
-        )
-        return {
-            "p50_s": result.p50_s,
-            "p95_s": result.p95_s,
-            "pages_per_s": result.throughput_pages_s,
-            "errors": result.errors,
-        }
-
-    alone = level()
+    alone = _closed_loop(server, "paddlex", documents, 2, requests, max_time_s)
     job_id = asyncio.run(_submit_job(server.url, page_paths, job_copies))
     started = time.monotonic()
-    with_job = level()
+    with_job = _closed_loop(server, "paddlex", documents, 2, requests, max_time_s)
     status = asyncio.run(_job_status(server.url, job_id))
     with_job["job_pages_done_meanwhile"] = status["pages_done"]
     with_job["job_pages_total"] = status["pages_total"]
     with_job["seconds"] = round(time.monotonic() - started, 1)
     asyncio.run(_cancel(server.url, job_id))
     return {"alone": alone, "with_job": with_job}
+
+
+def _closed_loop(
+    server: ServerProcess,
+    api: Api,
+    documents: Sequence[Document],
+    concurrency: int,
+    requests: int,
+    max_time_s: float,
+) -> dict[str, Any]:
+    """One closed-loop level (as many warm-up requests as clients): pages/s, p50, p95, errors."""
+    result = asyncio.run(
+        run_level(
+            server.url,
+            api,
+            documents,
+            concurrency=concurrency,
+            requests=requests,
+            warmup=concurrency,
+            timeout_s=600,
+            max_time_s=max_time_s,
+        )
+    )
+    return {
+        "p50_s": result.p50_s,
+        "p95_s": result.p95_s,
+        "pages_per_s": result.throughput_pages_s,
+        "errors": result.errors,
+    }
 
 
 async def _cancel(url: str, job_id: str) -> None:
@@ -112,26 +121,12 @@ def beside_busy_requests(
     requests' figures and the job's pages done by the end."""
     job_id = asyncio.run(_submit_job(server.url, page_paths, job_copies))
     started = time.monotonic()
-    result = asyncio.run(
-        run_level(
-            server.url,
-            "v1",
-            documents,
-            concurrency=concurrency,
-            requests=requests,
-            warmup=concurrency,
-            timeout_s=600,
-            max_time_s=max_time_s,
-        )
-    )
+    result = _closed_loop(server, "v1", documents, concurrency, requests, max_time_s)
     status = asyncio.run(_job_status(server.url, job_id))
     seconds = time.monotonic() - started
     asyncio.run(_cancel(server.url, job_id))
     return {
-        "pages_per_s": result.throughput_pages_s,
-        "p50_s": result.p50_s,
-        "p95_s": result.p95_s,
-        "errors": result.errors,
+        **result,
         "job_pages_done": status["pages_done"],
         "job_pages_failed": status["pages_failed"],
         "seconds": round(seconds, 1),
