@@ -4,7 +4,8 @@
 
 - models/det, models/rec: the configured models' ONNX conversions (`make convert`), with their
   inference.yml and provenance.json: the server serves these directories as they are;
-- pages/: test pages as PNGs and expected.json, the texts Paddle reads on them here (CPU);
+- pages/: test pages as PNGs and expected.json, the texts Paddle reads on them here (CPU), and
+  read-with.json, the versions of Paddle, OpenCV and numpy that read them;
 - wheels/: the packages the server needs that the GPU machine lacks, for CPython 3.12 manylinux
   x86_64 (`pip download`; the GPU machine installs them with --no-index);
 - manifest.json: sizes, and the versions the pages were read with.
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import cv2
 
+from loadtest.gpu_check import READ_WITH_FILE, read_with
 from models import convert
 from models.bundle import load_bundle
 from serving.config import AppConfig, EngineConfig
@@ -84,7 +86,13 @@ def render_pages(real_pages: int = 1) -> Pages:
 
 
 def write_pages(pages: Pages, out: Path) -> None:
+    """The PNGs, expected.json, and the versions that read it (`READ_WITH_FILE`)."""
+    import numpy
+    import paddle
+
     out.mkdir(parents=True, exist_ok=True)
+    versions = {"paddle": paddle.__version__, "opencv": cv2.__version__, "numpy": numpy.__version__}
+    (out / READ_WITH_FILE).write_text(json.dumps(versions, indent=1) + "\n", "utf-8")
     manifest = {}
     for name, image in pages.images.items():
         cv2.imwrite(str(out / f"{name}.png"), image)
@@ -149,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "models": sources,
         "wheels": sorted(p.name for p in wheels.glob("*.whl")),
         "pages": sorted(p.name for p in (out / "pages").glob("*.png")),
+        "pages_read_with": read_with(out / "pages"),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
     print(f"{out}: {size / 2**20:.1f} MiB")

@@ -74,9 +74,11 @@ def gpu_pages() -> Pages:
 @pytest.fixture(scope="session")
 def cpu_texts(gpu_models: ModelsConfig, gpu_pages: Pages) -> dict[str, list[str]]:
     """The same engine on this machine's CPU: what the GPU must read exactly. Paddle's texts,
-    read elsewhere, can differ: in the CPU dry run (torch 2.13, opencv-python-headless 5.1 in
-    place of opencv-contrib 4.10) one line of 93 read "7o09" where Paddle read "7oo9"; the
-    cause (the other OpenCV's resize, or the engine) is not established."""
+    read elsewhere, can differ with the OpenCV: with opencv-python-headless 5.1 in place of
+    4.x one line of 93 reads "7o09" where Paddle read "7oo9", on ONNX Runtime as on torch.
+    OpenCV 5's `minAreaRect` returns the same rectangles with width and height swapped and the
+    angle 90 degrees off; their corners differ by 1e-4 px, the line crops by up to 7 grey
+    levels, enough to tip one borderline character."""
     from serving.config import EngineConfig
     from serving.local_engine import LocalEngine
 

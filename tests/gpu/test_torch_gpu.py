@@ -1,7 +1,8 @@
 """The torch engine on a CUDA GPU, through the server's real path: device worker processes (two
 instances on one GPU), batches across requests, two batches in flight per instance, fp16.
 
-Texts are compared with what Paddle read on the CPU (the bundle's expected.json, or Paddle here).
+Texts are compared with what the same engine reads on this machine's CPU (`cpu_texts`), and
+nearly with what Paddle read where the bundle was made (the bundle's expected.json).
 """
 
 from __future__ import annotations

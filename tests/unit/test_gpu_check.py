@@ -1,0 +1,102 @@
+"""The GPU check's report: which texts differ from what, the ratio the issue asks for, the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from loadtest import gpu_check
+from serving.config import load_config
+
+
+def test_text_differences_name_the_page_and_line() -> None:
+    pages = ["a", "b", "c"]
+    want = [["one", "two"], ["x"], ["same"]]
+    got = [["one", "tw0"], ["x", "y"], ["same"]]
+    assert gpu_check.text_differences(pages, want, got) == [
+        {"page": "a", "line": 1, "want": "two", "got": "tw0"},
+        {"page": "b", "lines": [1, 2]},
+    ]
+    assert gpu_check.text_differences(pages, want, want) == []
+
+
+def _report(texts_equal: bool, top: float) -> dict[str, Any]:
+    level = {
+        "concurrency": 32,
+        "throughput_pages_s": top,
+        "p50_s": 0.5,
+        "p95_s": 0.9,
+        "metrics": {"det": {"mean_batch_size": 3.5}, "rec": {"mean_batch_size": 40.0}},
+    }
+    differences = (
+        [] if texts_equal else [{"page": "dense", "line": 12, "want": "7oo9", "got": "7o09"}]
+    )
+    return {
+        "device": "gpu:0",
+        "backend": "torch",
+        "precision": "fp32",
+        "cpu_workers": 16,
+        "engine_limit": {"pages_per_s": 50.0},
+        "server": {"devices": ["gpu:0"], "levels": [level]},
+        "cpu_side": {"devices": ["gpu:0"], "levels": [{**level, "throughput_pages_s": 30.0}]},
+        "texts": {
+            "equal_to_cpu": texts_equal,
+            "equal_to_paddle": False,
+            "vs_cpu": differences,
+            "vs_paddle": [{"page": "dense", "lines": [40, 39]}],
+            "lines": 93,
+            "here": {"opencv": "5.1.0", "numpy": "2.4.6"},
+            "paddle_read_with": {"paddle": "3.2.2", "opencv": "4.10.0"},
+        },
+    }
+
+
+def test_summary_bounds_the_server_by_the_slower_limit_and_needs_the_cpu_texts() -> None:
+    report = _report(texts_equal=True, top=25.0)
+    s = gpu_check.summary(report)
+    assert s["ratio_to_bound"] == round(25.0 / 30.0, 3)  # the CPU side is the slower limit
+    assert s["meets_0_8"] is True
+    assert s["texts_equal_to_cpu"] is True
+    assert gpu_check.summary(_report(texts_equal=True, top=20.0))["meets_0_8"] is False
+    assert gpu_check.summary(_report(texts_equal=False, top=25.0))["texts_equal_to_cpu"] is False
+
+
+def test_markdown_lists_what_read_differently_and_with_which_versions() -> None:
+    report = _report(texts_equal=False, top=25.0)
+    report["summary"] = gpu_check.summary(report)
+    text = gpu_check.markdown(report)
+    assert "equal to the same engine on this machine's CPU: False" in text
+    assert "dense line 12: '7oo9' read '7o09'" in text
+    assert "dense: 40 lines, read 39" in text
+    assert "opencv 5.1.0" in text
+    assert "paddle 3.2.2" in text
+    assert "| server | gpu:0 | 32 | 25 |" in text
+
+
+def test_the_servers_config_loads(tmp_path: Path) -> None:
+    args = argparse.Namespace(
+        models=tmp_path / "models",
+        backend="torch",
+        cpu_backend="torch",
+        precision="fp16",
+        cpu_threads=2,
+        gpu_instances=2,
+        cpu_workers=8,
+        out=tmp_path / "out",
+    )
+    path = tmp_path / "server.toml"
+    path.write_text(gpu_check.config_toml(args, ["gpu:0", "cpu"]))
+    config = load_config(path)
+    assert config.workers.devices == ("gpu:0", "cpu")
+    assert config.workers.gpu_instances == 2
+    assert config.engine.precision == "fp16"
+    assert config.engine.gpu_backend == "torch"
+    assert config.models.det == str((tmp_path / "models" / "det").resolve())
+
+
+def test_read_with_is_optional(tmp_path: Path) -> None:
+    assert gpu_check.read_with(tmp_path) is None
+    (tmp_path / gpu_check.READ_WITH_FILE).write_text(json.dumps({"paddle": "3.2.2"}))
+    assert gpu_check.read_with(tmp_path) == {"paddle": "3.2.2"}
