@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -321,7 +321,7 @@ def serve_levels(
 def summary(report: dict[str, Any]) -> dict[str, Any]:
     limit = report["engine_limit"]["pages_per_s"]
     cpu_side = report.get("cpu_side", {}).get("levels", [{}])[-1].get("throughput_pages_s")
-    levels = report["server"]["levels"]
+    levels = report.get("server", {}).get("levels", [])
     top = levels[-1]["throughput_pages_s"] if levels else None
     bound = min(v for v in (limit, cpu_side) if v) if (limit or cpu_side) else None
     ratio = round(top / bound, 3) if top and bound else None
@@ -376,7 +376,10 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{_fmt(level['p95_s'])} | {_fmt(det)} | {_fmt(rec.get('mean_batch_size'))} | "
                 f"{hist or '-'} | {_fmt(run.get('gpu_memory_peak_mib'))} |"
             )
-    return "\n".join([*lines, "", *texts_markdown(report["texts"]), ""])
+    errors = [
+        f"- the {name} run failed: {error}" for name, error in report.get("errors", {}).items()
+    ]
+    return "\n".join([*lines, "", *texts_markdown(report["texts"]), "", *errors, ""])
 
 
 def texts_markdown(texts: dict[str, Any]) -> list[str]:
@@ -441,19 +444,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     report["engine_limit"] = engine_limit(args, images)
     report["texts"] = compare_texts(args, images, expected, report["engine_limit"]["texts"])
-    report["server"] = serve_levels(args, "server", [args.device], levels)
-    if "mixed" not in skip and args.device != "cpu":
-        report["mixed"] = serve_levels(args, "mixed", [args.device, "cpu"], levels[-1:])
-    if "cpu_side" not in skip:
-        report["cpu_side"] = serve_levels(
-            args, "cpu_side", [args.device], levels[-1:], backend="loadtest.gpu_check:REPLAY"
-        )
+    save(report, args.out, started)
+    # The ratio's two runs first: on a machine lent for minutes, a run cut short still reports.
+    runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("server", lambda: serve_levels(args, "server", [args.device], levels)),
+        (
+            "cpu_side",
+            lambda: serve_levels(
+                args, "cpu_side", [args.device], levels[-1:], backend="loadtest.gpu_check:REPLAY"
+            ),
+        ),
+        ("mixed", lambda: serve_levels(args, "mixed", [args.device, "cpu"], levels[-1:])),
+    ]
+    for name, run in runs:
+        if name in skip or (name == "mixed" and args.device == "cpu"):
+            continue
+        try:
+            report[name] = run()
+        except Exception as err:  # the other runs still tell something
+            report.setdefault("errors", {})[name] = f"{type(err).__name__}: {err}"
+            print(f"gpu_check: the {name} run failed: {err}", file=sys.stderr)
+        save(report, args.out, started)
+    print(markdown(report))
+    return 1 if report.get("errors") else 0
+
+
+def save(report: dict[str, Any], out: Path, started: float) -> None:
+    """Write gpu-check.json and gpu-check.md with the runs so far."""
     report["summary"] = summary(report)
     report["wall_s"] = round(time.monotonic() - started, 1)
-    (args.out / "gpu-check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    (args.out / "gpu-check.md").write_text(markdown(report))
-    print(markdown(report))
-    return 0
+    (out / "gpu-check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (out / "gpu-check.md").write_text(markdown(report))
 
 
 if __name__ == "__main__":

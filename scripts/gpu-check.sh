@@ -7,7 +7,8 @@
 # 1. installs the bundle's wheels (--no-index) into a folder put first on PYTHONPATH;
 # 2. checks the imports and that torch sees a GPU (env.json);
 # 3. runs tests/gpu on the bundle's converted models and pages (gpu-tests.log);
-# 4. runs the short benchmark, loadtest/gpu_check.py (gpu-check.json, gpu-check.md).
+# 4. runs the short benchmark, loadtest/gpu_check.py (gpu-check.json, gpu-check.md, rewritten
+#    after each of its runs, so a command cut short still reports what it measured).
 # Everything lands in --out (default: $OUT where set, else gpu-check-out), at most 8 files.
 # --dry-run, for a machine without a GPU: the same steps, the benchmark on the CPU with tiny
 # settings (tests/gpu then skip); its figures mean nothing.
@@ -78,8 +79,10 @@ else
 fi
 
 echo "== tests/gpu"
+# A hung test must not take the whole command's 10 minutes: each has GPU_TEST_TIMEOUT_S.
 OCR_GPU_MODELS="$BUNDLE/models" OCR_GPU_PAGES="$BUNDLE/pages" \
-    "$PY" -m pytest tests/gpu -q -p no:cacheprovider -o addopts="-ra" 2>&1 \
+    "$PY" -m pytest tests/gpu -q -p no:cacheprovider -o addopts="-ra" \
+    -o timeout="${GPU_TEST_TIMEOUT_S:-180}" 2>&1 \
     | tee "$OUT_DIR/gpu-tests.log"
 tests_rc=${PIPESTATUS[0]}
 

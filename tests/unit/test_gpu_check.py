@@ -100,3 +100,15 @@ def test_read_with_is_optional(tmp_path: Path) -> None:
     assert gpu_check.read_with(tmp_path) is None
     (tmp_path / gpu_check.READ_WITH_FILE).write_text(json.dumps({"paddle": "3.2.2"}))
     assert gpu_check.read_with(tmp_path) == {"paddle": "3.2.2"}
+
+
+def test_a_report_cut_short_still_renders(tmp_path: Path) -> None:
+    """After the engine limit alone, with the server run failed: what the GPU run saves."""
+    report = _report(texts_equal=True, top=25.0)
+    del report["server"], report["cpu_side"]
+    report["errors"] = {"server": "TimeoutError: server not ready after 300 s"}
+    gpu_check.save(report, tmp_path, started=0.0)
+    saved = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert saved["summary"]["ratio_to_bound"] is None
+    assert saved["summary"]["meets_0_8"] is False
+    assert "the server run failed: TimeoutError" in (tmp_path / "gpu-check.md").read_text()
