@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from pipelines.page import Step, after_cls, after_det, finish, prepare
-from pipelines.stages import CLS, DET, REC, ModelStage
+from pipelines.stages import MODEL_STAGES, ModelStage
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 
 Model = Callable[[np.ndarray], np.ndarray]
@@ -27,18 +27,22 @@ def run_page(
     rec_params: RecParams,
     cls_params: ClsParams,
     charset: Sequence[str],
+    stages: Mapping[str, ModelStage[Any]] = MODEL_STAGES,
 ) -> PageResult:
     """Runs OCR on one BGR page in process, calling the given predictors batch by batch.
 
     Args:
         image: BGR uint8 page of shape (H, W, 3).
         det: Text detector: (1, 3, H, W) -> (1, 1, H, W) probability map.
-        rec: Text recogniser: (n, 3, 48, W) -> (n, T, C) per-step class probabilities.
+        rec: Text recogniser: (n, 3, 48, W) -> (n, T, C) per-step class probabilities (or their
+            argmax pairs, (n, T, 2), with `stages["rec"]` reading them).
         cls: Textline-orientation classifier, (n, 3, h, w) -> (n, C), or None to skip that step.
         det_params: Detection settings.
         rec_params: Recognition settings.
         cls_params: Classifier settings (unused when `cls` is None).
         charset: Labels from `build_charset`.
+        stages: How each model's output is read: `MODEL_STAGES`, or a stage `reading_argmax`
+            where its predictor answers with argmax pairs.
 
     Returns:
         The page result, identical to PaddleOCR's for the same models and settings.
@@ -50,14 +54,14 @@ def run_page(
     step = after_det(
         step.state,
         image,
-        _call(DET, det, step),
+        _call(stages["det"], det, step),
         det_params,
         rec_params,
         cls_params if cls is not None else None,
     )
     if cls is not None:
-        step = after_cls(step.state, _call(CLS, cls, step), rec_params)
-    return finish(step.state, _call(REC, rec, step), rec_params, charset)
+        step = after_cls(step.state, _call(stages["cls"], cls, step), rec_params)
+    return finish(step.state, _call(stages["rec"], rec, step), rec_params, charset)
 
 
 def _call(stage: ModelStage[OutputT], model: Model, step: Step) -> list[OutputT]:

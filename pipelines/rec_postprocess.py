@@ -38,6 +38,21 @@ def reduce_rec_output(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return probs.argmax(axis=-1).astype(np.int32), probs.max(axis=-1).astype(np.float32)
 
 
+def split_argmax_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`reduce_rec_output`'s result from an engine that reduced on the device.
+
+    Args:
+        pairs: (n, T, 2) float32: each step's argmax class (exact below 2**24), then its
+            probability.
+
+    Returns:
+        The argmax class per step (int32, shape (n, T)) and its probability (float32, (n, T)).
+    """
+    if pairs.ndim != 3 or pairs.shape[-1] != 2:
+        raise ValueError(f"expected (n, T, 2) argmax pairs, got {pairs.shape}")
+    return pairs[..., 0].astype(np.int32), np.ascontiguousarray(pairs[..., 1], dtype=np.float32)
+
+
 def decode_ctc(
     indices: np.ndarray, max_probs: np.ndarray, charset: Sequence[str]
 ) -> list[tuple[str, float]]:

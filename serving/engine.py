@@ -1,9 +1,15 @@
-"""The engine each device worker runs, from `[engine]`: a registered backend and its options."""
+"""The engine each device worker runs, from `[engine]`: a registered backend and its options, and
+how each stage reads its predictor's answers."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from models.base import ArgmaxOutput
 from models.engine_options import EngineOptions, device_kind
 from models.registry import EngineChoice
+from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.config import AppConfig, EngineConfig
 
 
@@ -37,3 +43,17 @@ def engine_choice(config: AppConfig, device: str) -> EngineChoice:
         backend=config.engine.backend_for(device_kind(device)),
         options=engine_options(config.engine, device, config.cpu_threads),
     )
+
+
+def model_stages(predictors: Mapping[str, object]) -> dict[str, ModelStage[Any]]:
+    """Each predictor's stage, as that predictor answers it. Where a stage reads only the argmax
+    of its model's output and the engine can compute it next to the model (`ArgmaxOutput`: the
+    torch engine), the predictor is asked to, and the stage reads its pairs. Idempotent."""
+    stages: dict[str, ModelStage[Any]] = {}
+    for name, predictor in predictors.items():
+        stage = MODEL_STAGES[name]
+        if stage.argmax_output is not None and isinstance(predictor, ArgmaxOutput):
+            predictor.output_argmax()
+            stage = stage.reading_argmax()
+        stages[name] = stage
+    return stages

@@ -12,7 +12,7 @@ from models.bundle import load_bundle
 from pipelines.ocr import run_page
 from pipelines.types import ClsParams, PageResult
 from serving.config import AppConfig
-from serving.engine import engine_choice
+from serving.engine import engine_choice, model_stages
 from serving.request_options import OcrOptions, ocr_options
 
 
@@ -42,7 +42,8 @@ class LocalEngine:
 def ocr_page(
     predictors: dict[str, Any], image: np.ndarray, options: OcrOptions, charset: Sequence[str]
 ) -> PageResult:
-    """Run `pipelines.ocr.run_page` with in-process predictors."""
+    """Run `pipelines.ocr.run_page` with in-process predictors (`model_stages`: each read as
+    it answers)."""
     cls = predictors.get("cls") if options.cls is not None else None
     return run_page(
         image,
@@ -53,4 +54,5 @@ def ocr_page(
         rec_params=options.rec,
         cls_params=options.cls or ClsParams(),
         charset=charset,
+        stages=model_stages(predictors),
     )

@@ -26,10 +26,10 @@ from models.bundle import load_bundle
 from models.spec import ModelSpec
 from pipelines import page as pipeline
 from pipelines.page import Step
-from pipelines.stages import MODEL_STAGES, Stage
+from pipelines.stages import Stage
 from serving.config import AppConfig
 from serving.documents import decode_page
-from serving.engine import engine_choice
+from serving.engine import engine_choice, model_stages
 from serving.errors import OcrError
 from serving.inputs import DecodeLimits
 from serving.jobs.options import page_record
@@ -132,9 +132,9 @@ class ModelActor:
         spec: ModelSpec | None = bundle.specs.get(stage)
         if spec is None:
             raise ValueError(f"no {stage} model is configured")
-        self.stage = MODEL_STAGES[stage]
         self.predictor = engine_choice(config, device).predictor(spec)
         self.predictor.load()
+        self.stage = model_stages({stage: self.predictor})[stage]
         logger.info("%s actor ready on %s", stage, device)
 
     def __call__(self, row: Row) -> Row:

@@ -26,7 +26,8 @@ from models.bundle import load_bundle
 from models.engine_options import device_kind
 from models.registry import EngineChoice
 from models.staging import Slot, StagedPredictor
-from pipelines.stages import MODEL_STAGES, ModelStage
+from pipelines.stages import ModelStage
+from serving.engine import model_stages
 from serving.errors import OcrError, PredictorFailed
 from serving.workers import shm
 from serving.workers.completions import Completions
@@ -87,16 +88,25 @@ class DeviceRunner:
     setup: WorkerSetup
     conn: Connection
     predictors: dict[str, Any] = field(default_factory=dict)
+    stages: dict[str, ModelStage[Any]] = field(default_factory=dict)
+    """How each stage reads its predictor's answers (`serving.engine.model_stages`)."""
 
     def load(self) -> None:
         specs = load_bundle(**self.setup.model_dirs).specs
+        loaded = {}
         for stage in self.spec.stages:
             if stage not in specs:
                 continue
             max_rows = self.spec.max_rows.get(stage, 1)
             predictor = self.spec.engine.predictor(specs[stage], max_batch_rows=max_rows)
             predictor.load()
-            self.predictors[stage] = predictor
+            loaded[stage] = predictor
+        self.use(loaded)
+
+    def use(self, predictors: dict[str, Any]) -> None:
+        """Serve with these loaded predictors, one a stage (`load` makes them from the spec)."""
+        self.predictors = dict(predictors)
+        self.stages = model_stages(self.predictors)
 
     def warm_up(self) -> dict[str, Any]:
         from serving.warmup import check_warmup_texts, warm_up_page
@@ -193,7 +203,7 @@ class DeviceRunner:
             output = slot.result()
             if output.shape[0] != sum(rows):
                 raise PredictorFailed(f"{stage} returned {output.shape[0]} rows for {sum(rows)}")
-            return item_outcomes(MODEL_STAGES[stage], output, rows, self.setup.shm_prefix)
+            return item_outcomes(self.stages[stage], output, rows, self.setup.shm_prefix)
         except Exception:
             logger.warning(
                 "%s batch of %d failed; running it again", stage, len(refs), exc_info=True
@@ -237,7 +247,7 @@ class DeviceRunner:
         output = self.predictors[stage].run(batch)
         if output.shape[0] != batch.shape[0]:
             raise PredictorFailed(f"{stage} returned {output.shape[0]} rows for {batch.shape[0]}")
-        return item_outcomes(MODEL_STAGES[stage], output, rows, self.setup.shm_prefix)
+        return item_outcomes(self.stages[stage], output, rows, self.setup.shm_prefix)
 
     def close(self) -> None:
         for predictor in self.predictors.values():

@@ -162,3 +162,9 @@ def test_pipelined_lane_gives_the_synchronous_answers(gpu_models: ModelsConfig) 
     torch.cuda.synchronize()
     for got, want in zip(outputs, alone, strict=True):
         np.testing.assert_array_equal(got, want)
+    # Reduced on the GPU (what the server asks of a recogniser): the argmax of the same output.
+    predictor.output_argmax()
+    for batch, want in zip(batches[:2], alone, strict=True):
+        pairs = predictor.run(batch)
+        np.testing.assert_array_equal(pairs[..., 0], want.argmax(-1).astype(np.float32))
+        np.testing.assert_array_equal(pairs[..., 1], want.max(-1))

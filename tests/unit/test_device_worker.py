@@ -9,6 +9,7 @@ import pytest
 
 from models.engine_options import EngineOptions
 from models.registry import EngineChoice
+from pipelines.stages import DET, REC
 from serving.errors import PredictorFailed
 from serving.workers import shm
 from serving.workers.device_worker import DeviceRunner, DeviceSpec, ItemFailed, ItemOk, WorkerSetup
@@ -56,7 +57,7 @@ def worker(prefix: str, **predictors) -> DeviceRunner:
     spec = DeviceSpec(name="cpu", device="cpu", stages=tuple(predictors), engine=engine)
     setup = WorkerSetup(model_dirs={}, shm_prefix=prefix)
     w = DeviceRunner(spec=spec, setup=setup, conn=None)  # type: ignore[arg-type]
-    w.predictors.update(predictors)
+    w.use(predictors)
     return w
 
 
@@ -79,6 +80,39 @@ def test_rec_batch_is_split_back_per_item(prefix) -> None:
     assert (first[0] == 1).all()
     assert second[0].shape == (2, 40)
     assert (second[0] == 3).all()
+
+
+class ArgmaxRec(FakeRec):
+    """A rec engine that reduces its output where it runs (`models.base.ArgmaxOutput`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.argmax = False
+
+    def output_argmax(self) -> None:
+        self.argmax = True
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        probs = super().run(batch)
+        if not self.argmax:
+            return probs
+        return np.stack([probs.argmax(-1).astype(np.float32), probs.max(-1)], axis=-1)
+
+
+def test_a_rec_engine_that_reduces_is_asked_to_and_read_the_same(prefix) -> None:
+    refs = [chunk(6, 1, prefix), chunk(2, 3, prefix)]
+    plain = worker(prefix, rec=FakeRec()).run_batch("rec", refs)
+    rec = ArgmaxRec()
+    w = worker(prefix, rec=rec, det=FakeDet())
+    assert rec.argmax
+    assert w.stages["det"] is DET  # read whole
+    assert w.stages["rec"] is not REC
+    reduced = w.run_batch("rec", refs)
+    for got, want in zip(reduced, plain, strict=True):
+        assert isinstance(got, ItemOk)
+        assert isinstance(want, ItemOk)
+        np.testing.assert_array_equal(got.value[0], want.value[0])
+        np.testing.assert_array_equal(got.value[1], want.value[1])
 
 
 def test_one_bad_item_fails_alone(prefix) -> None:

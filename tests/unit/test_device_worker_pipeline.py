@@ -73,7 +73,7 @@ def test_worker_launches_the_next_batch_before_it_waits_for_the_current_one(pref
     spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
     ours, theirs = multiprocessing.Pipe()
     runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=ours)
-    runner.predictors["rec"] = predictor
+    runner.use({"rec": predictor})
     serving = threading.Thread(target=runner.serve, daemon=True)
     serving.start()
     try:
@@ -116,7 +116,7 @@ def test_a_batch_that_cannot_launch_runs_again_item_by_item(prefix) -> None:
     spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
     runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=None)  # type: ignore[arg-type]
     lane = Lane(device, max_slots=1)
-    runner.predictors["rec"] = FailingLaunch(lane)
+    runner.use({"rec": FailingLaunch(lane)})
     try:
         running = runner.start_batch("rec", [crops(1, 2, prefix), crops(2, 0, prefix)])
         good, bad = running.finish()

@@ -10,6 +10,7 @@ from pipelines.ocr import run_page
 from pipelines.page import assemble_page, gather_rec_results
 from pipelines.rec_postprocess import build_charset, decode_ctc, reduce_rec_output
 from pipelines.rec_preprocess import plan_rec_chunks, resize_norm_rec
+from pipelines.stages import DET, REC
 from pipelines.types import ClsParams, DetParams, RecParams
 
 pytestmark = pytest.mark.unit
@@ -115,6 +116,25 @@ def test_reduce_rec_output_keeps_only_argmax_and_max() -> None:
     assert maxp.dtype == np.float32
     assert idx.tolist() == [[2, 2, 2], [4, 1, 4]]
     assert np.allclose(maxp, [[0.7] * 3, [0.6, 0.9, 0.6]])
+
+
+def test_the_rec_stage_reads_argmax_pairs_as_it_reads_the_whole_output() -> None:
+    """What an engine that reduces on the device answers reads exactly as the full output."""
+    rng = np.random.default_rng(3)
+    probs = rng.random((4, 40, 18385), dtype=np.float32)
+    probs[1, 5, [7, 9]] = 2.0  # a tie: the first index wins, as in numpy's argmax
+    pairs = np.stack([probs.argmax(-1).astype(np.float32), probs.max(-1)], axis=-1)
+    idx, maxp = REC.reading_argmax().output(pairs)
+    want_idx, want_maxp = REC.output(probs)
+    np.testing.assert_array_equal(idx, want_idx)
+    np.testing.assert_array_equal(maxp, want_maxp)
+    assert idx.dtype == np.int32
+    assert maxp.dtype == np.float32
+    assert idx[1, 5] == 7
+    with pytest.raises(ValueError, match="argmax pairs"):
+        REC.reading_argmax().output(probs)
+    with pytest.raises(ValueError, match="more than the argmax"):
+        DET.reading_argmax()
 
 
 def test_decode_merges_repeats_and_drops_blanks() -> None:
