@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from models.base import EngineBackend, EngineBackendError
+from models.base import ArgmaxOutput, EngineBackend, EngineBackendError
 from models.bundle import ModelBundle, load_bundle
 from models.engine_options import EngineOptions
 from models.fake_predictor import FakePredictor, create_fake_predictor
@@ -80,6 +80,21 @@ def test_the_fake_answers_in_the_shape_of_the_models_labels(bundle: ModelBundle)
     fake.load()
     out = fake.run(np.zeros((2, 3, 48, 320), dtype=np.float32))
     assert out.shape == (2, 40, len(bundle.charset))
+
+
+@pytest.mark.parametrize("rec_prob", [0.95, 1e-9])
+def test_the_fakes_argmax_pairs_are_those_of_its_full_output(rec_prob: float) -> None:
+    full = FakePredictor("rec", rec_indices=(3, 7, 3), rec_prob=rec_prob, num_classes=50)
+    reduced = FakePredictor("rec", rec_indices=(3, 7, 3), rec_prob=rec_prob, num_classes=50)
+    assert isinstance(reduced, ArgmaxOutput)
+    reduced.output_argmax()
+    full.load()
+    reduced.load()
+    batch = np.zeros((2, 3, 48, 96), dtype=np.float32)
+    probs, pairs = full.run(batch), reduced.run(batch)
+    assert pairs.shape == (2, 12, 2)
+    np.testing.assert_array_equal(pairs[..., 0], probs.argmax(-1).astype(np.float32))
+    np.testing.assert_array_equal(pairs[..., 1], probs.max(-1))
 
 
 def test_the_fake_backend_runs_the_whole_page_in_process() -> None:
