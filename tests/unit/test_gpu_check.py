@@ -112,3 +112,10 @@ def test_a_report_cut_short_still_renders(tmp_path: Path) -> None:
     assert saved["summary"]["ratio_to_bound"] is None
     assert saved["summary"]["meets_0_8"] is False
     assert "the server run failed: TimeoutError" in (tmp_path / "gpu-check.md").read_text()
+
+
+def test_a_level_lasts_about_level_seconds_at_the_engine_limit() -> None:
+    args = argparse.Namespace(requests=64, level_seconds=15.0)
+    assert gpu_check.level_requests(args, 32, pace_pages_s=40.0) == 600
+    assert gpu_check.level_requests(args, 32, pace_pages_s=0.2) == 64
+    assert gpu_check.level_requests(args, 64, pace_pages_s=0.2) == 128  # two a client
