@@ -54,13 +54,19 @@ install-torch: $(VENV)/.installed-torch
 # network: `make gpu-check` (GPU_CHECK_ARGS="--dry-run" on a machine without a GPU).
 GPU_BUNDLE ?= .gpu-bundle
 
-.PHONY: gpu-bundle gpu-check
+.PHONY: gpu-bundle gpu-check gpu-tests-on-cpu
 gpu-bundle: install-test convert
 	bash scripts/system-deps.sh
 	$(PY) -m tests.gpu.bundle --out $(GPU_BUNDLE)
 
 gpu-check:
 	bash scripts/gpu-check.sh --bundle $(GPU_BUNDLE) $(GPU_CHECK_ARGS)
+
+# Before a GPU run: the torch GPU tests on this CPU, on the bundle (about 7 minutes on 2 cores;
+# not in `make test`). They prove the tests' own logic, nothing about GPUs.
+gpu-tests-on-cpu: gpu-bundle install-torch
+	OCR_GPU_TESTS_ON_CPU=1 OCR_GPU_MODELS=$(GPU_BUNDLE)/models OCR_GPU_PAGES=$(GPU_BUNDLE)/pages \
+		$(PY) -m pytest tests/gpu -q -p no:cacheprovider
 
 install-test: $(VENV)/.installed-test
 

@@ -30,7 +30,24 @@ def cuda_devices() -> int:
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
-requires_cuda = pytest.mark.skipif(cuda_devices() == 0, reason="needs a CUDA GPU and torch")
+ON_CPU_ENV = "OCR_GPU_TESTS_ON_CPU"
+"""Set to 1 on a machine without a GPU to run the torch GPU tests' logic on the CPU instead:
+slow (minutes on two cores), and no claim about GPUs; it catches what would fail for no GPU
+reason on the one GPU run."""
+
+
+def torch_test_device() -> str | None:
+    """Where the torch GPU tests run: "gpu:0" where torch sees CUDA, "cpu" where `ON_CPU_ENV`
+    asks for it, else None (they skip)."""
+    if cuda_devices() > 0:
+        return "gpu:0"
+    return "cpu" if os.environ.get(ON_CPU_ENV) == "1" else None
+
+
+DEVICE = torch_test_device()
+requires_cuda = pytest.mark.skipif(
+    DEVICE is None, reason=f"needs a CUDA GPU and torch (or {ON_CPU_ENV}=1: their logic on the CPU)"
+)
 
 
 @dataclasses.dataclass(frozen=True)

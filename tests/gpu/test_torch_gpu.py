@@ -1,5 +1,6 @@
 """The torch engine on a CUDA GPU, through the server's real path: device worker processes (two
 instances on one GPU), batches across requests, two batches in flight per instance, fp16.
+`OCR_GPU_TESTS_ON_CPU=1` runs the same tests on the CPU where there is no GPU (their logic only).
 
 Texts are compared with what the same engine reads on this machine's CPU (`cpu_texts`), and
 nearly with what Paddle read where the bundle was made (the bundle's expected.json).
@@ -28,10 +29,13 @@ from serving.config import (
 )
 from serving.local_engine import LocalEngine
 from serving.runtime import Runtime
+from tests.gpu.conftest import DEVICE as MAYBE_DEVICE
 from tests.gpu.conftest import Pages, requires_cuda
 from tests.integration.conftest import wait_ready
 
 pytestmark = requires_cuda
+DEVICE = MAYBE_DEVICE or "gpu:0"
+"""gpu:0, or the CPU where `OCR_GPU_TESTS_ON_CPU=1` asks for these tests' logic without a GPU."""
 
 import cv2  # noqa: E402
 
@@ -39,12 +43,14 @@ import cv2  # noqa: E402
 def _config(models: ModelsConfig, *, precision: str = "fp32", instances: int = 2) -> AppConfig:
     return AppConfig(
         models=models,
-        engine=dataclasses.replace(EngineConfig(), gpu_backend="torch", precision=precision),
+        engine=dataclasses.replace(
+            EngineConfig(), gpu_backend="torch", cpu_backend="torch", precision=precision
+        ),
         workers=dataclasses.replace(
             WorkersConfig(),
             cpu_workers=4,
-            devices=("gpu:0",),
-            gpu_instances=instances,
+            devices=(DEVICE,),
+            **{"gpu_instances" if DEVICE.startswith("gpu") else "cpu_instances": instances},
             # Crops of concurrent pages wait a quarter second for company, so that they share
             # rec batches however fast the GPU empties the queue.
             rec_queue=QueueConfig(max_wait_ms=250.0),
@@ -100,7 +106,7 @@ def test_gpu_server_reads_what_the_cpu_reads(
     gpu_client: TestClient, gpu_pages: Pages, cpu_texts: dict[str, list[str]]
 ) -> None:
     ready = gpu_client.get("/readyz").json()
-    assert set(ready["devices"]) == {"gpu:0#0", "gpu:0#1"}
+    assert set(ready["devices"]) == {f"{DEVICE}#0", f"{DEVICE}#1"}
     # Batching across requests, on the fresh server: many copies at once of the page with the
     # fewest lines (one rec chunk a page); a rec batch with more crops than that page has held
     # crops of several requests.
@@ -136,7 +142,7 @@ def test_in_process_gpu_engine_reads_what_the_cpu_and_nearly_what_paddle_reads(
 ) -> None:
     from rapidfuzz.distance import Levenshtein
 
-    engine = LocalEngine(_config(gpu_models), device="gpu:0")
+    engine = LocalEngine(_config(gpu_models), device=DEVICE)
     engine.load()
     read = {
         name: [ln.text for ln in engine.ocr(img).lines] for name, img in gpu_pages.images.items()
@@ -160,7 +166,7 @@ def test_pipelined_lane_gives_the_synchronous_answers(gpu_models: ModelsConfig) 
     from models.torch_backend import TorchPredictor
 
     rec = load_bundle(gpu_models.det, gpu_models.rec).rec
-    predictor = TorchPredictor(rec, EngineOptions(device="gpu:0"))
+    predictor = TorchPredictor(rec, EngineOptions(device=DEVICE))
     predictor.load()
     rng = np.random.default_rng(0)
     batches = [rng.random((n, 3, 48, w), dtype=np.float32) for n, w in [(6, 320), (32, 960)] * 4]
@@ -179,7 +185,8 @@ def test_pipelined_lane_gives_the_synchronous_answers(gpu_models: ModelsConfig) 
     for slot in slots:
         outputs.append(slot.result().copy())
         slot.release()
-    torch.cuda.synchronize()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     for got, want in zip(outputs, alone, strict=True):
         np.testing.assert_array_equal(got, want)
     # Reduced on the GPU (what the server asks of a recogniser): the argmax of the same output.
