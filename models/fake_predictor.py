@@ -15,6 +15,7 @@ import numpy as np
 from models.base import EngineBackend, PredictorError, PredictorNotLoadedError
 from models.engine_options import DEVICE_KINDS, EngineOptions
 from models.spec import MODEL_FORMATS, ModelKind, ModelSpec
+from pipelines.rec_postprocess import argmax_pairs
 
 PP_OCRV5_REC_CLASSES = 18385
 """CTC blank + 18383 characters of PP-OCRv5's dict + the space PaddleOCR appends."""
@@ -165,7 +166,7 @@ class FakePredictor:
         row[np.arange(steps), classes] = self.rec_prob
         out = np.repeat(row[np.newaxis], n, axis=0)
         if self._argmax:
-            return np.stack([out.argmax(-1).astype(np.float32), out.max(-1)], axis=-1)
+            return argmax_pairs(out)
         return out
 
     def _cls_output(self, n: int) -> np.ndarray:

@@ -38,6 +38,12 @@ def reduce_rec_output(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return probs.argmax(axis=-1).astype(np.int32), probs.max(axis=-1).astype(np.float32)
 
 
+def argmax_pairs(probs: np.ndarray) -> np.ndarray:
+    """What an engine that reduces on the device answers (`models.base.ArgmaxOutput`), computed
+    on the host: (..., 2) float32, the argmax of the last axis, then its value."""
+    return np.stack([probs.argmax(axis=-1).astype(np.float32), probs.max(axis=-1)], axis=-1)
+
+
 def split_argmax_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`reduce_rec_output`'s result from an engine that reduced on the device.
 

@@ -9,6 +9,7 @@ import pytest
 
 from models.engine_options import EngineOptions
 from models.registry import EngineChoice
+from pipelines.rec_postprocess import argmax_pairs
 from pipelines.stages import DET, REC
 from serving.errors import PredictorFailed
 from serving.workers import shm
@@ -96,7 +97,7 @@ class ArgmaxRec(FakeRec):
         probs = super().run(batch)
         if not self.argmax:
             return probs
-        return np.stack([probs.argmax(-1).astype(np.float32), probs.max(-1)], axis=-1)
+        return argmax_pairs(probs)
 
 
 def test_a_rec_engine_that_reduces_is_asked_to_and_read_the_same(prefix) -> None:
