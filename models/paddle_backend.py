@@ -12,8 +12,8 @@ from models.spec import ModelSpec
 def create_paddle_predictor(spec: ModelSpec, options: EngineOptions) -> Predictor:
     """A Paddle Inference predictor for `spec` on `options.device`.
 
-    On a GPU each instance gets its own stream and pinned staging (`GpuPredictor`); TensorRT
-    profiles are sized for `options.trt_max_batch_size` rows.
+    On a GPU it runs on its worker's lane: the instance's streams and page-locked slots
+    (`GpuPredictor`); TensorRT profiles are sized for `options.trt_max_batch_size` rows.
     """
     if options.is_gpu:
         return GpuPredictor(spec, options)

@@ -67,6 +67,11 @@ class DeviceOps(Protocol):
         ...
 
 
+LANE_SLOTS = 3
+"""Page-locked slots per device worker: two batches in flight (`workers.gpu.inflight_batches`)
+and one being collated."""
+
+
 class LaneError(RuntimeError):
     """A slot used out of order: launched twice, read before launch, or all slots taken."""
 

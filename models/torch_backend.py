@@ -25,20 +25,14 @@ import time
 import types
 from typing import Any
 
-import numpy as np
-
-from models.base import EngineBackend, Predictor, PredictorError, PredictorNotLoadedError
+from models.base import EngineBackend, Predictor, PredictorError
 from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
-from models.paddle_predictor import warmup_shape
+from models.lane_predictor import LanePredictor
 from models.spec import ModelSpec
-from models.staging import Lane, Slot
+from models.staging import LANE_SLOTS, Lane
 
 logger = logging.getLogger(__name__)
-
-LANE_SLOTS = 3
-"""Page-locked slots per worker: two batches in flight (`workers.gpu.inflight_batches`) and
-one being collated."""
 
 
 def import_torch() -> Any:
@@ -97,24 +91,16 @@ def worker_lane(device: str) -> Lane:
     return Lane(ops, max_slots=LANE_SLOTS)
 
 
-class TorchPredictor:
-    """One converted model on one device; see `models.base.Predictor`, plus the staged
-    interface device workers pipeline with (`stage`, `launch`)."""
+class TorchPredictor(LanePredictor):
+    """One converted model (the ONNX form of `spec`) on one device; see
+    `models.lane_predictor.LanePredictor`."""
 
     def __init__(self, spec: ModelSpec, options: EngineOptions) -> None:
         if spec.onnx_file is None:
             raise PredictorError(f"{spec.directory} holds no ONNX model for the torch engine")
-        self._spec = spec
-        self._options = options
+        super().__init__(spec, options)
         self._torch: Any = None
         self._module: Any = None
-        self._lane: Lane | None = None
-        self._argmax = False
-
-    @property
-    def spec(self) -> ModelSpec:
-        """The model (its ONNX form) this predictor runs."""
-        return self._spec
 
     @property
     def torch_device(self) -> str:
@@ -160,11 +146,6 @@ class TorchPredictor:
             time.monotonic() - started,
         )
 
-    def output_argmax(self) -> None:
-        """Answer with the argmax pairs of the output's last axis, computed on the device
-        (`models.base.ArgmaxOutput`)."""
-        self._argmax = True
-
     def _forward(self, x: Any) -> Any:
         torch = self._torch
         with torch.inference_mode():
@@ -179,45 +160,6 @@ class TorchPredictor:
                 values, indices = torch.max(y, dim=-1)
                 y = torch.stack((indices.float(), values), dim=-1)
             return y.contiguous()
-
-    def _ready_lane(self) -> Lane:
-        if self._lane is None:
-            raise PredictorNotLoadedError(f"{self._spec.kind} torch predictor is not loaded")
-        return self._lane
-
-    def stage(self, shape: tuple[int, ...]) -> Slot:
-        """A page-locked slot to collate a batch of `shape` into (then `launch` it)."""
-        if len(shape) != 4:
-            raise ValueError(f"expected an NCHW batch, got shape {shape}")
-        return self._ready_lane().stage(shape)
-
-    def launch(self, slot: Slot) -> None:
-        """Issue the slot's copy in, the model and the copy out; returns without waiting."""
-        lane = self._ready_lane()
-        try:
-            lane.launch(slot, self._forward)
-        except Exception as err:
-            raise PredictorError(
-                f"{self._spec.kind} model {self._spec.model_name} failed on input shape "
-                f"{slot.input.shape} on {self._options.device}: {err}"
-            ) from err
-
-    def run(self, batch: np.ndarray) -> np.ndarray:
-        """Run one NCHW batch and wait for it; returns a fresh array."""
-        lane = self._ready_lane()
-        if batch.ndim != 4:
-            raise ValueError(f"expected an NCHW batch, got shape {batch.shape}")
-        try:
-            return lane.run(batch, self._forward)
-        except Exception as err:
-            raise PredictorError(
-                f"{self._spec.kind} model {self._spec.model_name} failed on input shape "
-                f"{batch.shape} on {self._options.device}: {err}"
-            ) from err
-
-    def warmup(self) -> None:
-        """Run one small zero input."""
-        self.run(np.zeros(warmup_shape(self._spec), dtype=np.float32))
 
     def close(self) -> None:
         """Drop the module (its device memory returns to torch's cache)."""

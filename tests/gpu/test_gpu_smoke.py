@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from models.staging import StagedPredictor
 from serving.config import AppConfig
 from serving.engine import engine_choice
 from serving.local_engine import LocalEngine, ocr_page
@@ -42,3 +44,24 @@ def test_gpu_predictors_read_the_warmup_page_like_the_cpu() -> None:
     for _ in range(20):
         again = ocr_page(gpu, warmup_image(), page_options, cpu.bundle.charset)
         assert [line.text for line in again.lines] == [line.text for line in gpu_page.lines]
+
+
+def test_two_batches_in_flight_on_one_lane_answer_as_one_at_a_time() -> None:
+    config = AppConfig()
+    cpu = LocalEngine(config)
+    cpu.load()
+    predictor = engine_choice(config, "gpu:0").predictor(cpu.bundle.specs["rec"], max_batch_rows=8)
+    predictor.load()
+    assert isinstance(predictor, StagedPredictor)
+    rng = np.random.default_rng(5)
+    batches = [rng.uniform(-1.0, 1.0, (4, 3, 48, 320)).astype(np.float32) for _ in range(2)]
+    expected = [predictor.run(batch) for batch in batches]
+    slots = []
+    for batch in batches:  # the second launched before the first is waited for
+        slot = predictor.stage(batch.shape)
+        slot.input[...] = batch
+        predictor.launch(slot)
+        slots.append(slot)
+    for slot, want in zip(slots, expected, strict=True):
+        assert np.allclose(slot.result(), want, atol=1e-5)
+        slot.release()

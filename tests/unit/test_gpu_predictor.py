@@ -1,160 +1,204 @@
-"""The GPU data path against a fake `paddle` module that records calls and their order."""
+"""Paddle's GPU data path (`models.gpu_predictor`) against a fake of Paddle's GPU build that logs
+each call with the stream it was issued on."""
 
 from __future__ import annotations
 
-import contextlib
-import types
-from typing import Any
+import multiprocessing
+import threading
+import uuid
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
-from models.base import PredictorError
+from models.base import ArgmaxOutput, PredictorError, PredictorNotLoadedError
 from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions
 from models.gpu_predictor import GpuPredictor
-from models.spec import load_model_spec
-from tests.fakes.paddle_inference import Precision, make_config_class
-
-Call = tuple[str, dict[str, Any]]
-
-
-class FakeTensor:
-    def __init__(self, calls: list[Call], data: np.ndarray, place: str) -> None:
-        self._calls = calls
-        self.data = data
-        self.place = place
-
-    def cuda(self, device_id: int | None = None, blocking: bool = True) -> FakeTensor:
-        self._calls.append(("Tensor.cuda", {"device_id": device_id, "blocking": blocking}))
-        return FakeTensor(self._calls, self.data.copy(), f"gpu:{device_id}")
-
-    def numpy(self) -> np.ndarray:
-        self._calls.append(("Tensor.numpy", {"place": self.place}))
-        return self.data  # aliases, like a tensor that shares predictor memory
+from models.paddle_device import paddle_lane
+from models.registry import EngineChoice
+from models.spec import ModelSpec, load_model_spec
+from models.staging import StagedPredictor
+from pipelines.rec_postprocess import argmax_pairs
+from serving.workers import shm
+from serving.workers.device_worker import DeviceRunner, DeviceSpec, ItemOk, WorkerSetup
+from tests.fakes.paddle_gpu import Log, make_fake_paddle
 
 
-class FakePredictor:
-    """Returns the same output tensor every run, overwritten in place (Paddle's aliasing)."""
-
-    def __init__(self, calls: list[Call]) -> None:
-        self._calls = calls
-        self._out = FakeTensor(calls, np.zeros((1,)), "gpu:out")
-
-    def run(self, inputs: list[FakeTensor]) -> list[FakeTensor]:
-        (x,) = inputs
-        self._calls.append(("Predictor.run", {"place": x.place, "shape": x.data.shape}))
-        self._out.data = np.full((x.data.shape[0], 2), float(x.data.sum()), dtype=np.float32)
-        return [self._out]
+@pytest.fixture(autouse=True)
+def _fresh_lanes() -> Iterator[None]:
+    yield
+    paddle_lane.cache_clear()
 
 
-def make_fake_paddle(calls: list[Call], *, cuda_build: bool = True) -> types.ModuleType:
-    config_class = make_config_class(calls)
-    if cuda_build:
-
-        def set_exec_stream(self: Any, stream: Any) -> None:
-            calls.append(("set_exec_stream", {"stream": stream}))
-
-        config_class.set_exec_stream = set_exec_stream  # type: ignore[attr-defined]
-    inference = types.ModuleType("paddle.inference")
-    inference.Config = config_class  # type: ignore[attr-defined]
-    inference.PrecisionType = Precision  # type: ignore[attr-defined]
-    inference.get_version = lambda: "version: 3.2.2"  # type: ignore[attr-defined]
-
-    def create_predictor(config: Any) -> FakePredictor:
-        calls.append(("create_predictor", {}))
-        return FakePredictor(calls)
-
-    inference.create_predictor = create_predictor  # type: ignore[attr-defined]
-
-    class Stream:
-        def __init__(self, device: str | None = None, priority: int | None = None) -> None:
-            calls.append(("Stream", {"device": device}))
-            self.stream_base = f"stream-base-{device}"
-
-        def synchronize(self) -> None:
-            calls.append(("Stream.synchronize", {}))
-
-    @contextlib.contextmanager
-    def stream_guard(stream: Stream):  # type: ignore[no-untyped-def]
-        calls.append(("stream_guard.enter", {"stream": stream.stream_base}))
-        yield
-        calls.append(("stream_guard.exit", {}))
-
-    paddle = types.ModuleType("paddle")
-    paddle.inference = inference  # type: ignore[attr-defined]
-    paddle.device = types.SimpleNamespace(Stream=Stream, stream_guard=stream_guard)  # type: ignore[attr-defined]
-    paddle.CUDAPinnedPlace = lambda: "pinned"  # type: ignore[attr-defined]
-
-    def to_tensor(data: np.ndarray, dtype: Any = None, place: Any = None) -> FakeTensor:
-        calls.append(("to_tensor", {"place": place, "shape": data.shape}))
-        return FakeTensor(calls, np.array(data), str(place))
-
-    paddle.to_tensor = to_tensor  # type: ignore[attr-defined]
-    return paddle
-
-
-@pytest.fixture
-def rec_spec():
+@pytest.fixture(scope="module")
+def rec_spec() -> ModelSpec:
     return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_rec"), "rec")
 
 
-def names(calls: list[Call]) -> list[str]:
-    return [name for name, _ in calls]
+@pytest.fixture(scope="module")
+def det_spec() -> ModelSpec:
+    return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_det"), "det")
 
 
-def test_load_binds_predictor_to_its_own_stream(rec_spec) -> None:
-    calls: list[Call] = []
-    predictor = GpuPredictor(rec_spec, EngineOptions(device="gpu:1"), make_fake_paddle(calls))
+def _loaded(spec: ModelSpec, log: Log, paddle: object, device: str = "gpu:0") -> GpuPredictor:
+    predictor = GpuPredictor(spec, EngineOptions(device=device), paddle)  # type: ignore[arg-type]
     predictor.load()
-    order = names(calls)
-    assert order[0] == "Stream"
-    assert calls[0][1] == {"device": "gpu:1"}
-    gpu = next(args for name, args in calls if name == "enable_use_gpu")
-    assert gpu["device_id"] == 1
+    return predictor
+
+
+def _batch(seed: int, rows: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1.0, 1.0, size=(rows, 3, 48, 64)).astype(np.float32)
+
+
+def test_an_instance_runs_its_predictors_on_one_compute_stream(rec_spec, det_spec) -> None:
+    log = Log()
+    paddle = make_fake_paddle(log)
+    det = _loaded(det_spec, log, paddle, "gpu:1")
+    rec = _loaded(rec_spec, log, paddle, "gpu:1")
+    streams = log.named("Stream")
+    assert [s["device"] for s in streams] == ["gpu:1"] * 3  # copy in, compute, copy out
+    lane = paddle_lane(paddle, 1)
+    assert [s["exec_stream"] for s in log.named("set_exec_stream")] == [
+        lane.compute_stream.stream_base
+    ] * 2
+    assert [g["device_id"] for g in log.named("enable_use_gpu")] == [1, 1]
+    order = log.names()
     assert order.index("set_exec_stream") < order.index("create_predictor")
-    assert dict(calls)["set_exec_stream"] == {"stream": "stream-base-gpu:1"}
+    assert isinstance(det, StagedPredictor)
+    assert isinstance(rec, ArgmaxOutput)
 
 
-def test_run_stages_pinned_copies_async_on_stream_and_copies_out(rec_spec) -> None:
-    calls: list[Call] = []
-    predictor = GpuPredictor(rec_spec, EngineOptions(device="gpu:0"), make_fake_paddle(calls))
-    predictor.load()
-    calls.clear()
-    first = predictor.run(np.ones((2, 3, 48, 320), dtype=np.float32))
-    assert names(calls) == [
-        "stream_guard.enter",
-        "to_tensor",
-        "Tensor.cuda",
-        "Predictor.run",
-        "Tensor.numpy",
-        "stream_guard.exit",
-    ]
-    assert calls[0][1] == {"stream": "stream-base-gpu:0"}
-    assert calls[1][1] == {"place": "pinned", "shape": (2, 3, 48, 320)}
-    assert calls[2][1] == {"device_id": 0, "blocking": False}
-    assert calls[3][1]["place"] == "gpu:0"
-    # The second run overwrites the predictor's output tensor; the first result must not change.
-    predictor.run(np.zeros((2, 3, 48, 320), dtype=np.float32))
-    assert first.shape == (2, 2)
-    assert float(first[0, 0]) == 2 * 3 * 48 * 320
+def test_a_batch_is_collated_into_pinned_memory_and_copied_without_blocking(rec_spec) -> None:
+    log = Log()
+    predictor = _loaded(rec_spec, log, make_fake_paddle(log))
+    lane = paddle_lane(predictor._paddle, 0)
+    slot = predictor.stage((2, 3, 48, 64))
+    assert log.is_pinned(slot.input)
+    slot.input[...] = _batch(1)
+    log.calls.clear()
+    predictor.launch(slot)
+    (upload,) = log.named("Tensor.cuda")
+    (download,) = log.named("Tensor.copy_")
+    (run,) = log.named("Predictor.run")
+    # The copy in reads the slot's page-locked memory itself: no host copy between.
+    assert upload["source"] is slot.input or np.shares_memory(upload["source"], slot.input)
+    assert upload["blocking"] is False
+    assert download["blocking"] is False
+    assert upload["stream"] == lane.upload_stream.name
+    assert run["stream"] == lane.compute_stream.name
+    assert run["place"] == "gpu:0"
+    assert download["stream"] == lane.download_stream.name
+    assert log.is_pinned(download["target"])
+    waits = {(w["on"], w["recorded_on"]) for w in log.named("Stream.wait_event")}
+    assert waits == {
+        (lane.compute_stream.name, lane.upload_stream.name),
+        (lane.download_stream.name, lane.compute_stream.name),
+    }
+    assert not log.named("Event.synchronize")  # launch waits for nothing
+    result = slot.result()
+    assert log.named("Event.synchronize")
+    assert np.array_equal(result, log.predictors[0].memory)
+    slot.release()
 
 
-def test_without_exec_stream_the_copy_is_synchronised_before_run(rec_spec) -> None:
-    calls: list[Call] = []
-    paddle = make_fake_paddle(calls, cuda_build=False)
-    predictor = GpuPredictor(rec_spec, EngineOptions(device="gpu:0"), paddle)
-    predictor.load()
-    calls.clear()
-    predictor.run(np.ones((1, 3, 48, 320), dtype=np.float32))
-    order = names(calls)
-    assert (
-        order.index("Tensor.cuda")
-        < order.index("Stream.synchronize")
-        < order.index("Predictor.run")
+def test_the_copy_out_reads_memory_the_next_run_does_not_overwrite(rec_spec) -> None:
+    log = Log()
+    predictor = _loaded(rec_spec, log, make_fake_paddle(log))
+    first, second = predictor.stage((2, 3, 48, 64)), predictor.stage((2, 3, 48, 64))
+    first.input[...] = _batch(1)
+    second.input[...] = _batch(2)
+    predictor.launch(first)
+    predictor.launch(second)  # two in flight: this run rewrites the predictor's memory
+    memory = log.predictors[0].memory
+    for copy in log.named("Tensor.copy_"):
+        assert not np.shares_memory(copy["source"], memory)
+    one, two = (np.array(slot.result()) for slot in (first, second))
+    assert not np.array_equal(one, two)
+    assert np.array_equal(one, predictor.run(_batch(1)))
+    assert np.array_equal(two, predictor.run(_batch(2)))
+    first.release()
+    second.release()
+
+
+def test_the_recogniser_answers_argmax_pairs_reduced_on_the_gpu(rec_spec) -> None:
+    log = Log()
+    paddle = make_fake_paddle(log, classes=11)
+    full = _loaded(rec_spec, log, paddle).run(_batch(3, rows=3))
+    paired = _loaded(rec_spec, log, paddle)
+    paired.output_argmax()
+    log.calls.clear()
+    pairs = paired.run(_batch(3, rows=3))
+    assert full.shape == (3, 4, 11)
+    assert pairs.shape == (3, 4, 2)
+    assert np.array_equal(pairs, argmax_pairs(full))
+    compute = paddle_lane(paddle, 0).compute_stream.name
+    assert [log.named(k)[0]["stream"] for k in ("argmax", "amax", "stack")] == [compute] * 3
+    (download,) = log.named("Tensor.copy_")
+    assert download["source"].shape == (3, 4, 2)
+
+
+def test_a_build_that_cannot_bind_a_stream_is_refused(rec_spec) -> None:
+    log = Log()
+    predictor = GpuPredictor(
+        rec_spec, EngineOptions(device="gpu:0"), make_fake_paddle(log, cuda_build=False)
     )
+    with pytest.raises(PredictorError, match="set_exec_stream"):
+        predictor.load()
+    assert "create_predictor" not in log.names()
+
+
+def test_run_before_load_and_after_close_is_an_error(rec_spec) -> None:
+    log = Log()
+    predictor = GpuPredictor(rec_spec, EngineOptions(device="gpu:0"), make_fake_paddle(log))
+    with pytest.raises(PredictorNotLoadedError):
+        predictor.run(_batch(1))
+    predictor.load()
+    predictor.warmup()
+    predictor.close()
+    with pytest.raises(PredictorNotLoadedError):
+        predictor.stage((1, 3, 48, 64))
 
 
 def test_gpu_predictor_refuses_cpu(rec_spec) -> None:
     with pytest.raises(PredictorError):
         GpuPredictor(rec_spec, EngineOptions(device="cpu"))
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    prefix = f"test{uuid.uuid4().hex[:8]}_"
+    yield prefix
+    shm.sweep(prefix)
+
+
+def test_a_device_worker_pipelines_paddle_gpu_batches(rec_spec, prefix) -> None:
+    log = Log()
+    paddle = make_fake_paddle(log, classes=7)
+    predictor = _loaded(rec_spec, log, paddle)
+    engine = EngineChoice(backend="paddle", options=EngineOptions(device="gpu:0"))
+    spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
+    ours, theirs = multiprocessing.Pipe()
+    runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=ours)
+    runner.use({"rec": predictor})  # asks the recogniser for argmax pairs
+    batches = {10: _batch(1), 11: _batch(2)}
+    log.calls.clear()
+    for batch_id, batch in batches.items():  # both queued, as with inflight_batches = 2
+        theirs.send(("run", batch_id, "rec", [shm.put(batch, prefix)]))
+    serving = threading.Thread(target=runner.serve, daemon=True)
+    serving.start()
+    answers = [theirs.recv(), theirs.recv()]
+    theirs.send(("stop",))
+    serving.join(timeout=10)
+    assert not serving.is_alive()
+    assert log.names().count("Predictor.run") == 2
+    assert log.names().count("argmax") == 2  # reduced on the device
+    for kind, batch_id, outcomes in answers:
+        assert kind == "done"
+        (outcome,) = outcomes
+        assert isinstance(outcome, ItemOk)
+        indices, values = outcome.value
+        expected = predictor.run(batches[batch_id])
+        assert np.array_equal(indices, expected[..., 0].astype(indices.dtype))
+        assert np.array_equal(values, expected[..., 1])
