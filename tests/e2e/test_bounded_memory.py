@@ -91,7 +91,14 @@ def test_big_pages_are_decoded_as_the_budget_allows_and_render_is_admitted(tmp_p
                         headers={"content-type": "application/pdf"},
                     )
                 )
-                await asyncio.sleep(1.5)
+                # The render is sent once the OCR request holds the cap (a fixed sleep lost
+                # the race on a loaded CI machine: the render came first and was served).
+                deadline = time.monotonic() + 60
+                while (await client.get(f"{server.url}/readyz")).json()["admission"][
+                    "inflight_pages"
+                ] < 6:
+                    assert time.monotonic() < deadline, "the OCR request never held 6 pages"
+                    await asyncio.sleep(0.05)
                 render = await client.post(
                     f"{server.url}/v1/render?page=0",
                     content=_big_pdf(1, inches=4.0),
@@ -101,7 +108,7 @@ def test_big_pages_are_decoded_as_the_budget_allows_and_render_is_admitted(tmp_p
 
         ocr, render = asyncio.run(ocr_then_render())
         assert ocr.status_code == 200
-        assert render.status_code == 503, render.text
+        assert render.status_code == 503, render.headers
         assert render.json()["error"]["code"] == "overloaded"
         assert "retry-after" in render.headers
 
