@@ -7,6 +7,7 @@ import multiprocessing
 import threading
 import uuid
 from collections.abc import Iterator
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -41,8 +42,8 @@ def det_spec() -> ModelSpec:
     return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_det"), "det")
 
 
-def _loaded(spec: ModelSpec, log: Log, paddle: object, device: str = "gpu:0") -> GpuPredictor:
-    predictor = GpuPredictor(spec, EngineOptions(device=device), paddle)  # type: ignore[arg-type]
+def _loaded(spec: ModelSpec, paddle: ModuleType, device: str = "gpu:0") -> GpuPredictor:
+    predictor = GpuPredictor(spec, EngineOptions(device=device), paddle)
     predictor.load()
     return predictor
 
@@ -55,8 +56,8 @@ def _batch(seed: int, rows: int = 2) -> np.ndarray:
 def test_an_instance_runs_its_predictors_on_one_compute_stream(rec_spec, det_spec) -> None:
     log = Log()
     paddle = make_fake_paddle(log)
-    det = _loaded(det_spec, log, paddle, "gpu:1")
-    rec = _loaded(rec_spec, log, paddle, "gpu:1")
+    det = _loaded(det_spec, paddle, "gpu:1")
+    rec = _loaded(rec_spec, paddle, "gpu:1")
     streams = log.named("Stream")
     assert [s["device"] for s in streams] == ["gpu:1"] * 3  # copy in, compute, copy out
     lane = paddle_lane(paddle, 1)
@@ -72,7 +73,7 @@ def test_an_instance_runs_its_predictors_on_one_compute_stream(rec_spec, det_spe
 
 def test_a_batch_is_collated_into_pinned_memory_and_copied_without_blocking(rec_spec) -> None:
     log = Log()
-    predictor = _loaded(rec_spec, log, make_fake_paddle(log))
+    predictor = _loaded(rec_spec, make_fake_paddle(log))
     lane = paddle_lane(predictor._paddle, 0)
     slot = predictor.stage((2, 3, 48, 64))
     assert log.is_pinned(slot.input)
@@ -105,7 +106,7 @@ def test_a_batch_is_collated_into_pinned_memory_and_copied_without_blocking(rec_
 
 def test_the_copy_out_reads_memory_the_next_run_does_not_overwrite(rec_spec) -> None:
     log = Log()
-    predictor = _loaded(rec_spec, log, make_fake_paddle(log))
+    predictor = _loaded(rec_spec, make_fake_paddle(log))
     first, second = predictor.stage((2, 3, 48, 64)), predictor.stage((2, 3, 48, 64))
     first.input[...] = _batch(1)
     second.input[...] = _batch(2)
@@ -125,8 +126,8 @@ def test_the_copy_out_reads_memory_the_next_run_does_not_overwrite(rec_spec) -> 
 def test_the_recogniser_answers_argmax_pairs_reduced_on_the_gpu(rec_spec) -> None:
     log = Log()
     paddle = make_fake_paddle(log, classes=11)
-    full = _loaded(rec_spec, log, paddle).run(_batch(3, rows=3))
-    paired = _loaded(rec_spec, log, paddle)
+    full = _loaded(rec_spec, paddle).run(_batch(3, rows=3))
+    paired = _loaded(rec_spec, paddle)
     paired.output_argmax()
     log.calls.clear()
     pairs = paired.run(_batch(3, rows=3))
@@ -176,7 +177,7 @@ def prefix() -> Iterator[str]:
 def test_a_device_worker_pipelines_paddle_gpu_batches(rec_spec, prefix) -> None:
     log = Log()
     paddle = make_fake_paddle(log, classes=7)
-    predictor = _loaded(rec_spec, log, paddle)
+    predictor = _loaded(rec_spec, paddle)
     engine = EngineChoice(backend="paddle", options=EngineOptions(device="gpu:0"))
     spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
     ours, theirs = multiprocessing.Pipe()
