@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
+from serving.workers import shm
 from tests import properties
 from tests.postgres import MISSING, PostgresServer, find_binaries
 
@@ -27,6 +29,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for folder, marker in _MARKERS.items():
             if folder in parts:
                 item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A fresh shared-memory name prefix; the test's segments are swept after it."""
+    value = f"test{uuid.uuid4().hex[:8]}_"
+    yield value
+    shm.sweep(value)
 
 
 @pytest.fixture

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
-
 import numpy as np
-import pytest
 
 from models.engine_options import EngineOptions
 from models.registry import EngineChoice
@@ -44,13 +41,6 @@ class FakeDet:
 
     def close(self) -> None:
         return None
-
-
-@pytest.fixture
-def prefix():
-    prefix = f"test{uuid.uuid4().hex[:8]}_"
-    yield prefix
-    shm.sweep(prefix)
 
 
 def worker(prefix: str, **predictors) -> DeviceRunner:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import uuid
 
 import numpy as np
-import pytest
 
 from models.engine_options import EngineOptions
 from models.registry import EngineChoice
@@ -49,13 +47,6 @@ class StagedFake:
 
     def close(self) -> None:
         return None
-
-
-@pytest.fixture
-def prefix():
-    prefix = f"test{uuid.uuid4().hex[:8]}_"
-    yield prefix
-    shm.sweep(prefix)
 
 
 def crops(tag: int, label: int, prefix: str) -> shm.ShmRef:

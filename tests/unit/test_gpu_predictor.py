@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import uuid
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -165,13 +164,6 @@ def test_run_before_load_and_after_close_is_an_error(rec_spec) -> None:
 def test_gpu_predictor_refuses_cpu(rec_spec) -> None:
     with pytest.raises(PredictorError):
         GpuPredictor(rec_spec, EngineOptions(device="cpu"))
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    prefix = f"test{uuid.uuid4().hex[:8]}_"
-    yield prefix
-    shm.sweep(prefix)
 
 
 def test_a_device_worker_pipelines_paddle_gpu_batches(rec_spec, prefix) -> None:
