@@ -27,6 +27,7 @@ from serving.request_options import OcrOptions, request_options
 from serving.scheduling.admission import Admission
 from serving.scheduling.batching import Scheduler
 from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
+from serving.scheduling.page_memory import PageCosts
 from serving.workers import shm
 from serving.workers.cpu_pool import CpuPool
 from serving.workers.cpu_stages import init_cpu_worker
@@ -147,6 +148,8 @@ class Runtime:
     jobs: JobRunner | None = None
     """Batch jobs (`/v1/jobs`); None where the runtime serves no jobs (`ocr-batch`)."""
     watchdog: LoopWatchdog | None = None
+    claim: shm.PrefixClaim | None = None
+    """This server's hold on `prefix`; released once `stop()` has swept its segments."""
 
     @classmethod
     def build(
@@ -171,7 +174,6 @@ class Runtime:
         """
         models = config.models
         bundle = load_bundle(models.det, models.rec, models.cls)
-        prefix = shm.server_prefix()
         queues = {stage: config.workers.queue(stage) for stage in STAGES}
         admission = Admission(max_pages=config.server.max_inflight_pages)
         budget = MemoryBudget(config.server.memory_budget_bytes or default_budget_bytes())
@@ -190,6 +192,8 @@ class Runtime:
                 for s in specs
             ]
         check_engines(bundle, specs)
+        claim = shm.claim_prefix()  # before any segment is named with it
+        prefix = claim.prefix
         setup = WorkerSetup(
             model_dirs=bundle.model_dirs,
             shm_prefix=prefix,
@@ -234,6 +238,7 @@ class Runtime:
             max_pdf_pages=config.input.max_pdf_pages,
             pdf_render_scale=config.input.pdf_render_scale,
             max_image_pixels=config.input.max_image_pixels,
+            max_page_side_px=config.input.max_page_side_px,
         )
         service = OcrService(
             cpu=cpu,
@@ -242,6 +247,7 @@ class Runtime:
             admission=admission,
             budget=budget,
             prefix=prefix,
+            page_costs=lambda: PageCosts.measured(w.info for w in devices.workers),
         )
         return cls(
             config=config,
@@ -253,6 +259,7 @@ class Runtime:
             service=service,
             metrics=metrics,
             jobs=JobRunner.build(config, service, bundle, metrics) if jobs else None,
+            claim=claim,
         )
 
     @property
@@ -267,7 +274,9 @@ class Runtime:
         their deadline), while `/readyz` answers 503 so a load balancer prefers other replicas.
         """
         if not self.started.is_set():
-            raise NotReady(self.startup_error or None)
+            # Why it failed is in the log and in `/readyz` for loopback callers, never in an
+            # answer any client gets (it names paths, devices and libraries).
+            raise NotReady("Start-up failed; see the server's log" if self.startup_error else None)
 
     def request_options(self, overrides: Mapping[str, Any], *, no_classifier: str) -> OcrOptions:
         """A request's options over the served models and the config's pipeline defaults.
@@ -281,7 +290,8 @@ class Runtime:
         )
 
     def describe(self) -> dict[str, Any]:
-        """Readiness and the state of every part, as `/readyz` reports it."""
+        """Readiness and the state of every part, as `/readyz` reports it to loopback callers
+        (pids and the start-up error included); others get `{"ready": ...}` only."""
         body: dict[str, Any] = {
             "ready": self.ready,
             "devices": {
@@ -306,7 +316,7 @@ class Runtime:
 
     async def start(self) -> None:
         """Start the CPU pool and the device workers; readiness follows."""
-        shm.sweep_orphans()  # segments of servers killed before they could sweep
+        shm.sweep_orphans()  # segments of servers killed before they could sweep, any pid
         if self.config.server.watchdog_s > 0:
             self.watchdog = LoopWatchdog(asyncio.get_running_loop(), self.config.server.watchdog_s)
             self.watchdog.start()
@@ -342,6 +352,8 @@ class Runtime:
         swept = shm.sweep(self.prefix)
         if swept:
             logger.info("removed %d shared-memory segments left by workers", swept)
+        if self.claim is not None:
+            self.claim.release()
         logger.info("stopped (pid %d)", os.getpid())
 
 

@@ -3,15 +3,24 @@
 A producer copies an array into a new segment and passes the small `ShmRef` on; the consumer copies
 it out and unlinks the segment. Segment names carry the server's prefix, so `sweep` removes any
 segment a killed process left behind: none outlives the server. A server that was itself killed
-leaves its segments to the next one, whose `sweep_orphans` removes those of servers no longer alive.
+leaves its segments to the next one, whose `sweep_orphans` removes those no live server owns.
+
+A prefix is `ocrsrv<pid>x<token>_`, with a random token for each start, and the server owns it by
+holding an flock on `ocrsrv.<pid>x<token>.lock` beside the segments (`claim_prefix`). The pid alone
+does not tell: in a container the server is PID 1 at every start, and a pod's memory-backed
+/dev/shm outlives the container, so a server killed with -9 (or by the OOM killer) left segments
+under the very pid of the next one (issue 26). The kernel drops the lock when its holder dies.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import logging
 import os
 import re
+import secrets
 import uuid
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -21,7 +30,9 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 _SHM_DIR = "/dev/shm"
-_SERVER_SEGMENT = re.compile(r"ocrsrv(\d+)_")
+_SERVER_SEGMENT = re.compile(r"ocrsrv(\d+)(?:x([0-9a-f]{8}))?_")
+"""A server's segment: pid, and the start's token (none in names of servers before issue 26)."""
+_SERVER_LOCK = re.compile(r"ocrsrv\.(\d+)x([0-9a-f]{8})\.lock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +50,57 @@ class ShmRef:
 
 
 def server_prefix(pid: int | None = None) -> str:
-    """The segment-name prefix of the server whose main process is `pid`."""
-    return f"ocrsrv{pid if pid is not None else os.getpid()}_"
+    """How the segment names of every server whose main process is `pid` begin, whatever the
+    token of its start (`claim_prefix`): `ocrsrv<pid>x`, to find a server's segments by its pid."""
+    return f"ocrsrv{pid if pid is not None else os.getpid()}x"
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixClaim:
+    """A segment-name prefix this process owns while it holds the lock on `lock_path`."""
+
+    prefix: str
+    lock_path: str | None
+    """None where there is no shared-memory directory to keep a lock in (not Linux)."""
+    fd: int | None
+
+    def release(self) -> None:
+        """Give the prefix up (after sweeping its segments); the next sweep may remove any
+        segment still named with it."""
+        if self.lock_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.lock_path)
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+
+def claim_prefix(shm_dir: str = _SHM_DIR) -> PrefixClaim:
+    """A fresh prefix, `ocrsrv<pid>x<token>_`, owned by this process until it releases it or dies.
+
+    The lock file is locked under a temporary name and then renamed, so a sweep never finds it
+    unlocked while its server lives.
+    """
+    token = secrets.token_hex(4)
+    prefix = f"{server_prefix()}{token}_"
+    if not os.path.isdir(shm_dir):
+        return PrefixClaim(prefix=prefix, lock_path=None, fd=None)
+    lock_path = os.path.join(shm_dir, _lock_name(os.getpid(), token))
+    temporary = f"{lock_path}.new"
+    fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(temporary, lock_path)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    return PrefixClaim(prefix=prefix, lock_path=lock_path, fd=fd)
+
+
+def _lock_name(pid: int, token: str) -> str:
+    return f"ocrsrv.{pid}x{token}.lock"
 
 
 def put(array: np.ndarray, prefix: str) -> ShmRef:
@@ -107,17 +167,26 @@ def sweep(prefix: str) -> int:
 
 
 def sweep_orphans(shm_dir: str = _SHM_DIR) -> tuple[int, int]:
-    """Remove the segments of servers that are no longer alive (killed, so they could not sweep
-    their own); returns how many segments and bytes were removed.
+    """Remove the segments no live server owns (their server was killed, so it could not sweep
+    them), and the lock files of dead servers; returns how many segments and bytes were removed.
 
-    A server is known by the pid in its prefix (`server_prefix`); a pid alive now, even if reused
-    by another process, keeps its segments.
+    A segment named with a token is owned while some process holds its prefix's lock
+    (`claim_prefix`), whatever its pid: the same pid with another token is a dead server's. A
+    segment named without a token (a server from before tokens) is owned while its pid is alive
+    and is not this process's.
     """
     removed = size = 0
-    dead: set[int] = set()
+    dead: set[str] = set()
+    owned: dict[tuple[int, str | None], bool] = {}
     for name in sorted(os.listdir(shm_dir)) if os.path.isdir(shm_dir) else []:
-        match = _SERVER_SEGMENT.match(name)
-        if match is None or _alive(int(match.group(1))):
+        segment, lock = _SERVER_SEGMENT.match(name), _SERVER_LOCK.fullmatch(name)
+        match = segment or lock
+        if match is None:
+            continue
+        owner = (int(match.group(1)), match.group(2))
+        if owner not in owned:
+            owned[owner] = _owned(*owner, shm_dir)
+        if owned[owner]:
             continue
         path = os.path.join(shm_dir, name)
         try:
@@ -125,17 +194,37 @@ def sweep_orphans(shm_dir: str = _SHM_DIR) -> tuple[int, int]:
             os.unlink(path)
         except FileNotFoundError:
             continue  # its own server's last worker or another sweep removed it meanwhile
-        removed += 1
-        size += nbytes
-        dead.add(int(match.group(1)))
+        if segment is not None:
+            removed += 1
+            size += nbytes
+            dead.add(f"{owner[0]}x{owner[1]}" if owner[1] else str(owner[0]))
     if removed:
         logger.info(
-            "removed %d shared-memory segments (%d bytes) left by dead servers (pids %s)",
+            "removed %d shared-memory segments (%d bytes) left by dead servers (%s)",
             removed,
             size,
-            ", ".join(str(pid) for pid in sorted(dead)),
+            ", ".join(sorted(dead)),
         )
     return removed, size
+
+
+def _owned(pid: int, token: str | None, shm_dir: str) -> bool:
+    """Whether a live server owns the prefix of `pid` and `token` (see `sweep_orphans`)."""
+    if token is None:
+        return pid != os.getpid() and _alive(pid)
+    try:
+        fd = os.open(os.path.join(shm_dir, _lock_name(pid, token)), os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    except PermissionError:
+        return True  # another user's server: not ours to judge
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the lock if this sweep took it
+    return False
 
 
 def _alive(pid: int) -> bool:

@@ -18,6 +18,7 @@ import pytest
 from PIL import Image
 
 from loadtest.accuracy import cer
+from serving.workers import shm
 from tests import images
 from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
 
@@ -336,7 +337,8 @@ def test_sigterm_stops_cleanly_and_leaves_no_shared_memory(tmp_path) -> None:
     pid = srv.process.pid
     # Uvicorn re-raises the signal once it has shut down, so the exit status is -SIGTERM.
     assert stop_server(srv) in (0, -signal.SIGTERM)
-    assert glob.glob(f"/dev/shm/ocrsrv{pid}_*") == []
+    assert glob.glob(f"/dev/shm/{shm.server_prefix(pid)}*") == []
+    assert glob.glob(f"/dev/shm/ocrsrv.{pid}x*.lock") == []  # its claim on the prefix too
     log = srv.log.read_text()
     assert "Application shutdown complete" in log
     assert "Traceback" not in log

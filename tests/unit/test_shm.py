@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -195,9 +196,23 @@ def test_nbytes_large_shape_no_overflow() -> None:
 
 
 def test_server_prefix() -> None:
-    assert server_prefix(1234) == "ocrsrv1234_"
-    assert server_prefix() == f"ocrsrv{os.getpid()}_"
-    assert server_prefix(0) == "ocrsrv0_"
+    assert server_prefix(1234) == "ocrsrv1234x"
+    assert server_prefix() == f"ocrsrv{os.getpid()}x"
+    assert server_prefix(0) == "ocrsrv0x"
+
+
+def test_claimed_prefix_has_a_fresh_token_and_a_held_lock(tmp_path) -> None:
+    first, second = shm.claim_prefix(str(tmp_path)), shm.claim_prefix(str(tmp_path))
+    try:
+        assert re.fullmatch(rf"ocrsrv{os.getpid()}x[0-9a-f]{{8}}_", first.prefix)
+        assert first.prefix != second.prefix
+        assert sorted(os.listdir(tmp_path)) == sorted(
+            [os.path.basename(first.lock_path or ""), os.path.basename(second.lock_path or "")]
+        )
+    finally:
+        first.release()
+        second.release()
+    assert os.listdir(tmp_path) == []
 
 
 def test_shm_dir_constant() -> None:
@@ -213,19 +228,59 @@ def _dead_pid() -> int:
         return 2**22 + 1  # the largest limit Linux allows, plus one
 
 
-def test_sweep_orphans_removes_only_segments_of_dead_servers(tmp_path) -> None:
-    dead, live = _dead_pid(), os.getpid()
+def test_sweep_orphans_removes_tokenless_segments_of_dead_pids_only(tmp_path) -> None:
+    # Names from servers before tokens: only the pid tells, and another live pid keeps them.
+    dead, live = _dead_pid(), os.getppid()
     sizes = {
-        f"{server_prefix(dead)}a": 10,
-        f"{server_prefix(dead)}b": 20,
-        f"{server_prefix(live)}c": 40,
+        f"ocrsrv{dead}_a": 10,
+        f"ocrsrv{dead}_b": 20,
+        f"ocrsrv{live}_c": 40,
         "ocrtest0_d": 80,
         "other": 160,
     }
     for name, size in sizes.items():
         (tmp_path / name).write_bytes(b"\0" * size)
     assert shm.sweep_orphans(str(tmp_path)) == (2, 30)
-    assert sorted(os.listdir(tmp_path)) == sorted(
-        [f"{server_prefix(live)}c", "ocrtest0_d", "other"]
-    )
+    assert sorted(os.listdir(tmp_path)) == sorted([f"ocrsrv{live}_c", "ocrtest0_d", "other"])
     assert shm.sweep_orphans(str(tmp_path)) == (0, 0)
+
+
+def test_sweep_orphans_removes_segments_of_an_earlier_start_with_the_same_pid(tmp_path) -> None:
+    # In a container the server is PID 1 at every start: the pid of a server killed with -9 is
+    # alive again, as the next server's. Only the lock on the token tells them apart.
+    live = shm.claim_prefix(str(tmp_path))
+    dead = shm.claim_prefix(str(tmp_path))
+    (tmp_path / f"{live.prefix}a").write_bytes(b"\0" * 10)
+    (tmp_path / f"{dead.prefix}b").write_bytes(b"\0" * 20)
+    (tmp_path / f"{dead.prefix}c").write_bytes(b"\0" * 40)
+    os.close(dead.fd or -1)  # what the kernel does for a killed server: its lock goes
+    try:
+        assert dead.prefix.startswith(server_prefix())
+        assert live.prefix.startswith(server_prefix())
+        assert shm.sweep_orphans(str(tmp_path)) == (2, 60)
+        assert sorted(os.listdir(tmp_path)) == sorted(
+            [f"{live.prefix}a", os.path.basename(live.lock_path or "")]
+        )  # the dead start's lock file went with its segments
+    finally:
+        live.release()
+
+
+def test_sweep_orphans_removes_segments_without_a_lock_file(tmp_path) -> None:
+    (tmp_path / f"{server_prefix()}0123abcd_x").write_bytes(b"\0" * 8)
+    assert shm.sweep_orphans(str(tmp_path)) == (1, 8)
+
+
+def test_sweep_orphans_keeps_this_processs_own_prefix(tmp_path) -> None:
+    mine = shm.claim_prefix(str(tmp_path))
+    try:
+        (tmp_path / f"{mine.prefix}a").write_bytes(b"\0" * 8)
+        assert shm.sweep_orphans(str(tmp_path)) == (0, 0)
+        assert (tmp_path / f"{mine.prefix}a").exists()
+    finally:
+        mine.release()
+
+
+def test_sweep_orphans_removes_tokenless_segments_of_this_pid(tmp_path) -> None:
+    # A server from before tokens, that had this process's pid: dead, since the pid is ours.
+    (tmp_path / f"ocrsrv{os.getpid()}_a").write_bytes(b"\0" * 8)
+    assert shm.sweep_orphans(str(tmp_path)) == (1, 8)
