@@ -14,16 +14,20 @@ from starlette.middleware.cors import CORSMiddleware
 
 from serving.config import AppConfig
 from serving.http import openapi, ui
-from serving.http.auth import ApiKeyMiddleware, load_api_keys
+from serving.http.auth import ApiKeyMiddleware
+from serving.http.keys import load_keys
 from serving.http.request_id import RequestIdMiddleware
 from serving.http.routes import ROUTES
 from serving.http.upload_timeout import UploadTimeoutMiddleware
+from serving.metrics import Metrics
 from serving.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
 
-def middleware(config: AppConfig, environ: Mapping[str, str]) -> list[Middleware]:
+def middleware(
+    config: AppConfig, environ: Mapping[str, str], metrics: Metrics | None = None
+) -> list[Middleware]:
     """Request ids outermost, then upload timeouts, then CORS (only with `server.cors_origins`),
     then API keys.
 
@@ -31,7 +35,7 @@ def middleware(config: AppConfig, environ: Mapping[str, str]) -> list[Middleware
     are answered.
 
     Raises:
-        ConfigError: the API key file cannot be read.
+        ConfigError: an API key file cannot be read or is invalid.
     """
     stack = [
         Middleware(RequestIdMiddleware),
@@ -51,12 +55,20 @@ def middleware(config: AppConfig, environ: Mapping[str, str]) -> list[Middleware
                 expose_headers=["X-Request-ID", "Retry-After"],
             )
         )
-    keys = load_api_keys(config.auth, environ)
-    logger.info("API keys: %s", f"{len(keys)} configured" if keys else "none, access is open")
-    if keys:
-        stack.append(
-            Middleware(ApiKeyMiddleware, keys=keys, protect_metrics=config.auth.protect_metrics)
+    keys = load_keys(config.auth, environ)
+    if not keys:
+        logger.info("API keys: none, access is open")
+        return stack
+    admins = sum(key.identity.role == "admin" for key in keys)
+    logger.info("API keys: %d configured (%d admin)", len(keys), admins)
+    stack.append(
+        Middleware(
+            ApiKeyMiddleware,
+            keys=keys,
+            protect_metrics=config.auth.protect_metrics,
+            metrics=metrics,
         )
+    )
     return stack
 
 
@@ -85,7 +97,9 @@ def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Sta
 
     app = Starlette(
         routes=[*ROUTES, *openapi.ROUTES, *ui.ROUTES],
-        middleware=middleware(runtime.config, os.environ if environ is None else environ),
+        middleware=middleware(
+            runtime.config, os.environ if environ is None else environ, runtime.metrics
+        ),
         lifespan=lifespan,
     )
     app.state.runtime = runtime

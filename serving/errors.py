@@ -77,6 +77,22 @@ class Overloaded(OcrError):
     default_message = "Server overloaded, retry later"
 
 
+class QuotaExceeded(OcrError):
+    """An API key went past its own quota (429 with `Retry-After`); other keys are unaffected."""
+
+    http_status = 429
+    code = "quota_exceeded"
+    default_message = "Quota exceeded, retry later"
+
+    def __init__(self, message: str | None = None, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        """When to try again; None: the server's `server.retry_after_s`."""
+
+    def __reduce__(self) -> tuple[type[OcrError], tuple[str, float | None]]:  # type: ignore[override]
+        return (type(self), (self.message, self.retry_after_s))
+
+
 class DeadlineExceeded(OcrError):
     """The request did not finish within `server.request_timeout_s`."""
 

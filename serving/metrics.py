@@ -25,6 +25,13 @@ class Metrics:
         self.requests = Counter(
             "ocr_requests", "Requests answered.", ["endpoint", "status"], registry=r
         )
+        self.key_requests = Counter(
+            "ocr_key_requests",
+            "Requests per API key id (never the secret; '-': no valid key), by status; 429: the "
+            "key went past its quota.",
+            ["key", "status"],
+            registry=r,
+        )
         self.request_seconds = Histogram(
             "ocr_request_seconds",
             "Request latency.",

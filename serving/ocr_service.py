@@ -21,6 +21,7 @@ from serving.scheduling.admission import Admission
 from serving.scheduling.batching import Scheduler, WorkItem
 from serving.scheduling.memory_budget import MemoryBudget, page_cost_bytes
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
+from serving.scheduling.quotas import KeyPages, Tenant
 from serving.workers import cpu_stages, shm
 from serving.workers.cpu_pool import CpuPool, free_segments
 
@@ -37,21 +38,37 @@ class PageOutput:
     images: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Slot:
-    """Pages one request holds in the admission count, and its deadline."""
+    """Pages one request holds in the admission count (and in its API key's), and its deadline."""
 
     admission: Admission
+    key_pages: KeyPages
+    tenant: Tenant | None
     deadline: float
     clock: Callable[[], float]
-    pages: int = 1
+    pages: int = 0
 
     def grow_to(self, pages: int) -> None:
-        """Hold `pages` in all; raises Overloaded (keeping what is held) when they do not fit."""
-        self.admission.admit(
-            pages - self.pages, deadline_s=self.deadline - self.clock(), held=self.pages
-        )
+        """Hold `pages` in all; raises QuotaExceeded (over the key's own cap) or Overloaded,
+        keeping what is held, when they do not fit."""
+        more, held = pages - self.pages, self.pages
+        if self.tenant is not None:
+            self.key_pages.admit(self.tenant.id, self.tenant.quota, more, held=held)
+        try:
+            self.admission.admit(more, deadline_s=self.deadline - self.clock(), held=held)
+        except BaseException:
+            if self.tenant is not None:
+                self.key_pages.release(self.tenant.id, more)
+            raise
         self.pages = pages
+
+    def release(self) -> None:
+        """Give back every page held."""
+        self.admission.release(self.pages)
+        if self.tenant is not None:
+            self.key_pages.release(self.tenant.id, self.pages)
+        self.pages = 0
 
 
 class OcrService:
@@ -77,6 +94,8 @@ class OcrService:
         self.scheduler = scheduler
         self.limits = limits
         self.admission = admission
+        self.key_pages = KeyPages()
+        """Pages in flight per API key, against each key's `max_inflight_pages`."""
         self.budget = budget
         self._prefix = prefix
         self._clock = clock
@@ -90,16 +109,18 @@ class OcrService:
         visualize: bool = False,
         timeout_s: float,
         priority: int = INTERACTIVE,
+        tenant: Tenant | None = None,
     ) -> list[PageOutput]:
-        """OCR every page of a document.
+        """OCR every page of a document, for the API key `tenant` (None: authentication off).
 
         Raises:
             InvalidInput: the document does not decode or breaks a limit.
             PayloadTooLarge: a page could never fit in the memory budget.
             Overloaded: too much work in flight.
+            QuotaExceeded: the key's own pages in flight are at its `max_inflight_pages`.
             DeadlineExceeded: not done within `timeout_s`.
         """
-        async with self._admitted(timeout_s) as slot:
+        async with self._admitted(timeout_s, tenant) as slot:
             # The document crosses to the workers once, in shared memory, whatever its pages.
             source = shm.put(np.frombuffer(data, np.uint8), self._prefix)
             try:
@@ -151,7 +172,13 @@ class OcrService:
             )
 
     async def render_page(
-        self, data: bytes, kind: FileKind, page_index: int, *, timeout_s: float
+        self,
+        data: bytes,
+        kind: FileKind,
+        page_index: int,
+        *,
+        timeout_s: float,
+        tenant: Tenant | None = None,
     ) -> bytes:
         """Page `page_index` of a document as PNG (the web page's `/v1/render`), admitted and
         budgeted like OCR work.
@@ -160,9 +187,10 @@ class OcrService:
             InvalidInput: the page does not decode or breaks a limit.
             PayloadTooLarge: the page could never fit in the memory budget.
             Overloaded: too much work in flight.
+            QuotaExceeded: the key's own pages in flight are at its `max_inflight_pages`.
             DeadlineExceeded: not done within `timeout_s`.
         """
-        async with self._admitted(timeout_s):
+        async with self._admitted(timeout_s, tenant):
             ((width, height),) = await self.cpu.run(
                 cpu_stages.page_sizes, data, kind, self.limits, page_index
             )
@@ -172,17 +200,26 @@ class OcrService:
                 return png
 
     @contextlib.asynccontextmanager
-    async def _admitted(self, timeout_s: float) -> AsyncIterator[_Slot]:
-        """Admit one page (more with `grow_to`) for the work inside, bounded by `timeout_s`."""
-        self.admission.admit(1, deadline_s=timeout_s)
-        slot = _Slot(self.admission, deadline=self._clock() + timeout_s, clock=self._clock)
+    async def _admitted(
+        self, timeout_s: float, tenant: Tenant | None = None
+    ) -> AsyncIterator[_Slot]:
+        """Admit one page (more with `grow_to`) for the work inside, bounded by `timeout_s`,
+        counted for the API key `tenant` too (job pages run for none: the runner bounds them)."""
+        slot = _Slot(
+            admission=self.admission,
+            key_pages=self.key_pages,
+            tenant=tenant,
+            deadline=self._clock() + timeout_s,
+            clock=self._clock,
+        )
+        slot.grow_to(1)
         try:
             async with asyncio.timeout(timeout_s):
                 yield slot
         except TimeoutError as err:
             raise DeadlineExceeded() from err
         finally:
-            self.admission.release(slot.pages)
+            slot.release()
 
     async def _document_page(
         self,

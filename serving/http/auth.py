@@ -1,19 +1,23 @@
-"""Access control: optional API keys, checked by a pure ASGI middleware before any route runs."""
+"""Access control: optional API keys, checked by a pure ASGI middleware before any route runs;
+each key is an identity (`serving.http.keys`) with its own request rate."""
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+import math
+import time
+from collections.abc import Callable, Iterable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serving.config import AuthConfig
-from serving.errors import ConfigError
+from serving.errors import QuotaExceeded
 from serving.http import paddlex_api, request_id
 from serving.http.exceptions import native_body
+from serving.http.keys import ApiKey, Identity, identify
+from serving.metrics import Metrics
+from serving.scheduling.quotas import RateLimits
 
 logger = logging.getLogger(__name__)
 
@@ -21,35 +25,10 @@ PROBE_PATHS = frozenset(("/livez", "/readyz", "/health"))
 """Never need a key: orchestrators probe them without credentials."""
 METRICS_PATH = "/metrics"
 PADDLEX_PATHS = frozenset(("/ocr",))
-"""Answered in PaddleX's envelope (`errorCode` 401) rather than `{"error": ...}`."""
-
-
-def load_api_keys(config: AuthConfig, environ: Mapping[str, str]) -> tuple[bytes, ...]:
-    """The configured keys: those in the `config.api_keys_env` variable (comma-separated) and
-    in the `config.api_keys_file` file (one a line; blank lines and `#` comments skipped).
-
-    Raises:
-        ConfigError: the key file cannot be read.
-    """
-    keys: list[str] = []
-    if config.api_keys_env:
-        keys += environ.get(config.api_keys_env, "").split(",")
-    if config.api_keys_file:
-        try:
-            text = Path(config.api_keys_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError("auth.api_keys_file", f"cannot read the key file: {err}") from err
-        keys += [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    unique = dict.fromkeys(key.strip() for key in keys if key.strip())
-    return tuple(key.encode("utf-8") for key in unique)
-
-
-def key_matches(sent: bytes, keys: Iterable[bytes]) -> bool:
-    """Whether `sent` is one of `keys`, comparing against every key in constant time each."""
-    found = False
-    for key in keys:
-        found |= hmac.compare_digest(sent, key)  # no short circuit: every key is compared
-    return found
+"""Answered in PaddleX's envelope (`errorCode` 401 or 429) rather than `{"error": ...}`."""
+UNAUTHENTICATED = "-"
+"""The `key` label of requests refused for a missing or unknown key (no key id starts so)."""
+WWW_AUTHENTICATE = [(b"www-authenticate", b'Bearer realm="ocr"')]
 
 
 def sent_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
@@ -67,42 +46,91 @@ def sent_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
 
 class ApiKeyMiddleware:
     """Pure ASGI middleware: HTTP requests without a valid key get 401, except on the probes
-    (and `/metrics` unless `protect_metrics`). With no keys it passes everything through."""
+    (and `/metrics` unless `protect_metrics`); a key past its request rate gets 429. The key's
+    `Identity` goes in `scope["auth"]` for the handlers. With no keys it passes everything
+    through (one anonymous tenant, no `scope["auth"]`)."""
 
-    def __init__(self, app: ASGIApp, *, keys: tuple[bytes, ...], protect_metrics: bool) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: tuple[ApiKey, ...],
+        protect_metrics: bool,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.app = app
         self.keys = keys
         self.exempt = PROBE_PATHS if protect_metrics else PROBE_PATHS | {METRICS_PATH}
+        self.metrics = metrics
+        self.rates = RateLimits()
+        self._clock = clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.keys or scope["path"] in self.exempt:
             await self.app(scope, receive, send)
             return
         sent = sent_key(scope["headers"])
-        if sent is not None and key_matches(sent, self.keys):
-            await self.app(scope, receive, send)
+        identity = None if sent is None else identify(sent, self.keys)
+        if identity is None:
+            reason = "missing" if sent is None else "invalid"
+            logger.warning("refused %s %s: API key %s", scope["method"], scope["path"], reason)
+            self._count(UNAUTHENTICATED, 401)
+            message = (
+                f"API key {reason}: send it in the X-API-Key header or as Authorization: Bearer KEY"
+            )
+            await _refuse(scope["path"], 401, "unauthorized", message, WWW_AUTHENTICATE, send)
             return
-        reason = "missing" if sent is None else "invalid"
-        logger.warning("refused %s %s: API key %s", scope["method"], scope["path"], reason)
-        await _unauthorized(scope["path"], reason, send)
+        try:
+            self.rates.take(identity.id, identity.quota, self._clock())
+        except QuotaExceeded as err:
+            logger.info("refused %s %s: %s", scope["method"], scope["path"], err.message)
+            self._count(identity.id, 429)
+            retry = [(b"retry-after", str(math.ceil(err.retry_after_s or 1)).encode("ascii"))]
+            await _refuse(scope["path"], 429, err.code, err.message, retry, send)
+            return
+        scope["auth"] = identity
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self._count(identity.id, message["status"])
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+    def _count(self, key_id: str, status: int) -> None:
+        if self.metrics is not None:
+            self.metrics.key_requests.labels(key=key_id, status=str(status)).inc()
 
 
-async def _unauthorized(path: str, reason: str, send: Send) -> None:
-    message = f"API key {reason}: send it in the X-API-Key header or as Authorization: Bearer KEY"
+def identity_of(request: Request) -> Identity | None:
+    """Who sent `request`; None when authentication is off (everyone is one anonymous tenant)."""
+    identity = request.scope.get("auth")
+    return identity if isinstance(identity, Identity) else None
+
+
+async def _refuse(
+    path: str,
+    status: int,
+    code: str,
+    message: str,
+    headers: list[tuple[bytes, bytes]],
+    send: Send,
+) -> None:
     rid = request_id.current_or_new()
     if path in PADDLEX_PATHS:
-        body = paddlex_api.envelope(rid, status=401, message=message)
+        body = paddlex_api.envelope(rid, status=status, message=message)
     else:
-        body = native_body("unauthorized", message, rid)
+        body = native_body(code, message, rid)
     payload = json.dumps(body).encode("utf-8")
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(payload)).encode("ascii")),
-                (b"www-authenticate", b'Bearer realm="ocr"'),
+                *headers,
             ],
         }
     )

@@ -10,13 +10,14 @@ Anything that is not an `OcrError` is logged with its traceback and answered as 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from serving.config import ServerConfig
-from serving.errors import OcrError, Overloaded
+from serving.errors import OcrError, Overloaded, QuotaExceeded
 from serving.http import paddlex_api, request_id
 from serving.http.endpoints import Handler, runtime_of
 
@@ -39,8 +40,10 @@ def status_of(err: OcrError, server: ServerConfig) -> int:
 
 
 def retry_after(err: OcrError, server: ServerConfig) -> dict[str, str]:
-    """`Retry-After` for shed work and every 503; no header otherwise."""
-    if isinstance(err, Overloaded) or err.http_status == 503:
+    """`Retry-After` for shed work, a key over its quota and every 503; no header otherwise."""
+    if isinstance(err, QuotaExceeded) and err.retry_after_s is not None:
+        return {"Retry-After": str(math.ceil(err.retry_after_s))}
+    if isinstance(err, Overloaded | QuotaExceeded) or err.http_status == 503:
         return {"Retry-After": str(server.retry_after_s)}
     return {}
 

@@ -10,6 +10,7 @@ from starlette.routing import Route
 from serving.config import AppConfig
 from serving.errors import InvalidInput
 from serving.http import paddlex_api, request_id, url_fetch
+from serving.http.auth import identity_of
 from serving.http.endpoints import observed, runtime_of, timeout_of, until_disconnect
 from serving.http.exceptions import native_errors, paddlex_error
 from serving.http.jobs import job_routes
@@ -45,6 +46,7 @@ async def paddlex_ocr(request: Request) -> Response:
                 options,
                 visualize=visualize,
                 timeout_s=timeout_s,
+                tenant=identity_of(request),
             ),
         )
         runtime.metrics.pages.inc(len(pages))
@@ -87,7 +89,9 @@ async def v1_ocr(request: Request) -> Response:
     )
     pages = await until_disconnect(
         request,
-        runtime.service.ocr(data, kind, options, timeout_s=timeout_s),
+        runtime.service.ocr(
+            data, kind, options, timeout_s=timeout_s, tenant=identity_of(request)
+        ),
     )
     runtime.metrics.pages.inc(len(pages))
     body = {

@@ -10,6 +10,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from serving.errors import ValidationFailed
+from serving.http.auth import identity_of
 from serving.http.endpoints import observed, runtime_of, until_disconnect
 from serving.http.exceptions import native_errors
 from serving.http.uploads import read_document
@@ -33,7 +34,11 @@ async def render(request: Request) -> Response:
     png = await until_disconnect(
         request,
         runtime.service.render_page(
-            data, kind, int(page_text), timeout_s=runtime.config.server.request_timeout_s
+            data,
+            kind,
+            int(page_text),
+            timeout_s=runtime.config.server.request_timeout_s,
+            tenant=identity_of(request),
         ),
     )
     return Response(png, media_type="image/png")

@@ -15,19 +15,26 @@ from serving.app import middleware
 from serving.config import AppConfig, AuthConfig, ServerConfig, load_config
 from serving.errors import ConfigError
 from serving.http import auth
+from serving.http.keys import ApiKey, identify, load_keys, plain_key_id
+from serving.metrics import Metrics
+from tests.local_client import local_client
 
-KEYS = (b"key-one", b"key-two")
+KEYS = ("key-one", "key-two")
+
+
+def _keys(*secrets: str) -> tuple[ApiKey, ...]:
+    return load_keys(AuthConfig(), {"OCR_API_KEYS": ",".join(secrets)})
 
 
 async def _ok(request: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
-def _app(keys: tuple[bytes, ...] = KEYS, *, protect_metrics: bool = False) -> Starlette:
+def _app(keys: tuple[str, ...] = KEYS, *, protect_metrics: bool = False) -> auth.ApiKeyMiddleware:
     paths = ["/ocr", "/v1/ocr", "/livez", "/readyz", "/health", "/metrics", "/", "/docs"]
     routes = [Route(path, _ok, methods=["GET", "POST"]) for path in paths]
     app = Starlette(routes=routes)
-    return auth.ApiKeyMiddleware(app, keys=keys, protect_metrics=protect_metrics)  # type: ignore[return-value]
+    return auth.ApiKeyMiddleware(app, keys=_keys(*keys), protect_metrics=protect_metrics)
 
 
 @pytest.fixture
@@ -106,10 +113,13 @@ def test_no_keys_means_auth_off() -> None:
     assert client.post("/ocr").status_code == 200
 
 
-def test_key_matches_compares_every_key() -> None:
-    assert auth.key_matches(b"b", [b"a", b"b", b"c"])
-    assert not auth.key_matches(b"d", [b"a", b"b", b"c"])
-    assert not auth.key_matches(b"a", [])
+def test_identify_finds_the_key_by_its_hash() -> None:
+    keys = _keys("a", "b", "c")
+    found = identify(b"b", keys)
+    assert found is not None
+    assert found.id == plain_key_id("b")
+    assert identify(b"d", keys) is None
+    assert identify(b"a", ()) is None
 
 
 def test_sent_key_prefers_x_api_key() -> None:
@@ -123,27 +133,33 @@ def test_sent_key_prefers_x_api_key() -> None:
 # --- loading keys ---------------------------------------------------------------------------
 
 
+def _ids(keys: tuple[ApiKey, ...]) -> list[str]:
+    return [key.identity.id for key in keys]
+
+
 def test_keys_from_environment() -> None:
     config = AuthConfig()
-    keys = auth.load_api_keys(config, {"OCR_API_KEYS": " a1 , b2,,a1 "})
-    assert keys == (b"a1", b"b2")
-    assert auth.load_api_keys(config, {}) == ()
-    assert auth.load_api_keys(AuthConfig(api_keys_env="MY_KEYS"), {"MY_KEYS": "k"}) == (b"k",)
-    assert auth.load_api_keys(AuthConfig(api_keys_env=""), {"OCR_API_KEYS": "k"}) == ()
+    keys = load_keys(config, {"OCR_API_KEYS": " a1 , b2,,a1 "})
+    assert _ids(keys) == [plain_key_id("a1"), plain_key_id("b2")]
+    assert load_keys(config, {}) == ()
+    assert _ids(load_keys(AuthConfig(api_keys_env="MY_KEYS"), {"MY_KEYS": "k"})) == [
+        plain_key_id("k")
+    ]
+    assert load_keys(AuthConfig(api_keys_env=""), {"OCR_API_KEYS": "k"}) == ()
 
 
 def test_keys_from_file(tmp_path: Path) -> None:
     path = tmp_path / "keys"
     path.write_text("# deploy keys\nfile-one\n\n  file-two  \n")
     config = AuthConfig(api_keys_file=str(path))
-    keys = auth.load_api_keys(config, {"OCR_API_KEYS": "env-one"})
-    assert keys == (b"env-one", b"file-one", b"file-two")
+    keys = load_keys(config, {"OCR_API_KEYS": "env-one"})
+    assert _ids(keys) == [plain_key_id(k) for k in ("env-one", "file-one", "file-two")]
 
 
 def test_unreadable_key_file_is_config_error(tmp_path: Path) -> None:
     config = AuthConfig(api_keys_file=str(tmp_path / "missing"))
     with pytest.raises(ConfigError, match=r"auth\.api_keys_file"):
-        auth.load_api_keys(config, {})
+        load_keys(config, {})
 
 
 # --- config and the middleware stack --------------------------------------------------------
@@ -181,7 +197,7 @@ def _stack_app(config: AppConfig, environ: dict[str, str]) -> Starlette:
 
 
 def test_cors_off_by_default() -> None:
-    client = TestClient(_stack_app(AppConfig(), {}))
+    client = local_client(_stack_app(AppConfig(), {}))
     response = client.post("/v1/ocr", headers={"Origin": "https://evil.example"})
     assert response.status_code == 200
     assert "access-control-allow-origin" not in response.headers
@@ -218,5 +234,68 @@ def test_cors_listed_origins_only_and_preflight_needs_no_key() -> None:
 
 
 def test_stack_without_keys_is_open() -> None:
-    client = TestClient(_stack_app(AppConfig(), {}))
+    client = local_client(_stack_app(AppConfig(), {}))
     assert client.post("/v1/ocr").status_code == 200
+
+
+# --- identities, rates and metrics ----------------------------------------------------------
+
+
+async def _whoami(request: Request) -> Response:
+    identity = auth.identity_of(request)
+    return JSONResponse(None if identity is None else {"id": identity.id, "role": identity.role})
+
+
+def _rated_app(
+    keys: tuple[ApiKey, ...], metrics: Metrics, now: list[float]
+) -> auth.ApiKeyMiddleware:
+    app = Starlette(routes=[Route("/whoami", _whoami), Route("/ocr", _ok, methods=["POST"])])
+    return auth.ApiKeyMiddleware(
+        app, keys=keys, protect_metrics=False, metrics=metrics, clock=lambda: now[0]
+    )
+
+
+def test_the_identity_travels_in_the_scope() -> None:
+    config = AuthConfig(requests_per_s=0.0)
+    keys = load_keys(config, {"OCR_API_KEYS": "key-one"})
+    client = TestClient(_rated_app(keys, Metrics(), [0.0]))
+    answer = client.get("/whoami", headers={"X-API-Key": "key-one"}).json()
+    assert answer == {"id": plain_key_id("key-one"), "role": "user"}
+    open_app = Starlette(routes=[Route("/whoami", _whoami)])
+    assert TestClient(open_app).get("/whoami").json() is None  # authentication off: anonymous
+
+
+def test_a_key_past_its_rate_gets_429_with_retry_after_and_others_do_not() -> None:
+    config = AuthConfig(requests_per_s=0.5, burst_requests=2)
+    keys = load_keys(config, {"OCR_API_KEYS": "key-one,key-two"})
+    now = [100.0]
+    client = TestClient(_rated_app(keys, Metrics(), now))
+    one, two = {"X-API-Key": "key-one"}, {"X-API-Key": "key-two"}
+    assert [client.get("/whoami", headers=one).status_code for _ in range(2)] == [200, 200]
+    refused = client.get("/whoami", headers=one)
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "2"  # one token every 2 s
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    assert "key-one" not in refused.text
+    assert client.get("/whoami", headers=two).status_code == 200
+    paddlex = client.post("/ocr", headers=one)
+    assert paddlex.status_code == 429
+    assert paddlex.json()["errorCode"] == 429
+    now[0] += 2.0
+    assert client.get("/whoami", headers=one).status_code == 200
+
+
+def test_metrics_count_requests_by_key_id_never_the_secret() -> None:
+    keys = load_keys(AuthConfig(requests_per_s=1.0), {"OCR_API_KEYS": "key-one"})
+    metrics = Metrics()
+    client = TestClient(_rated_app(keys, metrics, [0.0]))
+    client.get("/whoami", headers={"X-API-Key": "key-one"})
+    client.get("/whoami", headers={"X-API-Key": "key-one"})
+    client.get("/whoami", headers={"X-API-Key": "wrong"})
+    text = metrics.render().decode()
+    key_id = plain_key_id("key-one")
+    assert f'ocr_key_requests_total{{key="{key_id}",status="200"}} 1.0' in text
+    assert f'ocr_key_requests_total{{key="{key_id}",status="429"}} 1.0' in text
+    assert 'ocr_key_requests_total{key="-",status="401"} 1.0' in text
+    assert "key-one" not in text
+    assert "wrong" not in text
