@@ -11,6 +11,7 @@ CPUs with bf16 is bf16, faster and not faithful (it changes recognised text). Th
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,7 @@ class OpenVinoPredictor(OnnxPredictor):
             raise ValueError(f"expected one input and at least one output, got {model.inputs}")
         compiled = core.compile_model(model, "CPU", compile_config(self.options))
         request = compiled.create_infer_request()
+        self._release = compiled.release_memory
         logger.info(
             "loaded %s model=%s engine=openvino %s threads=%d precision=%s",
             self.spec.kind,
@@ -75,6 +77,18 @@ class OpenVinoPredictor(OnnxPredictor):
             return np.array(request.get_output_tensor(0).data, copy=True)
 
         return run
+
+    def release_memory(self) -> None:
+        """Free the working memory the CPU plugin keeps for the largest input it has run.
+
+        It keeps it until the model is closed: after one 4000 x 4000 detector input a worker
+        held +2.6 GiB while idle; `CompiledModel.release_memory` gives it back (after 2048 x
+        2048: 803 -> 243 MiB, in 0.05 s), and the next input allocates for its own shape. Call
+        it between batches, never while one runs.
+        """
+        release: Callable[[], None] | None = getattr(self, "_release", None)
+        if self.loaded and release is not None:
+            release()
 
 
 OPENVINO = cpu_onnx_backend(OpenVinoPredictor)

@@ -150,21 +150,6 @@ class AuthConfig:
     """File with one key per line (blank lines and `#` comments skipped); never a file in git."""
     protect_metrics: bool = False
     """Require a key for `/metrics` too (the probes `/livez`, `/readyz`, `/health` never do)."""
-    keys_file: str = ""
-    """TOML file of named keys (`[[keys]]` with `id`, `role`, `sha256` of the secret, optional
-    quotas), e.g. a mounted Kubernetes Secret; never a file in git."""
-    requests_per_s: float = 0.0
-    """Default per-key rate: requests a second (token bucket); 0 = unlimited."""
-    burst_requests: int = 0
-    """Default per-key burst (the bucket's size); 0 = one second's worth, at least 1."""
-    max_inflight_pages: int = 0
-    """Default per-key cap on pages in flight (`/ocr`, `/v1/ocr`, `/v1/render`); 0 = none
-    beyond `server.max_inflight_pages`."""
-
-    def __post_init__(self) -> None:
-        _check(self.requests_per_s >= 0, "auth.requests_per_s", "must be >= 0")
-        _check(self.burst_requests >= 0, "auth.burst_requests", "must be >= 0")
-        _check(self.max_inflight_pages >= 0, "auth.max_inflight_pages", "must be >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -644,11 +629,28 @@ def describe(config: AppConfig) -> dict[str, Any]:
     return data
 
 
+_SECRET_PARAMS = frozenset(("password", "sslpassword"))
+"""libpq URL parameters that hold a secret (`?password=...` works as well as `user:pw@host`)."""
+
+
 def redact_url(url: str) -> str:
-    """`url` with the password of its user part, if any, replaced by `***` (for logs)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.netloc.rpartition("@")[0].partition(":")[0]
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """`url` with the password of its user part and the values of its `password` and
+    `sslpassword` query parameters (names percent-decoded, as libpq reads them) replaced by `***`
+    (for logs and error messages); a URL that does not parse is hidden whole."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        has_password = parts.password is not None
+    except ValueError:
+        return "***"
+    if has_password:
+        user = parts.netloc.rpartition("@")[0].partition(":")[0]
+        host = parts.netloc.rpartition("@")[2]
+        parts = parts._replace(netloc=f"{user}:***@{host}")
+    if parts.query:
+        fields = []
+        for field in parts.query.split("&"):
+            name, equals, _value = field.partition("=")
+            secret = urllib.parse.unquote(name).strip().lower() in _SECRET_PARAMS
+            fields.append(f"{name}=***" if secret and equals else field)
+        parts = parts._replace(query="&".join(fields))
+    return urllib.parse.urlunsplit(parts)

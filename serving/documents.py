@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -14,6 +16,8 @@ from serving.inputs import (
     DecodeLimits,
     FileKind,
     decode_image_page,
+    fit_page,
+    fit_side,
     image_page_count,
     image_page_sizes,
     open_pdf,
@@ -51,7 +55,8 @@ def page_sizes(
         InvalidInput: the file does not open, the page does not exist, or a limit is exceeded.
     """
     if kind == "image":
-        return image_page_sizes(_read(source), limits, only=index)
+        sizes = image_page_sizes(_read(source), limits, only=index)
+        return [fit_side(w, h, limits.max_page_side_px) for w, h in sizes]
     with PDFIUM_LOCK:
         doc = open_pdf(source if isinstance(source, bytes) else str(source))
         try:
@@ -70,6 +75,36 @@ def page_sizes(
             doc.close()
 
 
+class PagePlan(NamedTuple):
+    """A page's sizes from the headers, before any pixel is decoded."""
+
+    width: int
+    height: int
+    """As `decode_page` decodes it: no side over `max_page_side_px`."""
+    full_width: int
+    full_height: int
+    """As sent (an image's pixels; a PDF page at `pdf_render_scale`); what `decode_page` decodes
+    first for an image, before it is downscaled."""
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the page is decoded smaller than sent."""
+        return (self.width, self.height) != (self.full_width, self.full_height)
+
+
+def page_plans(
+    source: bytes | str | Path, kind: FileKind, limits: DecodeLimits, *, index: int | None = None
+) -> list[PagePlan]:
+    """`page_sizes`, with each page's size as sent beside its size as decoded."""
+    full = page_sizes(source, kind, dataclasses.replace(limits, max_page_side_px=0), index=index)
+    if kind == "image":
+        return [PagePlan(*fit_side(w, h, limits.max_page_side_px), w, h) for w, h in full]
+    if limits.max_page_side_px <= 0 or all(max(size) <= limits.max_page_side_px for size in full):
+        return [PagePlan(w, h, w, h) for w, h in full]
+    decoded = page_sizes(source, kind, limits, index=index)
+    return [PagePlan(*size, *sent) for size, sent in zip(decoded, full, strict=True)]
+
+
 def _read(source: bytes | str | Path) -> bytes:
     try:
         return source if isinstance(source, bytes) else Path(source).read_bytes()
@@ -83,13 +118,15 @@ def decode_page(
     """Page `index` of a document as BGR uint8: a frame of an image, or one rendered PDF page.
 
     `source` is the file's bytes or its path. A PDF page renders exactly as `inputs.render_pdf`
-    renders it, so a job's results equal `/v1/ocr`'s.
+    renders it, so a job's results equal `/v1/ocr`'s. A page whose longer side is over
+    `max_page_side_px` is decoded smaller: a PDF page rendered at a lower scale, an image
+    downscaled as soon as it is decoded.
 
     Raises:
         InvalidInput: the file does not decode, the page does not exist, or a limit is exceeded.
     """
     if kind == "image":
-        return decode_image_page(_read(source), index, limits)
+        return fit_page(decode_image_page(_read(source), index, limits), limits)
     with PDFIUM_LOCK:
         doc = open_pdf(source if isinstance(source, bytes) else str(source))
         try:

@@ -43,6 +43,10 @@ class DecodeLimits:
     max_pdf_pages: int
     pdf_render_scale: float
     max_image_pixels: int
+    max_page_side_px: int = 0
+    """Pages are decoded with their longer side at most this (PDFs rendered at a lower scale,
+    images downscaled right after decoding); 0 = as sent. `max_image_pixels` is checked on the
+    size as sent."""
 
 
 def frames_type(data: bytes) -> str:
@@ -191,10 +195,43 @@ def pdf_page_size(doc: pdfium.PdfDocument, index: int, limits: DecodeLimits) -> 
         raise InvalidInput(
             f"Invalid input file: page {index + 1} of the PDF cannot be read ({err})"
         ) from err
+    full = limits.pdf_render_scale
+    _check_pixels(math.ceil(height * full), math.ceil(width * full), limits)
+    scale = render_scale(width, height, limits)
+    return (math.ceil(width * scale), math.ceil(height * scale))  # as pypdfium2's `render` sizes
+
+
+def render_scale(width_pt: float, height_pt: float, limits: DecodeLimits) -> float:
+    """The scale a page of `width_pt` x `height_pt` renders at: `pdf_render_scale`, lowered so
+    that its longer side is at most `max_page_side_px` (pages that fit render as before)."""
     scale = limits.pdf_render_scale
-    size = (math.ceil(width * scale), math.ceil(height * scale))  # as pypdfium2's `render` sizes
-    _check_pixels(size[1], size[0], limits)
-    return size
+    cap, longest = limits.max_page_side_px, max(width_pt, height_pt)
+    if cap <= 0 or math.ceil(longest * scale) <= cap:
+        return scale
+    scale = cap / longest
+    while math.ceil(longest * scale) > cap:  # float rounding may land one pixel over
+        scale = math.nextafter(scale, 0.0)
+    return scale
+
+
+def fit_side(width: int, height: int, max_side_px: int) -> tuple[int, int]:
+    """(width, height) scaled so that the longer side is at most `max_side_px` (0 = no cap)."""
+    longest = max(width, height)
+    if max_side_px <= 0 or longest <= max_side_px:
+        return width, height
+    ratio = max_side_px / longest
+    return max(1, min(max_side_px, round(width * ratio))), max(
+        1, min(max_side_px, round(height * ratio))
+    )
+
+
+def fit_page(image: np.ndarray, limits: DecodeLimits) -> np.ndarray:
+    """A decoded image downscaled (area interpolation) to `max_page_side_px`, or as it is."""
+    height, width = image.shape[:2]
+    size = fit_side(width, height, limits.max_page_side_px)
+    if size == (width, height):
+        return image
+    return np.ascontiguousarray(cv2.resize(image, size, interpolation=cv2.INTER_AREA))
 
 
 def decode_image_page(data: bytes, index: int, limits: DecodeLimits) -> np.ndarray:
@@ -342,7 +379,8 @@ _LOAD_ERRORS = {
 
 
 def render_pdf_page(doc: pdfium.PdfDocument, index: int, limits: DecodeLimits) -> np.ndarray:
-    """Render one page to BGR at `pdf_render_scale`, checking the pixel cap before rendering.
+    """Render one page to BGR at `render_scale` (`pdf_render_scale`, lowered for pages over
+    `max_page_side_px`), checking the pixel cap before rendering.
 
     The caller holds `PDFIUM_LOCK` and has called `doc.init_forms()`.
 
@@ -358,9 +396,9 @@ def render_pdf_page(doc: pdfium.PdfDocument, index: int, limits: DecodeLimits) -
         ) from err
     try:
         width, height = page.get_size()
-        scale = limits.pdf_render_scale
-        _check_pixels(int(height * scale), int(width * scale), limits)
-        bitmap = page.render(scale=scale, rotation=0)
+        full = limits.pdf_render_scale
+        _check_pixels(int(height * full), int(width * full), limits)
+        bitmap = page.render(scale=render_scale(width, height, limits), rotation=0)
         # pypdfium2 renders BGR(x) by default, which is what the pipeline expects.
         array = bitmap.to_numpy()
         return np.ascontiguousarray(array[:, :, :3])

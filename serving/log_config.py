@@ -24,6 +24,32 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+_ESCAPES |= {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\t"}  # a tab stays a tab
+_ESCAPES |= {0x2028: "\\u2028", 0x2029: "\\u2029"}  # Unicode's line and paragraph separators
+
+
+def escape_controls(text: str) -> str:
+    """`text` with line breaks and other control characters written as escapes (`\\n`,
+    `\\x1b`), so that what a client sent (a path with `%0a`, a file name) cannot start a log
+    line of its own or drive a terminal."""
+    return text.translate(_ESCAPES)
+
+
+class TextFormatter(logging.Formatter):
+    """The readable format, one line per record: the message's control characters escaped
+    (a traceback, added below it, keeps its lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The format applied to the record, its message escaped."""
+        message = record.message
+        record.message = escape_controls(message)
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = message
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, process, logger, request id, message, traceback."""
 
@@ -63,7 +89,7 @@ def configure_logging(
             "disable_existing_loggers": False,
             "filters": {"request_id": {"()": RequestIdFilter}},
             "formatters": {
-                "text": {"format": text},
+                "text": {"()": TextFormatter, "fmt": text},
                 "json": {"()": JsonFormatter, "process_name": process_name},
             },
             "handlers": {

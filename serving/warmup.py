@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import cv2
@@ -11,6 +13,7 @@ from models.bundle import load_bundle
 from serving.config import PipelineConfig
 from serving.local_engine import ocr_page
 from serving.request_options import ocr_options
+from serving.workers.proc import release_free_heap
 
 WARMUP_TEXT = ("Warm-up page 2026", "OCR server 0123456789")
 MIN_LINE_SIMILARITY = 0.9
@@ -70,3 +73,57 @@ def check_warmup_texts(texts: list[str], predictors: dict[str, Any]) -> None:
             f"the warm-up page read {texts!r}, expected {list(WARMUP_TEXT)!r}: "
             "this engine, device or precision gives wrong results"
         )
+
+
+MEASURE_SIDE_PX = 960
+"""Side of the detector input `measure_det_bytes_per_px` runs: larger than the warm-up page's, so
+that the engine allocates anew, and small enough to take about a second on one CPU core."""
+
+
+def measure_det_bytes_per_px(
+    predictor: Any, output: Callable[[np.ndarray], Any], side_px: int = MEASURE_SIDE_PX
+) -> float | None:
+    """Bytes this process grows by per detector-input pixel while it runs one detector batch of
+    `side_px` x `side_px`, as the worker runs a page's: the batch copy, the engine's working memory
+    for that shape, the output and its reduction (`output`). What the memory budget charges a
+    page's detector input on this engine (`serving.scheduling.page_memory`).
+
+    Read from the peak resident memory, reset before the run (Linux's `clear_refs`), against the
+    resident memory before it; the engine's memory for the shape is released after
+    (`release_memory`, where the engine has it). None where the peak cannot be reset or read.
+    """
+    release_engine_memory(predictor)
+    release_free_heap()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current VmRSS
+        before = _status_bytes("VmRSS")
+    except (OSError, ValueError):
+        return None
+    batch = np.full((1, 3, side_px, side_px), 0.5, dtype=np.float32)  # touched, as a copy is
+    kept = output(predictor.run(batch))
+    try:
+        peak = _status_bytes("VmHWM")
+    except (OSError, ValueError):
+        return None
+    finally:
+        del batch, kept
+        release_engine_memory(predictor)
+        release_free_heap()
+    return max(0.0, (peak - before) / (side_px * side_px))
+
+
+def release_engine_memory(predictor: Any) -> None:
+    """Ask an engine to free the working memory it keeps for the shapes it has run (OpenVINO's
+    `release_memory`); engines without such a call keep theirs."""
+    release = getattr(predictor, "release_memory", None)
+    if callable(release):
+        release()
+
+
+def _status_bytes(field: str) -> int:
+    """A `kB` field of /proc/self/status, in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return int(value.split()[0]) * 1024
+    raise ValueError(f"no {field} in /proc/self/status")

@@ -124,7 +124,12 @@ _PADDLEX_REQUEST: Json = {
         "textRecScoreThresh": {"type": "number", "nullable": True},
         "returnWordBox": {"type": "boolean", "nullable": True},
         "visualize": {"type": "boolean", "nullable": True},
-        "logId": {"type": "string", "nullable": True},
+        "logId": {
+            "type": "string",
+            "nullable": True,
+            "maxLength": 128,
+            "description": "Echoed in the answer: printable characters only, else 422",
+        },
     },
 }
 SCHEMAS: dict[str, Json] = {

@@ -54,10 +54,21 @@ class OcrRequest:
     visualize: bool | None
 
 
+MAX_LOG_ID_CHARS = 128
+"""A `logId` is echoed in the answer and written to the log: longer ones get 422 (PaddleX takes
+any string; a 100 MB one was echoed whole)."""
+
+
+def usable_log_id(value: Any) -> bool:
+    """Whether `value` is a `logId` the server echoes: a string of at most `MAX_LOG_ID_CHARS`
+    printable characters (no line breaks or other control characters to forge log lines with)."""
+    return isinstance(value, str) and len(value) <= MAX_LOG_ID_CHARS and value.isprintable()
+
+
 def log_id_of(body: Any, default: str | None = None) -> str:
     """The request's `logId` when it has a usable one, else `default` (the request id), else a
     new id (as PaddleX)."""
-    if isinstance(body, dict) and isinstance(body.get("logId"), str):
+    if isinstance(body, dict) and usable_log_id(body.get("logId")):
         return str(body["logId"])
     return default or str(uuid.uuid4())
 
@@ -107,6 +118,15 @@ def parse_request(body: Any) -> OcrRequest:
             continue
         if option is not None:
             overrides[option] = value
+    log_id = body.get("logId")
+    if isinstance(log_id, str) and not usable_log_id(log_id):
+        problems.append(
+            {
+                "type": "string_too_long" if len(log_id) > MAX_LOG_ID_CHARS else "string_pattern",
+                "loc": "logId",
+                "msg": f"Input should be at most {MAX_LOG_ID_CHARS} printable characters",
+            }
+        )
     if problems:
         raise ValidationFailed(json.dumps(problems))
     if body.get("useDocOrientationClassify") or body.get("useDocUnwarping"):

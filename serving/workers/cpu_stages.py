@@ -100,6 +100,13 @@ def page_sizes(
     return documents.page_sizes(_bytes_or_path(source), kind, limits, index=index)
 
 
+def page_plans(
+    source: shm.ShmRef | bytes | str, kind: FileKind, limits: DecodeLimits, index: int | None
+) -> list[documents.PagePlan]:
+    """`page_sizes` with each page's size as sent (`serving.documents.page_plans`)."""
+    return documents.page_plans(_bytes_or_path(source), kind, limits, index=index)
+
+
 def _bytes_or_path(source: shm.ShmRef | bytes | str) -> bytes | str:
     """A document staged in shared memory (it stays there for its other pages) as bytes."""
     if isinstance(source, shm.ShmRef):

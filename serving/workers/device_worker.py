@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import os
 import signal
 import time
@@ -37,6 +38,12 @@ logger = logging.getLogger(__name__)
 
 MAX_RUNNING_BATCHES = 2
 """Batches a worker holds launched at once (`workers.gpu.inflight_batches` sends 2)."""
+
+RELEASE_ABOVE_PX = 2048 * 2048
+"""After a detector batch of more input pixels than this, the engine is asked to free the working
+memory it keeps for that shape (`serving.warmup.release_engine_memory`), which the memory budget
+charged for the page only while it was in flight. Pages up to twice an A4 page at 144 dpi (1184 x
+1696 detector pixels) keep theirs: the next page of that size reuses it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +97,8 @@ class DeviceRunner:
     predictors: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, ModelStage[Any]] = field(default_factory=dict)
     """How each stage reads its predictor's answers (`serving.engine.model_stages`)."""
+    release_pending: bool = False
+    """A detector batch over `RELEASE_ABOVE_PX` ran since the engine last freed its memory."""
 
     def load(self) -> None:
         specs = load_bundle(**self.setup.model_dirs).specs
@@ -114,7 +123,23 @@ class DeviceRunner:
         started = time.monotonic()
         texts = warm_up_page(self.predictors, self.setup.model_dirs)
         check_warmup_texts(texts, self.predictors)
-        return {"warmup_s": round(time.monotonic() - started, 3), "warmup_texts": texts}
+        return {
+            "warmup_s": round(time.monotonic() - started, 3),
+            "warmup_texts": texts,
+            **self.measure_memory(),
+        }
+
+    def measure_memory(self) -> dict[str, float]:
+        """This worker's bytes per detector-input pixel (`page_memory.ENGINE_BYTES_KEY`), what
+        the memory budget charges a page's detector input; nothing where it runs no detector or
+        cannot read its peak memory."""
+        from serving.scheduling.page_memory import ENGINE_BYTES_KEY
+        from serving.warmup import measure_det_bytes_per_px
+
+        if "det" not in self.predictors:
+            return {}
+        measured = measure_det_bytes_per_px(self.predictors["det"], self.stages["det"].output)
+        return {} if measured is None else {ENGINE_BYTES_KEY: round(measured, 1)}
 
     def serve(self) -> None:
         """Run batches until told to stop. A batch for a staged predictor (`StagedPredictor`)
@@ -157,13 +182,23 @@ class DeviceRunner:
         batch_id, batch = running.popleft()
         self.conn.send(("done", batch_id, batch.finish()))
         del batch
-        if not running and not self.conn.poll():  # idle: no batch waits on the trim
+        # Never while the engine runs a batch: a batch of a predictor that is not staged ran
+        # to its end in `start_batch`.
+        if self.release_pending and all(other.slot is None for _, other in running):
+            from serving.warmup import release_engine_memory
+
+            release_engine_memory(self.predictors["det"])
+            self.release_pending = False
+            release_free_heap()
+        elif not running and not self.conn.poll():  # idle: no batch waits on the trim
             release_free_heap()
 
     def start_batch(self, stage: str, refs: list[shm.ShmRef]) -> RunningBatch:
         """Collate a batch into the predictor's page-locked slot and launch it, or (predictors
         that are not staged) run it now."""
         predictor = self.predictors[stage]
+        if stage == "det" and sum(math.prod(ref.shape) for ref in refs) > 3 * RELEASE_ABOVE_PX:
+            self.release_pending = True  # (n, 3, h, w) inputs: 3 values a pixel
         if not isinstance(predictor, StagedPredictor):
             return RunningBatch(outcomes=self.run_batch(stage, refs))
         rows = [ref.shape[0] for ref in refs]

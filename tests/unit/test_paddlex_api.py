@@ -238,6 +238,29 @@ def test_log_id_generated(body: Any) -> None:
     assert first != second
 
 
+LONGEST = "x" * paddlex_api.MAX_LOG_ID_CHARS
+
+
+@pytest.mark.parametrize(
+    ("log_id", "problem"),
+    [(LONGEST + "x", "string_too_long"), ("a\nb", "string_pattern"), ("a\x1bb", "string_pattern")],
+)
+def test_an_unusable_log_id_is_422_and_not_echoed(log_id: str, problem: str) -> None:
+    body = {"file": "aGk=", "fileType": 1, "logId": log_id}
+    with pytest.raises(ValidationFailed) as caught:
+        parse_request(body)
+    (found,) = json.loads(caught.value.message)
+    assert (found["loc"], found["type"]) == ("logId", problem)
+    assert log_id_of(body, default="request-id") == "request-id"
+
+
+def test_the_longest_log_id_and_any_printable_text_are_echoed() -> None:
+    for log_id in (LONGEST, "请求-1 / ünï"):
+        body = {"file": "aGk=", "fileType": 1, "logId": log_id}
+        assert parse_request(body).log_id == log_id
+        assert log_id_of(body, default="request-id") == log_id
+
+
 # --- effective_overrides --------------------------------------------------------------------
 
 
