@@ -150,6 +150,21 @@ class AuthConfig:
     """File with one key per line (blank lines and `#` comments skipped); never a file in git."""
     protect_metrics: bool = False
     """Require a key for `/metrics` too (the probes `/livez`, `/readyz`, `/health` never do)."""
+    keys_file: str = ""
+    """TOML file of named keys (`[[keys]]` with `id`, `role`, `sha256` of the secret, optional
+    quotas), e.g. a mounted Kubernetes Secret; never a file in git."""
+    requests_per_s: float = 0.0
+    """Default per-key rate: requests a second (token bucket); 0 = unlimited."""
+    burst_requests: int = 0
+    """Default per-key burst (the bucket's size); 0 = one second's worth, at least 1."""
+    max_inflight_pages: int = 0
+    """Default per-key cap on pages in flight (`/ocr`, `/v1/ocr`, `/v1/render`); 0 = none
+    beyond `server.max_inflight_pages`."""
+
+    def __post_init__(self) -> None:
+        _check(self.requests_per_s >= 0, "auth.requests_per_s", "must be >= 0")
+        _check(self.burst_requests >= 0, "auth.burst_requests", "must be >= 0")
+        _check(self.max_inflight_pages >= 0, "auth.max_inflight_pages", "must be >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
