@@ -126,6 +126,12 @@ class InputConfig:
     """pypdfium2 render scale; 2.0 = 144 dpi, as PaddleX."""
     max_image_pixels: int = 178_956_970
     """Per image or rendered page, as PaddleX."""
+    max_page_side_px: int = 4000
+    """Pages are decoded with their longer side at most this: a PDF page rendered at a lower
+    scale, an image downscaled right after decoding, and the answer says so (`scaled_from`).
+    The detector reads at most `pipeline.det.max_side_limit` (4000) a side, and line crops are
+    resized to the recogniser's 48 px height, so larger pages cost memory and gain little; pages
+    up to this (A4 at 144 dpi is 1191 x 1684) decode as before. 0 = as sent."""
     allow_url: bool = False
     """Accept http(s) URLs in `/ocr`'s `file` field. Off by default."""
     url_allowed_hosts: tuple[str, ...] = ()
@@ -138,6 +144,11 @@ class InputConfig:
         _check(self.max_pdf_pages > 0, "input.max_pdf_pages", "must be > 0")
         _check(self.pdf_render_scale > 0, "input.pdf_render_scale", "must be > 0")
         _check(self.max_image_pixels > 0, "input.max_image_pixels", "must be > 0")
+        _check(
+            self.max_page_side_px == 0 or self.max_page_side_px >= 32,
+            "input.max_page_side_px",
+            "must be 0 (as sent) or >= 32",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
@@ -12,14 +13,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from pipelines.types import PageResult
+from pipelines.types import DetParams, PageResult
+from serving.documents import PagePlan
 from serving.errors import DeadlineExceeded
 from serving.inputs import DecodeLimits, FileKind
 from serving.page_image import page_png
 from serving.request_options import OcrOptions
 from serving.scheduling.admission import Admission
 from serving.scheduling.batching import Scheduler, WorkItem
-from serving.scheduling.memory_budget import MemoryBudget, page_cost_bytes
+from serving.scheduling.memory_budget import MemoryBudget
+from serving.scheduling.page_memory import MIN_SCALED_SIDE_PX, PageCosts
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.scheduling.quotas import KeyPages, Tenant
 from serving.workers import cpu_stages, shm
@@ -36,6 +39,27 @@ class PageOutput:
 
     result: PageResult
     images: dict[str, str] = field(default_factory=dict)
+    scaled_from: tuple[int, int] | None = None
+    """(width, height) the page was sent at, when it was decoded smaller (`PageCharge`)."""
+
+    def scaled_note(self) -> dict[str, Any]:
+        """`{"scaled_from": {"width": ..., "height": ...}}` for a page decoded smaller than it was
+        sent (its `width`, `height` and boxes are then in the smaller page's pixels), else {}."""
+        if self.scaled_from is None:
+            return {}
+        width, height = self.scaled_from
+        return {"scaled_from": {"width": width, "height": height}}
+
+
+@dataclass(frozen=True, slots=True)
+class PageCharge:
+    """How one page is decoded and what it costs the memory budget."""
+
+    cost: int
+    limits: DecodeLimits
+    """The server's limits, with a lower `max_page_side_px` for a page scaled to fit."""
+    sent: tuple[int, int] | None
+    """(width, height) as sent when the page is decoded smaller, else None."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -89,6 +113,7 @@ class OcrService:
         budget: MemoryBudget,
         prefix: str,
         clock: Callable[[], float] = time.monotonic,
+        page_costs: Callable[[], PageCosts] = PageCosts,
     ) -> None:
         self.cpu = cpu
         self.scheduler = scheduler
@@ -99,6 +124,8 @@ class OcrService:
         self.budget = budget
         self._prefix = prefix
         self._clock = clock
+        self.page_costs = page_costs
+        """The page cost model now (device workers report their engines' costs when ready)."""
 
     async def ocr(
         self,
@@ -125,18 +152,16 @@ class OcrService:
             source = shm.put(np.frombuffer(data, np.uint8), self._prefix)
             try:
                 with self.scheduler.interactive_coming(priority):
-                    sizes = await self.cpu.run(
-                        cpu_stages.page_sizes, source, kind, self.limits, None, priority=priority
+                    plans = await self.cpu.run(
+                        cpu_stages.page_plans, source, kind, self.limits, None, priority=priority
                     )
-                costs = [page_cost_bytes(w, h, options.det) for w, h in sizes]
-                for cost in costs:
-                    self.budget.check(cost)
-                slot.grow_to(len(sizes))
+                charges = [self.charge(plan, kind, options.det) for plan in plans]
+                slot.grow_to(len(plans))
                 return await all_or_none(
                     self._document_page(
-                        source, kind, index, cost, options, visualize, slot.deadline, priority
+                        source, kind, index, charge, options, visualize, slot.deadline, priority
                     )
-                    for index, cost in enumerate(costs)
+                    for index, charge in enumerate(charges)
                 )
             finally:
                 shm.discard(source)
@@ -163,13 +188,41 @@ class OcrService:
             DeadlineExceeded: not done within `timeout_s`.
         """
         async with self._admitted(timeout_s) as slot:
-            ((width, height),) = await self.cpu.run(
-                cpu_stages.page_sizes, source, kind, self.limits, page_index, priority=priority
+            (plan,) = await self.cpu.run(
+                cpu_stages.page_plans, source, kind, self.limits, page_index, priority=priority
             )
-            cost = page_cost_bytes(width, height, options.det)
             return await self._document_page(
-                source, kind, page_index, cost, options, False, slot.deadline, priority
+                source,
+                kind,
+                page_index,
+                self.charge(plan, kind, options.det),
+                options,
+                False,
+                slot.deadline,
+                priority,
             )
+
+    def charge(self, plan: PagePlan, kind: FileKind, det: DetParams) -> PageCharge:
+        """What a page costs the budget, scaled down until it fits (`PageCosts.fit`).
+
+        Raises:
+            PayloadTooLarge: the page does not fit even at the smallest side it may be scaled to.
+        """
+        costs = self.page_costs()
+        cost = costs.page_bytes(plan, kind, det)
+        sent = (plan.full_width, plan.full_height)
+        if cost <= self.budget.total_bytes:
+            return PageCharge(cost=cost, limits=self.limits, sent=sent if plan.scaled else None)
+        side = costs.fit(plan, kind, det, self.budget.total_bytes)
+        if side is None:
+            self.budget.check(costs.at_side(MIN_SCALED_SIDE_PX, plan, kind, det))
+            raise AssertionError("unreachable: a page that fits at the smallest side has one")
+        logger.info("page of %d x %d decoded at %d px a side to fit the memory budget", *sent, side)
+        return PageCharge(
+            cost=costs.at_side(side, plan, kind, det),
+            limits=dataclasses.replace(self.limits, max_page_side_px=side),
+            sent=sent,
+        )
 
     async def render_page(
         self,
@@ -191,11 +244,13 @@ class OcrService:
             DeadlineExceeded: not done within `timeout_s`.
         """
         async with self._admitted(timeout_s, tenant):
-            ((width, height),) = await self.cpu.run(
-                cpu_stages.page_sizes, data, kind, self.limits, page_index
-            )
-            # The decoded page and its PNG encoding, on top of the decode buffer.
-            async with self.budget.hold(10 * width * height):
+            (plan,) = await self.cpu.run(cpu_stages.page_plans, data, kind, self.limits, page_index)
+            # The decoded page and its PNG encoding, on top of the decode buffer (an image is
+            # decoded as sent before it is downscaled).
+            sent = plan.full_width * plan.full_height
+            async with self.budget.hold(
+                10 * (sent if kind == "image" else plan.width * plan.height)
+            ):
                 png: bytes = await self.cpu.run(page_png, data, kind, page_index, self.limits)
                 return png
 
@@ -226,7 +281,7 @@ class OcrService:
         source: shm.ShmRef | bytes | str,
         kind: FileKind,
         index: int,
-        cost: int,
+        charge: PageCharge,
         options: OcrOptions,
         visualize: bool,
         deadline: float,
@@ -234,14 +289,14 @@ class OcrService:
     ) -> PageOutput:
         """Decode one page once the budget has room for it, and OCR it; the room is held until
         its result is assembled."""
-        async with self.budget.hold(cost):
+        async with self.budget.hold(charge.cost):
             with self.scheduler.interactive_coming(priority):
                 page = await self.cpu.run(
                     cpu_stages.prepare_page_of,
                     source,
                     kind,
                     index,
-                    self.limits,
+                    charge.limits,
                     options.det,
                     priority=priority,
                 )
@@ -250,6 +305,7 @@ class OcrService:
             finally:
                 free_segments(page)
         self.admission.page_done()
+        output.scaled_from = charge.sent
         return output
 
     async def _page(

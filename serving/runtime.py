@@ -301,6 +301,7 @@ class Runtime:
             "cpu_workers": {"pids": self.cpu.pids(), "restarts": self.cpu.restarts},
             "admission": self.service.admission.describe(),
             "memory_budget": self.service.budget.describe(),
+            "page_costs": self.service.page_costs().describe(),
             "cost_model": self.scheduler.placement.model.describe(),
         }
         if self.startup_error:

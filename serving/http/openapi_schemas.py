@@ -69,6 +69,14 @@ _PAGE: Json = {
         "page": {"type": "integer", "description": "0-based"},
         "width": {"type": "integer"},
         "height": {"type": "integer"},
+        "scaled_from": {
+            "type": "object",
+            "description": "Present when the page was decoded smaller than sent (its longer "
+            "side over input.max_page_side_px, or too large for the memory budget): the size "
+            "as sent; width, height and boxes are in the decoded page's pixels",
+            "required": ["width", "height"],
+            "properties": {"width": {"type": "integer"}, "height": {"type": "integer"}},
+        },
         "lines": {"type": "array", "items": {"$ref": "#/components/schemas/Line"}},
     },
 }

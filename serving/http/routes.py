@@ -100,6 +100,7 @@ async def v1_ocr(request: Request) -> Response:
                 "page": index,
                 "width": page.result.width,
                 "height": page.result.height,
+                **page.scaled_note(),
                 "lines": [
                     {"text": line.text, "score": float(line.score), "box": line.poly.tolist()}
                     for line in page.result.lines
