@@ -15,9 +15,11 @@ from starlette.middleware.cors import CORSMiddleware
 from serving.config import AppConfig
 from serving.http import openapi, ui
 from serving.http.auth import ApiKeyMiddleware
+from serving.http.hosts import HostCheckMiddleware
 from serving.http.keys import load_keys
 from serving.http.request_id import RequestIdMiddleware
 from serving.http.routes import ROUTES
+from serving.http.security_headers import SecurityHeadersMiddleware
 from serving.http.upload_timeout import UploadTimeoutMiddleware
 from serving.metrics import Metrics
 from serving.runtime import Runtime
@@ -28,8 +30,8 @@ logger = logging.getLogger(__name__)
 def middleware(
     config: AppConfig, environ: Mapping[str, str], metrics: Metrics | None = None
 ) -> list[Middleware]:
-    """Request ids outermost, then upload timeouts, then CORS (only with `server.cors_origins`),
-    then API keys.
+    """Security headers outermost, then request ids, then upload timeouts, then CORS (only with
+    `server.cors_origins`), then API keys, or with no keys the Host check (`serving/http/hosts.py`).
 
     CORS sits outside the key check so that browsers' preflight requests, which carry no key,
     are answered.
@@ -38,6 +40,7 @@ def middleware(
         ConfigError: an API key file cannot be read or is invalid.
     """
     stack = [
+        Middleware(SecurityHeadersMiddleware),
         Middleware(RequestIdMiddleware),
         Middleware(
             UploadTimeoutMiddleware,
@@ -58,6 +61,7 @@ def middleware(
     keys = load_keys(config.auth, environ)
     if not keys:
         logger.info("API keys: none, access is open")
+        stack.append(Middleware(HostCheckMiddleware, allowed_hosts=config.server.allowed_hosts))
         return stack
     admins = sum(key.identity.role == "admin" for key in keys)
     logger.info("API keys: %d configured (%d admin)", len(keys), admins)

@@ -80,7 +80,12 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
         return 2
     server = GracefulServer(
         uvicorn.Config(
-            app, host=config.server.host, port=config.server.port, log_config=None, access_log=False
+            app,
+            host=config.server.host,
+            port=config.server.port,
+            log_config=None,
+            access_log=False,
+            server_header=False,  # no `Server: uvicorn` (security_headers.py sets the others)
         ),
         plan=ShutdownPlan.within(config.server.shutdown_grace_s),
         abort=runtime.abort_inflight,

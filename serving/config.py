@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -62,6 +63,10 @@ def choices_text(choices: Sequence[object]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
+_HOST_PATTERN = re.compile(r"\*|(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?")
+"""An entry of `server.allowed_hosts`."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerConfig:
     """HTTP server and request lifecycle."""
@@ -96,6 +101,9 @@ class ServerConfig:
     """"text": human-readable lines; "json": one JSON object per line (for log collectors)."""
     cors_origins: tuple[str, ...] = ()
     """Origins allowed to call the API from a browser (CORS); empty = CORS off."""
+    allowed_hosts: tuple[str, ...] = ()
+    """With API keys off, `Host` names answered besides IP addresses and localhost (DNS-rebinding
+    protection, `serving/http/hosts.py`): exact names, `*.example.com`, or `*` for any."""
 
     def __post_init__(self) -> None:
         _check(self.port > 0 and self.port < 65536, "server.port", "must be 1..65535")
@@ -114,6 +122,12 @@ class ServerConfig:
                 origin.startswith(("http://", "https://")) and "/" not in origin[8:]
             )
             _check(ok, "server.cors_origins", f"not an origin (scheme://host[:port]): {origin!r}")
+        for host in self.allowed_hosts:
+            _check(
+                _HOST_PATTERN.fullmatch(host) is not None,
+                "server.allowed_hosts",
+                f"not a host name, *.domain or * (no scheme, port or path): {host!r}",
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,6 +4,7 @@ client goes away."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import math
 import time
@@ -26,6 +27,24 @@ def runtime_of(request: Request) -> Runtime:
     """The runtime the app serves (`build_app` puts it in the app's state)."""
     runtime: Runtime = request.app.state.runtime
     return runtime
+
+
+def from_loopback(request: Request) -> bool:
+    """Whether the client's address is a loopback one (127.0.0.0/8, ::1, or ::ffff:127.x).
+
+    Uvicorn replaces the address with `X-Forwarded-For`'s when the connection comes from
+    127.0.0.1 (its `forwarded_allow_ips`), so a reverse proxy on the machine that sets the header
+    does not make its clients loopback ones; one that does not set it does.
+    """
+    if request.client is None:
+        return False
+    try:
+        address = ipaddress.ip_address(request.client.host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 TIMEOUT_HEADER = "X-Request-Timeout"

@@ -218,7 +218,8 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         "responses": {"200": _json("Alive", {"type": "object"})},
     },
     ("/readyz", "get"): {
-        "summary": "Ready once every device worker has loaded its models and run a warm-up page",
+        "summary": "Ready once every device worker has loaded its models and run a warm-up page"
+        " (the parts' state, pids and start-up error only to loopback callers)",
         "tags": ["operations"],
         "responses": {
             "200": _json("Ready", _ref("Readiness")),

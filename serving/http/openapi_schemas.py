@@ -156,7 +156,7 @@ SCHEMAS: dict[str, Json] = {
         "required": ["ready"],
         "properties": {
             "ready": {"type": "boolean"},
-            "devices": {"type": "object"},
+            "devices": {"type": "object", "description": "Loopback callers only, as the rest"},
             "cpu_workers": {"type": "object"},
             "error": {"type": "string"},
         },

@@ -11,7 +11,13 @@ from serving.config import AppConfig
 from serving.errors import InvalidInput
 from serving.http import paddlex_api, request_id, url_fetch
 from serving.http.auth import identity_of
-from serving.http.endpoints import observed, runtime_of, timeout_of, until_disconnect
+from serving.http.endpoints import (
+    from_loopback,
+    observed,
+    runtime_of,
+    timeout_of,
+    until_disconnect,
+)
 from serving.http.exceptions import native_errors, paddlex_error
 from serving.http.jobs import job_routes
 from serving.http.uploads import read_body, read_document
@@ -128,9 +134,17 @@ async def livez(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """`GET /readyz`: 200 once every device worker has loaded its models and run a warm-up page."""
+    """`GET /readyz`: 200 once every device worker has loaded its models and run a warm-up page.
+
+    The state of every part (pids, restarts, admission, the start-up error) goes to loopback
+    callers only (the container's health check, `kubectl port-forward`, an operator on the
+    machine); anyone else, the kubelet's probes included, gets `{"ready": ...}` and the status.
+    """
     runtime = runtime_of(request)
-    return JSONResponse(runtime.describe(), status_code=200 if runtime.ready else 503)
+    status = 200 if runtime.ready else 503
+    if from_loopback(request):
+        return JSONResponse(runtime.describe(), status_code=status)
+    return JSONResponse({"ready": runtime.ready}, status_code=status)
 
 
 ROUTES = [

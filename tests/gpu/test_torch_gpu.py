@@ -32,6 +32,7 @@ from serving.runtime import Runtime
 from tests.gpu.conftest import DEVICE as MAYBE_DEVICE
 from tests.gpu.conftest import Pages, requires_cuda
 from tests.integration.conftest import wait_ready
+from tests.local_client import local_client
 
 pytestmark = requires_cuda
 DEVICE = MAYBE_DEVICE or "gpu:0"
@@ -97,7 +98,7 @@ def _largest_rec_batch(metrics: str) -> float:
 @pytest.fixture(scope="module")
 def gpu_client(gpu_models: ModelsConfig) -> Iterator[TestClient]:
     runtime = Runtime.build(_config(gpu_models), jobs=False)
-    with TestClient(build_app(runtime)) as client:
+    with local_client(build_app(runtime)) as client:
         wait_ready(client)
         yield client
 
@@ -129,7 +130,7 @@ def test_fp16_server_turns_ready_and_reads_nearly_the_same(
     from rapidfuzz.distance import Levenshtein
 
     runtime = Runtime.build(_config(gpu_models, precision="fp16", instances=1), jobs=False)
-    with TestClient(build_app(runtime)) as client:
+    with local_client(build_app(runtime)) as client:
         wait_ready(client)  # the warm-up page read right in fp16
         read = _post_all(client, gpu_pages, repeat=1)
     expected = " ".join(t for texts in gpu_pages.expected.values() for t in texts)

@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 from serving.app import build_app
 from serving.config import AppConfig, PaddlexConfig, WorkersConfig
 from serving.runtime import Runtime
+from tests.local_client import local_client
 
 
 def wait_ready(client: TestClient, timeout_s: float = 300.0) -> None:
@@ -37,7 +38,7 @@ def app_config() -> AppConfig:
 @pytest.fixture(scope="session")
 def client(app_config: AppConfig) -> Iterator[TestClient]:
     runtime = Runtime.build(app_config)
-    with TestClient(build_app(runtime)) as test_client:
+    with local_client(build_app(runtime)) as test_client:
         wait_ready(test_client)
         test_client.app_state = runtime  # type: ignore[attr-defined]
         yield test_client

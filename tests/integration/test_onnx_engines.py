@@ -23,6 +23,7 @@ from serving.local_engine import LocalEngine
 from serving.runtime import Runtime
 from tests import images
 from tests.integration.conftest import wait_ready
+from tests.local_client import local_client
 
 ONNX_ENGINES = ("openvino", "onnxruntime")
 
@@ -99,7 +100,7 @@ def test_engine_reads_what_paddle_reads(
 @pytest.fixture(scope="module")
 def openvino_client(onnx_dir: str) -> Iterator[TestClient]:
     runtime = Runtime.build(_config("openvino", onnx_dir), jobs=False)
-    with TestClient(build_app(runtime)) as client:
+    with local_client(build_app(runtime)) as client:
         wait_ready(client)
         yield client
 

@@ -18,6 +18,7 @@ from serving.config import AppConfig, ModelsConfig, PaddlexConfig, PipelineConfi
 from serving.runtime import Runtime
 from tests import images
 from tests.integration.conftest import wait_ready
+from tests.local_client import local_client
 
 CLS_YML = """Global:
   model_name: PP-LCNet_x1_0_textline_ori
@@ -68,7 +69,7 @@ def make_client(tmp_path, monkeypatch) -> Iterator:
             paddlex=PaddlexConfig(visualize=False),
         )
         runtime = Runtime.build(config, backend="tests.fakes.predictors:FAULTS")
-        client = TestClient(build_app(runtime))
+        client = local_client(build_app(runtime))
         client.__enter__()
         clients.append(client)
         wait_ready(client)

@@ -24,6 +24,7 @@ from tests.integration.conftest import wait_ready
 # The converted models, the test pages and Paddle's texts of them, shared with the CPU engines'
 # tests.
 from tests.integration.test_onnx_engines import onnx_dir, paddle_texts, test_pages
+from tests.local_client import local_client
 
 pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
 
@@ -72,7 +73,7 @@ def torch_client(onnx_dir: str) -> Iterator[TestClient]:
     # waits for the current one.
     cpu = dataclasses.replace(DeviceClassConfig(), inflight_batches=2)
     runtime = Runtime.build(_config(onnx_dir, cpu=cpu), jobs=False)
-    with TestClient(build_app(runtime)) as client:
+    with local_client(build_app(runtime)) as client:
         wait_ready(client)
         yield client
 

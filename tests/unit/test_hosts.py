@@ -1,0 +1,114 @@
+"""serving/http/hosts.py: with API keys off, only Host headers no DNS-rebinding page can send are
+answered; `server.allowed_hosts` adds names; with keys on there is no Host check."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from serving.app import middleware
+from serving.config import AppConfig, ServerConfig
+from serving.errors import ConfigError
+from serving.http.hosts import host_allowed, host_name
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1:8000",
+        "127.0.0.1",
+        "[::1]:8000",
+        "[fd00::2]",
+        "10.1.2.3:8000",  # a pod's IP: the kubelet's probes
+        "localhost:8000",  # docker run -p 8000:8000, then localhost:8000
+        "LOCALHOST",
+        "localhost.",
+        "app.localhost:8000",
+    ],
+)
+def test_ip_literals_and_localhost_pass_without_configuration(host: str) -> None:
+    assert host_allowed(host, ())
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example:8000",  # the rebinding page's own name
+        "127.0.0.1.evil.example",
+        "localhost.evil.example",
+        "testserver",
+        "ocr-serving:8000",
+        "",
+        "::1",  # an IPv6 address needs its brackets in Host
+    ],
+)
+def test_other_names_are_refused_without_configuration(host: str) -> None:
+    assert not host_allowed(host, ())
+
+
+def test_listed_names_and_wildcards_pass() -> None:
+    allowed = ("ocr.example.com", "*.svc.cluster.local")
+    assert host_allowed("ocr.example.com:443", allowed)
+    assert host_allowed("OCR.example.com", allowed)
+    assert host_allowed("ocr-serving.ns.svc.cluster.local:8000", allowed)
+    assert not host_allowed("svc.cluster.local", allowed)
+    assert not host_allowed("evil.example", allowed)
+    assert not host_allowed("ocr.example.com.evil.example", allowed)
+    assert host_allowed("evil.example", ("*",))
+
+
+def test_host_name_drops_port_and_brackets() -> None:
+    assert host_name("[::1]:8000") == "::1"
+    assert host_name("Example.COM:80") == "example.com"
+    assert host_name("example.com") == "example.com"
+
+
+@pytest.mark.parametrize(
+    "entry", ["http://ocr.example", "ocr.example:8000", "a/b", "", "*.", "a b"]
+)
+def test_bad_allowed_hosts_entries_are_refused(entry: str) -> None:
+    with pytest.raises(ConfigError, match=r"server\.allowed_hosts"):
+        ServerConfig(allowed_hosts=(entry,))
+
+
+async def _ok(request: Request) -> Response:
+    return JSONResponse({"ok": True})
+
+
+def _client(config: AppConfig, environ: dict[str, str]) -> TestClient:
+    routes = [Route(path, _ok, methods=["GET", "POST"]) for path in ("/v1/jobs", "/ocr")]
+    return TestClient(Starlette(routes=routes, middleware=middleware(config, environ)))
+
+
+def test_with_keys_off_a_foreign_host_gets_400_json_in_each_apis_format() -> None:
+    client = _client(AppConfig(), {})
+    refused = client.get("/v1/jobs", headers={"Host": "evil.example:8000"})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["code"] == "host_not_allowed"
+    assert "server.allowed_hosts" in error["message"]
+    assert error["request_id"] == refused.headers["x-request-id"]
+    assert refused.headers["x-content-type-options"] == "nosniff"
+    paddlex = client.post("/ocr", headers={"Host": "evil.example"}, json={})
+    assert paddlex.status_code == 400
+    assert paddlex.json()["errorCode"] == 400
+    assert client.get("/v1/jobs", headers={"Host": "127.0.0.1:8000"}).status_code == 200
+    assert client.get("/v1/jobs", headers={"Host": "localhost:8000"}).status_code == 200
+
+
+def test_allowed_hosts_opens_named_hosts() -> None:
+    config = AppConfig(server=ServerConfig(allowed_hosts=("ocr.example.com",)))
+    client = _client(config, {})
+    assert client.get("/v1/jobs", headers={"Host": "ocr.example.com"}).status_code == 200
+    assert client.get("/v1/jobs", headers={"Host": "evil.example"}).status_code == 400
+
+
+def test_with_keys_on_the_key_is_the_check() -> None:
+    client = _client(AppConfig(), {"OCR_API_KEYS": "k1"})
+    answer = client.get("/v1/jobs", headers={"Host": "evil.example", "X-API-Key": "k1"})
+    assert answer.status_code == 200
+    assert client.get("/v1/jobs", headers={"Host": "evil.example"}).status_code == 401
