@@ -13,14 +13,16 @@ from starlette.routing import Route
 from serving.app import build_app
 from serving.config import AppConfig
 from serving.http import openapi
+from serving.metrics import Metrics
 from serving.runtime import Runtime
 
 
 @pytest.fixture(scope="module")
 def app() -> Starlette:
     # The routes do not touch the runtime until a request comes, and no lifespan runs here; the
-    # middleware reads only its configuration.
-    return build_app(cast(Runtime, types.SimpleNamespace(config=AppConfig())), environ={})
+    # middleware reads only its configuration and metrics.
+    runtime = types.SimpleNamespace(config=AppConfig(), metrics=Metrics())
+    return build_app(cast(Runtime, runtime), environ={})
 
 
 def test_spec_is_valid_openapi_3(app: Starlette) -> None:
