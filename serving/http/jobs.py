@@ -17,13 +17,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from serving.errors import OcrError, PayloadTooLarge, UnsupportedMediaType, ValidationFailed
+from serving.http.auth import identity_of
 from serving.http.endpoints import Handler, runtime_of
 from serving.http.exceptions import native_errors
 from serving.http.uploads import form_error, gone_mid_upload
 from serving.jobs.files import BatchLimits, stage_uploads
 from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
-from serving.jobs.types import STATUSES, FinishedPage, JobNotFound
+from serving.jobs.types import STATUSES, FinishedPage, JobInfo, JobNotFound
 from serving.request_options import NO_CLASSIFIER, overrides
 
 FOLLOW_CHECK_S = 30.0
@@ -87,7 +88,7 @@ async def create_job(request: Request) -> Response:
             ]
             dest = runner.store.job_dir(job_id) / "files"
             documents = await asyncio.to_thread(stage_uploads, uploads, dest, limits)
-        info = await runner.submit(job_id, documents, options)
+        info = await runner.submit(job_id, documents, options, owner=_owner(request))
     except HTTPException as err:
         runner.store.discard(job_id)
         raise _form_error(err.detail, config.max_files_per_job) from err
@@ -108,9 +109,29 @@ def _form_error(detail: str, max_files: int) -> OcrError:
     return form_error(detail, size_setting="jobs.max_upload_bytes")
 
 
+def _owner(request: Request) -> str | None:
+    """The key id a new job belongs to; None with authentication off."""
+    identity = identity_of(request)
+    return None if identity is None else identity.id
+
+
+async def _visible(request: Request, runner: JobRunner, job_id: str) -> JobInfo:
+    """The job, when the request's key may see it: its own, or any for an admin or with
+    authentication off. Another key's job is not found (404, not 403: its id is not confirmed).
+
+    Raises:
+        JobNotFound: no such job, or not this key's.
+    """
+    info = await runner.get(job_id)
+    identity = identity_of(request)
+    if identity is not None and not identity.sees(info.owner):
+        raise JobNotFound(f"No job {job_id}")
+    return info
+
+
 async def get_job(request: Request) -> Response:
     """`GET /v1/jobs/{id}`: status, counts, timestamps, files and failed pages."""
-    info = await _runner(request).get(request.path_params["job_id"])
+    info = await _visible(request, _runner(request), request.path_params["job_id"])
     return JSONResponse(info.to_json())
 
 
@@ -122,20 +143,26 @@ async def list_jobs(request: Request) -> Response:
     limit_text = request.query_params.get("limit", "100")
     if not limit_text.isdigit() or not 1 <= int(limit_text) <= 1000:
         raise ValidationFailed("limit must be an integer in 1..1000")
-    jobs = await _runner(request).list(status=status, limit=int(limit_text))
+    identity = identity_of(request)
+    owner = None if identity is None or identity.role == "admin" else identity.id
+    jobs = await _runner(request).list(status=status, limit=int(limit_text), owner=owner)
     return JSONResponse({"jobs": [info.to_json(detail=False) for info in jobs]})
 
 
 async def cancel_job(request: Request) -> Response:
     """`POST /v1/jobs/{id}/cancel`: stop a job and keep what it finished."""
-    info = await _runner(request).cancel(request.path_params["job_id"])
+    runner = _runner(request)
+    await _visible(request, runner, request.path_params["job_id"])
+    info = await runner.cancel(request.path_params["job_id"])
     return JSONResponse(info.to_json())
 
 
 async def delete_job(request: Request) -> Response:
     """`DELETE /v1/jobs/{id}`: cancel the job and delete it with its files and results."""
     job_id = request.path_params["job_id"]
-    await _runner(request).delete(job_id)
+    runner = _runner(request)
+    await _visible(request, runner, job_id)
+    await runner.delete(job_id)
     return JSONResponse({"id": job_id, "deleted": True})
 
 
@@ -145,7 +172,7 @@ async def job_results(request: Request) -> Response:
     document order, pages ended by a form feed."""
     runner = _runner(request)
     job_id = request.path_params["job_id"]
-    await runner.get(job_id)  # 404 before the stream starts
+    await _visible(request, runner, job_id)  # 404 before the stream starts
     follow = request.query_params.get("follow", "true").lower() not in ("0", "false")
     fmt = request.query_params.get("format", "ndjson")
     if fmt == "text":

@@ -95,6 +95,11 @@ _JOB: Json = {
         "created_at": {"type": "string", "format": "date-time"},
         "started_at": {"type": "string", "format": "date-time", "nullable": True},
         "finished_at": {"type": "string", "format": "date-time", "nullable": True},
+        "owner": {
+            "type": "string",
+            "nullable": True,
+            "description": "Id of the API key that submitted it (null: authentication off)",
+        },
         "options": {"type": "object"},
         "files": {"type": "array", "items": {"type": "object"}},
         "failed_pages": {"type": "array", "items": {"type": "object"}},

@@ -14,7 +14,7 @@ from serving.jobs.schema import check_version, statements
 Connection = psycopg.Connection[DictRow]
 """A connection whose rows are dicts by column name."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA_LOCK = 0x6F63725F6A6F6273
 """`pg_advisory_xact_lock` key: one replica migrates at a time."""
 
@@ -62,6 +62,11 @@ _MIGRATIONS: dict[int, str] = {
         CHECK ((status = 'done') = (result IS NOT NULL))
     );
     CREATE INDEX ocr_pages_open ON ocr_pages (job_id, seq) WHERE status IN ('pending', 'running');
+    """,
+    # As SQLite's version 2: the API key that submitted a job; NULL before, or without keys.
+    2: """
+    ALTER TABLE ocr_jobs ADD COLUMN owner TEXT;
+    CREATE INDEX ocr_jobs_by_owner ON ocr_jobs (owner, created_at);
     """,
 }
 

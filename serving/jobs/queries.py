@@ -67,13 +67,14 @@ def insert_job(
     options: dict[str, Any],
     *,
     now: float,
+    owner: str | None = None,
 ) -> JobInfo:
     """Insert a queued job's rows (the job, its files, its pages) in `db`'s transaction."""
     p = sql.param
     db.execute(
-        f"INSERT INTO {sql.jobs} (id, status, options, pages_total, created_at)"
-        f" VALUES ({p}, 'queued', {p}, {p}, {p})",
-        (job_id, json.dumps(options), sum(d.pages for d in documents), now),
+        f"INSERT INTO {sql.jobs} (id, status, options, pages_total, created_at, owner)"
+        f" VALUES ({p}, 'queued', {p}, {p}, {p}, {p})",
+        (job_id, json.dumps(options), sum(d.pages for d in documents), now, owner),
     )
     with contextlib.closing(db.cursor()) as cur:
         cur.executemany(

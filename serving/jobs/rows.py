@@ -55,6 +55,7 @@ def job_info(
         finished_at=row["finished_at"],
         files=files,
         failed=failed,
+        owner=row["owner"],
     )
 
 

@@ -177,10 +177,18 @@ class JobRunner:
     # --- the API's operations -----------------------------------------------------------------
 
     async def submit(
-        self, job_id: str, documents: list[Document], options: dict[str, Any]
+        self,
+        job_id: str,
+        documents: list[Document],
+        options: dict[str, Any],
+        *,
+        owner: str | None = None,
     ) -> JobInfo:
-        """Record a job whose documents are staged under `store.job_dir(job_id)`; it is queued."""
-        info = await asyncio.to_thread(self.store.create_job, job_id, documents, options)
+        """Record a job whose documents are staged under `store.job_dir(job_id)`; it is queued,
+        owned by the API key `owner` (None: authentication is off)."""
+        info = await asyncio.to_thread(
+            self.store.create_job, job_id, documents, options, owner=owner
+        )
         logger.info("job %s queued: %d files, %d pages", job_id, len(documents), info.pages_total)
         self._wake.set()
         await self._refresh_metrics()
@@ -196,11 +204,15 @@ class JobRunner:
             raise JobNotFound(f"No job {job_id}")
         return await asyncio.to_thread(self.store.get_job, job_id)
 
-    async def list(self, *, status: JobStatus | None, limit: int) -> list[JobInfo]:
-        """Jobs, newest first."""
+    async def list(
+        self, *, status: JobStatus | None, limit: int, owner: str | None = None
+    ) -> list[JobInfo]:
+        """Jobs, newest first; with `owner`, only that key's."""
         if not await self.open(create=False):
             return []
-        return await asyncio.to_thread(self.store.list_jobs, status=status, limit=limit)
+        return await asyncio.to_thread(
+            self.store.list_jobs, status=status, limit=limit, owner=owner
+        )
 
     async def cancel(self, job_id: str) -> JobInfo:
         """Cancel a queued or running job; its pages in flight are dropped."""

@@ -7,7 +7,7 @@ import sqlite3
 
 from serving.jobs.types import JobStoreUnavailable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 # Migrations from version N-1 to N; a new schema version appends one entry.
@@ -49,6 +49,12 @@ _MIGRATIONS: dict[int, str] = {
     );
     CREATE INDEX pages_by_status ON pages (job_id, status, seq);
     CREATE INDEX pages_by_order ON pages (job_id, finished_order);
+    """,
+    # The API key that submitted a job (issue 26); NULL for jobs made before, or with
+    # authentication off: with keys on, only admins see those.
+    2: """
+    ALTER TABLE jobs ADD COLUMN owner TEXT;
+    CREATE INDEX jobs_by_owner ON jobs (owner, created_at);
     """,
 }
 

@@ -138,7 +138,12 @@ class SqliteJobStore(JobDirs):
     # --- jobs ---------------------------------------------------------------------------------
 
     def create_job(
-        self, job_id: str, documents: Sequence[Document], options: dict[str, Any]
+        self,
+        job_id: str,
+        documents: Sequence[Document],
+        options: dict[str, Any],
+        *,
+        owner: str | None = None,
     ) -> JobInfo:
         """Record a job whose documents already sit under `job_dir(job_id) / "files"`.
 
@@ -147,7 +152,7 @@ class SqliteJobStore(JobDirs):
         self.sync_uploads(job_id, documents)
         now = self._clock()
         with self._locked() as db, _transaction(db):
-            return insert_job(db, SQLITE, job_id, documents, options, now=now)
+            return insert_job(db, SQLITE, job_id, documents, options, now=now, owner=owner)
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages.
@@ -158,13 +163,15 @@ class SqliteJobStore(JobDirs):
         with self._locked() as db:
             return read_job(db, SQLITE, job_id, detail=True)
 
-    def list_jobs(self, *, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
-        """Jobs, newest first."""
+    def list_jobs(
+        self, *, status: JobStatus | None = None, limit: int = 100, owner: str | None = None
+    ) -> list[JobInfo]:
+        """Jobs, newest first; with `owner`, only that key's."""
         with self._locked() as db:
-            where, args = ("WHERE status = ?", (status,)) if status else ("", ())
             rows = db.execute(
-                f"SELECT * FROM jobs {where} ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                (*args, limit),
+                "SELECT * FROM jobs WHERE (?1 IS NULL OR status = ?1)"
+                " AND (?2 IS NULL OR owner = ?2) ORDER BY created_at DESC, rowid DESC LIMIT ?3",
+                (status, owner, limit),
             ).fetchall()
             return [job_info(row) for row in rows]
 

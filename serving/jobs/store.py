@@ -56,15 +56,23 @@ class JobStore(Protocol):
         """Remove the directory of a job that was never created (its upload was refused)."""
 
     def create_job(
-        self, job_id: str, documents: Sequence[Document], options: dict[str, Any]
+        self,
+        job_id: str,
+        documents: Sequence[Document],
+        options: dict[str, Any],
+        *,
+        owner: str | None = None,
     ) -> JobInfo:
-        """Record a queued job whose documents already sit under `job_dir(job_id) / "files"`."""
+        """Record a queued job whose documents already sit under `job_dir(job_id) / "files"`,
+        submitted by the API key `owner` (None: authentication is off)."""
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages."""
 
-    def list_jobs(self, *, status: JobStatus | None = None, limit: int = 100) -> list[JobInfo]:
-        """Jobs, newest first."""
+    def list_jobs(
+        self, *, status: JobStatus | None = None, limit: int = 100, owner: str | None = None
+    ) -> list[JobInfo]:
+        """Jobs, newest first; with `owner`, only that key's."""
 
     def counts(self) -> dict[str, int]:
         """Jobs per status (every status present, zero where none)."""

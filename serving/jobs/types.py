@@ -78,6 +78,8 @@ class JobInfo:
     finished_at: float | None
     files: tuple[FileInfo, ...] = ()
     failed: tuple[PageError, ...] = ()
+    owner: str | None = None
+    """The id of the API key that submitted it; None: submitted with authentication off."""
 
     @property
     def finished(self) -> bool:
@@ -95,6 +97,7 @@ class JobInfo:
             "created_at": iso_time(self.created_at),
             "started_at": iso_time(self.started_at),
             "finished_at": iso_time(self.finished_at),
+            "owner": self.owner,
         }
         if detail:
             body["options"] = self.options

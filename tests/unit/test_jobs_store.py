@@ -10,11 +10,14 @@ import os
 import sqlite3
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from serving.jobs import postgres_schema
+from serving.jobs import schema as sqlite_schema
 from serving.jobs.files import Document
 from serving.jobs.postgres_store import PostgresJobStore
-from serving.jobs.schema import SCHEMA_VERSION
+from serving.jobs.schema import SCHEMA_VERSION, statements
 from serving.jobs.sqlite_store import SqliteJobStore
 from serving.jobs.store import JobStore
 from serving.jobs.types import JobNotFound, JobStoreUnavailable
@@ -49,7 +52,9 @@ def sqlite_store(tmp_path: Path, clock: ManualClock):
     store.close()
 
 
-def _create(store: JobStore, job_id: str, pages: tuple[int, ...] = (1, 3)) -> None:
+def _create(
+    store: JobStore, job_id: str, pages: tuple[int, ...] = (1, 3), owner: str | None = None
+) -> None:
     files = store.job_dir(job_id) / "files"
     files.mkdir(parents=True)
     documents = []
@@ -58,7 +63,7 @@ def _create(store: JobStore, job_id: str, pages: tuple[int, ...] = (1, 3)) -> No
         path.write_bytes(b"%PDF-" if count > 1 else b"\x89PNG")
         kind = "pdf" if count > 1 else "image"
         documents.append(Document(name=f"doc{i}", path=path, kind=kind, pages=count, size_bytes=5))
-    store.create_job(job_id, documents, {"det_thresh": 0.2})
+    store.create_job(job_id, documents, {"det_thresh": 0.2}, owner=owner)
 
 
 def _line(seq: int) -> bytes:
@@ -234,8 +239,65 @@ def test_listing_newest_first_and_by_status(store: JobStore, clock: ManualClock)
         "created_at",
         "started_at",
         "finished_at",
+        "owner",
     }
     assert listed["created_at"].endswith("+00:00")
+
+
+def test_jobs_belong_to_the_key_that_submitted_them(store: JobStore, clock: ManualClock) -> None:
+    for job_id, owner in (("a", "alice"), ("b", "bob"), ("c", None), ("d", "alice")):
+        _create(store, job_id, (1,), owner=owner)
+        clock.now += 1
+    store.cancel_job("d")
+    assert store.get_job("a").owner == "alice"
+    assert store.get_job("c").owner is None
+    assert [j.id for j in store.list_jobs(owner="alice")] == ["d", "a"]
+    assert [j.id for j in store.list_jobs(owner="alice", status="queued")] == ["a"]
+    assert [j.id for j in store.list_jobs(owner="bob")] == ["b"]
+    assert store.list_jobs(owner="carol") == []
+    assert [j.id for j in store.list_jobs()] == ["d", "c", "b", "a"]
+    assert store.list_jobs(limit=1, owner="bob")[0].to_json()["owner"] == "bob"
+
+
+def _version_1_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> JobStore:
+    """A store made by a server of schema version 1 (before owners), holding job "old"."""
+    insert = (
+        "INSERT INTO {} (id, status, options, pages_total, created_at)"
+        " VALUES ('old', 'queued', '{{}}', 1, 0)"
+    )
+    if kind == "sqlite":
+        (tmp_path / "jobs").mkdir()
+        db = sqlite3.connect(tmp_path / "jobs" / "jobs.sqlite3")
+        db.executescript(sqlite_schema._MIGRATIONS[1])
+        db.execute(insert.format("jobs"))
+        db.execute("PRAGMA user_version = 1")
+        db.commit()
+        db.close()
+        return SqliteJobStore(tmp_path / "jobs")
+    url = request.getfixturevalue("postgres").database()
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements(postgres_schema._MIGRATIONS[1]):
+            conn.execute(statement.encode())
+        conn.execute("CREATE TABLE ocr_schema (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO ocr_schema (version) VALUES (1)")
+        conn.execute(insert.format("ocr_jobs").encode())
+    return PostgresJobStore(url, uploads_dir=tmp_path / "jobs")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_version_1_store_gains_owners_and_keeps_its_jobs(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store = _version_1_store(kind, tmp_path, request)
+    store.open()
+    try:
+        old = store.get_job("old")
+        assert (old.status, old.owner) == ("queued", None)
+        _create(store, "new", (1,), owner="alice")
+        assert [j.id for j in store.list_jobs(owner="alice")] == ["new"]
+        assert {j.id for j in store.list_jobs()} == {"old", "new"}
+    finally:
+        store.close()
 
 
 def test_orphan_upload_directories_are_swept(tmp_path: Path, clock: ManualClock) -> None:
