@@ -139,7 +139,12 @@ class InputConfig:
     pdf_render_scale: float = 2.0
     """pypdfium2 render scale; 2.0 = 144 dpi, as PaddleX."""
     max_image_pixels: int = 178_956_970
-    """Per image or rendered page, as PaddleX."""
+    """Per image or rendered page, as PaddleX. Checked from the header before any pixel is
+    decoded: an image whose header PIL cannot read is refused (422), not handed to OpenCV."""
+    max_frames_per_document: int = 500
+    """Frames of one multi-frame image (TIFF, GIF, WebP), in a request or a job's file; more get
+    422. An animated image's frames decode only in order, so a job's GIF or WebP is decoded once,
+    in one pass, when the job is submitted (stored as a multi-page TIFF)."""
     max_page_side_px: int = 4000
     """Pages are decoded with their longer side at most this: a PDF page rendered at a lower
     scale, an image downscaled right after decoding, and the answer says so (`scaled_from`).
@@ -158,6 +163,7 @@ class InputConfig:
         _check(self.max_pdf_pages > 0, "input.max_pdf_pages", "must be > 0")
         _check(self.pdf_render_scale > 0, "input.pdf_render_scale", "must be > 0")
         _check(self.max_image_pixels > 0, "input.max_image_pixels", "must be > 0")
+        _check(self.max_frames_per_document > 0, "input.max_frames_per_document", "must be > 0")
         _check(
             self.max_page_side_px == 0 or self.max_page_side_px >= 32,
             "input.max_page_side_px",

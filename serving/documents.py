@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,8 +19,10 @@ from serving.inputs import (
     decode_image_page,
     fit_page,
     fit_side,
+    frames_to_tiff,
     image_page_count,
     image_page_sizes,
+    is_animated,
     open_pdf,
     pdf_page_size,
     render_pdf_page,
@@ -41,6 +44,31 @@ def count_pages(source: bytes | str | Path, kind: FileKind) -> int:
         finally:
             doc.close()
     return count
+
+
+def stage_document(path: str, kind: FileKind, limits: DecodeLimits) -> int:
+    """Ready a job's stored document for reading page by page; returns its page count.
+
+    Pages are counted (and an image's frames checked against `max_frames_per_document`); an
+    animated GIF or WebP is decoded once, in one pass, and stored in place as a multi-page TIFF,
+    since reading its frame i alone decodes frames 0..i (a 1,000-frame GIF read page by page
+    cost ~500,000 frame decodes). Runs in a CPU worker: it parses untrusted bytes.
+
+    Raises:
+        InvalidInput: the file does not read as a document, or a limit is exceeded.
+    """
+    if kind == "pdf":
+        return count_pages(path, kind)
+    data = _read(path)
+    pages = image_page_count(data, limits)
+    if pages > 1 and is_animated(data):
+        staged = f"{path}.tiff"
+        try:
+            frames_to_tiff(data, staged, limits)
+            os.replace(staged, path)
+        finally:
+            Path(staged).unlink(missing_ok=True)
+    return pages
 
 
 def page_sizes(

@@ -14,7 +14,7 @@ from typing import Literal
 import cv2
 import numpy as np
 import pypdfium2 as pdfium
-from PIL import Image, ImageSequence
+from PIL import Image, ImageSequence, TiffImagePlugin
 
 from serving.errors import InvalidInput
 
@@ -43,6 +43,8 @@ class DecodeLimits:
     max_pdf_pages: int
     pdf_render_scale: float
     max_image_pixels: int
+    max_frames_per_document: int = 500
+    """Frames of one multi-frame image (`input.max_frames_per_document`)."""
     max_page_side_px: int = 0
     """Pages are decoded with their longer side at most this (PDFs rendered at a lower scale,
     images downscaled right after decoding); 0 = as sent. `max_image_pixels` is checked on the
@@ -101,10 +103,13 @@ class _Header:
     frames: int
 
 
-def _probe(data: bytes) -> _Header | None:
+def _probe(data: bytes) -> _Header:
     """The image's format, size and frame count from its header, without decoding pixels.
 
-    None when PIL does not know the format (OpenCV may still decode it).
+    Raises:
+        InvalidInput: PIL cannot read the header. OpenCV might decode the image, but only whole
+            (a Radiance HDR of 1 MB decoded 16 Mpx as float before its size could be checked;
+            OpenCV's own cap is 2^30 pixels), so what cannot be sized is not decoded (issue 26).
     """
     try:
         # PIL warns about damaged metadata (EXIF) in untrusted files; only its errors matter here.
@@ -113,8 +118,20 @@ def _probe(data: bytes) -> _Header | None:
             return _Header(
                 format=img.format or "", width=img.width, height=img.height, frames=frames
             )
-    except _PIL_ERRORS:
-        return None
+    except _PIL_ERRORS as err:
+        raise InvalidInput(
+            "Invalid input file: not a decodable image, or one whose size cannot be read from "
+            "its header to check it against input.max_image_pixels before decoding; send PNG, "
+            "JPEG, BMP, TIFF, GIF or WebP"
+        ) from err
+
+
+def _check_frames(header: _Header, limits: DecodeLimits) -> None:
+    if header.frames > limits.max_frames_per_document:
+        raise InvalidInput(
+            f"The image has {header.frames} frames; this server reads at most "
+            f"{limits.max_frames_per_document} of one document (input.max_frames_per_document)"
+        )
 
 
 def decode_frames(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
@@ -127,10 +144,9 @@ def decode_frames(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
         InvalidInput: the bytes do not decode, or a limit is exceeded.
     """
     header = _probe(data)
-    if header is not None:
-        _check_pixels(header.height, header.width, limits)
-        if _by_frames(header):
-            return _decode_with_pil(data, header, limits)
+    _check_pixels(header.height, header.width, limits)
+    if _by_frames(header):
+        return _decode_with_pil(data, header, limits)
     return [_decode_with_cv2(data, header, limits)]
 
 
@@ -139,10 +155,16 @@ def _by_frames(header: _Header) -> bool:
     return header.format == "GIF" or (header.frames > 1 and header.format in _FRAME_FORMATS)
 
 
-def image_page_count(data: bytes) -> int:
-    """Pages `decode_frames` makes of an image: one per frame when read by frames, else 1."""
+def image_page_count(data: bytes, limits: DecodeLimits | None = None) -> int:
+    """Pages `decode_frames` makes of an image: one per frame when read by frames, else 1.
+
+    Raises:
+        InvalidInput: the header does not read, or it has more frames than `limits` allow.
+    """
     header = _probe(data)
-    return header.frames if header is not None and _by_frames(header) else 1
+    if limits is not None:
+        _check_frames(header, limits)
+    return header.frames if _by_frames(header) else 1
 
 
 def image_page_sizes(
@@ -156,10 +178,8 @@ def image_page_sizes(
             there are more frames than `max_pdf_pages`.
     """
     header = _probe(data)
-    if header is None:  # a format only OpenCV reads: no header to ask, so decode it
-        image = _decode_with_cv2(data, None, limits)
-        return [(image.shape[1], image.shape[0])]
     _check_pixels(header.height, header.width, limits)
+    _check_frames(header, limits)
     count = header.frames if _by_frames(header) else 1
     if only is not None and not 0 <= only < count:
         raise InvalidInput(f"The image has {count} pages; there is no page {only + 1}")
@@ -243,10 +263,10 @@ def decode_image_page(data: bytes, index: int, limits: DecodeLimits) -> np.ndarr
         InvalidInput: no such page, the bytes do not decode, or the pixel cap is exceeded.
     """
     header = _probe(data)
-    count = header.frames if header is not None and _by_frames(header) else 1
+    count = header.frames if _by_frames(header) else 1
     if not 0 <= index < count:
         raise InvalidInput(f"The image has {count} pages; there is no page {index + 1}")
-    if header is not None and _by_frames(header):
+    if _by_frames(header):
         _check_pixels(header.height, header.width, limits)
         return _decode_with_pil(data, header, limits, only=index)[0]
     return decode_image(data, limits)
@@ -259,15 +279,14 @@ def decode_image(data: bytes, limits: DecodeLimits) -> np.ndarray:
     also applies the EXIF orientation. The pixel cap is checked from the header first.
     """
     header = _probe(data)
-    if header is not None:
-        _check_pixels(header.height, header.width, limits)
-        if _by_frames(header):
-            return _decode_with_pil(data, header, limits, only=0)[0]
+    _check_pixels(header.height, header.width, limits)
+    if _by_frames(header):
+        return _decode_with_pil(data, header, limits, only=0)[0]
     return _decode_with_cv2(data, header, limits)
 
 
-def _decode_with_cv2(data: bytes, header: _Header | None, limits: DecodeLimits) -> np.ndarray:
-    if header is not None and header.format in ("JPEG", "MPO") and _jpeg_truncated(data):
+def _decode_with_cv2(data: bytes, header: _Header, limits: DecodeLimits) -> np.ndarray:
+    if header.format in ("JPEG", "MPO") and _jpeg_truncated(data):
         # libjpeg fills the missing rows with grey and OpenCV returns the image regardless.
         raise InvalidInput("Invalid input file: the JPEG is truncated")
     buf = np.frombuffer(data, dtype=np.uint8)
@@ -288,6 +307,7 @@ def _decode_with_pil(
     data: bytes, header: _Header, limits: DecodeLimits, *, only: int | None = None
 ) -> list[np.ndarray]:
     """Every frame, or frame `only`; all frames count against `max_pdf_pages`."""
+    _check_frames(header, limits)
     if header.frames > limits.max_pdf_pages and only is None:
         raise InvalidInput(
             f"The image has {header.frames} frames; this server accepts at most "
@@ -306,6 +326,39 @@ def _decode_with_pil(
     if not pages:
         raise InvalidInput("Invalid input file: not a decodable image")
     return pages
+
+
+def is_animated(data: bytes) -> bool:
+    """Whether a multi-frame image is a GIF or a WebP, whose frames decode only in order: frame i
+    is drawn over frame i-1, so reading it alone decodes frames 0..i (TIFF pages stand alone)."""
+    return frames_type(data) != "tiff"
+
+
+def frames_to_tiff(data: bytes, path: str, limits: DecodeLimits) -> int:
+    """Decode every frame of a multi-frame image in one pass and write them, as `decode_frames`
+    decodes them, to a multi-page TIFF at `path` (lossless): a job then decodes each page alone.
+    One frame is held at a time. Returns the number of frames.
+
+    Raises:
+        InvalidInput: the bytes do not decode, or a limit (pixels, frames) is exceeded.
+    """
+    header = _probe(data)
+    _check_frames(header, limits)
+    frames = 0
+    try:
+        with (
+            warnings.catch_warnings(action="ignore"),
+            Image.open(io.BytesIO(data)) as img,
+            TiffImagePlugin.AppendingTiffWriter(path, new=True) as out,
+        ):
+            for frame in ImageSequence.Iterator(img):
+                _check_pixels(frame.height, frame.width, limits)
+                frame.convert("RGB").save(out, format="TIFF", compression="tiff_adobe_deflate")
+                out.newFrame()
+                frames += 1
+    except _PIL_ERRORS as err:
+        raise InvalidInput("Invalid input file: not a decodable image") from err
+    return frames
 
 
 def _seek(img: Image.Image, index: int) -> Image.Image:

@@ -238,6 +238,7 @@ class Runtime:
             max_pdf_pages=config.input.max_pdf_pages,
             pdf_render_scale=config.input.pdf_render_scale,
             max_image_pixels=config.input.max_image_pixels,
+            max_frames_per_document=config.input.max_frames_per_document,
             max_page_side_px=config.input.max_page_side_px,
         )
         service = OcrService(
@@ -321,6 +322,10 @@ class Runtime:
         if self.config.server.watchdog_s > 0:
             self.watchdog = LoopWatchdog(asyncio.get_running_loop(), self.config.server.watchdog_s)
             self.watchdog.start()
+        # OpenCV reads its own pixel cap (2^30 by default) once, as a process imports it: the CPU
+        # workers, spawned from here on, inherit this one. Images are sized from their headers
+        # first (`serving.inputs`); this holds should a header and its pixels disagree.
+        os.environ["OPENCV_IO_MAX_IMAGE_PIXELS"] = str(self.config.input.max_image_pixels)
         try:
             self.cpu.start()
             await asyncio.gather(self.cpu.warm_up(), self.devices.start())

@@ -21,7 +21,7 @@ from serving.http.auth import identity_of
 from serving.http.endpoints import Handler, runtime_of
 from serving.http.exceptions import native_errors
 from serving.http.uploads import form_error, gone_mid_upload
-from serving.jobs.files import BatchLimits, stage_uploads
+from serving.jobs.files import BatchLimits, stage_uploads, worker_page_counter
 from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
 from serving.jobs.types import STATUSES, FinishedPage, JobInfo, JobNotFound
@@ -87,7 +87,10 @@ async def create_job(request: Request) -> Response:
                 if isinstance(value, UploadFile)
             ]
             dest = runner.store.job_dir(job_id) / "files"
-            documents = await asyncio.to_thread(stage_uploads, uploads, dest, limits)
+            count = worker_page_counter(
+                runtime.cpu, runtime.service.limits, timeout_s=config.page_timeout_s
+            )
+            documents = await asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
         info = await runner.submit(job_id, documents, options, owner=_owner(request))
     except HTTPException as err:
         runner.store.discard(job_id)

@@ -1,19 +1,43 @@
 """A job's files: uploads staged into the job's folder (zips unpacked, limits checked on the way),
-and documents found on disk for `ocr-batch`."""
+and documents found on disk for `ocr-batch`.
+
+The server never parses a document itself: each stored file's pages are counted (and an animated
+image decoded once into a multi-page TIFF) by `serving.documents.stage_document` in a CPU worker
+process (`worker_page_counter`), so a pdfium crash or a slow xref rebuild costs a worker, not the
+server (issue 26).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import glob
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from serving.documents import count_pages
-from serving.errors import InvalidInput, PayloadTooLarge, ValidationFailed
-from serving.inputs import FileKind, sniff_kind
+from serving.errors import (
+    DeadlineExceeded,
+    InvalidInput,
+    OcrError,
+    PayloadTooLarge,
+    ValidationFailed,
+)
+from serving.inputs import DecodeLimits, FileKind, sniff_kind
 from serving.jobs.zip_entries import count_entries
+from serving.workers import cpu_stages
+from serving.workers.cpu_pool import CpuPool
+
+PageCounter = Callable[[Path, FileKind], int]
+"""Readies a stored document and returns its page count (`serving.documents.stage_document`);
+called on the staging thread.
+
+Raises:
+    OcrError: the file is not a readable document or breaks a limit (4xx), or the worker reading
+        it died (503).
+"""
 
 SUFFIXES = frozenset((".pdf", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif"))
 """What a directory walk picks up; files named explicitly are recognised by content."""
@@ -47,9 +71,10 @@ class BatchLimits:
 class _Stager:
     """Copies uploads into a job's `files` directory, unpacking zips and enforcing limits."""
 
-    def __init__(self, dest: Path, limits: BatchLimits) -> None:
+    def __init__(self, dest: Path, limits: BatchLimits, count: PageCounter) -> None:
         self.dest = dest
         self.limits = limits
+        self.count = count
         self.documents: list[Document] = []
         self.bytes = 0
         self.pages = 0
@@ -121,7 +146,10 @@ class _Stager:
         kind = sniff_kind(head)
         if kind is None:
             raise ValidationFailed(f"{name}: neither a PDF, a supported image, nor a zip of them")
-        pages = count_pages(path, kind)
+        try:
+            pages = self.count(path, kind)
+        except OcrError as err:
+            raise type(err)(f"{name}: {err.message}") from err
         self.pages += pages
         if self.pages > self.limits.max_pages:
             raise ValidationFailed(
@@ -144,22 +172,49 @@ class _Stager:
 
 
 def stage_uploads(
-    uploads: Sequence[tuple[str, IO[bytes]]], dest: Path, limits: BatchLimits
+    uploads: Sequence[tuple[str, IO[bytes]]], dest: Path, limits: BatchLimits, count: PageCounter
 ) -> list[Document]:
-    """Copy uploads (name, stream) into `dest`, unpacking zips, checking every limit on the way.
+    """Copy uploads (name, stream) into `dest`, unpacking zips, checking every limit on the way;
+    `count` reads each stored document (`worker_page_counter`).
 
     Raises:
         PayloadTooLarge: more bytes than `max_bytes`, uploaded or unpacked.
         ValidationFailed: too many files or pages, no file, or a file that is not a document.
-        InvalidInput: an unreadable PDF or zip.
+        InvalidInput: an unreadable document or zip, or one over a decode limit.
+        WorkerUnavailable: the CPU worker reading a document died (as many times as the pool
+            retries).
+        DeadlineExceeded: a document was not read within the counter's time.
     """
     if not uploads:
         raise ValidationFailed("Send one or more files in multipart fields named `file`")
     dest.mkdir(parents=True, exist_ok=True)
-    stager = _Stager(dest, limits)
+    stager = _Stager(dest, limits, count)
     for name, stream in uploads:
         stager.add_stream(name, stream)
     return stager.documents
+
+
+def worker_page_counter(cpu: CpuPool, limits: DecodeLimits, *, timeout_s: float) -> PageCounter:
+    """A `PageCounter` for the staging thread that runs `stage_document` in `cpu`'s workers,
+    through the event loop running now (call this on it).
+
+    A document not read within `timeout_s` raises DeadlineExceeded; its call is cancelled, so the
+    pool kills the worker still reading it.
+    """
+    loop = asyncio.get_running_loop()
+
+    def count(path: Path, kind: FileKind) -> int:
+        call = cpu.run(cpu_stages.stage_document, str(path), kind, limits)
+        future = asyncio.run_coroutine_threadsafe(call, loop)
+        try:
+            return future.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError as err:
+            future.cancel()
+            raise DeadlineExceeded(
+                f"its pages were not counted within {timeout_s:g} s (jobs.page_timeout_s)"
+            ) from err
+
+    return count
 
 
 def find_inputs(specs: Iterable[str]) -> list[tuple[str, Path]]:

@@ -291,6 +291,7 @@ def build_dataset(
             max_pdf_pages=config.input.max_pdf_pages,
             pdf_render_scale=config.input.pdf_render_scale,
             max_image_pixels=config.input.max_image_pixels,
+            max_frames_per_document=config.input.max_frames_per_document,
         ),
         options=ocr_options(bundle, config.pipeline, **overrides(options)),
         charset=bundle.charset,

@@ -107,6 +107,12 @@ def page_plans(
     return documents.page_plans(_bytes_or_path(source), kind, limits, index=index)
 
 
+def stage_document(path: str, kind: FileKind, limits: DecodeLimits) -> int:
+    """A job's stored document counted and readied (`serving.documents.stage_document`): the
+    server hands its path to a worker rather than parse an untrusted file itself."""
+    return documents.stage_document(path, kind, limits)
+
+
 def _bytes_or_path(source: shm.ShmRef | bytes | str) -> bytes | str:
     """A document staged in shared memory (it stays there for its other pages) as bytes."""
     if isinstance(source, shm.ShmRef):

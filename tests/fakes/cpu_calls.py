@@ -47,3 +47,23 @@ def record(path: str, name: str) -> None:
     """Append `name` to the file at `path`: the order calls ran in."""
     with open(path, "a") as out:
         out.write(name + "\n")
+
+
+CRASH_MARK = b"%PDF-1.7 crash"
+"""How a document that crashes pdfium starts, for `init_crash_on_mark`."""
+
+
+def init_crash_on_mark() -> None:
+    """Worker initializer: reading a stored document that starts with `CRASH_MARK` kills the
+    worker, as a pdfium crash would; other documents are read for real."""
+    from serving import documents
+
+    real = documents.stage_document
+
+    def stage_document(path: str, kind: object, limits: object) -> int:
+        with open(path, "rb") as f:
+            if f.read(len(CRASH_MARK)) == CRASH_MARK:
+                os._exit(11)
+        return real(path, kind, limits)  # type: ignore[arg-type]
+
+    documents.stage_document = stage_document  # type: ignore[assignment]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace as dataclass_replace
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from serving.documents import count_pages, decode_page, page_sizes
+from serving.documents import count_pages, decode_page, page_sizes, stage_document
 from serving.errors import InvalidInput
 from serving.inputs import DecodeLimits, decode_frames
 from tests import images
@@ -87,3 +88,77 @@ def test_page_sizes_refuse_before_decoding() -> None:
         page_sizes(big, "pdf", tiny, index=0)
     with pytest.raises(InvalidInput, match="max_image_pixels"):
         page_sizes(_tiff_of_sizes([(10, 10), (40, 30)]), "image", tiny)
+
+
+def gif(frames: int) -> bytes:
+    # Frames differ, and each is drawn over the last (GIF disposal 1): decoding frame i needs i-1.
+    rng = np.random.default_rng(0)
+    pages = [
+        Image.fromarray(rng.integers(0, 255, (12, 16, 3), dtype=np.uint8)).convert("P")
+        for _ in range(frames)
+    ]
+    buf = io.BytesIO()
+    pages[0].save(buf, format="GIF", save_all=True, append_images=pages[1:], disposal=1)
+    return buf.getvalue()
+
+
+class FrameLoads:
+    """Counts GIF frames decoded in this process (each `load` of a frame ends in `load_end`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from PIL import GifImagePlugin
+
+        self.count = 0
+        real = GifImagePlugin.GifImageFile.load_end
+
+        def load_end(image: GifImagePlugin.GifImageFile) -> None:
+            self.count += 1
+            real(image)
+
+        monkeypatch.setattr(GifImagePlugin.GifImageFile, "load_end", load_end)
+
+
+def test_a_jobs_animated_gif_is_decoded_once_per_frame(tmp_path, monkeypatch) -> None:
+    frames = 30
+    data = gif(frames)
+    path = tmp_path / "anim.gif"
+    path.write_bytes(data)
+    limits = LIMITS
+    expected = decode_frames(data, dataclass_replace(limits, max_pdf_pages=frames))
+    loads = FrameLoads(monkeypatch)
+    assert stage_document(str(path), "image", limits) == frames
+    staged = loads.count
+    assert staged == frames  # one pass at staging
+    assert count_pages(path, "image") == frames
+    for index in range(frames):  # as a job reads it: each page sized, then decoded, alone
+        assert page_sizes(path, "image", limits, index=index) == [(16, 12)]
+        np.testing.assert_array_equal(decode_page(path, "image", index, limits), expected[index])
+    assert loads.count == staged  # no GIF frame decoded again
+
+
+def test_gif_frames_read_alone_decode_every_frame_before_them(tmp_path, monkeypatch) -> None:
+    # What staging saves: the same pages read from the GIF itself cost 1 + 2 + ... + n decodes.
+    frames = 10
+    path = tmp_path / "anim.gif"
+    path.write_bytes(gif(frames))
+    loads = FrameLoads(monkeypatch)
+    for index in range(frames):
+        decode_page(path, "image", index, LIMITS)
+    assert loads.count >= frames * (frames + 1) // 2
+
+
+def test_staging_refuses_a_document_over_the_frame_cap(tmp_path) -> None:
+    path = tmp_path / "anim.gif"
+    path.write_bytes(gif(4))
+    limits = dataclass_replace(LIMITS, max_frames_per_document=3)
+    with pytest.raises(InvalidInput, match=r"input\.max_frames_per_document"):
+        stage_document(str(path), "image", limits)
+    assert path.read_bytes() == gif(4)  # left as it was
+
+
+def test_staging_leaves_still_images_and_tiffs_as_they_are(tmp_path) -> None:
+    for name, data in (("scan.tiff", tiff(3)), ("one.gif", gif(1))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        assert stage_document(str(path), "image", LIMITS) == count_pages(data, "image")
+        assert path.read_bytes() == data

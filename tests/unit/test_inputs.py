@@ -271,3 +271,48 @@ def test_render_truncated_pdf() -> None:
     pdf = make_pdf([_pattern(72, 144)] * 2, dpi=72.0)
     with pytest.raises(InvalidInput):
         render_pdf(pdf[: len(pdf) // 3], LIMITS)
+
+
+def _hdr(height: int, width: int) -> bytes:
+    """A Radiance HDR, a format OpenCV decodes and PIL cannot size: run-length coded zeros, so a
+    small file stands for a large float image."""
+    import cv2
+
+    ok, buf = cv2.imencode(".hdr", np.zeros((height, width, 3), np.float32))
+    assert ok
+    return buf.tobytes()
+
+
+def test_an_image_pil_cannot_size_is_refused_before_opencv_sees_it(monkeypatch) -> None:
+    # OpenCV decodes the whole image before its size is known (a 1 MB HDR made 16 Mpx of float),
+    # so what cannot be sized from its header is never handed to it (issue 26).
+    data = _hdr(400, 500)
+    assert len(data) < 500 * 400  # far smaller than its pixels
+
+    def imdecode(*args: object) -> None:
+        raise AssertionError("OpenCV decoded an image whose size was never checked")
+
+    monkeypatch.setattr("serving.inputs.cv2.imdecode", imdecode)
+    for decode in (decode_image, decode_document_image):
+        with pytest.raises(InvalidInput, match=r"input\.max_image_pixels") as info:
+            decode(data, LIMITS)
+        assert info.value.http_status == 422
+
+
+def decode_document_image(data: bytes, limits: DecodeLimits) -> object:
+    return decode_document(data, "image", limits)
+
+
+def _gif(frames: int) -> bytes:
+    pages = [Image.new("RGB", (20, 10), (10 * i % 256, 0, 0)) for i in range(frames)]
+    return _pil_bytes(pages[0], "GIF", save_all=True, append_images=pages[1:])
+
+
+def test_frames_over_the_document_cap_are_refused_before_decoding() -> None:
+    limits = DecodeLimits(
+        max_pdf_pages=100, pdf_render_scale=1.0, max_image_pixels=10**6, max_frames_per_document=4
+    )
+    assert len(decode_document(_gif(4), "image", limits)) == 4
+    with pytest.raises(InvalidInput, match=r"5 frames.*input\.max_frames_per_document") as info:
+        decode_document(_gif(5), "image", limits)
+    assert info.value.http_status == 422

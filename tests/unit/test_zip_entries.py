@@ -9,12 +9,20 @@ from typing import IO
 
 import pytest
 
+from serving.documents import stage_document
 from serving.errors import ValidationFailed
+from serving.inputs import DecodeLimits, FileKind
 from serving.jobs.files import BatchLimits, stage_uploads
 from serving.jobs.zip_entries import count_entries
 from tests import images
 
 LIMITS = BatchLimits(max_files=4, max_pages=10, max_bytes=10_000_000, max_zip_entries=50)
+DECODE = DecodeLimits(max_pdf_pages=10, pdf_render_scale=1.0, max_image_pixels=10**7)
+
+
+def _count(path: Path, kind: FileKind) -> int:
+    """What the server's CPU worker runs, here in process."""
+    return stage_document(str(path), kind, DECODE)
 
 
 def _zip(names: list[str], *, comment: bytes = b"", prefix: bytes = b"") -> bytes:
@@ -46,7 +54,7 @@ class _CountingReads(io.BytesIO):
 
 def _stage(data: bytes, tmp_path: Path, limits: BatchLimits = LIMITS) -> ValidationFailed:
     with pytest.raises(ValidationFailed) as info:
-        stage_uploads([("pack.zip", io.BytesIO(data))], tmp_path / "files", limits)
+        stage_uploads([("pack.zip", io.BytesIO(data))], tmp_path / "files", limits, _count)
     return info.value
 
 
@@ -122,7 +130,7 @@ def test_entries_count_across_the_jobs_zips(tmp_path: Path) -> None:
         ("b.zip", io.BytesIO(half)),
     ]
     with pytest.raises(ValidationFailed, match=r"b\.zip.*jobs\.max_zip_entries"):
-        stage_uploads(uploads, tmp_path / "files", LIMITS)
+        stage_uploads(uploads, tmp_path / "files", LIMITS, _count)
 
 
 def test_an_end_record_that_undercounts_does_not_hide_entries(tmp_path: Path) -> None:
@@ -144,5 +152,5 @@ def test_a_zip_within_the_limit_is_unpacked(tmp_path: Path) -> None:
         archive.writestr("__MACOSX/scans/", b"")
         archive.writestr("scans/page.png", png)
     buf.seek(0)
-    (document,) = stage_uploads([("pack.zip", buf)], tmp_path / "files", LIMITS)
+    (document,) = stage_uploads([("pack.zip", buf)], tmp_path / "files", LIMITS, _count)
     assert document.name == "pack.zip/scans/page.png"
