@@ -1,0 +1,149 @@
+"""API keys as tenants on `ocr-serve` (issue 26.3): jobs are their key's, quotas answer 429 with
+`Retry-After`, and `/metrics` counts requests per key id, never a secret."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from serving.http.keys import hash_key, plain_key_id
+from tests import images
+from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
+
+SECRETS = {
+    "alice": "alice-7f3c9a1e5b2d4c6f8a0b",
+    "bob": "bob-1d2e3f4a5b6c7d8e9f0a",
+    "root": "root-0a9b8c7d6e5f4a3b2c1d",
+    "slow": "slow-5e6f7a8b9c0d1e2f3a4b",
+}
+PLAIN = "plain-env-key-3b4c5d6e7f8a"
+"""A key of the plain `OCR_API_KEYS` form, beside the named ones."""
+PNG = images.encode_png(images.latin_lines().image)
+
+
+def _keys_file() -> str:
+    roles = {"alice": "user", "bob": "user", "root": "admin", "slow": "user"}
+    entries = [
+        f'[[keys]]\nid = "{key_id}"\nrole = "{roles[key_id]}"\nsha256 = "{hash_key(secret)}"\n'
+        for key_id, secret in SECRETS.items()
+    ]
+    # "slow" may send one request, then one every 1000 s.
+    return "\n".join(entries) + "requests_per_s = 0.001\nburst_requests = 1\n"
+
+
+@pytest.fixture(scope="module")
+def tenants_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("tenants")
+    keys = tmp / "keys.toml"
+    keys.write_text(_keys_file())
+    config = f'{CONFIG}\n[auth]\nkeys_file = "{keys}"\n[jobs]\ndata_dir = "{tmp / "data"}"\n'
+    srv = start_server(tmp, config, env={"OCR_API_KEYS": PLAIN})
+    try:
+        wait_ready(srv)
+        yield srv
+    finally:
+        stop_server(srv)
+
+
+def _as(key_id: str) -> dict[str, str]:
+    return {"X-API-Key": SECRETS[key_id]}
+
+
+def _submit(server: Server, key_id: str) -> str:
+    response = httpx.post(
+        f"{server.url}/v1/jobs",
+        files=[("file", ("page.png", PNG, "image/png"))],
+        headers=_as(key_id),
+        timeout=60,
+    )
+    assert response.status_code == 202, response.text
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+def _listed(server: Server, key_id: str) -> set[str]:
+    response = httpx.get(f"{server.url}/v1/jobs", headers=_as(key_id), timeout=30)
+    assert response.status_code == 200
+    return {job["id"] for job in response.json()["jobs"]}
+
+
+def test_a_job_is_its_keys_other_users_get_404_and_admins_see_every_job(
+    tenants_server: Server,
+) -> None:
+    url = tenants_server.url
+    mine = _submit(tenants_server, "alice")
+    theirs = _submit(tenants_server, "bob")
+    job = f"{url}/v1/jobs/{mine}"
+
+    # bob cannot list, read, stream, cancel or delete alice's job: 404, as if it did not exist.
+    assert _listed(tenants_server, "bob") == {theirs}
+    for method, path in [
+        ("GET", job),
+        ("GET", f"{job}/results?follow=false"),
+        ("GET", f"{job}/results?follow=false&format=text"),
+        ("POST", f"{job}/cancel"),
+        ("DELETE", job),
+    ]:
+        answer = httpx.request(method, path, headers=_as("bob"), timeout=30)
+        assert answer.status_code == 404, (method, path, answer.text)
+        assert answer.json()["error"]["code"] == "job_not_found"
+
+    # Its owner still has it, untouched by bob's tries.
+    assert _listed(tenants_server, "alice") == {mine}
+    info = httpx.get(job, headers=_as("alice"), timeout=30).json()
+    assert info["owner"] == "alice"
+    assert info["status"] != "cancelled"
+    results = httpx.get(f"{job}/results?follow=true", headers=_as("alice"), timeout=300)
+    assert results.status_code == 200
+    assert len(results.text.splitlines()) == 1  # its one page, once the job ran
+
+    # An admin sees and may manage every job; a plain key is a user with a hashed id.
+    assert {mine, theirs} <= _listed(tenants_server, "root")
+    assert httpx.get(job, headers=_as("root"), timeout=30).status_code == 200
+    plain = {"X-API-Key": PLAIN}
+    listed = httpx.get(f"{url}/v1/jobs", headers=plain, timeout=30).json()["jobs"]
+    assert listed == []
+    assert httpx.get(job, headers=plain, timeout=30).status_code == 404
+
+    assert httpx.post(f"{job}/cancel", headers=_as("alice"), timeout=30).status_code == 200
+    assert httpx.delete(job, headers=_as("alice"), timeout=30).status_code == 200
+    assert httpx.get(job, headers=_as("alice"), timeout=30).status_code == 404
+    assert (
+        httpx.delete(f"{url}/v1/jobs/{theirs}", headers=_as("root"), timeout=30).status_code == 200
+    )
+    assert httpx.get(f"{url}/v1/jobs/{theirs}", headers=_as("bob"), timeout=30).status_code == 404
+
+
+def test_a_key_past_its_rate_gets_429_with_retry_after(tenants_server: Server) -> None:
+    url = tenants_server.url
+    first = httpx.get(f"{url}/v1/jobs", headers=_as("slow"), timeout=30)
+    assert first.status_code == 200
+    refused = httpx.get(f"{url}/v1/jobs", headers=_as("slow"), timeout=30)
+    assert refused.status_code == 429
+    assert 900 <= int(refused.headers["retry-after"]) <= 1000
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    paddlex = httpx.post(f"{url}/ocr", json={"file": "x", "fileType": 1}, headers=_as("slow"))
+    assert paddlex.status_code == 429
+    assert paddlex.json()["errorCode"] == 429
+    # Other keys keep their own budget.
+    assert httpx.get(f"{url}/v1/jobs", headers=_as("alice"), timeout=30).status_code == 200
+
+
+def test_metrics_count_requests_per_key_id_never_a_secret(tenants_server: Server) -> None:
+    url = tenants_server.url
+    httpx.get(f"{url}/v1/jobs", headers={"X-API-Key": PLAIN}, timeout=30)
+    httpx.get(f"{url}/v1/jobs", headers={"X-API-Key": "not-a-key"}, timeout=30)
+    httpx.get(f"{url}/v1/jobs/{'0' * 32}", headers=_as("bob"), timeout=30)
+    for _ in range(2):  # the second at the latest is over the 1-request burst
+        httpx.get(f"{url}/v1/jobs", headers=_as("slow"), timeout=30)
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    assert f'ocr_key_requests_total{{key="{plain_key_id(PLAIN)}",status="200"}}' in text
+    assert 'ocr_key_requests_total{key="-",status="401"}' in text
+    assert 'ocr_key_requests_total{key="bob",status="404"}' in text
+    assert 'ocr_key_requests_total{key="slow",status="429"}' in text
+    log = tenants_server.log.read_text()
+    for secret in [*SECRETS.values(), PLAIN, "not-a-key"]:
+        assert secret not in text
+        assert secret not in log
