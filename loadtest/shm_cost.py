@@ -25,7 +25,8 @@ PAGE: dict[str, list[tuple[tuple[int, ...], type[np.generic]]]] = {
 
 def main() -> int:
     """Print the median milliseconds of put + take per kind of array, and per page."""
-    prefix = shm.server_prefix() + "cost_"
+    claim = shm.claim_prefix()  # owned while this runs; a server's start-up sweep takes the rest
+    prefix = claim.prefix + "cost_"
     total = 0.0
     try:
         for name, shapes in PAGE.items():
@@ -43,6 +44,7 @@ def main() -> int:
         print(f"{'per page':14s}         {total:6.1f} ms")
     finally:
         shm.sweep(prefix)
+        claim.release()
     return 0
 
 
