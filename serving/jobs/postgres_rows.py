@@ -7,6 +7,11 @@ from typing import Literal
 
 from serving.jobs.postgres_schema import Connection
 
+DB_NOW = "extract(epoch FROM now())::double precision"
+"""The database's clock in seconds, as `lease_expires_at` holds them: every lease is taken, renewed
+and found lapsed against it, never against a replica's clock (replicas' clocks may disagree;
+SQLite's store runs on one machine and keeps `time.time()`)."""
+
 
 class PageGone(Exception):
     """Roll the transaction back: the page's claim or its job is gone, nothing is written."""
@@ -40,7 +45,7 @@ def end_page(
     """
     # The page row first (the lease holder's guard), then the job's: one lock order.
     if holder is None:
-        guard = "(status = 'pending' OR (status = 'running' AND lease_expires_at < %(now)s))"
+        guard = f"(status = 'pending' OR (status = 'running' AND lease_expires_at < {DB_NOW}))"
     else:
         guard = "status = 'running' AND lease_owner = %(holder)s"
     page = conn.execute(

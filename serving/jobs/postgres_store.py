@@ -8,8 +8,11 @@ renews the leases of the pages it works on (`renew_leases`) every third of `leas
 committed, in the page's row, only by the lease holder while the page runs in a running job, in one
 transaction with the job's counters, so each page is committed exactly once; `(job_id,
 finished_order)` is unique besides. A page claimed `MAX_CLAIMS` times without an end is failed
-rather than passed on again. Timestamps and lease expiries are wall-clock seconds of the
-replicas (`time.time()`): their clocks must agree to well within `lease_s` (NTP does).
+rather than passed on again. Leases are timed by the database's clock (`now()`, in
+`postgres_rows.DB_NOW`): a lease is taken, renewed and found lapsed against that one clock, so a
+replica whose clock is wrong neither takes live leases nor loses its own. The jobs' timestamps
+(created, started, finished, and so retention) are the replicas' wall-clock seconds
+(`time.time()`): they only order and age jobs.
 
 Methods are synchronous and serialised by a lock over one connection; async callers run them with
 `asyncio.to_thread`. A lost connection answers `JobStoreUnavailable` (503) and is made again on the
@@ -35,7 +38,7 @@ from psycopg.rows import dict_row
 
 from serving.config import redact_url
 from serving.jobs.files import Document
-from serving.jobs.postgres_rows import PageEnd, PageGone, end_page
+from serving.jobs.postgres_rows import DB_NOW, PageEnd, PageGone, end_page
 from serving.jobs.postgres_schema import Connection, migrate
 from serving.jobs.queries import (
     POSTGRES,
@@ -249,13 +252,13 @@ class PostgresJobStore(JobDirs):
                 " next AS ("
                 " SELECT p.job_id, p.seq FROM ocr_pages p JOIN active a ON a.id = p.job_id"
                 " WHERE p.status = 'pending'"
-                "  OR (p.status = 'running' AND p.lease_expires_at < %(now)s)"
+                f"  OR (p.status = 'running' AND p.lease_expires_at < {DB_NOW})"
                 " ORDER BY a.running, a.n, p.seq LIMIT 1 FOR UPDATE OF p SKIP LOCKED)"
                 " UPDATE ocr_pages p SET status = 'running', attempts = p.attempts + 1,"
-                " lease_owner = %(owner)s, lease_expires_at = %(until)s"
+                f" lease_owner = %(owner)s, lease_expires_at = {DB_NOW} + %(lease_s)s"
                 " FROM next WHERE p.job_id = next.job_id AND p.seq = next.seq"
                 " RETURNING p.job_id, p.seq, p.file_idx, p.page, p.attempts",
-                {"now": now, "owner": self.owner, "until": now + self.lease_s},
+                {"owner": self.owner, "lease_s": self.lease_s},
             ).fetchone()
             if page is None:
                 return None
@@ -308,7 +311,7 @@ class PostgresJobStore(JobDirs):
         if not pages:
             return set()
         keys = {
-            "until": self._clock() + self.lease_s,
+            "lease_s": self.lease_s,
             "owner": self.owner,
             "ids": [job_id for job_id, _ in pages],
             "seqs": [seq for _, seq in pages],
@@ -319,7 +322,7 @@ class PostgresJobStore(JobDirs):
 
         def renew(conn: Connection) -> set[tuple[str, int]]:
             held = conn.execute(
-                "UPDATE ocr_pages p SET lease_expires_at = %(until)s FROM ocr_jobs j"
+                f"UPDATE ocr_pages p SET lease_expires_at = {DB_NOW} + %(lease_s)s FROM ocr_jobs j"
                 " WHERE j.id = p.job_id AND j.status = 'running' AND p.status = 'running'"
                 f" AND p.lease_owner = %(owner)s{listed} RETURNING p.job_id, p.seq",
                 keys,
@@ -386,9 +389,9 @@ class PostgresJobStore(JobDirs):
         pages = conn.execute(
             "SELECT p.job_id, p.seq, p.attempts FROM ocr_pages p JOIN ocr_jobs j ON j.id = p.job_id"
             " WHERE j.status = 'running' AND p.attempts >= %(max)s AND (p.status = 'pending'"
-            "  OR (p.status = 'running' AND p.lease_expires_at < %(now)s))"
+            f"  OR (p.status = 'running' AND p.lease_expires_at < {DB_NOW}))"
             " FOR UPDATE OF p SKIP LOCKED",
-            {"max": MAX_CLAIMS, "now": now},
+            {"max": MAX_CLAIMS},
         ).fetchall()
         for page in pages:
             message = (
@@ -409,9 +412,8 @@ class PostgresJobStore(JobDirs):
     def _reset_lapsed(self, conn: Connection) -> int:
         return conn.execute(
             "UPDATE ocr_pages SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL"
-            " WHERE status = 'running' AND lease_expires_at < %s AND job_id IN"
-            " (SELECT id FROM ocr_jobs WHERE status IN ('queued', 'running'))",
-            (self._clock(),),
+            f" WHERE status = 'running' AND lease_expires_at < {DB_NOW} AND job_id IN"
+            " (SELECT id FROM ocr_jobs WHERE status IN ('queued', 'running'))"
         ).rowcount
 
     def _sweep_orphans(self, cutoff: float) -> None:

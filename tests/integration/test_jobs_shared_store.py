@@ -1,6 +1,7 @@
 """Replicas sharing one PostgreSQL job store (a real server, tests/postgres.py): any replica answers
 for any job, claims never overlap while leases live, a lapsed lease is taken over, and each page
-is committed exactly once, also under concurrent claimers."""
+is committed exactly once, also under concurrent claimers. Leases follow the database's clock:
+tests move it for the leases (`_later`), and a replica's own clock changes nothing about them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import json
 import os
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -27,7 +29,8 @@ from serving.jobs.types import JobStoreUnavailable, PageTask
 from tests.clock import ManualClock
 from tests.postgres import PostgresServer
 
-LEASE_S = 30.0
+LEASE_S = 300.0
+"""Long: the database's clock runs on between a test's steps, which count in tenths of it."""
 
 
 @pytest.fixture
@@ -68,6 +71,34 @@ def _line(seq: int) -> bytes:
     return json.dumps({"seq": seq}).encode()
 
 
+def _later(url: str, clock: ManualClock, seconds: float) -> None:
+    """`seconds` pass: on the replicas' clock (the jobs' timestamps) and, for the leases, on the
+    database's (each lease `seconds` nearer its end, as if its `now()` had moved on)."""
+    clock.now += seconds
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE ocr_pages SET lease_expires_at = lease_expires_at - %s"
+            " WHERE lease_expires_at IS NOT NULL",
+            (seconds,),
+        )
+
+
+def _db_now(url: str) -> float:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT extract(epoch FROM now())::double precision").fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def _lease_expiry(url: str, job_id: str, seq: int) -> float:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT lease_expires_at FROM ocr_pages WHERE job_id = %s AND seq = %s", (job_id, seq)
+        ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
 def test_any_replica_answers_for_a_job_and_claims_never_overlap(replicas) -> None:
     a, b = replicas
     _create(a, "j", 4)
@@ -91,19 +122,21 @@ def test_any_replica_answers_for_a_job_and_claims_never_overlap(replicas) -> Non
     assert [a.read_result("j", seq) for seq in range(4)] == [_line(s) for s in range(4)]
 
 
-def test_a_lapsed_lease_is_taken_over_and_committed_once(replicas, clock: ManualClock) -> None:
+def test_a_lapsed_lease_is_taken_over_and_committed_once(
+    replicas, url: str, clock: ManualClock
+) -> None:
     a, b = replicas
     _create(a, "j", 2)
     held = a.claim_next()
     assert held is not None
     assert held.seq == 0
-    clock.now += LEASE_S / 2
+    _later(url, clock, LEASE_S / 2)
     assert a.renew_leases([("j", 0)]) == set()  # renewed: good for another LEASE_S from here
-    clock.now += LEASE_S * 0.9
+    _later(url, clock, LEASE_S * 0.9)
     taken = b.claim_next()
     assert taken is not None
     assert taken.seq == 1  # page 0's renewed lease still lives
-    clock.now += LEASE_S  # replica a stops renewing (killed): its lease lapses
+    _later(url, clock, LEASE_S)  # replica a stops renewing (killed): its lease lapses
     again = b.claim_next()
     assert again is not None
     assert (again.seq, again.attempts) == (0, 2)
@@ -125,9 +158,9 @@ def test_a_replica_restarting_gives_back_lapsed_pages_only(
     a, b = replicas
     _create(a, "j", 3)
     assert a.claim_next() is not None
-    clock.now += LEASE_S / 2
+    _later(url, clock, LEASE_S / 2)
     assert b.claim_next() is not None
-    clock.now += LEASE_S * 0.6  # a's lease lapsed, b's lives
+    _later(url, clock, LEASE_S * 0.6)  # a's lease lapsed, b's lives
     restarted = PostgresJobStore(url, uploads_dir=tmp_path, clock=clock, owner="replica-a2")
     assert restarted.open() == 1
     try:
@@ -136,6 +169,43 @@ def test_a_replica_restarting_gives_back_lapsed_pages_only(
         assert (task.seq, task.attempts) == (0, 2)
     finally:
         restarted.close()
+
+
+def test_leases_follow_the_databases_clock_not_the_replicas(url: str, tmp_path: Path) -> None:
+    """A replica whose clock is an hour ahead takes no live lease (it took every lease of a replica
+    an hour behind when leases were timed by the replicas' clocks), and one an hour behind keeps
+    its own lease for `lease_s` of the database's time."""
+    ahead, behind = (
+        PostgresJobStore(url, uploads_dir=tmp_path, lease_s=LEASE_S, clock=skewed, owner=name)
+        for name, skewed in (
+            ("ahead", lambda: time.time() + 3600),
+            ("behind", lambda: time.time() - 3600),
+        )
+    )
+    ahead.open()
+    behind.open()
+    try:
+        _create(behind, "j", 2)
+        before = _db_now(url)
+        held = behind.claim_next()
+        after = _db_now(url)
+        assert held is not None
+        assert held.seq == 0
+        assert before + LEASE_S <= _lease_expiry(url, "j", 0) <= after + LEASE_S
+        taken = ahead.claim_next()
+        assert taken is not None
+        assert (taken.seq, taken.attempts) == (1, 1)  # not page 0, whose lease lives
+        assert ahead.claim_next() is None
+        renewed_from = _db_now(url)
+        assert behind.renew_leases([("j", 0)]) == set()
+        assert _lease_expiry(url, "j", 0) >= renewed_from + LEASE_S
+        assert not ahead.complete_page("j", 0, _line(0))
+        assert behind.complete_page("j", 0, _line(0))
+        assert ahead.complete_page("j", 1, _line(1))
+        assert ahead.get_job("j").status == "succeeded"
+    finally:
+        ahead.close()
+        behind.close()
 
 
 def test_cancel_on_one_replica_stops_the_others_commits(replicas) -> None:
@@ -344,7 +414,7 @@ def test_a_url_libpq_cannot_read_answers_503(tmp_path: Path) -> None:
 
 
 def test_a_page_whose_every_replica_dies_is_failed_not_passed_on_for_ever(
-    replicas, clock: ManualClock
+    replicas, url: str, clock: ManualClock
 ) -> None:
     """A page that kills whoever runs it (say, memory) must not take every replica down in turn."""
     a, b = replicas
@@ -354,7 +424,7 @@ def test_a_page_whose_every_replica_dies_is_failed_not_passed_on_for_ever(
         task = store.claim_next()
         assert task is not None
         assert (task.seq, task.attempts) == (0, claim + 1)
-        clock.now += LEASE_S + 1  # its replica dies with it
+        _later(url, clock, LEASE_S + 1)  # its replica dies with it
     survivor = b.claim_next()
     assert survivor is not None
     assert survivor.seq == 1  # page 0 was failed, not claimed a sixth time
