@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from loadtest import job_impact, onnx_export
+from loadtest import job_impact, onnx_export, precision_check
 from loadtest.accuracy import pages_cer
 from loadtest.client import Api, prepare_request, response_texts
 from loadtest.documents import Document, load_documents
@@ -161,6 +161,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     engine = json.loads(engine_json.read_text())
     engine["cer"] = pages_cer(truths, engine.pop("texts"))
     report["engine"] = engine
+    print("OpenVINO precision check (f32 and bf16, in process)...", file=sys.stderr)
+    report["precision_check"] = precision_check.check(out, out / "pages", truths, threads)
 
     print("our server...", file=sys.stderr)
     ours = start_ours(
@@ -175,6 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     try:
         ours.wait_ready("/readyz")
+        report["ours_precision"] = _worker_precisions(ours)
         report["ours_levels"] = [
             _level_dict(r)
             for r in _levels(ours, "v1", documents, args.levels, requests, args.max_time_s)
@@ -217,6 +220,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             key = RAPIDOCR_KEYS[engine]
             report[key] = _measure_rapidocr(out, threads, documents, truths, args, requests, engine)
     return report
+
+
+def _worker_precisions(server: ServerProcess) -> dict[str, str]:
+    """Each device worker's precision and why, as the server's `/readyz` says."""
+    devices = httpx.get(f"{server.url}/readyz").json().get("devices", {})
+    return {
+        name: f"{info.get('precision')} ({info.get('precision_reason')})"
+        for name, info in devices.items()
+    }
 
 
 CPU_ENGINES = ("openvino", "onnxruntime", "paddle")
@@ -424,6 +436,10 @@ def markdown(report: dict[str, Any]) -> str:
         for key, run in baselines.items()
     ]
     lines.append(f"- CER on the page set: {', '.join(cers)}")
+    if "precision_check" in report:
+        lines.append(precision_check.markdown_line(report["precision_check"]))
+    for worker, precision in report.get("ours_precision", {}).items():
+        lines.append(f"- ours, device worker {worker}: {precision}")
     impact = report.get("job_impact")
     if impact:
         alone, beside = impact["alone"], impact["with_job"]

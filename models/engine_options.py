@@ -17,6 +17,12 @@ OpenVinoPrecision = Literal["f32", "bf16"]
 OPENVINO_PRECISIONS: tuple[OpenVinoPrecision, ...] = get_args(OpenVinoPrecision)
 
 _DEVICE_RE = re.compile(r"^(cpu|gpu:(\d+))$")
+OpenVinoPrecisionSetting = Literal["auto", "f32", "bf16"]
+"""`engine.openvino_precision`: a precision, or "auto", chosen per CPU and model when a model
+loads (`models.openvino_precision.choose_precision`)."""
+OPENVINO_PRECISION_SETTINGS: tuple[OpenVinoPrecisionSetting, ...] = get_args(
+    OpenVinoPrecisionSetting
+)
 
 
 class EngineOptionsError(ValueError):
@@ -61,8 +67,9 @@ class EngineOptions:
     """Overrides the batch dimension of the yml's TensorRT max shapes (PP-OCRv5 rec ships 8)."""
     onnx_dir: str = "var/models/onnx"
     """Where the ONNX engines find the cached conversions of Paddle models (`models.convert`)."""
-    openvino_precision: OpenVinoPrecision = "f32"
-    """OpenVINO's INFERENCE_PRECISION_HINT on CPU; its own default is bf16 where the CPU has it."""
+    openvino_precision: OpenVinoPrecisionSetting = "auto"
+    """OpenVINO's precision on CPU: "auto" (bf16 where the CPU has it and the model was checked
+    under it, else f32), "f32" or "bf16" (`models.openvino_precision`)."""
 
     def __post_init__(self) -> None:
         if _DEVICE_RE.match(self.device) is None:
@@ -81,9 +88,10 @@ class EngineOptions:
             raise EngineOptionsError(f"precision must be 'fp32' or 'fp16', got {self.precision!r}")
         if not self.is_gpu and (self.precision != "fp32" or self.use_tensorrt):
             raise EngineOptionsError("fp16 and TensorRT need a GPU device ('gpu:N')")
-        if self.openvino_precision not in OPENVINO_PRECISIONS:
+        if self.openvino_precision not in OPENVINO_PRECISION_SETTINGS:
             raise EngineOptionsError(
-                f"openvino_precision must be 'f32' or 'bf16', got {self.openvino_precision!r}"
+                "openvino_precision must be 'auto', 'f32' or 'bf16', "
+                f"got {self.openvino_precision!r}"
             )
         if self.trt_max_batch_size is not None and self.trt_max_batch_size < 1:
             raise EngineOptionsError(

@@ -3,8 +3,9 @@
 Serves a model directory's `inference.onnx`, or a Paddle model's cached conversion
 (`models.convert`): OpenVINO cannot read Paddle's PIR `inference.json`.
 
-Precision is f32 unless `[engine] openvino_precision = "bf16"`: OpenVINO's own default on
-CPUs with bf16 is bf16, faster and not faithful (it changes recognised text). Threads come from
+Precision follows `[engine] openvino_precision`, resolved per CPU and model when the model
+loads (`models.openvino_precision`): "auto" is bf16 where the CPU has it, faster and changing
+some recognised text, else f32; "f32" reads what Paddle reads. Threads come from
 `[engine] cpu_threads`, one stream, the latency hint; inputs of any batch, height and width.
 """
 
@@ -16,14 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from models.engine_options import EngineOptions
+from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
+from models.openvino_precision import PrecisionChoice, choose_precision
 
 logger = logging.getLogger(__name__)
 
 
-def compile_config(options: EngineOptions) -> dict[str, Any]:
-    """`compile_model` properties for one CPU predictor.
+def compile_config(options: EngineOptions, precision: OpenVinoPrecision) -> dict[str, Any]:
+    """`compile_model` properties for one CPU predictor, at `precision` (as chosen for it).
 
     The CPU plugin keeps compiled state for the input shapes it has seen, in a large cache by
     default: with pages of ever new sizes the detector grew ~4 MiB a shape (`make soak`: the
@@ -40,7 +42,7 @@ def compile_config(options: EngineOptions) -> dict[str, Any]:
         "INFERENCE_NUM_THREADS": options.cpu_threads,
         "NUM_STREAMS": 1,
         "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": options.openvino_precision,
+        "INFERENCE_PRECISION_HINT": precision,
         "ENABLE_CPU_PINNING": False,
     }
     if options.mkldnn_cache_capacity > 0:
@@ -52,6 +54,8 @@ class OpenVinoPredictor(OnnxPredictor):
     """One OpenVINO compiled model and infer request on the CPU plugin."""
 
     engine = "openvino"
+    precision: PrecisionChoice | None = None
+    """The precision the loaded model runs at, and why; None before `load()`."""
 
     def _open(self) -> BatchRunner:
         ov = import_engine("openvino", "openvino")
@@ -59,16 +63,24 @@ class OpenVinoPredictor(OnnxPredictor):
         model = core.read_model(str(self.onnx_file))
         if len(model.inputs) != 1 or not model.outputs:
             raise ValueError(f"expected one input and at least one output, got {model.inputs}")
-        compiled = core.compile_model(model, "CPU", compile_config(self.options))
+        capabilities = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        choice = choose_precision(
+            self.options.openvino_precision, capabilities, self.spec.model_name
+        )
+        compiled = core.compile_model(model, "CPU", compile_config(self.options, choice.precision))
+        self.precision = compiled_precision(
+            choice, compiled.get_property("INFERENCE_PRECISION_HINT")
+        )
         request = compiled.create_infer_request()
         self._release = compiled.release_memory
         logger.info(
-            "loaded %s model=%s engine=openvino %s threads=%d precision=%s",
+            "loaded %s model=%s engine=openvino %s threads=%d precision=%s (%s)",
             self.spec.kind,
             self.spec.model_name,
             ov.get_version(),
             self.options.cpu_threads,
-            compiled.get_property("INFERENCE_PRECISION_HINT"),
+            self.precision.precision,
+            self.precision.reason,
         )
 
         def run(data: np.ndarray) -> np.ndarray:
@@ -89,6 +101,20 @@ class OpenVinoPredictor(OnnxPredictor):
         release: Callable[[], None] | None = getattr(self, "_release", None)
         if self.loaded and release is not None:
             release()
+
+
+def compiled_precision(choice: PrecisionChoice, hint: object) -> PrecisionChoice:
+    """What a model compiled for `choice` runs at, from its INFERENCE_PRECISION_HINT (an
+    `openvino.Type`, read through its name): `choice`, or, where OpenVINO compiled another
+    precision than the one chosen, that one, saying so."""
+    name = str(getattr(hint, "type_name", hint))
+    precision: OpenVinoPrecision = "bf16" if name in ("bf16", "bfloat16") else "f32"
+    if precision == choice.precision:
+        return choice
+    logger.warning(
+        "OpenVINO compiled %s where %s was chosen (%s)", name, choice.precision, choice.reason
+    )
+    return PrecisionChoice(precision, f"{choice.reason}; OpenVINO compiled {name}")
 
 
 OPENVINO = cpu_onnx_backend(OpenVinoPredictor)

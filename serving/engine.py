@@ -8,6 +8,8 @@ from typing import Any
 
 from models.base import ArgmaxOutput
 from models.engine_options import EngineOptions, device_kind
+from models.openvino_backend import OpenVinoPredictor
+from models.openvino_precision import PrecisionChoice, summarise
 from models.registry import EngineChoice
 from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.config import AppConfig, EngineConfig
@@ -33,7 +35,7 @@ def engine_options(engine: EngineConfig, device: str, cpu_threads: int) -> Engin
         trt_use_static=bool(engine.trt_cache_dir),
         trt_cache_dir=engine.trt_cache_dir or None,
         onnx_dir=engine.onnx_dir,
-        openvino_precision="bf16" if engine.openvino_precision == "bf16" else "f32",
+        openvino_precision=engine.openvino_precision,
     )
 
 
@@ -57,3 +59,22 @@ def model_stages(predictors: Mapping[str, object]) -> dict[str, ModelStage[Any]]
             stage = stage.reading_argmax()
         stages[name] = stage
     return stages
+
+
+PRECISION_KEYS = ("precision", "precision_reason")
+"""What `precision_report` adds to a device worker's ready report, and `/readyz` shows of it."""
+
+
+def precision_report(predictors: Mapping[str, object], options: EngineOptions) -> dict[str, str]:
+    """Which precision a worker's loaded models run at, and why, for its start-up log and
+    `/readyz`: OpenVINO's choice for each model (`models.openvino_precision`), else the options'
+    `precision` (fp16 on GPUs only)."""
+    choices: dict[str, PrecisionChoice] = {
+        stage: predictor.precision
+        for stage, predictor in predictors.items()
+        if isinstance(predictor, OpenVinoPredictor) and predictor.precision is not None
+    }
+    if choices:
+        return summarise(choices)
+    reason = "engine.precision" if options.is_gpu else "engine.precision (fp16 is GPU only)"
+    return {"precision": options.precision, "precision_reason": reason}

@@ -17,7 +17,7 @@ from typing import Any
 from models.bundle import ModelBundle, load_bundle
 from models.registry import get_backend
 from serving.config import STAGES, AppConfig
-from serving.engine import engine_choice
+from serving.engine import PRECISION_KEYS, engine_choice
 from serving.errors import NotReady, ShuttingDown
 from serving.inputs import DecodeLimits
 from serving.jobs.runner import JobRunner
@@ -296,7 +296,12 @@ class Runtime:
         body: dict[str, Any] = {
             "ready": self.ready,
             "devices": {
-                w.spec.name: {"ready": w.ready, "pid": w.pid, "restarts": w.restarts}
+                w.spec.name: {
+                    "ready": w.ready,
+                    "pid": w.pid,
+                    "restarts": w.restarts,
+                    **{k: w.info[k] for k in PRECISION_KEYS if k in w.info},
+                }
                 for w in self.devices.workers
             },
             "cpu_workers": {"pids": self.cpu.pids(), "restarts": self.cpu.restarts},

@@ -188,6 +188,8 @@ class WorkerHandle(Protocol):
     spec: DeviceSpec
     limits: Mapping[str, StageLimits]
     inflight_batches: int
+    info: dict[str, Any]
+    """What the process reported when it became ready (warm-up, pid, precision and why)."""
     restarts: int
     restarting: asyncio.Lock
     last_done_at: float

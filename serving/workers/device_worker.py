@@ -28,7 +28,7 @@ from models.engine_options import device_kind
 from models.registry import EngineChoice
 from models.staging import Slot, StagedPredictor
 from pipelines.stages import ModelStage
-from serving.engine import model_stages
+from serving.engine import model_stages, precision_report
 from serving.errors import OcrError, PredictorFailed
 from serving.workers import shm
 from serving.workers.completions import Completions
@@ -362,6 +362,7 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
         conn.send(("fatal", f"{type(err).__name__}: {err}"))
         return
     info["pid"] = os.getpid()
+    info.update(precision_report(worker.predictors, spec.engine.options))
     logger.info("device worker %s ready: %s", spec.name, info)
     conn.send(("ready", info))
     try:

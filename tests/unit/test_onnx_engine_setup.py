@@ -183,13 +183,14 @@ def test_the_cli_converts_the_configured_models(tmp_path: Path, capsys, monkeypa
     assert len(list(cache.iterdir())) == 2
 
 
-def test_openvino_is_f32_unless_bf16_is_asked_for() -> None:
-    config = compile_config(EngineOptions(cpu_threads=3))
+def test_openvino_compiles_at_the_precision_chosen_for_it() -> None:
+    config = compile_config(EngineOptions(cpu_threads=3), "f32")
     assert config["INFERENCE_PRECISION_HINT"] == "f32"
     assert (config["INFERENCE_NUM_THREADS"], config["NUM_STREAMS"]) == (3, 1)
     assert config["ENABLE_CPU_PINNING"] is False  # device workers must not share pinned cores
-    bf16 = compile_config(EngineOptions(openvino_precision="bf16"))
+    bf16 = compile_config(EngineOptions(), "bf16")
     assert bf16["INFERENCE_PRECISION_HINT"] == "bf16"
+    assert EngineOptions().openvino_precision == "auto"
     with pytest.raises(EngineOptionsError, match="openvino_precision"):
         EngineOptions(openvino_precision="f16")  # type: ignore[arg-type]
 
@@ -197,10 +198,11 @@ def test_openvino_is_f32_unless_bf16_is_asked_for() -> None:
 def test_openvino_bounds_its_per_shape_cache_as_onednn_is_bounded() -> None:
     """Unbounded, the CPU plugin keeps state for up to 5,000 input shapes: memory grows with
     every new page size (`make soak`); `engine.mkldnn_cache_capacity` bounds both engines."""
-    assert compile_config(EngineOptions())["CPU_RUNTIME_CACHE_CAPACITY"] == 10
-    assert compile_config(EngineOptions(mkldnn_cache_capacity=3))["CPU_RUNTIME_CACHE_CAPACITY"] == 3
+    assert compile_config(EngineOptions(), "f32")["CPU_RUNTIME_CACHE_CAPACITY"] == 10
+    three = compile_config(EngineOptions(mkldnn_cache_capacity=3), "f32")
+    assert three["CPU_RUNTIME_CACHE_CAPACITY"] == 3
     assert "CPU_RUNTIME_CACHE_CAPACITY" not in compile_config(
-        EngineOptions(mkldnn_cache_capacity=0)
+        EngineOptions(mkldnn_cache_capacity=0), "f32"
     )
 
 
@@ -212,7 +214,7 @@ def test_engine_settings_reach_the_onnx_engines(tmp_path: Path) -> None:
     config = load_config(path, {})
     options = engine_options(config.engine, "cpu", cpu_threads=5)
     assert (options.openvino_precision, options.onnx_dir, options.cpu_threads) == ("bf16", "m", 5)
-    assert engine_options(EngineConfig(), "cpu", 1).openvino_precision == "f32"
+    assert engine_options(EngineConfig(), "cpu", 1).openvino_precision == "auto"
     path.write_text('[engine]\nopenvino_precision = "fp16"\n')
     with pytest.raises(ConfigError, match=r"engine\.openvino_precision"):
         load_config(path, {})

@@ -1,0 +1,88 @@
+"""Which inference precision OpenVINO runs a model at on this CPU, and why (issue 28).
+
+bf16 is faster where the CPU computes in it (AVX512_BF16 or AMX; OpenVINO then lists "BF16" in
+the CPU plugin's `OPTIMIZATION_CAPABILITIES`) and changes some recognised text; f32 reads what
+Paddle reads. `engine.openvino_precision = "auto"` takes bf16 where the CPU has it and the
+model's accuracy under bf16 was checked (`BF16_CHECKED_MODELS`), f32 elsewhere. The choice is a
+pure function of the setting, the capabilities and the model, so both kinds of CPU are tested on
+either.
+
+On a CPU without bf16 OpenVINO ignores a bf16 hint and runs f32 (OpenVINO 2026.4.1 on an AMD
+EPYC without AVX512_BF16: the compiled model's INFERENCE_PRECISION_HINT reads f32); a forced
+"bf16" is therefore reported as f32 there, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from models.engine_options import OpenVinoPrecision, OpenVinoPrecisionSetting
+
+BF16_CAPABILITY = "BF16"
+"""What OpenVINO's CPU `OPTIMIZATION_CAPABILITIES` lists where the CPU computes in bf16."""
+
+BF16_MAX_CER_LOSS = 0.001
+"""How much higher the character error rate may be under bf16 than under f32 (0.1 CER points)
+for "auto" to take bf16; `make bench` and tests/integration/test_openvino_precision.py check it."""
+
+BF16_CHECKED_MODELS = frozenset({"PP-OCRv5_mobile_det", "PP-OCRv5_mobile_rec"})
+"""Models whose text under bf16 is within `BF16_MAX_CER_LOSS` of f32: the default pair, on 107
+real held-out pages, CER 3.70% under bf16 against 3.79% under f32 (OpenVINO 2026.4.1, AMD EPYC
+with AVX512_BF16; issue 28). A model joins once `make bench` shows the same on a bf16 CPU."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisionChoice:
+    """The precision one OpenVINO model runs at, and why (for the log and `/readyz`)."""
+
+    precision: OpenVinoPrecision
+    reason: str
+
+
+def has_bf16(capabilities: Collection[str]) -> bool:
+    """Whether OpenVINO computes in bf16 on a CPU with these optimisation capabilities."""
+    return BF16_CAPABILITY in capabilities
+
+
+def choose_precision(
+    setting: OpenVinoPrecisionSetting, capabilities: Collection[str], model_name: str
+) -> PrecisionChoice:
+    """The precision to compile `model_name` at, from `engine.openvino_precision` and the CPU's
+    OpenVINO `OPTIMIZATION_CAPABILITIES`."""
+    caps = f"OpenVINO capabilities: {' '.join(capabilities) or 'none'}"
+    if setting == "f32":
+        return PrecisionChoice("f32", "f32 asked for (engine.openvino_precision): Paddle's text")
+    if not has_bf16(capabilities):
+        if setting == "bf16":
+            return PrecisionChoice("f32", f"bf16 asked for, but this CPU has no bf16 ({caps})")
+        return PrecisionChoice("f32", f"auto: this CPU has no bf16 ({caps})")
+    if setting == "bf16":
+        return PrecisionChoice("bf16", "bf16 asked for (engine.openvino_precision)")
+    if model_name not in BF16_CHECKED_MODELS:
+        return PrecisionChoice(
+            "f32",
+            f"auto: this CPU has bf16, but {model_name}'s accuracy under bf16 is not checked "
+            "(make bench on a bf16 CPU)",
+        )
+    return PrecisionChoice(
+        "bf16",
+        f"auto: this CPU has bf16 ({caps}) and the model's text under bf16 is within "
+        f"{BF16_MAX_CER_LOSS * 100:.1f} CER points of f32's",
+    )
+
+
+def summarise(choices: dict[str, PrecisionChoice]) -> dict[str, str]:
+    """One worker's `precision` and `precision_reason` from its models' choices (stage ->
+    choice): one precision where all agree, else each stage's."""
+    if not choices:
+        return {}
+    precisions = {c.precision for c in choices.values()}
+    reasons = dict.fromkeys(c.reason for c in choices.values())
+    if len(precisions) == 1 and len(reasons) == 1:
+        (choice,) = set(choices.values())
+        return {"precision": choice.precision, "precision_reason": choice.reason}
+    return {
+        "precision": " ".join(f"{s}={c.precision}" for s, c in choices.items()),
+        "precision_reason": "; ".join(f"{s}: {c.reason}" for s, c in choices.items()),
+    }

@@ -1,0 +1,223 @@
+"""OpenVINO's precision per CPU (issue 28): the choice from given CPU capabilities, both kinds of
+CPU on any machine; how a predictor applies and reports it; what a worker tells `/readyz`.
+
+Real OpenVINO on this machine's CPU: tests/integration/test_openvino_precision.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from loadtest import precision_check
+from models.bundle import load_bundle
+from models.embedded import embedded_model_dir
+from models.engine_options import EngineOptions
+from models.openvino_backend import OpenVinoPredictor, compiled_precision
+from models.openvino_precision import (
+    BF16_CHECKED_MODELS,
+    PrecisionChoice,
+    choose_precision,
+    summarise,
+)
+from models.spec import load_model_spec
+from serving.config import AppConfig, ConfigError, load_config
+from serving.engine import precision_report
+
+pytestmark = pytest.mark.unit
+
+NO_BF16 = ("FP32", "INT8", "BIN", "EXPORT_IMPORT")
+"""An AMD EPYC without AVX512_BF16 (this machine's, OpenVINO 2026.4.1)."""
+WITH_BF16 = ("FP32", "BF16", "INT8", "BIN", "EXPORT_IMPORT")
+"""A CPU with AVX512_BF16 or AMX."""
+REC = "PP-OCRv5_mobile_rec"
+
+
+def test_auto_runs_f32_on_a_cpu_without_bf16_and_says_why() -> None:
+    choice = choose_precision("auto", NO_BF16, REC)
+    assert choice.precision == "f32"
+    assert (
+        choice.reason
+        == "auto: this CPU has no bf16 (OpenVINO capabilities: FP32 INT8 BIN EXPORT_IMPORT)"
+    )
+
+
+def test_auto_runs_bf16_on_a_cpu_with_bf16_for_checked_models() -> None:
+    choice = choose_precision("auto", WITH_BF16, REC)
+    assert choice.precision == "bf16"
+    assert choice.reason.startswith("auto: this CPU has bf16")
+    assert "within 0.1 CER points" in choice.reason
+
+
+def test_auto_keeps_f32_for_a_model_not_checked_under_bf16() -> None:
+    choice = choose_precision("auto", WITH_BF16, "my_finetuned_rec")
+    assert choice.precision == "f32"
+    assert "my_finetuned_rec" in choice.reason
+    assert "not checked" in choice.reason
+
+
+def test_the_default_models_are_the_checked_ones() -> None:
+    models = AppConfig().models
+    bundle = load_bundle(models.det, models.rec)
+    assert {bundle.det.model_name, bundle.rec.model_name} <= BF16_CHECKED_MODELS
+
+
+@pytest.mark.parametrize("capabilities", [NO_BF16, WITH_BF16])
+def test_f32_forces_f32_on_any_cpu(capabilities: tuple[str, ...]) -> None:
+    choice = choose_precision("f32", capabilities, REC)
+    assert choice.precision == "f32"
+    assert choice.reason.startswith("f32 asked for")
+
+
+def test_bf16_asked_for_is_f32_where_the_cpu_has_no_bf16() -> None:
+    """OpenVINO ignores a bf16 hint there and runs f32; the choice says so rather than bf16."""
+    assert choose_precision("bf16", WITH_BF16, "my_finetuned_rec").precision == "bf16"
+    choice = choose_precision("bf16", NO_BF16, REC)
+    assert choice.precision == "f32"
+    assert choice.reason.startswith("bf16 asked for, but this CPU has no bf16")
+
+
+def test_a_worker_reports_one_precision_or_each_stages() -> None:
+    same = PrecisionChoice("bf16", "auto: this CPU has bf16")
+    assert summarise({"det": same, "rec": same}) == {
+        "precision": "bf16",
+        "precision_reason": "auto: this CPU has bf16",
+    }
+    mixed = summarise({"det": same, "cls": PrecisionChoice("f32", "auto: cls not checked")})
+    assert mixed == {
+        "precision": "det=bf16 cls=f32",
+        "precision_reason": "det: auto: this CPU has bf16; cls: auto: cls not checked",
+    }
+    assert summarise({}) == {}
+
+
+def test_what_openvino_compiled_is_what_is_reported() -> None:
+    bf16 = PrecisionChoice("bf16", "bf16 asked for")
+    assert compiled_precision(bf16, SimpleNamespace(type_name="bf16")) is bf16
+    f32 = compiled_precision(bf16, SimpleNamespace(type_name="f32"))
+    assert f32 == PrecisionChoice("f32", "bf16 asked for; OpenVINO compiled f32")
+
+
+class _FakeCompiled:
+    def __init__(self, config: dict[str, Any], cpu_bf16: bool) -> None:
+        hint = config["INFERENCE_PRECISION_HINT"]
+        # As the CPU plugin: a bf16 hint is honoured only where the CPU has bf16.
+        self.hint = hint if hint != "bf16" or cpu_bf16 else "f32"
+
+    def get_property(self, name: str) -> SimpleNamespace:
+        assert name == "INFERENCE_PRECISION_HINT"
+        return SimpleNamespace(type_name=self.hint)
+
+    def create_infer_request(self) -> object:
+        return object()
+
+    def release_memory(self) -> None:
+        pass
+
+
+def _fake_openvino(capabilities: tuple[str, ...], compiled: list[dict[str, Any]]) -> Any:
+    class Core:
+        def read_model(self, path: str) -> SimpleNamespace:
+            return SimpleNamespace(inputs=["x"], outputs=["y"])
+
+        def get_property(self, device: str, name: str) -> list[str]:
+            assert (device, name) == ("CPU", "OPTIMIZATION_CAPABILITIES")
+            return list(capabilities)
+
+        def compile_model(self, model: object, device: str, config: dict[str, Any]) -> object:
+            compiled.append(config)
+            return _FakeCompiled(config, "BF16" in capabilities)
+
+    return SimpleNamespace(Core=Core, get_version=lambda: "fake")
+
+
+@pytest.mark.parametrize(
+    ("setting", "capabilities", "hint", "precision"),
+    [
+        ("auto", NO_BF16, "f32", "f32"),
+        ("auto", WITH_BF16, "bf16", "bf16"),
+        ("f32", WITH_BF16, "f32", "f32"),
+        ("bf16", NO_BF16, "f32", "f32"),
+    ],
+)
+def test_the_predictor_compiles_and_reports_the_choice_for_its_cpu(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    setting: Any,
+    capabilities: tuple[str, ...],
+    hint: str,
+    precision: str,
+) -> None:
+    folder = tmp_path / REC
+    folder.mkdir()
+    shutil.copy(embedded_model_dir(REC) / "inference.yml", folder / "inference.yml")
+    (folder / "inference.onnx").write_bytes(b"read by the fake only")
+    compiled: list[dict[str, Any]] = []
+    fake = _fake_openvino(capabilities, compiled)
+    monkeypatch.setattr("models.openvino_backend.import_engine", lambda *_: fake)
+    options = EngineOptions(openvino_precision=setting)
+    predictor = OpenVinoPredictor(load_model_spec(folder, "rec"), options)
+    predictor.load()
+    assert [c["INFERENCE_PRECISION_HINT"] for c in compiled] == [hint]
+    assert predictor.precision is not None
+    assert predictor.precision.precision == precision
+    report = precision_report({"rec": predictor}, options)
+    assert report == {"precision": precision, "precision_reason": predictor.precision.reason}
+
+
+def test_other_engines_report_the_engine_precision() -> None:
+    gpu = EngineOptions(device="gpu:0", precision="fp16")
+    assert precision_report({"det": object()}, gpu) == {
+        "precision": "fp16",
+        "precision_reason": "engine.precision",
+    }
+    assert precision_report({"det": object()}, EngineOptions())["precision"] == "fp32"
+
+
+@pytest.mark.parametrize("setting", ["auto", "f32", "bf16"])
+def test_the_config_takes_auto_f32_and_bf16(tmp_path: Path, setting: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(f'[engine]\nopenvino_precision = "{setting}"\n')
+    assert load_config(path, {}).engine.openvino_precision == setting
+    assert AppConfig().engine.openvino_precision == "auto"
+    path.write_text('[engine]\nopenvino_precision = "fp32"\n')
+    with pytest.raises(ConfigError, match=r"engine\.openvino_precision.*auto, f32 or bf16"):
+        load_config(path, {})
+
+
+def test_the_bench_says_when_the_cpu_cannot_check_bf16(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(precision_check, "cpu_capabilities", lambda: list(NO_BF16))
+    report = precision_check.check(tmp_path, tmp_path, {}, threads=1)
+    assert report == {"capabilities": list(NO_BF16), "cpu_bf16": False}
+    line = precision_check.markdown_line(report)
+    assert "this CPU has no bf16 (capabilities: FP32 INT8 BIN EXPORT_IMPORT)" in line
+
+
+def test_the_bench_compares_bf16_with_f32_where_the_cpu_has_it(tmp_path: Path, monkeypatch) -> None:
+    truths = {"p1.png": "abcdefghij" * 100}
+    texts = {
+        "f32": {"p1.png": ["abcdefghij" * 100]},  # CER 0
+        "bf16": {"p1.png": ["abcdefghiX" + "abcdefghij" * 99]},  # CER 0.001: the limit
+    }
+    runs = []
+
+    def engine_run(out: Path, precision: str, pages_dir: Path, threads: int) -> dict[str, Any]:
+        runs.append(precision)
+        return {"texts": texts[precision], "pages_per_s": 1.0}
+
+    monkeypatch.setattr(precision_check, "cpu_capabilities", lambda: list(WITH_BF16))
+    monkeypatch.setattr(precision_check, "_engine_run", engine_run)
+    report = precision_check.check(tmp_path, tmp_path, truths, threads=1)
+    assert runs == ["f32", "bf16"]
+    assert report["runs"]["f32"]["cer"] == 0
+    assert report["runs"]["bf16"]["cer"] == pytest.approx(0.001)
+    assert report["bf16_within"] is True
+    assert "bf16 +0.10 CER points, within 0.1" in precision_check.markdown_line(report)
+    texts["bf16"] = {"p1.png": ["abcdefghXX" + "abcdefghij" * 99]}
+    report = precision_check.check(tmp_path, tmp_path, truths, threads=1)
+    assert report["bf16_within"] is False
+    assert "NOT within" in precision_check.markdown_line(report)
