@@ -1,9 +1,10 @@
 """Exception handling at the HTTP boundary: each API's error format, rendered here once.
 
-The native format (`/v1/ocr`, `/v1/render`, `/v1/jobs`, and the 401s of `auth`) is
+The native format (`/v1/ocr`, `/v1/render`, `/v1/jobs`, and the 401s and 429s of `auth`) is
 `{"error": {"code", "message", "request_id"}}`; PaddleX's `/ocr` answers in its envelope, with the
 HTTP status as `errorCode`. Either way the status is the error's own (`OcrError.http_status`),
-except that shed work answers `server.overload_status`, and every 503 carries `Retry-After`.
+except that shed work answers `server.overload_status`; every 503, and a key's 429 (over its
+quota), carries `Retry-After`.
 Anything that is not an `OcrError` is logged with its traceback and answered as a bare 500.
 """
 

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from serving.config import ServerConfig
-from serving.errors import NotReady, Overloaded, ValidationFailed
+from serving.errors import NotReady, Overloaded, QuotaExceeded, ValidationFailed
 from serving.http.exceptions import native_error, paddlex_error
 
 
@@ -40,6 +40,18 @@ def test_shed_work_answers_the_configured_status_with_retry_after(status: int) -
 def test_every_503_carries_retry_after() -> None:
     response = native_error(NotReady(), ServerConfig(retry_after_s=3))
     assert (response.status_code, response.headers["retry-after"]) == (503, "3")
+
+
+def test_a_keys_429_carries_its_own_retry_after_or_the_servers() -> None:
+    server = ServerConfig(overload_status=503, retry_after_s=3)
+    response = native_error(QuotaExceeded("over", retry_after_s=41.2), server)
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "42"
+    assert json.loads(response.body)["error"]["code"] == "quota_exceeded"
+    pages = paddlex_error(QuotaExceeded("pages"), "log-1", server)
+    assert pages.status_code == 429
+    assert pages.headers["retry-after"] == "3"
+    assert json.loads(pages.body)["errorCode"] == 429
 
 
 def test_other_exceptions_are_logged_and_answered_as_a_bare_500(
