@@ -106,13 +106,15 @@ async def fetch(
 ) -> bytes:
     """Download `url`: its host allow-listed, its addresses public, no redirects, bounded.
 
-    Plain http connects to the checked address itself (Host header kept), so the name cannot
-    resolve elsewhere between the check and the connection. https connects by name, for the
-    certificate check, which leaves that DNS-rebinding window open (a known limit).
+    The file is asked for, and read, without any `Content-Encoding` (a compressed answer could
+    inflate past the size limit in one chunk). Plain http connects to the checked address itself
+    (Host header kept), so the name cannot resolve elsewhere between the check and the
+    connection. https connects by name, for the certificate check, which leaves that
+    DNS-rebinding window open (a known limit).
 
     Raises:
-        InvalidInput: a refused URL, host or address, a redirect, an error status, a timeout or
-            a failed connection (422).
+        InvalidInput: a refused URL, host or address, a redirect, an error status, a
+            `Content-Encoding`, a timeout or a failed connection (422).
         PayloadTooLarge: more than `limits.max_bytes` (413).
     """
     parts = urlsplit(url)
@@ -128,7 +130,9 @@ async def fetch(
     except ValueError as err:
         raise InvalidInput("The URL's port is not valid") from err
     address = await checked_address(host, port)
-    target, headers = url, {}
+    # The file as stored: httpx would undo each `Content-Encoding` layer before the size check
+    # (249 bytes of `gzip, gzip` on the wire became one 50 MB chunk).
+    target, headers = url, {"Accept-Encoding": "identity"}
     if parts.scheme == "http":
         literal = f"[{address}]" if address.version == 6 else str(address)
         target = urlunsplit(("http", f"{literal}:{port}", parts.path or "/", parts.query, ""))
@@ -161,6 +165,11 @@ async def _download(
             )
         if response.status_code != 200:
             raise InvalidInput(f"The URL answered HTTP {response.status_code}")
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise InvalidInput(
+                f"The URL answered Content-Encoding {encoding!r}; only unencoded files are fetched"
+            )
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limits.max_bytes:
             raise PayloadTooLarge(
@@ -169,7 +178,7 @@ async def _download(
             )
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes():
+        async for chunk in response.aiter_raw():  # never inflated
             size += len(chunk)
             if size > limits.max_bytes:
                 raise PayloadTooLarge(

@@ -1,13 +1,16 @@
-"""Unit tests for serving/http/url_fetch.py; nothing here touches the network.
+"""Unit tests for serving/http/url_fetch.py; nothing here leaves the machine.
 
 Addresses are checked with literal IPs and a replaced resolver; downloads run against an httpx
-MockTransport.
+MockTransport, and the `Content-Encoding` tests against an HTTP server on loopback.
 """
 
 from __future__ import annotations
 
+import gzip
+import http.server
 import ipaddress
-from collections.abc import Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 import pytest
@@ -140,8 +143,26 @@ def test_kind_from_url_unsupported(url: str) -> None:
 # --- downloads ------------------------------------------------------------------------------
 
 
+class _Stream(httpx.AsyncByteStream):
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.body
+
+
 def _transport(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.MockTransport:
-    return httpx.MockTransport(handler)
+    """Answers `handler`'s responses as a network does, streamed (`fetch` reads them raw)."""
+
+    def streamed(request: httpx.Request) -> httpx.Response:
+        response = handler(request)
+        if not response.is_stream_consumed:
+            return response
+        return httpx.Response(
+            response.status_code, headers=response.headers, stream=_Stream(response.content)
+        )
+
+    return httpx.MockTransport(streamed)
 
 
 @pytest.mark.anyio
@@ -225,6 +246,68 @@ async def test_timeout_and_connection_errors_are_422() -> None:
         with pytest.raises(InvalidInput, match="Cannot fetch the URL") as info:
             await fetch("http://files.example/a.png", LIMITS, transport=_transport(handler))
         assert info.value.http_status == 422
+
+
+ZEROS = 50 * 1024 * 1024
+BOMB = gzip.compress(gzip.compress(bytes(ZEROS)))
+"""50 MB of zeros gzipped twice: a few hundred bytes on the wire (issue 26, item 5)."""
+
+
+@pytest.fixture
+def gzip_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on loopback answering `BOMB`: at `/labelled.png` as
+    `Content-Encoding: gzip, gzip`, at `/unlabelled.png` with no encoding; the URL and the
+    `Accept-Encoding` of each request. Loopback is let through the address check here only."""
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Accept-Encoding", ""))
+            self.send_response(200)
+            if self.path == "/labelled.png":
+                self.send_header("Content-Encoding", "gzip, gzip")
+            self.send_header("Content-Length", str(len(BOMB)))
+            self.end_headers()
+            self.wfile.write(BOMB)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    async def loopback(host: str, port: int) -> ipaddress.IPv4Address:
+        return ipaddress.IPv4Address("127.0.0.1")
+
+    monkeypatch.setattr(url_fetch, "checked_address", loopback)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.anyio
+async def test_content_encoding_is_refused_not_inflated(
+    gzip_server: tuple[str, list[str]],
+) -> None:
+    url, seen = gzip_server
+    limits = FetchLimits(allowed_hosts=("127.0.0.1",), timeout_s=10, max_bytes=1_000_000)
+    with pytest.raises(InvalidInput, match="Content-Encoding 'gzip, gzip'") as info:
+        await fetch(f"{url}/labelled.png", limits)
+    assert info.value.http_status == 422
+    assert seen == ["identity"]
+
+
+@pytest.mark.anyio
+async def test_unlabelled_compressed_bytes_are_read_as_sent(
+    gzip_server: tuple[str, list[str]],
+) -> None:
+    url, _ = gzip_server
+    limits = FetchLimits(allowed_hosts=("127.0.0.1",), timeout_s=10, max_bytes=1_000_000)
+    assert await fetch(f"{url}/unlabelled.png", limits) == BOMB
+    assert len(BOMB) < 1000 < ZEROS
 
 
 # --- config ---------------------------------------------------------------------------------
