@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -17,20 +19,25 @@ SECRETS = {
     "bob": "bob-1d2e3f4a5b6c7d8e9f0a",
     "root": "root-0a9b8c7d6e5f4a3b2c1d",
     "slow": "slow-5e6f7a8b9c0d1e2f3a4b",
+    "narrow": "narrow-9a8b7c6d5e4f3a2b1c0d",
 }
 PLAIN = "plain-env-key-3b4c5d6e7f8a"
 """A key of the plain `OCR_API_KEYS` form, beside the named ones."""
-PNG = images.encode_png(images.latin_lines().image)
+LATIN = images.latin_lines().image
+PNG = images.encode_png(LATIN)
+PDF3 = images.make_pdf([LATIN, LATIN, LATIN], dpi=144.0)
 
 
 def _keys_file() -> str:
-    roles = {"alice": "user", "bob": "user", "root": "admin", "slow": "user"}
-    entries = [
-        f'[[keys]]\nid = "{key_id}"\nrole = "{roles[key_id]}"\nsha256 = "{hash_key(secret)}"\n'
+    quotas = {
+        "root": 'role = "admin"\n',
+        "slow": "requests_per_s = 0.001\nburst_requests = 1\n",  # then one every 1000 s
+        "narrow": "max_inflight_pages = 1\n",
+    }
+    return "\n".join(
+        f'[[keys]]\nid = "{key_id}"\nsha256 = "{hash_key(secret)}"\n{quotas.get(key_id, "")}'
         for key_id, secret in SECRETS.items()
-    ]
-    # "slow" may send one request, then one every 1000 s.
-    return "\n".join(entries) + "requests_per_s = 0.001\nburst_requests = 1\n"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +136,32 @@ def test_a_key_past_its_rate_gets_429_with_retry_after(tenants_server: Server) -
     assert paddlex.json()["errorCode"] == 429
     # Other keys keep their own budget.
     assert httpx.get(f"{url}/v1/jobs", headers=_as("alice"), timeout=30).status_code == 200
+
+
+def test_a_key_at_its_pages_in_flight_gets_429_and_other_keys_do_not(
+    tenants_server: Server,
+) -> None:
+    url = tenants_server.url
+    ocr = f"{url}/v1/ocr"
+    pdf = {"content-type": "application/pdf"}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        # narrow's only request is taken whatever its pages (3, over its cap of 1) ...
+        first = pool.submit(httpx.post, ocr, content=PDF3, headers=pdf | _as("narrow"), timeout=300)
+        while httpx.get(f"{url}/readyz", timeout=30).json()["admission"]["inflight_pages"] < 3:
+            assert not first.done(), first.result().text
+            time.sleep(0.05)
+        # ... and holds them until it is answered: a second one of narrow's is refused at once.
+        png = {"content-type": "image/png"}
+        refused = httpx.post(ocr, content=PNG, headers=png | _as("narrow"), timeout=60)
+        other = httpx.post(ocr, content=PNG, headers=png | _as("alice"), timeout=300)
+        assert first.result().status_code == 200
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    assert "pages of key narrow in flight" in refused.json()["error"]["message"]
+    assert int(refused.headers["retry-after"]) > 0
+    assert other.status_code == 200
+    again = httpx.post(ocr, content=PNG, headers=png | _as("narrow"), timeout=300)
+    assert again.status_code == 200  # its pages were given back
 
 
 def test_metrics_count_requests_per_key_id_never_a_secret(tenants_server: Server) -> None:
