@@ -64,7 +64,7 @@ def test_builtin_kinds_pass_strict_schema_validation(rendered) -> None:
     _, objects = rendered
     assert set(objects) == {
         "ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "PersistentVolumeClaim",
-        "ScaledObject",
+        "ScaledObject", "NetworkPolicy",
     }  # fmt: skip
     for kind, doc in objects.items():
         if kind != "ScaledObject":
@@ -225,3 +225,102 @@ def test_hpa_alternative_renders_and_validates(tmp_path: Path) -> None:
         names = set(re.findall(r"\b(ocr_\w+)\{", rule["seriesQuery"] + rule["metricsQuery"]))
         assert names
         assert names <= exported, names - exported
+
+
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def _bytes(quantity: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([KMGT]i)?", quantity).groups()  # type: ignore[union-attr]
+    return int(number) * _UNITS.get(unit or "", 1)
+
+
+def test_network_policy_admits_the_serving_port_dns_and_postgresql_only(rendered) -> None:
+    _, objects = rendered
+    policy = objects["NetworkPolicy"]
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+    pod = objects["Deployment"]["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == pod["metadata"]["labels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (port,) = _container(objects)["ports"]
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": port["containerPort"]}]
+    egress = policy["spec"]["egress"]
+    assert all(rule.get("ports") for rule in egress)  # a rule without ports would allow any
+    opened = {(p["protocol"], p["port"]) for rule in egress for p in rule["ports"]}
+    assert opened == {("UDP", 53), ("TCP", 53), ("TCP", 5432)}
+    # URL inputs are off in the shipped config, so no http(s) egress is needed.
+    config = load_config(REPO_ROOT / "config.toml")
+    assert not config.input.allow_url
+    # kustomize adds the app's label to peers' podSelectors too: a peer selected by pod labels
+    # would then have to be an ocr-serving pod. None is.
+    peers = [peer for rule in egress for peer in rule.get("to", [])]
+    assert peers
+    assert all("podSelector" not in peer for peer in peers)
+
+
+def test_disk_is_bounded_and_no_service_account_token(rendered) -> None:
+    _, objects = rendered
+    spec = objects["Deployment"]["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    container = _container(objects)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounted = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    for path in ("/tmp", "/models", "/home/ocr"):
+        assert "sizeLimit" in mounted[path]["emptyDir"], path
+    on_disk = [
+        v["emptyDir"]
+        for v in volumes.values()
+        if "emptyDir" in v and v["emptyDir"].get("medium") != "Memory"
+    ]
+    assert all("sizeLimit" in d for d in on_disk)
+    resources = container["resources"]
+    limit = _bytes(resources["limits"]["ephemeral-storage"])
+    assert _bytes(resources["requests"]["ephemeral-storage"]) <= limit
+    assert sum(_bytes(d["sizeLimit"]) for d in on_disk) < limit  # room for the logs
+
+
+def test_api_keys_come_from_the_secret_by_default(rendered) -> None:
+    _, objects = rendered
+    spec = objects["Deployment"]["spec"]["template"]["spec"]
+    container = _container(objects)
+    (volume,) = [
+        v for v in spec["volumes"] if "secret" in v and v["secret"]["secretName"] == "ocr-api-keys"
+    ]
+    assert not volume["secret"].get("optional", False)  # no pod starts without keys
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    keys_file = Path(env["OCR_AUTH__KEYS_FILE"])
+    assert keys_file.parent == Path(mount["mountPath"])
+    assert {"key": keys_file.name, "path": keys_file.name} in volume["secret"]["items"]
+    assert not Path(mount["mountPath"]).is_relative_to("/etc/ocr")  # not inside the ConfigMap's
+    values = {name: value or "postgresql://ocr@db/ocr" for name, value in env.items()}
+    assert load_config(REPO_ROOT / "config.toml", values).auth.keys_file == str(keys_file)
+
+
+def test_url_fetch_alternative_opens_its_hosts_only(tmp_path: Path) -> None:
+    """The url-fetch component turns URL inputs on and adds http(s) egress to an address block."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "cpu").symlink_to((K8S / "overlays/cpu").resolve())
+    (overlay / "url").symlink_to((K8S / "alternatives/url-fetch").resolve())
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [cpu]\ncomponents: [url]\n", encoding="utf-8"
+    )
+    docs = render(overlay)
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "NetworkPolicy"}
+    assert set(policies) == {"ocr-serving", "ocr-serving-url-fetch"}
+    fetch = policies["ocr-serving-url-fetch"]
+    kubernetes_validate.validate(fetch, K8S_VERSION, strict=True)
+    (rule,) = fetch["spec"]["egress"]
+    assert {(p["protocol"], p["port"]) for p in rule["ports"]} == {("TCP", 80), ("TCP", 443)}
+    assert all("ipBlock" in peer for peer in rule["to"])
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {
+        item["name"]: item.get("value") or "postgresql://ocr@db/ocr" for item in container["env"]
+    }
+    config = load_config(REPO_ROOT / "config.toml", env)
+    assert config.input.allow_url
+    assert config.input.url_allowed_hosts
