@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
             port=config.server.port,
             log_config=None,
             access_log=False,
+            limit_concurrency=config.server.limit_concurrency or None,
             server_header=False,  # no `Server: uvicorn` (security_headers.py sets the others)
         ),
         plan=ShutdownPlan.within(config.server.shutdown_grace_s),

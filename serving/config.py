@@ -85,6 +85,9 @@ class ServerConfig:
     max_inflight_pages: int = 64
     """Admission cap: beyond this many pages in flight new requests are shed. Below it, requests
     that would finish past their deadline at the measured pace are shed too."""
+    limit_concurrency: int = 512
+    """Connections and requests at once (Uvicorn's `limit_concurrency`); beyond it, Uvicorn
+    answers 503 (plain text) at once. Each request may hold its body in memory; 0 = no limit."""
     memory_budget_bytes: int = 0
     """Bytes of decoded pixels in flight, all requests together; 0 = a quarter of the memory
     this process may use (the cgroup's limit in a container)."""
@@ -114,6 +117,7 @@ class ServerConfig:
         _check(self.upload_idle_timeout_s > 0, "server.upload_idle_timeout_s", "must be > 0")
         _check(self.upload_timeout_s > 0, "server.upload_timeout_s", "must be > 0")
         _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
+        _check(self.limit_concurrency >= 0, "server.limit_concurrency", "must be >= 0 (0 = none)")
         _check(self.memory_budget_bytes >= 0, "server.memory_budget_bytes", "must be >= 0")
         _check(self.overload_status in (429, 503), "server.overload_status", "must be 429 or 503")
         _check(self.shutdown_grace_s >= 0, "server.shutdown_grace_s", "must be >= 0")

@@ -224,6 +224,7 @@ def test_int_accepted_for_float_field() -> None:
         ({"server": {"max_body_bytes": 0}}, "server.max_body_bytes"),
         ({"server": {"request_timeout_s": 0}}, "server.request_timeout_s"),
         ({"server": {"max_inflight_pages": 0}}, "server.max_inflight_pages"),
+        ({"server": {"limit_concurrency": -1}}, "server.limit_concurrency"),
         ({"server": {"overload_status": 500}}, "server.overload_status"),
         ({"server": {"overload_status": 200}}, "server.overload_status"),
         ({"server": {"shutdown_grace_s": -0.5}}, "server.shutdown_grace_s"),
