@@ -91,7 +91,6 @@ async def create_job(request: Request) -> Response:
                 runtime.cpu, runtime.service.limits, timeout_s=config.page_timeout_s
             )
             documents = await asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
-        info = await runner.submit(job_id, documents, options, owner=_owner(request))
     except HTTPException as err:
         runner.store.discard(job_id)
         raise _form_error(err.detail, config.max_files_per_job) from err
@@ -101,6 +100,10 @@ async def create_job(request: Request) -> Response:
     except BaseException:
         runner.store.discard(job_id)
         raise
+    # From here the files stay whatever happens: a submit that fails after its row was
+    # committed (a commit whose outcome is unknown, a cancellation while its thread commits)
+    # leaves a job that needs them. Files of a job never recorded go to the store's orphan sweep.
+    info = await runner.submit(job_id, documents, options, owner=_owner(request))
     body = {"id": info.id, "status": info.status, "pages_total": info.pages_total}
     return JSONResponse(body, status_code=202, headers={"Location": f"/v1/jobs/{info.id}"})
 

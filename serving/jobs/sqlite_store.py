@@ -47,7 +47,7 @@ from serving.jobs.types import (
     JobStoreUnavailable,
     PageTask,
 )
-from serving.jobs.uploads import JobDirs
+from serving.jobs.uploads import ORPHAN_MIN_AGE_S, JobDirs, modified_at
 
 
 class SqliteJobStore(JobDirs):
@@ -220,6 +220,7 @@ class SqliteJobStore(JobDirs):
         for job_id in ids:
             with contextlib.suppress(JobNotFound):
                 self.delete_job(job_id)
+        self._sweep_orphans(older_than=min(cutoff, self._clock() - ORPHAN_MIN_AGE_S))
         return ids
 
     # --- pages --------------------------------------------------------------------------------
@@ -377,12 +378,23 @@ class SqliteJobStore(JobDirs):
             (done, failed, final, final, self._clock(), job_id),
         )
 
-    def _sweep_orphans(self) -> None:
-        """Remove job directories without a row: uploads cut short by a crash."""
+    def _sweep_orphans(self, older_than: float | None = None) -> None:
+        """Remove job directories without a row: uploads cut short by a crash (at open), and
+        those last changed before `older_than` (a submit that failed, its row never committed).
+
+        The caller holds the store's lock when `older_than` is None (at open).
+        """
         if not self.jobs_root.is_dir() or self._db is None:
             return
-        known = {row[0] for row in self._db.execute("SELECT id FROM jobs")}
-        self.remove_orphans(self.jobs_root.iterdir(), known)
+        if older_than is None:
+            known = {row[0] for row in self._db.execute("SELECT id FROM jobs")}
+            self.remove_orphans(self.jobs_root.iterdir(), known)
+            return
+        old = [path for path in self.jobs_root.iterdir() if modified_at(path) < older_than]
+        if old:  # listed before the rows are read: a job committed meanwhile is known
+            with self._locked() as db:
+                known = {row[0] for row in db.execute("SELECT id FROM jobs")}
+            self.remove_orphans(old, known)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:

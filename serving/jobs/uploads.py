@@ -12,6 +12,19 @@ from serving.jobs.files import Document
 
 logger = logging.getLogger(__name__)
 
+ORPHAN_MIN_AGE_S = 3600.0
+"""A job directory without a row is swept while the store is open only once it is this old: an
+upload is staged in its directory before the row is committed (`server.upload_timeout_s` is 600 s
+by default)."""
+
+
+def modified_at(path: Path) -> float:
+    """When `path` last changed (wall clock); infinitely recent when it is gone."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return float("inf")
+
 
 class JobDirs:
     """Job directories under `root / "jobs"`, named by job id; a store's base class."""
