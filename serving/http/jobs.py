@@ -18,9 +18,10 @@ from starlette.routing import Route
 
 from serving.errors import OcrError, PayloadTooLarge, UnsupportedMediaType, ValidationFailed
 from serving.http.auth import identity_of
+from serving.http.body_limit import JOBS, limit_body
 from serving.http.endpoints import Handler, runtime_of
 from serving.http.exceptions import native_errors
-from serving.http.uploads import form_error, gone_mid_upload
+from serving.http.uploads import FIELD_MAX_BYTES, form_error, gone_mid_upload
 from serving.jobs.files import BatchLimits, stage_uploads, worker_page_counter
 from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
@@ -73,7 +74,7 @@ async def create_job(request: Request) -> Response:
         async with request.form(
             max_files=config.max_files_per_job,
             max_fields=64,
-            max_part_size=config.max_upload_bytes,
+            max_part_size=FIELD_MAX_BYTES,  # `options`; file parts: `body_limit.JOBS`
         ) as form:
             raw_options: dict[str, Any] = dict(request.query_params)
             if isinstance(form.get("options"), str):
@@ -112,7 +113,7 @@ def _form_error(detail: str, max_files: int) -> OcrError:
     """Starlette's multipart limits (answered as 400) as this API's statuses."""
     if detail.startswith("Too many files"):
         return ValidationFailed(f"More than {max_files} files in one job (jobs.max_files_per_job)")
-    return form_error(detail, size_setting="jobs.max_upload_bytes")
+    return form_error(detail)
 
 
 def _owner(request: Request) -> str | None:
@@ -264,7 +265,11 @@ def job_routes(observe: Callable[[str, Handler], Handler]) -> list[Route]:
         return Route(path, observe(path, native_errors(handler)), methods=[method])
 
     return [
-        route("/v1/jobs", create_job, "POST"),
+        Route(  # the body's limit outside the errors: it closes after an early answer
+            "/v1/jobs",
+            observe("/v1/jobs", limit_body(JOBS, native_errors(create_job))),
+            methods=["POST"],
+        ),
         route("/v1/jobs", list_jobs, "GET"),
         route("/v1/jobs/{job_id}", get_job, "GET"),
         route("/v1/jobs/{job_id}", delete_job, "DELETE"),

@@ -11,6 +11,7 @@ from serving.config import AppConfig
 from serving.errors import InvalidInput
 from serving.http import paddlex_api, request_id, url_fetch
 from serving.http.auth import identity_of
+from serving.http.body_limit import PADDLEX, RAW, limit_body
 from serving.http.endpoints import (
     from_loopback,
     observed,
@@ -32,6 +33,7 @@ async def paddlex_ocr(request: Request) -> Response:
     try:
         raw = await read_body(request, runtime.config.server.max_body_bytes)
         body = paddlex_api.load_body(raw)
+        del raw  # not held while the document runs (`body_limit.PADDLEX` counts what is)
         log_id = paddlex_api.log_id_of(body, default=log_id)
         parsed = paddlex_api.parse_request(body)
         timeout_s = timeout_of(request, runtime.config.server.request_timeout_s)
@@ -148,8 +150,8 @@ async def readyz(request: Request) -> Response:
 
 
 ROUTES = [
-    Route("/ocr", observed("/ocr", paddlex_ocr), methods=["POST"]),
-    Route("/v1/ocr", observed("/v1/ocr", native_errors(v1_ocr)), methods=["POST"]),
+    Route("/ocr", observed("/ocr", limit_body(PADDLEX, paddlex_ocr)), methods=["POST"]),
+    Route("/v1/ocr", observed("/v1/ocr", limit_body(RAW, native_errors(v1_ocr))), methods=["POST"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
     Route("/livez", livez, methods=["GET"]),

@@ -11,6 +11,7 @@ from starlette.staticfiles import StaticFiles
 
 from serving.errors import ValidationFailed
 from serving.http.auth import identity_of
+from serving.http.body_limit import RAW, limit_body
 from serving.http.endpoints import observed, runtime_of, until_disconnect
 from serving.http.exceptions import native_errors
 from serving.http.uploads import read_document
@@ -46,6 +47,10 @@ async def render(request: Request) -> Response:
 
 ROUTES = [
     Route("/", index, methods=["GET"]),
-    Route("/v1/render", observed("/v1/render", native_errors(render)), methods=["POST"]),
+    Route(
+        "/v1/render",
+        observed("/v1/render", limit_body(RAW, native_errors(render))),
+        methods=["POST"],
+    ),
     Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
 ]

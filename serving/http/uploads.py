@@ -22,6 +22,11 @@ from serving.inputs import FileKind, sniff_kind
 
 logger = logging.getLogger(__name__)
 
+FIELD_MAX_BYTES = 64 * 1024
+"""Largest multipart field that is not a file (e.g. the jobs API's `options`): fields are held in
+memory and parsed on the event loop. File parts are capped by the whole body's limit
+(`serving.http.body_limit`)."""
+
 _RAW_TYPES: dict[str, FileKind] = {"application/pdf": "pdf"}
 """Raw body types besides image/*."""
 
@@ -57,14 +62,16 @@ async def read_document(request: Request, max_bytes: int) -> tuple[bytes, FileKi
     if content_type == "multipart/form-data":
         _check_declared_length(request, max_bytes)
         try:
-            async with request.form(max_files=1, max_fields=16, max_part_size=max_bytes) as form:
+            async with request.form(
+                max_files=1, max_fields=16, max_part_size=FIELD_MAX_BYTES
+            ) as form:
                 upload = form.get("file")
                 if not isinstance(upload, UploadFile):
                     raise ValidationFailed("Send the document in a multipart field named `file`")
                 data = await upload.read()
                 part_type = (upload.content_type or "").lower()
         except HTTPException as err:  # Starlette's multipart parser refuses the body
-            raise form_error(err.detail, size_setting="server.max_body_bytes") from err
+            raise form_error(err.detail) from err
         except ClientDisconnect as err:
             raise gone_mid_upload() from err
     elif content_type.startswith("image/") or content_type in _RAW_TYPES:
@@ -93,11 +100,13 @@ def _check_declared_length(request: Request, max_bytes: int) -> None:
         raise PayloadTooLarge(f"Request body of {declared} bytes; the limit is {max_bytes}")
 
 
-def form_error(detail: str, *, size_setting: str) -> OcrError:
+def form_error(detail: str) -> OcrError:
     """Starlette's refusal of a multipart body (a 400 with `detail`) as this API's error: 413 for
-    a part over the size limit (naming the setting), else 422."""
+    a field over `FIELD_MAX_BYTES` (file parts are never refused by size here), else 422."""
     if "maximum size" in detail:
-        return PayloadTooLarge(f"{detail} ({size_setting})")
+        return PayloadTooLarge(
+            f"A multipart field that is not a file holds at most {FIELD_MAX_BYTES // 1024} KiB"
+        )
     return ValidationFailed(f"Malformed multipart body: {detail}")
 
 

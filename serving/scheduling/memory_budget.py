@@ -20,12 +20,16 @@ import psutil
 
 from pipelines.det_preprocess import det_input_size
 from pipelines.types import DetParams
-from serving.errors import OcrError, PayloadTooLarge
+from serving.errors import OcrError, Overloaded, PayloadTooLarge
 
 logger = logging.getLogger(__name__)
 
 HOST_SHARE = 0.25
 """Share of the memory this process may use that the default budget takes."""
+
+BODY_SHARE = 0.5
+"""Share of the budget that request bodies may hold, all together: the rest is kept for pages,
+so that pages never wait only for bodies (whose requests wait for those pages)."""
 
 _MIB = 1 << 20
 
@@ -74,6 +78,8 @@ class MemoryBudget:
     def __init__(self, total_bytes: int) -> None:
         self.total_bytes = total_bytes
         self.used_bytes = 0
+        self.body_bytes = 0
+        """Of `used_bytes`, what request bodies hold (`BodyCharge`)."""
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._aborted: OcrError | None = None
 
@@ -91,6 +97,7 @@ class MemoryBudget:
         return {
             "total_bytes": self.total_bytes,
             "used_bytes": self.used_bytes,
+            "body_bytes": self.body_bytes,
             "waiting": self.waiting,
         }
 
@@ -166,3 +173,90 @@ class MemoryBudget:
                 continue
             self.used_bytes += nbytes
             granted.set_result(None)
+
+    # --- request bodies (`BodyCharge`) ------------------------------------------------------
+
+    @property
+    def body_limit_bytes(self) -> int:
+        """What request bodies may hold, all together (`BODY_SHARE` of the budget)."""
+        return int(self.total_bytes * BODY_SHARE)
+
+    def take_body(self, nbytes: int) -> bool:
+        """Take `nbytes` for request bodies at once if they fit, else take nothing.
+
+        Bodies never wait for room: the pages their requests wait for may be the ones they would
+        wait behind.
+        """
+        if self._aborted is not None:
+            raise self._aborted
+        fits = self.used_bytes + nbytes <= self.total_bytes
+        if not fits or self.body_bytes + nbytes > self.body_limit_bytes:
+            return False
+        self.used_bytes += nbytes
+        self.body_bytes += nbytes
+        return True
+
+    def release_body(self, nbytes: int) -> None:
+        """Give back `nbytes` taken with `take_body`."""
+        self.body_bytes -= nbytes
+        self.release(nbytes)
+
+
+class BodyCharge:
+    """One request body in the memory budget: `copies` bytes for each body byte, charged as the
+    bytes arrive and held until the request ends (`with` block).
+
+    `copies` counts what the endpoint holds in memory for each byte: while a body is buffered, its
+    chunks and their joined copy; then the body and the document's shared-memory copy.
+    """
+
+    def __init__(self, budget: MemoryBudget, *, copies: int) -> None:
+        self.budget = budget
+        self.copies = copies
+        self.held_bytes = 0
+
+    def check(self, body_bytes: int) -> None:
+        """Refuse a body that could never be held.
+
+        Raises:
+            PayloadTooLarge: `body_bytes` would hold more than bodies may (413).
+        """
+        need = self.copies * body_bytes
+        if need > self.budget.body_limit_bytes:
+            raise PayloadTooLarge(
+                f"A body of {body_bytes} bytes holds about {need // _MIB} MiB while it is "
+                f"served; bodies may hold {self.budget.body_limit_bytes // _MIB} MiB of this "
+                "server's memory budget (server.memory_budget_bytes)"
+            )
+
+    def add(self, body_bytes: int) -> None:
+        """Charge `body_bytes` more of the body.
+
+        Raises:
+            PayloadTooLarge: the body so far could never be held (413).
+            Overloaded: the budget has no room for it now (503, retry later).
+            ShuttingDown: the server is stopping.
+        """
+        if self.copies == 0 or body_bytes == 0:
+            return
+        self.check(self.held_bytes // self.copies + body_bytes)
+        need = self.copies * body_bytes
+        if not self.budget.take_body(need):
+            raise Overloaded(
+                "No room in the memory budget for this request body now "
+                f"({self.budget.used_bytes // _MIB} of {self.budget.total_bytes // _MIB} MiB "
+                "in use); retry later"
+            )
+        self.held_bytes += need
+
+    def release(self) -> None:
+        """Give back everything charged."""
+        held, self.held_bytes = self.held_bytes, 0
+        if held:
+            self.budget.release_body(held)
+
+    def __enter__(self) -> BodyCharge:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()

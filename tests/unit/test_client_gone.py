@@ -19,6 +19,7 @@ from serving.jobs.sqlite_store import SqliteJobStore as JobStore
 from serving.jobs.types import PageTask
 from serving.metrics import Metrics
 from serving.runtime import Runtime
+from serving.scheduling.memory_budget import MemoryBudget
 
 PNG_HEAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 MULTIPART = "multipart/form-data; boundary=xyz"
@@ -43,6 +44,7 @@ def _runtime(tmp_path: Path) -> Runtime:
             metrics=Metrics(),
             check_ready=lambda: None,
             jobs=runner,
+            service=types.SimpleNamespace(budget=MemoryBudget(1 << 30)),  # bodies are charged
         ),
     )
 

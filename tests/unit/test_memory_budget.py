@@ -7,8 +7,13 @@ import asyncio
 import pytest
 
 from pipelines.types import DetParams
-from serving.errors import PayloadTooLarge, ShuttingDown
-from serving.scheduling.memory_budget import MemoryBudget, host_memory_bytes, page_cost_bytes
+from serving.errors import Overloaded, PayloadTooLarge, ShuttingDown
+from serving.scheduling.memory_budget import (
+    BodyCharge,
+    MemoryBudget,
+    host_memory_bytes,
+    page_cost_bytes,
+)
 
 
 def test_pages_beyond_the_budget_wait_their_turn_in_order() -> None:
@@ -95,3 +100,58 @@ def test_abort_fails_the_waiting_pages_and_refuses_new_ones() -> None:
         assert budget.used_bytes == 0
 
     asyncio.run(main())
+
+
+def test_a_body_holds_its_copies_until_the_request_ends() -> None:
+    budget = MemoryBudget(1000)
+    with BodyCharge(budget, copies=2) as charge:
+        charge.add(100)
+        charge.add(50)
+        assert (budget.used_bytes, budget.body_bytes) == (300, 300)
+        assert charge.held_bytes == 300
+    assert (budget.used_bytes, budget.body_bytes) == (0, 0)
+
+
+def test_bodies_hold_at_most_half_the_budget_and_never_wait() -> None:
+    budget = MemoryBudget(1000)
+    with BodyCharge(budget, copies=2) as first, BodyCharge(budget, copies=2) as second:
+        first.add(200)  # 400 held
+        with pytest.raises(Overloaded, match="memory budget"):
+            second.add(60)  # 520 > 500: bodies' share
+        assert second.held_bytes == 0
+        second.add(50)
+        assert budget.body_bytes == 500
+    assert budget.used_bytes == 0
+
+
+def test_bodies_take_only_the_room_pages_leave() -> None:
+    async def main() -> None:
+        budget = MemoryBudget(1000)
+        await budget.acquire(900)  # pages in flight
+        with BodyCharge(budget, copies=1) as charge:
+            charge.add(100)
+            with pytest.raises(Overloaded):
+                charge.add(1)
+        budget.release(900)
+        assert budget.used_bytes == 0
+
+    asyncio.run(main())
+
+
+def test_a_body_that_could_never_be_held_is_413() -> None:
+    budget = MemoryBudget(10 << 20)
+    charge = BodyCharge(budget, copies=3)
+    charge.check(1 << 20)
+    with pytest.raises(PayloadTooLarge, match=r"server\.memory_budget_bytes"):
+        charge.check(2 << 20)  # 6 MiB held; bodies may hold 5
+    with pytest.raises(PayloadTooLarge):
+        charge.add(2 << 20)
+    assert budget.used_bytes == 0
+    assert BodyCharge(budget, copies=0).held_bytes == 0  # spooled bodies cost nothing here
+
+
+def test_a_stopping_server_takes_no_body() -> None:
+    budget = MemoryBudget(1000)
+    budget.abort(ShuttingDown())
+    with pytest.raises(ShuttingDown), BodyCharge(budget, copies=1) as charge:
+        charge.add(1)
