@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
+
+from models.torch_options import TorchOptions
 
 DeviceKind = Literal["cpu", "gpu"]
 DEVICE_KINDS: tuple[DeviceKind, ...] = get_args(DeviceKind)
@@ -71,6 +73,9 @@ class EngineOptions:
     """OpenVINO's precision on CPU: "auto" (bf16 where the CPU has it and the model was checked
     under it, else f32), "f32" or "bf16" (`models.openvino_precision`)."""
 
+    torch: TorchOptions = field(default_factory=TorchOptions)
+    """The torch engine's compilation and shape buckets (`[engine.torch]`)."""
+
     def __post_init__(self) -> None:
         if _DEVICE_RE.match(self.device) is None:
             raise EngineOptionsError(f"device must be 'cpu' or 'gpu:N', got {self.device!r}")
@@ -93,6 +98,8 @@ class EngineOptions:
                 "openvino_precision must be 'auto', 'f32' or 'bf16', "
                 f"got {self.openvino_precision!r}"
             )
+        for key, problem in self.torch.problems():
+            raise EngineOptionsError(f"torch.{key} {problem}")
         if self.trt_max_batch_size is not None and self.trt_max_batch_size < 1:
             raise EngineOptionsError(
                 f"trt_max_batch_size must be >= 1, got {self.trt_max_batch_size}"

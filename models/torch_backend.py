@@ -1,13 +1,17 @@
 """PyTorch as an engine backend: the ONNX conversion of a Paddle model, as a torch module.
 
 At `load()` the cached ONNX conversion (`models.convert`, made ahead by `make convert`) becomes
-a torch module with `onnx2torch` (about 0.2 s), run eagerly under `torch.inference_mode()`
-(eager takes any batch, height and width; a TorchScript trace would fix rec's width). On
-`gpu:N` it runs on CUDA with the worker's `models.staging.Lane`: batches are collated straight
-into page-locked slots, copied with `non_blocking=True` on the lane's upload stream, computed on
-its compute stream, copied back once on its download stream, and several batches may be in
-flight. On "cpu" the same code runs synchronously (so CI proves the conversion without a GPU).
-A recogniser answers with each step's best class and its probability, computed on the device
+a torch module with `onnx2torch` (about 0.2 s), whose shape arithmetic `models.torch_graph`
+then moves to the host (0.3-0.6 s): a forward never reads a device value back, so on a GPU
+`launch` returns as soon as the work is queued (issue 27). It runs under
+`torch.inference_mode()`, eagerly by default (any batch, height and width) or compiled
+(`[engine.torch] compile`, `torch.compile(fullgraph=True)`), at each batch's own shape or
+padded up to shape buckets (`[engine.torch] shapes`, `models.torch_options`). On `gpu:N` it
+runs on CUDA with the worker's `models.staging.Lane`: batches are collated straight into
+page-locked slots, copied with `non_blocking=True` on the lane's upload stream, computed on its
+compute stream, copied back once on its download stream, and several batches may be in flight.
+On "cpu" the same code runs synchronously (so CI proves the conversion without a GPU). A
+recogniser answers with each step's best class and its probability, computed on the device
 (`output_argmax`, which the server asks for), not with every class's probability.
 
 Numerics: fp32 by default, with TF32 off (`engine.allow_tf32`); `engine.precision = "fp16"`
@@ -25,12 +29,16 @@ import time
 import types
 from typing import Any
 
-from models.base import EngineBackend, Predictor, PredictorError
+import numpy as np
+
+from models.base import EngineBackend, Predictor, PredictorError, not_loaded
 from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
 from models.lane_predictor import LanePredictor
 from models.spec import ModelSpec
 from models.staging import LANE_SLOTS, Lane
+from models.torch_graph import UnsupportedGraph, host_shapes
+from models.torch_options import bucket_shape, rec_buckets
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +109,9 @@ class TorchPredictor(LanePredictor):
         super().__init__(spec, options)
         self._torch: Any = None
         self._module: Any = None
+        self._eager: Any = None
+        self.host_reads_free = False
+        """Whether `models.torch_graph` kept every shape value on the host (set by `load`)."""
 
     @property
     def torch_device(self) -> str:
@@ -126,7 +137,7 @@ class TorchPredictor(LanePredictor):
             # shape inference beside the model, which fails where models are read-only (the
             # container image under a read-only root filesystem).
             graph = importlib.import_module("onnx").load(str(self._spec.onnx_file))
-            module = onnx2torch.convert(graph).eval().to(device)
+            module = self._host_shapes(onnx2torch.convert(graph).eval()).to(device)
             if self._options.precision == "fp16":
                 module = module.half()
         except Exception as err:  # onnx2torch and torch raise many kinds
@@ -134,26 +145,68 @@ class TorchPredictor(LanePredictor):
                 f"cannot load {self._spec.kind} model {self._spec.onnx_file} on {device}: {err}"
             ) from err
         self._torch = torch
-        self._module = module
+        self._eager = module
+        self._module = self._compiled(module)
         self._lane = worker_lane(device)
         logger.info(
-            "loaded %s model=%s device=%s precision=%s tf32=%s in %.2fs",
+            "loaded %s model=%s device=%s precision=%s tf32=%s host_reads_free=%s compile=%s "
+            "shapes=%s in %.2fs",
             self._spec.kind,
             self._spec.model_name,
             device,
             self._options.precision,
             self._options.allow_tf32,
+            self.host_reads_free,
+            self._options.torch.compile,
+            self._options.torch.shapes,
             time.monotonic() - started,
         )
 
+    def _host_shapes(self, module: Any) -> Any:
+        """`module` with its shape arithmetic on the host, or as converted (every forward then
+        waits on the device, and cannot be compiled whole) where the graph needs more."""
+        try:
+            rewritten = host_shapes(module)
+        except UnsupportedGraph as err:
+            logger.warning(
+                "%s model %s keeps shape values on the device (its forwards wait on it): %s",
+                self._spec.kind,
+                self._spec.model_name,
+                err,
+            )
+            return module
+        self.host_reads_free = True
+        return rewritten
+
+    def _compiled(self, module: Any) -> Any:
+        mode = self._options.torch.compile
+        if mode == "off":
+            return module
+        return self._torch.compile(module, fullgraph=True, mode=mode)
+
     def _forward(self, x: Any) -> Any:
+        return self.forward(x)
+
+    def forward(self, x: Any) -> Any:
+        """The model on an NCHW float32 tensor on the device, run at its bucket's shape
+        (`models.torch_options.bucket_shape`) and cropped back: its output, or the argmax pairs
+        of its last axis (`output_argmax`). Reads nothing from the device (no host waits)."""
         torch = self._torch
+        if self._module is None:
+            raise not_loaded(self._spec)
+        n, _, h, w = (int(d) for d in x.shape)
+        bn, _, bh, bw = bucket_shape(self._spec.kind, tuple(x.shape), self._options.torch)
         with torch.inference_mode():
+            if (bn, bh, bw) != (n, h, w):
+                x = torch.nn.functional.pad(x, (0, bw - w, 0, bh - h, 0, 0, 0, bn - n))
             if self._options.precision == "fp16":
                 x = x.half()
             y = self._module(x)
             if isinstance(y, list | tuple):
                 y = y[0]
+            y = y[:n]
+            if self._spec.kind == "det" and (bh, bw) != (h, w):
+                y = y[..., :h, :w]  # the detector's maps have the input's height and width
             y = y.float()
             if self._argmax:
                 # Ties go to the first index, as numpy's argmax (torch documents the same).
@@ -161,9 +214,30 @@ class TorchPredictor(LanePredictor):
                 y = torch.stack((indices.float(), values), dim=-1)
             return y.contiguous()
 
+    def warmup(self) -> None:
+        """Run one small zero input; a compiled recogniser runs each width bucket too (that is
+        when it compiles), and falls back to eager where compiling fails."""
+        try:
+            super().warmup()
+            if self._options.torch.compile != "off" and self._spec.rec_params is not None:
+                height = self._spec.rec_params.image_height
+                for shape in rec_buckets(self._options.torch, height=height, max_batch=1):
+                    self.run(np.zeros(shape, dtype=np.float32))
+        except PredictorError:
+            if self._module is self._eager:
+                raise
+            logger.exception(
+                "compiling %s model %s failed; it runs eagerly",
+                self._spec.kind,
+                self._spec.model_name,
+            )
+            self._module = self._eager
+            super().warmup()
+
     def close(self) -> None:
         """Drop the module (its device memory returns to torch's cache)."""
         self._module = None
+        self._eager = None
         self._lane = None
 
 

@@ -25,6 +25,7 @@ from models.engine_options import (
     Precision,
 )
 from models.registry import BACKENDS, backend_names
+from models.torch_options import TorchOptions
 from pipelines.types import LIMIT_TYPES, DetParams, LimitType
 from serving.errors import ConfigError
 
@@ -309,8 +310,15 @@ class EngineConfig:
     worker when it loads, reported in `/readyz`), "f32" (Paddle's text, on any CPU) or "bf16"
     (f32 where the CPU has no bf16); see `models.openvino_precision`."""
 
+    torch: TorchOptions = field(default_factory=TorchOptions)
+    """The torch engine's `[engine.torch]`: `compile` ("off", "default", "reduce-overhead"),
+    `shapes` ("exact" or "buckets"), `rec_widths_px` and `det_step_px`
+    (`models.torch_options.TorchOptions`)."""
+
     def __post_init__(self) -> None:
         _check(self.cpu_threads >= 0, "engine.cpu_threads", "must be >= 0")
+        for key, problem in self.torch.problems():
+            _check(False, f"engine.torch.{key}", problem)
         _check(
             self.openvino_precision in OPENVINO_PRECISION_SETTINGS,
             "engine.openvino_precision",

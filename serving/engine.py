@@ -35,6 +35,7 @@ def engine_options(engine: EngineConfig, device: str, cpu_threads: int) -> Engin
         trt_use_static=bool(engine.trt_cache_dir),
         trt_cache_dir=engine.trt_cache_dir or None,
         onnx_dir=engine.onnx_dir,
+        torch=engine.torch,
         openvino_precision=engine.openvino_precision,
     )
 

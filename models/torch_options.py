@@ -1,0 +1,92 @@
+"""The torch engine's own settings (`[engine.torch]`): compilation and the shapes it runs at.
+
+Pure: nothing here imports torch. `bucket_shape` is the policy that maps a batch's shape to the
+shape the model runs at; `models.torch_backend` pads to it and crops the answer back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+TorchCompile = Literal["off", "default", "reduce-overhead"]
+"""`torch.compile` mode of each model ("off": eager)."""
+TORCH_COMPILE_MODES: tuple[TorchCompile, ...] = get_args(TorchCompile)
+
+TorchShapes = Literal["exact", "buckets"]
+"""Run each batch at its own shape, or padded up to a bucket's."""
+TORCH_SHAPES: tuple[TorchShapes, ...] = get_args(TorchShapes)
+
+REC_WIDTHS_PX: tuple[int, ...] = (320, 480, 640, 960, 1280, 1920, 2560, 3200)
+"""Default recogniser width buckets (PP-OCRv5's rec input is 48 px high, at most 3200 wide)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TorchOptions:
+    """How the torch engine prepares and runs its models."""
+
+    compile: TorchCompile = "off"
+    """`torch.compile(fullgraph=True)` mode of each model: "off" (eager, the fallback), "default"
+    (Inductor: Triton kernels on GPUs), or "reduce-overhead" (Inductor and CUDA graphs, one
+    recorded per input shape). Compiling happens at warm-up and on each new shape; on the CPU it
+    takes minutes per model and shape, so it is meant for GPUs with `shapes = "buckets"`."""
+    shapes: TorchShapes = "exact"
+    """"exact": each batch runs at its own shape (Paddle's text). "buckets": the batch is padded
+    with zeros up to its bucket (rows to `batch_bucket`, rec width to `rec_widths_px`,
+    det height and width to multiples of `det_step_px`) and the answer cropped back, so a
+    compiled or graph-captured model sees few shapes; the extra padding can change a few
+    characters."""
+    rec_widths_px: tuple[int, ...] = REC_WIDTHS_PX
+    """Recogniser width buckets, ascending; a wider batch runs at its own width."""
+    det_step_px: int = 128
+    """Detector buckets: height and width rounded up to a multiple of this."""
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(key, what is wrong) for each invalid setting; checked by `EngineOptions` and by the
+        config (which names `engine.torch.<key>`)."""
+        found: list[tuple[str, str]] = []
+        if self.compile not in TORCH_COMPILE_MODES:
+            found.append(("compile", f"must be one of {', '.join(TORCH_COMPILE_MODES)}"))
+        if self.shapes not in TORCH_SHAPES:
+            found.append(("shapes", f"must be one of {', '.join(TORCH_SHAPES)}"))
+        widths = self.rec_widths_px
+        if not widths or widths[0] < 1 or list(widths) != sorted(set(widths)):
+            found.append(("rec_widths_px", "must be positive, ascending and not empty"))
+        if self.det_step_px < 1:
+            found.append(("det_step_px", "must be >= 1"))
+        return found
+
+
+BATCH_STEP = 16
+"""Above 32 rows, batches are bucketed by multiples of this (96 stays 96, not 128)."""
+
+
+def batch_bucket(n: int) -> int:
+    """The rows a batch of `n` runs at: the next power of two up to 32, then the next multiple
+    of `BATCH_STEP`."""
+    if n <= 32:
+        return 1 << max(0, n - 1).bit_length()
+    return -(-n // BATCH_STEP) * BATCH_STEP
+
+
+def bucket_shape(kind: str, shape: tuple[int, ...], options: TorchOptions) -> tuple[int, ...]:
+    """The NCHW shape a `kind` ("det", "cls", "rec") batch of `shape` runs at: `shape` itself
+    with `shapes = "exact"`, else its bucket (each dimension at least the batch's own)."""
+    n, c, h, w = shape
+    if options.shapes == "exact":
+        return shape
+    n = batch_bucket(n)
+    if kind == "det":
+        step = options.det_step_px
+        return (n, c, -(-h // step) * step, -(-w // step) * step)
+    if kind != "rec":  # the classifier's input has one size
+        return (n, c, h, w)
+    width = next((b for b in options.rec_widths_px if b >= w), w)
+    return (n, c, h, width)
+
+
+def rec_buckets(options: TorchOptions, *, height: int, max_batch: int) -> list[tuple[int, ...]]:
+    """Every recogniser bucket up to `max_batch` rows, at `height` px (for warm-up and tests;
+    det buckets are a grid of heights and widths, too many to list)."""
+    batches = sorted({batch_bucket(n) for n in range(1, max_batch + 1)})
+    return [(n, 3, height, w) for w in options.rec_widths_px for n in batches]
