@@ -72,7 +72,7 @@ def plain_key_id(secret: str | bytes) -> str:
 
 def load_keys(config: AuthConfig, environ: Mapping[str, str]) -> tuple[ApiKey, ...]:
     """Every configured key: plain ones (the environment variable, then the plain file) as users
-    with the default quotas, then the named keys file's. None: authentication is off.
+    with the default quotas, then the named keys file's. Empty: authentication is off.
 
     Raises:
         ConfigError: a key file cannot be read or is invalid, or two keys share a secret or an id.
