@@ -50,10 +50,19 @@ def page(browser, server: Server) -> Iterator[object]:
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda err: errors.append(str(err)))
-    page.goto(f"{server.url}/")
+    # The page runs under the server's Content-Security-Policy: anything it refused (an image,
+    # a script, a fetch) shows here.
+    refused: list[str] = []
+    page.on(
+        "console",
+        lambda msg: refused.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
+    answer = page.goto(f"{server.url}/")
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
     yield page
     context.close()
     assert not errors, errors
+    assert not refused, refused
 
 
 def _upload(page, path: Path) -> None:
