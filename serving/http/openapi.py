@@ -33,10 +33,16 @@ def _errors(*statuses: int, schema: str = "Error") -> dict[str, Json]:
     text = {
         404: "Not found",
         408: "Upload stalled or too slow (`server.upload_idle_timeout_s`, `upload_timeout_s`)",
-        413: "Body over `server.max_body_bytes` (or the jobs limit)",
+        413: (
+            "Body over `server.max_body_bytes` (jobs: `jobs.max_upload_bytes`), chunked or not; "
+            "a form field over 64 KiB; or a body `server.memory_budget_bytes` could never hold"
+        ),
         415: "Unsupported content type",
         422: "Invalid input or parameters",
-        503: "Not ready, overloaded (with Retry-After) or a worker unavailable",
+        503: (
+            "Not ready, overloaded or no memory-budget room for the body now (with Retry-After), "
+            "or a worker unavailable"
+        ),
         504: "Deadline (`server.request_timeout_s`) exceeded",
     }
     return {str(status): _json(text[status], _ref(schema)) for status in statuses}
@@ -140,7 +146,10 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                         "required": ["file"],
                         "properties": {
                             "file": {"type": "array", "items": _BINARY},
-                            "options": {"type": "string", "description": "JSON object of options"},
+                            "options": {
+                                "type": "string",
+                                "description": "JSON object of options (at most 64 KiB)",
+                            },
                         },
                     }
                 }
@@ -148,7 +157,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         },
         "responses": {
             "202": _json("Accepted; `Location` names the job", _ref("Job")),
-            **_errors(404, 408, 413, 415, 422),
+            **_errors(404, 408, 413, 415, 422, 503),
         },
     },
     ("/v1/jobs", "get"): {
