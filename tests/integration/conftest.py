@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
+from models import convert
+from models.bundle import load_bundle
 from serving.app import build_app
-from serving.config import AppConfig, PaddlexConfig, WorkersConfig
+from serving.config import AppConfig, EngineConfig, PaddlexConfig, WorkersConfig
 from serving.runtime import Runtime
 from tests.local_client import local_client
 
@@ -27,9 +30,28 @@ def wait_ready(client: TestClient, timeout_s: float = 300.0) -> None:
     raise TimeoutError("server did not become ready")
 
 
+@pytest.fixture(scope="module")
+def onnx_dir() -> str:
+    """The configured cache, holding the default models' conversions (`make convert`, which
+    `make test` runs; converted here when only the converter is there)."""
+    cache = Path(EngineConfig().onnx_dir)
+    models = AppConfig().models
+    bundle = load_bundle(models.det, models.rec)
+    missing = [s for s in (bundle.det, bundle.rec) if convert.find_onnx(s, cache) is None]
+    converter = convert.default_converter()
+    if missing and converter is None:
+        pytest.skip(f"no ONNX conversions in {cache}: run {convert.CONVERT_COMMAND}")
+    for spec in missing:
+        if converter is not None:
+            convert.convert(spec, cache, converter)
+    return str(cache)
+
+
 @pytest.fixture(scope="session")
 def app_config() -> AppConfig:
     return AppConfig(
+        # f32 on any CPU: tests compare these texts with PaddleOCR's (auto may pick bf16).
+        engine=EngineConfig(openvino_precision="f32"),
         workers=dataclasses.replace(WorkersConfig(), cpu_workers=2, devices=("cpu",)),
         paddlex=PaddlexConfig(visualize=False),
     )

@@ -8,15 +8,12 @@ import base64
 import concurrent.futures
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
 from loadtest import pages
-from models import convert
-from models.bundle import load_bundle
 from serving.app import build_app
 from serving.config import AppConfig, EngineConfig, PaddlexConfig, WorkersConfig
 from serving.local_engine import LocalEngine
@@ -26,23 +23,6 @@ from tests.integration.conftest import wait_ready
 from tests.local_client import local_client
 
 ONNX_ENGINES = ("openvino", "onnxruntime")
-
-
-@pytest.fixture(scope="module")
-def onnx_dir() -> str:
-    """The configured cache, holding the default models' conversions (`make convert`, which
-    `make test` runs; converted here when only the converter is there)."""
-    cache = Path(EngineConfig().onnx_dir)
-    models = AppConfig().models
-    bundle = load_bundle(models.det, models.rec)
-    missing = [s for s in (bundle.det, bundle.rec) if convert.find_onnx(s, cache) is None]
-    converter = convert.default_converter()
-    if missing and converter is None:
-        pytest.skip(f"no ONNX conversions in {cache}: run {convert.CONVERT_COMMAND}")
-    for spec in missing:
-        if converter is not None:
-            convert.convert(spec, cache, converter)
-    return str(cache)
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +40,15 @@ def test_pages() -> dict[str, np.ndarray]:
     return chosen
 
 
-def _config(backend: str, onnx_dir: str, **engine: object) -> AppConfig:
+def _config(backend: str, onnx_dir: str, openvino_precision: str = "f32") -> AppConfig:
+    """OpenVINO at f32 unless asked: these tests compare its text with Paddle's."""
     return AppConfig(
         engine=dataclasses.replace(
-            EngineConfig(), cpu_backend=backend, cpu_threads=2, onnx_dir=onnx_dir, **engine
+            EngineConfig(),
+            cpu_backend=backend,
+            cpu_threads=2,
+            onnx_dir=onnx_dir,
+            openvino_precision=openvino_precision,
         ),
         workers=dataclasses.replace(
             WorkersConfig(), cpu_workers=2, devices=("cpu",), cpu_instances=1

@@ -1,0 +1,118 @@
+"""OpenVINO's precision on this machine's CPU, with the real converted models (issue 28).
+
+"auto" runs what the CPU supports (bf16 where OpenVINO lists "BF16", else f32) and reads real
+document pages: where it runs f32 the texts are f32's (which are Paddle's:
+test_onnx_engines.py), where it runs bf16 their CER is within 0.1 points of f32's. A bf16 hint
+compiles bf16 only on a CPU with bf16: elsewhere OpenVINO runs f32 without a word, and the
+predictor reports f32. The choice itself, for both kinds of CPU:
+tests/unit/test_openvino_precision.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loadtest import pages
+from loadtest.accuracy import pages_cer
+from models.engine_options import EngineOptions, OpenVinoPrecisionSetting
+from models.openvino_backend import OpenVinoPredictor, compile_config
+from models.openvino_precision import BF16_MAX_CER_LOSS, has_bf16
+from serving.config import AppConfig, EngineConfig
+from serving.engine import engine_options, precision_report
+from serving.local_engine import LocalEngine
+
+ov: Any = pytest.importorskip("openvino")
+
+
+@pytest.fixture(scope="module")
+def capabilities() -> list[str]:
+    return list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+
+
+@pytest.fixture(scope="module")
+def expected(capabilities: list[str]) -> str:
+    """What "auto" should run here, for the default (checked) models."""
+    return "bf16" if has_bf16(capabilities) else "f32"
+
+
+@pytest.fixture(scope="module")
+def real_pages() -> dict[str, tuple[np.ndarray, str]]:
+    """One page with text from each Debian doc PDF (English, Chinese), with its text layer."""
+    chosen = {}
+    for pdf in pages.find_real_pdfs()[:2]:
+        (index,) = pages.select_text_pages(pdf, 1)
+        (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
+        chosen[f"{pdf.name}:p{index + 1}"] = (image, pages.pdf_page_text(pdf, index))
+    assert len(chosen) == 2, "run scripts/system-deps.sh to install the Debian doc PDFs"
+    return chosen
+
+
+def _config(onnx_dir: str, precision: OpenVinoPrecisionSetting) -> AppConfig:
+    return AppConfig(
+        engine=EngineConfig(
+            cpu_backend="openvino", cpu_threads=2, onnx_dir=onnx_dir, openvino_precision=precision
+        )
+    )
+
+
+def _read(engine: LocalEngine, real_pages: dict[str, tuple[np.ndarray, str]]) -> dict[str, Any]:
+    return {
+        name: [ln.text for ln in engine.ocr(image).lines] for name, (image, _) in real_pages.items()
+    }
+
+
+def _loaded(onnx_dir: str, precision: OpenVinoPrecisionSetting) -> LocalEngine:
+    engine = LocalEngine(_config(onnx_dir, precision))
+    engine.load()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def f32_texts(onnx_dir: str, real_pages: dict[str, tuple[np.ndarray, str]]) -> dict[str, Any]:
+    engine = _loaded(onnx_dir, "f32")
+    for predictor in engine.predictors.values():
+        assert isinstance(predictor, OpenVinoPredictor)
+        assert predictor.precision is not None
+        assert predictor.precision.precision == "f32"
+    return _read(engine, real_pages)
+
+
+def test_auto_runs_what_this_cpu_supports_and_reads_the_pages(
+    onnx_dir: str,
+    expected: str,
+    real_pages: dict[str, tuple[np.ndarray, str]],
+    f32_texts: dict[str, Any],
+) -> None:
+    engine = _loaded(onnx_dir, "auto")
+    report = precision_report(engine.predictors, engine_options(EngineConfig(), "cpu", 2))
+    assert report["precision"] == expected
+    assert report["precision_reason"].startswith("auto: this CPU has")
+    texts = _read(engine, real_pages)
+    truths = {name: truth for name, (_, truth) in real_pages.items()}
+    cer = pages_cer(truths, texts)
+    print(f"auto ({expected}) CER {cer:.4f}, f32 CER {pages_cer(truths, f32_texts):.4f}")
+    assert cer < 0.2, "the pages should be read"
+    if expected == "f32":
+        assert texts == f32_texts
+    else:
+        assert cer <= pages_cer(truths, f32_texts) + BF16_MAX_CER_LOSS
+
+
+def test_a_bf16_hint_compiles_bf16_only_where_the_cpu_has_it(onnx_dir: str, expected: str) -> None:
+    """What the compiled model's INFERENCE_PRECISION_HINT says is what the predictor reports."""
+    engine = LocalEngine(_config(onnx_dir, "bf16"))
+    predictor = engine.predictors["rec"]
+    assert isinstance(predictor, OpenVinoPredictor)
+    predictor.load()
+    assert predictor.precision is not None
+    assert predictor.precision.precision == expected
+    if expected == "f32":
+        assert predictor.precision.reason.startswith("bf16 asked for, but this CPU has no bf16")
+    core = ov.Core()
+    model = core.read_model(str(predictor.onnx_file))
+    for hint, compiles_to in (("bf16", expected), ("f32", "f32")):
+        compiled = core.compile_model(model, "CPU", compile_config(EngineOptions(), hint))  # type: ignore[arg-type]
+        assert compiled.get_property("INFERENCE_PRECISION_HINT").type_name == compiles_to
