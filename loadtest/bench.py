@@ -218,7 +218,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for engine in args.rapidocr_engines:
             print(f"RapidOCR's API server on {engine}...", file=sys.stderr)
             key = RAPIDOCR_KEYS[engine]
-            report[key] = _measure_rapidocr(out, threads, documents, truths, args, requests, engine)
+            precision = "bf16" if report["precision_check"]["cpu_bf16"] else "f32"  # as ours
+            report[key] = _measure_rapidocr(
+                out, threads, documents, truths, args, requests, engine, precision
+            )
     return report
 
 
@@ -264,9 +267,10 @@ def _measure_rapidocr(
     args: argparse.Namespace,
     requests: int,
     engine: str,
+    openvino_precision: str,
 ) -> dict[str, Any]:
     """RapidOCR's API server on `engine` ("onnxruntime" or "openvino"), on our models converted
-    to ONNX, with our detection settings."""
+    to ONNX, with our detection settings; OpenVINO at `openvino_precision`, as ours runs."""
     venv: Path = args.rapidocr_venv
     config = AppConfig()
     bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
@@ -277,7 +281,9 @@ def _measure_rapidocr(
         "rapidocr": _package_version(venv, "rapidocr"),
     }
     params = rapidocr_params(options, models, threads, engine)
-    server = start_rapidocr(out, venv, params, RAPIDOCR_KEYS[engine])
+    if engine == "openvino":
+        facts["precision"] = openvino_precision
+    server = start_rapidocr(out, venv, params, RAPIDOCR_KEYS[engine], openvino_precision)
     return _measure_baseline(server, "rapidocr", "/", facts, documents, truths, args, requests)
 
 
@@ -358,7 +364,7 @@ def _engine(run: dict[str, Any]) -> str:
     if "onnxruntime" in run:
         return f"ONNX Runtime {run['onnxruntime']}"
     if "openvino" in run:
-        return f"OpenVINO {run['openvino']} f32"
+        return f"OpenVINO {run['openvino']} {run.get('precision', 'f32')}"
     onednn = "oneDNN" if run.get("run_mode", "mkldnn").startswith("mkldnn") else "oneDNN off"
     return f"Paddle {run['paddle']}, {onednn}"
 

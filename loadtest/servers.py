@@ -201,8 +201,9 @@ def start_paddlex(
 # rapidocr_api builds its engine from three model paths only; the bench needs the other settings
 # too, so this swaps in an engine built from RAPIDOCR_PARAMS and then runs rapidocr_api's own
 # FastAPI app and command line. Models load lazily, so the first engine downloads nothing.
-# RapidOCR passes OpenVINO no precision: on CPUs with bf16 OpenVINO would then run bf16, which
-# changes the text (models/openvino_backend.py), so its CPU settings gain f32, as ours run.
+# RapidOCR passes OpenVINO no precision: on CPUs with bf16 OpenVINO would then run bf16, so its
+# CPU settings gain the precision ours runs at (RAPIDOCR_OPENVINO_PRECISION; "auto" is bf16 there,
+# models/openvino_precision.py), and the rows compare like with like.
 RAPIDOCR_LAUNCH = """
 import json, os, sys
 import rapidocr_api.main as api
@@ -214,7 +215,8 @@ except ImportError:  # OpenVINO not installed: the ONNX Runtime row only
 if device_config is not None:
     get_config = device_config.CPUConfig.get_config
     device_config.CPUConfig.get_config = lambda self: {
-        **get_config(self), "INFERENCE_PRECISION_HINT": "f32"
+        **get_config(self),
+        "INFERENCE_PRECISION_HINT": os.environ.get("RAPIDOCR_OPENVINO_PRECISION", "f32"),
     }
 params = json.loads(os.environ["RAPIDOCR_PARAMS"])
 for key in [k for k in params if k.endswith(".engine_type")]:  # RapidOCR wants its enum
@@ -278,12 +280,16 @@ def rapidocr_params(
 
 
 def start_rapidocr(
-    out: Path, venv: Path, params: dict[str, object], name: str = "rapidocr"
+    out: Path,
+    venv: Path,
+    params: dict[str, object],
+    name: str = "rapidocr",
+    openvino_precision: str = "f32",
 ) -> ServerProcess:
     """RapidOCR's API server (`rapidocr_api`) from `venv` with `params`, on a free loopback
-    port."""
+    port; on OpenVINO at `openvino_precision` ("f32" or "bf16")."""
     port = free_port()
     argv = [str(venv / "bin" / "python"), "-c", RAPIDOCR_LAUNCH, "-ip", "127.0.0.1"]
     argv += ["-p", str(port)]
-    env = {"RAPIDOCR_PARAMS": json.dumps(params)}
+    env = {"RAPIDOCR_PARAMS": json.dumps(params), "RAPIDOCR_OPENVINO_PRECISION": openvino_precision}
     return start(name, argv, port, out / f"{name}.log", env)

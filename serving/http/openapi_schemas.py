@@ -161,7 +161,12 @@ SCHEMAS: dict[str, Json] = {
         "required": ["ready"],
         "properties": {
             "ready": {"type": "boolean"},
-            "devices": {"type": "object", "description": "Loopback callers only, as the rest"},
+            "devices": {
+                "type": "object",
+                "description": "Loopback callers only, as the rest. Per device worker: ready, "
+                "pid, restarts, precision and precision_reason (which precision its models run "
+                "at and why, e.g. OpenVINO's auto choice for this CPU)",
+            },
             "cpu_workers": {"type": "object"},
             "error": {"type": "string"},
         },

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from loadtest import precision_check
+from loadtest.bench import markdown
 from models.bundle import load_bundle
 from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions
@@ -221,3 +222,24 @@ def test_the_bench_compares_bf16_with_f32_where_the_cpu_has_it(tmp_path: Path, m
     report = precision_check.check(tmp_path, tmp_path, truths, threads=1)
     assert report["bf16_within"] is False
     assert "NOT within" in precision_check.markdown_line(report)
+
+
+def test_the_bench_summary_says_each_precision() -> None:
+    level = {"concurrency": 4, "throughput_pages_s": 0.2, "p50_s": 1.0, "p95_s": 2.0, "errors": {}}
+    report = {
+        "engine": {"pages_per_s": 0.2, "median_page_s": 4.0, "cer": 0.01},
+        "ours_levels": [level],
+        "ours_precision": {"cpu#0": "bf16 (auto: this CPU has bf16)"},
+        "precision_check": {"capabilities": list(NO_BF16), "cpu_bf16": False},
+        "rapidocr_openvino": {
+            "openvino": "2026.4.1",
+            "precision": "bf16",
+            "levels": [level],
+            "cer": 0.01,
+            "peak_rss_mb": 1,
+        },
+    }
+    text = markdown(report)
+    assert "- ours, device worker cpu#0: bf16 (auto: this CPU has bf16)" in text
+    assert "RapidOCR API server (OpenVINO 2026.4.1 bf16)" in text
+    assert "- OpenVINO precision: this CPU has no bf16" in text
