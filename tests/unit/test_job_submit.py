@@ -8,7 +8,7 @@ import os
 import time
 import types
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import httpx
 import pytest
@@ -60,7 +60,7 @@ def _submit_failing(runner: JobRunner, *, commit: bool) -> list[str]:
     whose answer was lost); returns the ids it was called with."""
     seen: list[str] = []
 
-    async def submit(job_id: str, documents: list[Document], *args: Any, **kwargs: Any) -> None:
+    async def submit(job_id: str, documents: list[Document], *args: Any, **kwargs: Any) -> NoReturn:
         seen.append(job_id)
         if commit:
             await asyncio.to_thread(runner.store.create_job, job_id, documents, {})
