@@ -61,7 +61,13 @@ def middleware(
     keys = load_keys(config.auth, environ)
     if not keys:
         logger.info("API keys: none, access is open")
-        stack.append(Middleware(HostCheckMiddleware, allowed_hosts=config.server.allowed_hosts))
+        stack.append(
+            Middleware(
+                HostCheckMiddleware,
+                allowed_hosts=config.server.allowed_hosts,
+                cors_origins=config.server.cors_origins,
+            )
+        )
         return stack
     admins = sum(key.identity.role == "admin" for key in keys)
     logger.info("API keys: %d configured (%d admin)", len(keys), admins)

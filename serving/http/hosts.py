@@ -15,6 +15,12 @@ check off). Other names get 400 `host_not_allowed`. A request with no `Host` at 
 comes from no browser and passes. Kubernetes probes (`Host` is the pod's IP), the Docker
 HEALTHCHECK (127.0.0.1) and `docker run -p` used as `localhost:8000` pass as they are; clients
 that use a DNS name (a Service's name, an ingress host) need it listed, or keys on.
+
+A page on another site can also send, without reading the answer, a form-like POST to
+`http://127.0.0.1:8000/v1/jobs` (a "simple" request needs no CORS preflight): its `Host` is an IP,
+but its `Origin` names the other site. So a request whose `Origin` is neither this server's own
+(the same host and port as `Host`: the web page at `/`) nor one of `server.cors_origins` gets 403
+`cross_origin_refused`. Clients other than browsers send no `Origin`.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from serving.http.exceptions import native_body
 logger = logging.getLogger(__name__)
 
 CODE = "host_not_allowed"
+CROSS_ORIGIN_CODE = "cross_origin_refused"
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
 _PADDLEX_PATHS = frozenset(("/ocr",))
 """Answered in PaddleX's envelope (`errorCode` 400) rather than `{"error": ...}`."""
 
@@ -68,48 +76,81 @@ def host_allowed(header: str, allowed: Iterable[str]) -> bool:
     return False
 
 
-class HostCheckMiddleware:
-    """Pure ASGI middleware: an HTTP request whose `Host` `host_allowed` refuses gets 400 JSON
-    (PaddleX's envelope on `/ocr`) before any route runs."""
+def origin_allowed(origin: str, host: str, cors_origins: Iterable[str]) -> bool:
+    """Whether a browser request from `origin` (its `Origin` header) to `host` is answered while
+    API keys are off: the server's own origin (same host and port), or a configured CORS one."""
+    if origin in cors_origins or "*" in cors_origins:
+        return True
+    scheme, _, netloc = origin.strip().lower().partition("://")
+    default = _DEFAULT_PORTS.get(scheme)
+    if default is None or not netloc:
+        return False  # "null" (a sandboxed or file: page)
+    return _with_port(netloc, default) == _with_port(host.strip().lower(), default)
 
-    def __init__(self, app: ASGIApp, *, allowed_hosts: tuple[str, ...]) -> None:
+
+def _with_port(netloc: str, default: str) -> str:
+    if netloc.endswith("]") or ":" not in netloc:
+        return f"{netloc}:{default}"
+    return netloc
+
+
+class HostCheckMiddleware:
+    """Pure ASGI middleware: an HTTP request whose `Host` `host_allowed` refuses gets 400 JSON,
+    one whose `Origin` `origin_allowed` refuses 403 JSON (PaddleX's envelope on `/ocr`), before
+    any route runs."""
+
+    def __init__(
+        self, app: ASGIApp, *, allowed_hosts: tuple[str, ...], cors_origins: tuple[str, ...] = ()
+    ) -> None:
         self.app = app
         self.allowed_hosts = allowed_hosts
+        self.cors_origins = cors_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host = None
+        host = origin = None
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value.decode("latin-1")
-                break
-        if host is None or host_allowed(host, self.allowed_hosts):
-            await self.app(scope, receive, send)
+            elif name == b"origin":
+                origin = value.decode("latin-1")
+        method, path = scope["method"], scope["path"]
+        if host is not None and not host_allowed(host, self.allowed_hosts):
+            logger.warning("refused %s %s: Host %r is not allowed", method, path, host)
+            message = (
+                f"Host {_shown(host)} is not allowed: with API keys off, only IP addresses, "
+                "localhost and the names in server.allowed_hosts are answered (DNS rebinding)"
+            )
+            await _refuse(path, 400, CODE, message, send)
             return
-        logger.warning(
-            "refused %s %s: Host %r is not allowed", scope["method"], scope["path"], host
-        )
-        await _refuse(scope["path"], host, send)
+        if origin is not None and not origin_allowed(origin, host or "", self.cors_origins):
+            logger.warning("refused %s %s: Origin %r is another site's", method, path, origin)
+            message = (
+                f"Origin {_shown(origin)} is refused: with API keys off, browsers may call this "
+                "server only from its own pages and server.cors_origins"
+            )
+            await _refuse(path, 403, CROSS_ORIGIN_CODE, message, send)
+            return
+        await self.app(scope, receive, send)
 
 
-async def _refuse(path: str, host: str, send: Send) -> None:
-    shown = host if len(host) <= 100 else host[:100] + "..."
-    message = (
-        f"Host {shown!r} is not allowed: with API keys off, only IP addresses, localhost and "
-        "the names in server.allowed_hosts are answered (DNS rebinding protection)"
-    )
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 100 else value[:100] + "...")
+
+
+async def _refuse(path: str, status: int, code: str, message: str, send: Send) -> None:
     rid = request_id.current_or_new()
     if path in _PADDLEX_PATHS:
-        body = paddlex_api.envelope(rid, status=400, message=message)
+        body = paddlex_api.envelope(rid, status=status, message=message)
     else:
-        body = native_body(CODE, message, rid)
+        body = native_body(code, message, rid)
     payload = json.dumps(body).encode("utf-8")
     await send(
         {
             "type": "http.response.start",
-            "status": 400,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(payload)).encode("ascii")),

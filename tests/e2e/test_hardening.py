@@ -1,7 +1,7 @@
 """Issue 26.11 against a real `ocr-serve` (model-free device workers, a real PostgreSQL job store
-whose URL carries `?password=`): security headers and no `Server`, the Host check with API keys
-off, `/readyz` detail for loopback callers only, a `%0a` in a path kept on its log line, a bounded
-`logId`, and the store's password kept out of the log."""
+whose URL carries `?password=`): security headers and no `Server`, the Host and Origin checks
+with API keys off, `/readyz` detail for loopback callers only, a `%0a` in a path kept on its log
+line, a bounded `logId`, and the store's password kept out of the log."""
 
 from __future__ import annotations
 
@@ -101,6 +101,25 @@ def test_only_hosts_no_rebinding_page_can_send_are_answered(server: Server) -> N
     address = _non_loopback_address()
     if address is not None:  # as the kubelet or `docker run -p` reach it: by IP
         assert httpx.get(f"http://{address}:{_port(server)}/v1/jobs").status_code == 200
+
+
+def test_another_sites_form_post_is_refused_and_the_servers_own_page_is_not(
+    server: Server,
+) -> None:
+    files = {"file": ("page.png", base64.b64decode(PNG), "image/png")}
+    refused = httpx.post(
+        f"{server.url}/v1/jobs", files=files, headers={"Origin": "https://evil.example"}
+    )
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "cross_origin_refused"
+    listed = httpx.get(f"{server.url}/v1/jobs").json()
+    assert listed["jobs"] == []  # no job was made
+    own = httpx.post(
+        f"{server.url}/v1/ocr",
+        content=base64.b64decode(PNG),
+        headers={"Origin": server.url, "content-type": "image/png"},
+    )
+    assert own.status_code == 200
 
 
 def test_readyz_shows_its_detail_to_loopback_callers_only(server: Server) -> None:

@@ -1,5 +1,6 @@
 """serving/http/hosts.py: with API keys off, only Host headers no DNS-rebinding page can send are
-answered; `server.allowed_hosts` adds names; with keys on there is no Host check."""
+answered (`server.allowed_hosts` adds names), and browsers' requests only from the server's own
+pages or `server.cors_origins`; with keys on the key is the check."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from starlette.testclient import TestClient
 from serving.app import middleware
 from serving.config import AppConfig, ServerConfig
 from serving.errors import ConfigError
-from serving.http.hosts import host_allowed, host_name
+from serving.http.hosts import host_allowed, host_name, origin_allowed
 
 
 @pytest.mark.parametrize(
@@ -81,7 +82,8 @@ async def _ok(request: Request) -> Response:
 
 def _client(config: AppConfig, environ: dict[str, str]) -> TestClient:
     routes = [Route(path, _ok, methods=["GET", "POST"]) for path in ("/v1/jobs", "/ocr")]
-    return TestClient(Starlette(routes=routes, middleware=middleware(config, environ)))
+    app = Starlette(routes=routes, middleware=middleware(config, environ))
+    return TestClient(app, base_url="http://localhost")
 
 
 def test_with_keys_off_a_foreign_host_gets_400_json_in_each_apis_format() -> None:
@@ -112,3 +114,51 @@ def test_with_keys_on_the_key_is_the_check() -> None:
     answer = client.get("/v1/jobs", headers={"Host": "evil.example", "X-API-Key": "k1"})
     assert answer.status_code == 200
     assert client.get("/v1/jobs", headers={"Host": "evil.example"}).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        ("http://127.0.0.1:8000", "127.0.0.1:8000"),  # the web page at / posting to /v1/ocr
+        ("http://localhost", "localhost:80"),
+        ("https://ocr.example.com", "OCR.example.com:443"),
+        ("http://[::1]:8000", "[::1]:8000"),
+    ],
+)
+def test_a_pages_own_origin_passes(origin: str, host: str) -> None:
+    assert origin_allowed(origin, host, ())
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        ("https://evil.example", "127.0.0.1:8000"),  # a form post from another site
+        ("http://127.0.0.1:9000", "127.0.0.1:8000"),  # another port is another origin
+        ("null", "127.0.0.1:8000"),  # a sandboxed frame or a file: page
+        ("http://localhost:8000", "127.0.0.1:8000"),
+    ],
+)
+def test_another_origin_is_refused(origin: str, host: str) -> None:
+    assert not origin_allowed(origin, host, ())
+
+
+def test_cors_origins_are_allowed_origins() -> None:
+    assert origin_allowed("https://app.example", "127.0.0.1:8000", ("https://app.example",))
+    assert not origin_allowed("https://evil.example", "127.0.0.1:8000", ("https://app.example",))
+
+
+def test_with_keys_off_another_sites_request_gets_403_and_its_own_pages_pass() -> None:
+    client = _client(AppConfig(), {})
+    refused = client.post("/v1/jobs", headers={"Origin": "https://evil.example"})
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "cross_origin_refused"
+    paddlex = client.post("/ocr", headers={"Origin": "https://evil.example"}, json={})
+    assert (paddlex.status_code, paddlex.json()["errorCode"]) == (403, 403)
+    own = client.post(
+        "/v1/jobs", headers={"Host": "localhost:8000", "Origin": "http://localhost:8000"}
+    )
+    assert own.status_code == 200
+    assert client.post("/v1/jobs").status_code == 200  # no Origin: not a browser's cross-site call
+    keys_on = _client(AppConfig(), {"OCR_API_KEYS": "k1"})
+    answer = keys_on.post("/v1/jobs", headers={"Origin": "https://evil.example", "X-API-Key": "k1"})
+    assert answer.status_code == 200  # with keys, the key is the check (CORS still hides answers)
