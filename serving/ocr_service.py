@@ -203,7 +203,8 @@ class OcrService:
             )
 
     def charge(self, plan: PagePlan, kind: FileKind, det: DetParams) -> PageCharge:
-        """What a page costs the budget, scaled down until it fits (`PageCosts.fit`).
+        """What a page costs the budget; a page over the whole budget is scaled down to fit half
+        of it, or all of it where half is too small (`PageCosts.fit`).
 
         Raises:
             PayloadTooLarge: the page does not fit even at the smallest side it may be scaled to.
@@ -213,7 +214,10 @@ class OcrService:
         sent = (plan.full_width, plan.full_height)
         if cost <= self.budget.total_bytes:
             return PageCharge(cost=cost, limits=self.limits, sent=sent if plan.scaled else None)
-        side = costs.fit(plan, kind, det, self.budget.total_bytes)
+        # To half the budget where it can be: one page scaled to fit leaves room for another.
+        side = costs.fit(plan, kind, det, self.budget.total_bytes // 2) or costs.fit(
+            plan, kind, det, self.budget.total_bytes
+        )
         if side is None:
             self.budget.check(costs.at_side(MIN_SCALED_SIDE_PX, plan, kind, det))
             raise AssertionError("unreachable: a page that fits at the smallest side has one")

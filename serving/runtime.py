@@ -27,7 +27,7 @@ from serving.request_options import OcrOptions, request_options
 from serving.scheduling.admission import Admission
 from serving.scheduling.batching import Scheduler
 from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
-from serving.scheduling.page_memory import PageCosts
+from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
 from serving.workers import shm
 from serving.workers.cpu_pool import CpuPool
 from serving.workers.cpu_stages import init_cpu_worker
@@ -150,6 +150,9 @@ class Runtime:
     watchdog: LoopWatchdog | None = None
     claim: shm.PrefixClaim | None = None
     """This server's hold on `prefix`; released once `stop()` has swept its segments."""
+    budget_bytes: int = 0
+    """The whole memory budget (`server.memory_budget_bytes` or its default): pages are charged
+    against `service.budget`, its share for pages (`page_memory.pages_share_bytes`)."""
 
     @classmethod
     def build(
@@ -176,7 +179,8 @@ class Runtime:
         bundle = load_bundle(models.det, models.rec, models.cls)
         queues = {stage: config.workers.queue(stage) for stage in STAGES}
         admission = Admission(max_pages=config.server.max_inflight_pages)
-        budget = MemoryBudget(config.server.memory_budget_bytes or default_budget_bytes())
+        budget_bytes = config.server.memory_budget_bytes or default_budget_bytes()
+        budget = MemoryBudget(pages_share_bytes(budget_bytes))  # the rest: engines between pages
         # Waiting for a batch to fill only helps while other pages are in flight.
         scheduler = Scheduler(
             queues,
@@ -199,6 +203,9 @@ class Runtime:
             shm_prefix=prefix,
             log_level=config.server.log_level,
             log_format=config.server.log_format,
+            engine_retain_bytes=engine_retain_bytes(
+                budget_bytes, sum("det" in spec.stages for spec in specs)
+            ),
         )
         workers = []
         for spec in specs:
@@ -261,6 +268,7 @@ class Runtime:
             metrics=metrics,
             jobs=JobRunner.build(config, service, bundle, metrics) if jobs else None,
             claim=claim,
+            budget_bytes=budget_bytes,
         )
 
     @property
@@ -307,7 +315,10 @@ class Runtime:
             "cpu_workers": {"pids": self.cpu.pids(), "restarts": self.cpu.restarts},
             "admission": self.service.admission.describe(),
             "memory_budget": self.service.budget.describe(),
-            "page_costs": self.service.page_costs().describe(),
+            "page_costs": {
+                "budget_bytes": self.budget_bytes,
+                **self.service.page_costs().describe(),
+            },
             "cost_model": self.scheduler.placement.model.describe(),
         }
         if self.startup_error:

@@ -40,6 +40,24 @@ DEFAULT_ENGINE_BYTES_PER_DET_PX = 200.0
 """A device worker's bytes per detector-input pixel when none was measured: OpenVINO's CPU
 plugin measured about 170 on PP-OCRv5's mobile detector (4000 x 4000 input: +2.6 GiB)."""
 
+ENGINE_RETAIN_SHARE = 0.25
+"""Share of the memory budget kept for what the device workers' engines hold between pages: an
+engine keeps the working memory of the largest input it has run (OpenVINO: ~190 B a detector
+pixel), and allocating it anew for every page costs time (an A4 page: +46% CPU time on the
+detector). Each worker keeps it up to its part of this share and releases it after a larger page
+(`serving.workers.device_worker`); pages are charged against the rest (`pages_share_bytes`)."""
+
+
+def pages_share_bytes(budget_bytes: int) -> int:
+    """What pages may be charged, all together, of a budget of `budget_bytes`."""
+    return budget_bytes - int(budget_bytes * ENGINE_RETAIN_SHARE)
+
+
+def engine_retain_bytes(budget_bytes: int, det_workers: int) -> int:
+    """What each of `det_workers` device workers that run the detector may keep between pages."""
+    return int(budget_bytes * ENGINE_RETAIN_SHARE) // max(1, det_workers)
+
+
 ENGINE_BYTES_KEY = "det_bytes_per_px"
 """Where a device worker's ready message reports its measured bytes per detector-input pixel."""
 

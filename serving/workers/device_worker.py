@@ -39,12 +39,6 @@ logger = logging.getLogger(__name__)
 MAX_RUNNING_BATCHES = 2
 """Batches a worker holds launched at once (`workers.gpu.inflight_batches` sends 2)."""
 
-RELEASE_ABOVE_PX = 2048 * 2048
-"""After a detector batch of more input pixels than this, the engine is asked to free the working
-memory it keeps for that shape (`serving.warmup.release_engine_memory`), which the memory budget
-charged for the page only while it was in flight. Pages up to twice an A4 page at 144 dpi (1184 x
-1696 detector pixels) keep theirs: the next page of that size reuses it."""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceSpec:
@@ -71,6 +65,10 @@ class WorkerSetup:
     log_level: str = "info"
     log_format: str = "text"
     """"text" or "json", as `server.log_format`."""
+    engine_retain_bytes: int = 768 << 20
+    """Working memory the detector's engine may keep between pages: after a batch whose input
+    needs more (its pixels times the measured bytes per pixel), the engine is asked to release it
+    (`serving.scheduling.page_memory.engine_retain_bytes`: a share of the memory budget)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +96,12 @@ class DeviceRunner:
     stages: dict[str, ModelStage[Any]] = field(default_factory=dict)
     """How each stage reads its predictor's answers (`serving.engine.model_stages`)."""
     release_pending: bool = False
-    """A detector batch over `RELEASE_ABOVE_PX` ran since the engine last freed its memory."""
+    """A detector batch over `release_above_px` ran since the engine last freed its memory."""
+    release_above_px: int = 0
+    """Detector-input pixels (a batch's, all rows) beyond which the engine is asked to free the
+    working memory it keeps for that shape (`serving.warmup.release_engine_memory`), which the
+    memory budget charged for the page only while it was in flight: `engine_retain_bytes` over
+    the bytes per pixel measured at warm-up. 0 (before warm-up): after every detector batch."""
 
     def load(self) -> None:
         specs = load_bundle(**self.setup.model_dirs).specs
@@ -133,12 +136,17 @@ class DeviceRunner:
         """This worker's bytes per detector-input pixel (`page_memory.ENGINE_BYTES_KEY`), what
         the memory budget charges a page's detector input; nothing where it runs no detector or
         cannot read its peak memory."""
-        from serving.scheduling.page_memory import ENGINE_BYTES_KEY
+        from serving.scheduling.page_memory import (
+            DEFAULT_ENGINE_BYTES_PER_DET_PX,
+            ENGINE_BYTES_KEY,
+        )
         from serving.warmup import measure_det_bytes_per_px
 
         if "det" not in self.predictors:
             return {}
         measured = measure_det_bytes_per_px(self.predictors["det"], self.stages["det"].output)
+        per_px = measured or DEFAULT_ENGINE_BYTES_PER_DET_PX
+        self.release_above_px = int(self.setup.engine_retain_bytes / per_px)
         return {} if measured is None else {ENGINE_BYTES_KEY: round(measured, 1)}
 
     def serve(self) -> None:
@@ -197,7 +205,7 @@ class DeviceRunner:
         """Collate a batch into the predictor's page-locked slot and launch it, or (predictors
         that are not staged) run it now."""
         predictor = self.predictors[stage]
-        if stage == "det" and sum(math.prod(ref.shape) for ref in refs) > 3 * RELEASE_ABOVE_PX:
+        if stage == "det" and sum(math.prod(ref.shape) for ref in refs) > 3 * self.release_above_px:
             self.release_pending = True  # (n, 3, h, w) inputs: 3 values a pixel
         if not isinstance(predictor, StagedPredictor):
             return RunningBatch(outcomes=self.run_batch(stage, refs))

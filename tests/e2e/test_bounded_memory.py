@@ -7,16 +7,27 @@ import contextlib
 import threading
 import time
 
+import cv2
 import httpx
+import numpy as np
 
-from loadtest.memory_peak import hostile_pdf, segment_bytes
+from loadtest.memory_peak import (
+    TreeSampler,
+    hostile_pdf,
+    idle_footprint,
+    post_pdfs,
+    segment_bytes,
+    tree_memory,
+)
 from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
 
 MIB = 1 << 20
 
-# A 40 x 40 inch page renders to 5760 x 5760 at 144 dpi (33 Mpixel, under the pixel cap): about
-# 100 MiB as a BGR page in shared memory, and a budget charge of ~250 MiB (7 B/pixel + the
-# detector's input). A 600 MiB budget holds two such pages at once, never three.
+# A 40 x 40 inch page is 5760 x 5760 at 144 dpi (33 Mpixel, under the pixel cap), and renders at
+# 4000 x 4000 (input.max_page_side_px): a charge of ~650 MiB with the detector's input capped at
+# 1024 a side, over the 450 MiB of a 600 MiB budget that pages may take (a quarter is kept for the
+# engines between pages). So each page is scaled to fit half of that (~970 px a side): two pages
+# in flight at once, never three.
 BUDGET = f"""
 [server]
 memory_budget_bytes = {600 * MIB}
@@ -34,6 +45,12 @@ cpu_workers = 2
 
 def _big_pdf(pages: int, inches: float = 40.0) -> bytes:
     return hostile_pdf(pages, inches)
+
+
+def _blank_png(width: int, height: int) -> bytes:
+    ok, encoded = cv2.imencode(".png", np.zeros((height, width), np.uint8))
+    assert ok
+    return encoded.tobytes()
 
 
 def _segments_bytes(server: Server) -> int:
@@ -69,14 +86,22 @@ def test_big_pages_are_decoded_as_the_budget_allows_and_render_is_admitted(tmp_p
             watcher.join()
         assert response.status_code == 200, response.text
         pages = response.json()["pages"]
-        assert [(p["width"], p["height"]) for p in pages] == [(5760, 5760)] * 6
-        # Two pages in flight at most (~115 MiB each with the detector's tensors), where all six
-        # used to be rendered into shared memory at once (~700 MiB).
+        assert len(pages) == 6
+        for page in pages:  # scaled to fit the budget, and the answer says so
+            assert page["scaled_from"] == {"width": 5760, "height": 5760}
+            assert 960 <= page["width"] == page["height"] < 4000
+        # Two pages in flight at most, where all six used to be rendered into shared memory at
+        # once (~700 MiB).
         assert 0 < peak[0] <= 2 * 120 * MIB, peak[0] / MIB
 
-        # A page that could never fit in the budget is refused before it is decoded.
-        huge = _big_pdf(1, inches=90.0)  # 12960 x 12960: ~1.2 GB of budget
-        refused = _post_pdf(server.url, huge, timeout=30)
+        # A page that could never fit in the budget, even scaled down, is refused before it is
+        # decoded: an image is decoded as sent before it is downscaled (10 B a pixel here).
+        refused = httpx.post(
+            f"{server.url}/v1/ocr",
+            content=_blank_png(9000, 9000),
+            headers={"content-type": "image/png"},
+            timeout=30,
+        )
         assert refused.status_code == 413, refused.text
         assert "server.memory_budget_bytes" in refused.json()["error"]["message"]
 
@@ -137,12 +162,86 @@ def test_big_pages_are_decoded_as_the_budget_allows_and_render_is_admitted(tmp_p
         assert small.headers["content-type"] == "image/png"
         assert _segments_bytes(server) < 2 * MIB
         ready = httpx.get(f"{server.url}/readyz").json()
-        assert ready["memory_budget"] == {"total_bytes": 600 * MIB, "used_bytes": 0, "waiting": 0}
+        assert ready["page_costs"]["budget_bytes"] == 600 * MIB
+        budget = ready["memory_budget"]
+        assert (budget["total_bytes"], budget["used_bytes"], budget["waiting"]) == (450 * MIB, 0, 0)
         assert ready["admission"]["inflight_pages"] == 0
         assert ready["admission"]["page_s"] > 0  # the pace was measured on the pages above
         metrics = httpx.get(f"{server.url}/metrics").text
-        assert 'ocr_memory_budget{state="total"} 6.291456e+08' in metrics
+        assert 'ocr_memory_budget{state="total"} 4.718592e+08' in metrics
         assert 'ocr_memory_budget{state="used"} 0.0' in metrics
         assert "ocr_page_pace_seconds " in metrics
     finally:
         stop_server(server)
+
+
+# The issue's PDF: four 92 x 92-inch pages (13248 x 13248 at 144 dpi, 175 Mpixel each), on two
+# device workers and two CPU workers, under a small budget so that the pages are scaled to fit
+# (each ~1100 px a side here, two at a time) and the test stays short on two cores.
+TREE_BUDGET_BYTES = 768 * MIB
+TREE = f"""
+[server]
+memory_budget_bytes = {TREE_BUDGET_BYTES}
+max_inflight_pages = 32
+request_timeout_s = 600.0
+[input]
+max_pdf_pages = 4
+[workers]
+devices = ["cpu"]
+cpu_workers = 2
+cpu_instances = 2
+"""
+
+
+def test_the_whole_process_tree_stays_within_the_budget_for_hostile_pdfs(tmp_path) -> None:
+    """The budget bounds the memory of the whole server, not of one process.
+
+    Measured: every process of the server's tree (main, CPU workers, device workers; RSS less
+    its shared-memory part, read from /proc/PID/status) plus the server's segments in /dev/shm,
+    sampled every 20 ms (`loadtest.memory_peak.TreeSampler`). Bound: the peak of that sum while
+    the requests run is at most the idle footprint measured just before them plus
+    `server.memory_budget_bytes`: what the budget promises, since it charges every allocation a
+    page makes (decode, shared memory, CPU workers' copies, the detector's input and the engine's
+    working memory per input pixel measured at warm-up) and keeps a quarter of itself for what
+    the engines hold between pages. No slack is added.
+    """
+    server = start_server(tmp_path, TREE)
+    try:
+        wait_ready(server)
+        ready = httpx.get(f"{server.url}/readyz").json()
+        assert ready["page_costs"]["budget_bytes"] == TREE_BUDGET_BYTES
+        assert ready["page_costs"]["engine_bytes_per_det_px"] > 16  # measured, not the default
+        pid = server.process.pid
+        pdf = hostile_pdf(4, 92.0)
+        assert len(pdf) < 2000
+
+        idle = idle_footprint(pid)
+        with TreeSampler(pid) as one:
+            response = _post_pdf(server.url, pdf, timeout=600)
+        assert response.status_code == 200, response.text
+        pages = response.json()["pages"]
+        assert len(pages) == 4
+        for page in pages:  # scaled to fit the budget, and the answer says so
+            assert page["scaled_from"] == {"width": 13248, "height": 13248}
+            assert page["width"] == page["height"] < 4000
+        assert one.samples > 20
+        assert one.peak_total_bytes <= idle + TREE_BUDGET_BYTES, _report(one, idle)
+
+        idle = idle_footprint(pid)
+        with TreeSampler(pid) as eight:
+            # Sent at once; one shed with 503 (no room for its body while pages fill the budget)
+            # is sent again after its Retry-After.
+            answers = post_pdfs(server.url, pdf, 8, 600)
+        assert answers.statuses == [200] * 8, [r.text[:300] for r in answers.responses]
+        assert eight.peak_total_bytes <= idle + TREE_BUDGET_BYTES, _report(eight, idle)
+
+        # What the engines grew for those pages was released: the server is back near idle.
+        after = tree_memory(pid).total_bytes
+        assert after <= idle + TREE_BUDGET_BYTES // 4, (after - idle) / MIB
+        assert httpx.get(f"{server.url}/readyz").json()["memory_budget"]["used_bytes"] == 0
+    finally:
+        stop_server(server)
+
+
+def _report(sampler: TreeSampler, idle: int) -> str:
+    return f"idle {idle / MIB:.0f} MiB, {sampler.peaks_mib()}"
