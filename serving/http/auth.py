@@ -67,7 +67,15 @@ class ApiKeyMiddleware:
         self._clock = clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or scope["path"] in self.exempt:
+        if scope["type"] != "http" or not self.keys:
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] in self.exempt:
+            # No key needed; one sent anyway names its caller (an admin's `/readyz` shows detail).
+            sent = sent_key(scope["headers"])
+            identity = None if sent is None else identify(sent, self.keys)
+            if identity is not None:
+                scope["auth"] = identity
             await self.app(scope, receive, send)
             return
         sent = sent_key(scope["headers"])

@@ -139,12 +139,14 @@ async def readyz(request: Request) -> Response:
     """`GET /readyz`: 200 once every device worker has loaded its models and run a warm-up page.
 
     The state of every part (pids, restarts, admission, the start-up error) goes to loopback
-    callers only (the container's health check, `kubectl port-forward`, an operator on the
-    machine); anyone else, the kubelet's probes included, gets `{"ready": ...}` and the status.
+    callers (the container's health check, `kubectl port-forward`, an operator on the machine)
+    and to an admin key's; anyone else, the kubelet's probes and user keys included, gets
+    `{"ready": ...}` and the status.
     """
     runtime = runtime_of(request)
     status = 200 if runtime.ready else 503
-    if from_loopback(request):
+    identity = identity_of(request)
+    if from_loopback(request) or (identity is not None and identity.role == "admin"):
         return JSONResponse(runtime.describe(), status_code=status)
     return JSONResponse({"ready": runtime.ready}, status_code=status)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import types
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -12,7 +13,10 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from serving.app import middleware
+from serving.config import AppConfig, AuthConfig
 from serving.errors import NotReady
+from serving.http.keys import hash_key
 from serving.http.routes import readyz
 from serving.runtime import Runtime
 
@@ -24,8 +28,9 @@ DETAIL: dict[str, Any] = {
 }
 
 
-def _client(address: str, *, ready: bool = False) -> TestClient:
-    app = Starlette(routes=[Route("/readyz", readyz)])
+def _client(address: str, *, ready: bool = False, config: AppConfig | None = None) -> TestClient:
+    stack = [] if config is None else middleware(config, {})
+    app = Starlette(routes=[Route("/readyz", readyz)], middleware=stack)
     app.state.runtime = types.SimpleNamespace(ready=ready, describe=lambda: DETAIL)
     return TestClient(app, client=(address, 40000))
 
@@ -55,3 +60,17 @@ def test_not_ready_after_a_failed_start_does_not_say_why() -> None:
     runtime.startup_error = None
     with pytest.raises(NotReady, match="not loaded yet"):
         Runtime.check_ready(cast(Runtime, runtime))
+
+
+def test_with_keys_an_admin_key_gets_the_detail_and_a_user_key_does_not(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text(
+        f'[[keys]]\nid = "ops"\nrole = "admin"\nsha256 = "{hash_key("admin-secret")}"\n'
+        f'[[keys]]\nid = "app"\nrole = "user"\nsha256 = "{hash_key("user-secret")}"\n'
+    )
+    config = AppConfig(auth=AuthConfig(keys_file=str(keys), api_keys_env=""))
+    client = _client("203.0.113.7", config=config)
+    assert client.get("/readyz", headers={"X-API-Key": "admin-secret"}).json() == DETAIL
+    for headers in ({"X-API-Key": "user-secret"}, {"X-API-Key": "wrong"}, {}):
+        answer = client.get("/readyz", headers=headers)
+        assert (answer.status_code, answer.json()) == (503, {"ready": False})  # a probe: no 401
