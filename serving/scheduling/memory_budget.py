@@ -1,9 +1,11 @@
-"""The memory budget: bytes of decoded pixels in flight, charged before any pixel is decoded.
+"""The memory budget: bytes the whole process tree holds for requests in flight, charged before
+any pixel is decoded.
 
-A page's size is known from the PDF's page tree or the image's headers (`documents.page_sizes`),
-so its cost is charged before it is rendered, and released when its result is assembled. Pages
-wait for room first come, first served; a page that could never fit is refused with 413. Memory
-then follows the budget, not the page count or the page size of whatever clients send.
+A page's size is known from the PDF's page tree or the image's headers (`documents.page_plans`),
+so its cost, everything it makes any process hold (`page_memory.PageCosts`), is charged before
+it is rendered, and released when its result is assembled. Pages wait for room first come, first
+served; a page that could never fit, even scaled down, is refused with 413. Memory then follows
+the budget, not the page count or the page size of whatever clients send.
 """
 
 from __future__ import annotations
@@ -18,31 +20,21 @@ from pathlib import Path
 
 import psutil
 
-from pipelines.det_preprocess import det_input_size
-from pipelines.types import DetParams
 from serving.errors import OcrError, Overloaded, PayloadTooLarge
 
 logger = logging.getLogger(__name__)
 
 HOST_SHARE = 0.25
-"""Share of the memory this process may use that the default budget takes."""
+"""Share of the memory this process may use that the default budget takes: what the whole
+process tree may use for requests beyond its idle footprint (~0.8 GiB with two CPU device
+workers and two CPU workers), which leaves room for that footprint, the page cache and
+whatever else shares the host or the container."""
 
 BODY_SHARE = 0.5
 """Share of the budget that request bodies may hold, all together: the rest is kept for pages,
 so that pages never wait only for bodies (whose requests wait for those pages)."""
 
 _MIB = 1 << 20
-
-
-def page_cost_bytes(width: int, height: int, det: DetParams) -> int:
-    """What one page of `width` x `height` holds while in flight.
-
-    3 bytes a pixel for the BGR page in shared memory (kept for the crops), 4 while it is
-    decoded (pdfium renders BGRx), and 16 per detector pixel: the float32 input (12) and the
-    probability map (4).
-    """
-    det_h, det_w = det_input_size(height, width, det)
-    return 7 * width * height + 16 * det_h * det_w
 
 
 def host_memory_bytes() -> int:
@@ -109,9 +101,10 @@ class MemoryBudget:
         """
         if nbytes > self.total_bytes:
             raise PayloadTooLarge(
-                f"A page of this size needs about {nbytes // _MIB} MiB while in flight; this "
-                f"server's memory budget is {self.total_bytes // _MIB} MiB "
-                "(server.memory_budget_bytes): send it smaller, or at a lower resolution"
+                f"A page of this size needs about {nbytes // _MIB} MiB while in flight, even "
+                f"scaled down; pages may take {self.total_bytes // _MIB} MiB of this server's "
+                "memory budget (server.memory_budget_bytes): send it smaller, or at a lower "
+                "resolution"
             )
 
     @contextlib.asynccontextmanager
