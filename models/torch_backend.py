@@ -201,9 +201,14 @@ class TorchPredictor(LanePredictor):
                 x = torch.nn.functional.pad(x, (0, bw - w, 0, bh - h, 0, 0, 0, bn - n))
             if self._options.precision == "fp16":
                 x = x.half()
+            graphed = self._options.torch.compile == "reduce-overhead"
+            if graphed:
+                torch.compiler.cudagraph_mark_step_begin()
             y = self._module(x)
             if isinstance(y, list | tuple):
                 y = y[0]
+            if graphed:  # the next replay overwrites a CUDA graph's output; ours is in flight
+                y = y.clone()
             y = y[:n]
             if self._spec.kind == "det" and (bh, bw) != (h, w):
                 y = y[..., :h, :w]  # the detector's maps have the input's height and width

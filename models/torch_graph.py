@@ -158,6 +158,18 @@ def unsqueeze(x: Any, axes: Sequence[int]) -> Any:
     return x
 
 
+_TORCH_MODES = {
+    ("nearest", 1): "nearest",
+    ("nearest", 2): "nearest",
+    ("nearest", 3): "nearest",
+    ("linear", 1): "linear",
+    ("linear", 2): "bilinear",
+    ("linear", 3): "trilinear",
+    ("cubic", 2): "bicubic",
+}
+"""ONNX Resize mode and spatial rank -> `interpolate`'s mode (onnx2torch's `_MODES_MAPPING`)."""
+
+
 def resize(
     x: Any,
     scales: Sequence[float] | None,
@@ -167,13 +179,15 @@ def resize(
 ) -> Any:
     """ONNX Resize with host scales or sizes, as onnx2torch's `OnnxResize` computes it."""
     import torch
-    from onnx2torch.node_converters.resize import _onnx_mode_to_torch_mode
 
+    mode = _TORCH_MODES.get((onnx_mode, x.dim() - 2))
+    if mode is None:
+        raise NotImplementedError(f"{onnx_mode} resize of a {x.dim() - 2}-D input")
     return torch.nn.functional.interpolate(
         x,
         size=list(sizes[2:]) if sizes else None,
         scale_factor=list(scales[2:]) if scales else None,
-        mode=_onnx_mode_to_torch_mode(onnx_mode, x.dim() - 2),
+        mode=mode,
         align_corners=align_corners,
     )
 

@@ -1,0 +1,89 @@
+"""The torch engine's forwards on a CUDA GPU queue their work and return without waiting for it
+(issue 27): CUDA's sync debug mode raises at any synchronising call inside a det or rec forward.
+Compiled (`[engine.torch] compile = "default"`, Inductor's Triton kernels) at buckets, they
+answer what eager answers. `OCR_GPU_TESTS_ON_CPU=1` runs the first on the CPU (no
+synchronisation exists there; tests/integration/test_torch_host_reads.py counts host reads).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models import convert
+from models.bundle import load_bundle
+from models.engine_options import EngineOptions
+from models.torch_backend import TorchPredictor
+from models.torch_options import TorchOptions
+from serving.config import EngineConfig, ModelsConfig
+from tests.gpu.conftest import DEVICE as MAYBE_DEVICE
+from tests.gpu.conftest import requires_cuda
+
+pytestmark = requires_cuda
+DEVICE = MAYBE_DEVICE or "gpu:0"
+
+SHAPES = {"det": [(1, 3, 960, 736), (4, 3, 640, 640)], "rec": [(6, 3, 48, 320), (96, 3, 48, 1280)]}
+
+
+def _predictors(models: ModelsConfig, torch_options: TorchOptions) -> dict[str, TorchPredictor]:
+    bundle = load_bundle(models.det, models.rec)
+    cache = Path(EngineConfig().onnx_dir)  # the bundle's are ONNX already; else the conversions
+    made: dict[str, TorchPredictor] = {}
+    for paddle_or_onnx in (bundle.det, bundle.rec):
+        spec = convert.find_onnx(paddle_or_onnx, cache) or paddle_or_onnx
+        predictor = TorchPredictor(spec, EngineOptions(device=DEVICE, torch=torch_options))
+        predictor.load()
+        if spec.kind == "rec":
+            predictor.output_argmax()
+        made[spec.kind] = predictor
+    return made
+
+
+def test_forwards_do_not_synchronise(gpu_models: ModelsConfig) -> None:
+    import torch
+
+    predictors = _predictors(gpu_models, TorchOptions())
+    device = torch.device(predictors["det"].torch_device)
+    rng = np.random.default_rng(0)
+    for kind, shapes in SHAPES.items():
+        predictor = predictors[kind]
+        assert predictor.host_reads_free
+        for shape in shapes:
+            x = torch.from_numpy(rng.uniform(-1, 1, shape).astype(np.float32)).to(device)
+            predictor.forward(x)  # warm: allocator, cuDNN plans
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                predictor.forward(x)
+            finally:
+                if device.type == "cuda":
+                    torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.timeout(1200)
+def test_compiled_buckets_answer_what_eager_answers(gpu_models: ModelsConfig) -> None:
+    if not DEVICE.startswith("gpu"):
+        pytest.skip(
+            "Inductor's CPU code generation takes minutes a model; see test_torch_host_reads"
+        )
+    import torch
+
+    buckets = TorchOptions(shapes="buckets")
+    eager = _predictors(gpu_models, buckets)
+    compiled = _predictors(gpu_models, TorchOptions(shapes="buckets", compile="default"))
+    rng = np.random.default_rng(1)
+    for kind, shapes in SHAPES.items():
+        for shape in shapes:
+            batch = rng.uniform(-1, 1, shape).astype(np.float32)
+            want = eager[kind].run(batch)
+            got = compiled[kind].run(batch)
+            assert got.shape == want.shape
+            if kind == "rec":  # argmax pairs: the same classes nearly everywhere
+                assert np.mean(got[..., 0] == want[..., 0]) > 0.999
+                np.testing.assert_allclose(got[..., 1], want[..., 1], atol=2e-3)
+            else:
+                np.testing.assert_allclose(got, want, atol=2e-3)
+    torch.cuda.synchronize()

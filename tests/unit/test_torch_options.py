@@ -1,0 +1,77 @@
+"""The torch engine's shape buckets and settings (`models.torch_options`, `[engine.torch]`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from models.engine_options import EngineOptions, EngineOptionsError
+from models.torch_options import TorchOptions, batch_bucket, bucket_shape, rec_buckets
+from serving.config import build, load_config
+from serving.errors import ConfigError
+
+BUCKETS = TorchOptions(shapes="buckets", rec_widths_px=(320, 640), det_step_px=128)
+
+
+def test_exact_shapes_run_as_they_come() -> None:
+    for kind in ("det", "cls", "rec"):
+        assert bucket_shape(kind, (3, 3, 48, 333), TorchOptions()) == (3, 3, 48, 333)
+
+
+def test_batches_round_up_to_powers_of_two_then_steps_of_16() -> None:
+    assert [batch_bucket(n) for n in (1, 2, 3, 5, 17, 32, 33, 90, 96, 97)] == [
+        1,
+        2,
+        4,
+        8,
+        32,
+        32,
+        48,
+        96,
+        96,
+        112,
+    ]
+
+
+def test_rec_pads_width_to_its_bucket_and_keeps_wider_batches() -> None:
+    assert bucket_shape("rec", (5, 3, 48, 321), BUCKETS) == (8, 3, 48, 640)
+    assert bucket_shape("rec", (1, 3, 48, 320), BUCKETS) == (1, 3, 48, 320)
+    assert bucket_shape("rec", (1, 3, 48, 700), BUCKETS) == (1, 3, 48, 700)
+
+
+def test_det_rounds_height_and_width_and_cls_only_rows() -> None:
+    assert bucket_shape("det", (1, 3, 736, 960), BUCKETS) == (1, 3, 768, 1024)
+    assert bucket_shape("cls", (3, 3, 80, 160), BUCKETS) == (4, 3, 80, 160)
+
+
+def test_rec_buckets_list_every_width_and_row_bucket() -> None:
+    assert rec_buckets(BUCKETS, height=48, max_batch=3) == [
+        (1, 3, 48, 320),
+        (2, 3, 48, 320),
+        (4, 3, 48, 320),
+        (1, 3, 48, 640),
+        (2, 3, 48, 640),
+        (4, 3, 48, 640),
+    ]
+
+
+def test_engine_options_refuse_unsorted_widths() -> None:
+    with pytest.raises(EngineOptionsError, match="rec_widths_px"):
+        EngineOptions(torch=TorchOptions(rec_widths_px=(640, 320)))
+
+
+def test_config_reads_engine_torch_and_names_the_key_it_refuses(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        '[engine.torch]\ncompile = "reduce-overhead"\nshapes = "buckets"\n'
+        "rec_widths_px = [320, 960]\ndet_step_px = 64\n"
+    )
+    torch = load_config(path).engine.torch
+    assert torch == TorchOptions(
+        compile="reduce-overhead", shapes="buckets", rec_widths_px=(320, 960), det_step_px=64
+    )
+    with pytest.raises(ConfigError, match=r"engine\.torch\.det_step_px"):
+        build(type(load_config(None)), {"engine": {"torch": {"det_step_px": 0}}})
+    with pytest.raises(ConfigError, match=r"engine\.torch\.compile"):
+        build(type(load_config(None)), {"engine": {"torch": {"compile": "max"}}})
