@@ -43,6 +43,7 @@ from models.base import EngineBackend, Predictor
 from models.engine_options import DEVICE_KINDS, EngineOptions
 from models.fake_predictor import FakePredictor
 from models.spec import MODEL_FORMATS, ModelSpec
+from models.torch_options import TORCH_COMPILE_MODES, TORCH_SHAPES, TorchCompile, TorchOptions
 from serving.config import AppConfig, EngineConfig, ModelsConfig, PaddlexConfig, WorkersConfig
 from serving.local_engine import LocalEngine
 
@@ -158,6 +159,10 @@ cpu_backend = "{args.cpu_backend}"
 precision = "{args.precision}"
 cpu_threads = {args.cpu_threads}
 
+[engine.torch]
+compile = "{args.torch_compile}"
+shapes = "{args.torch_shapes}"
+
 [workers]
 devices = [{listed}]
 gpu_instances = {args.gpu_instances}
@@ -176,8 +181,63 @@ def app_config(args: argparse.Namespace) -> AppConfig:
         cpu_backend=args.cpu_backend if args.device == "cpu" else EngineConfig().cpu_backend,
         precision=args.precision if args.device != "cpu" else "fp32",
         cpu_threads=args.cpu_threads,
+        torch=torch_options(args),
     )
     return AppConfig(models=models, engine=engine, workers=WorkersConfig(), paddlex=PaddlexConfig())
+
+
+def torch_options(args: argparse.Namespace) -> TorchOptions:
+    """`[engine.torch]` of the run (compiling takes minutes on a CPU: off there)."""
+    compile_mode: TorchCompile = args.torch_compile if args.device != "cpu" else "off"
+    return TorchOptions(compile=compile_mode, shapes=args.torch_shapes)
+
+
+LAUNCH_SHAPES = {"det": (2, 3, 960, 960), "rec": (96, 3, 48, 1280)}
+"""Large GPU batches (`[workers.gpu]` limits), where a launch that waits shows most."""
+
+
+def launch_timing(args: argparse.Namespace, repeats: int = 5) -> dict[str, Any]:
+    """Per model, the median time `launch` takes to return and the whole batch's (launch to
+    result), on `LAUNCH_SHAPES`: a forward that reads the device back makes the first nearly
+    the second (issue 27); a forward that only queues work returns in a small part of it. On
+    the CPU both are the batch (it runs when issued)."""
+    from models.spec import load_model_spec
+    from models.torch_backend import TorchPredictor
+
+    options = EngineOptions(
+        device=args.device,
+        precision=args.precision if args.device != "cpu" else "fp32",
+        torch=torch_options(args),
+    )
+    rng = np.random.default_rng(0)
+    result: dict[str, Any] = {}
+    for kind, shape in LAUNCH_SHAPES.items():
+        predictor = TorchPredictor(load_model_spec(args.models / kind, kind), options)
+        predictor.load()
+        if kind == "rec":
+            predictor.output_argmax()
+        batch = rng.uniform(-1, 1, shape).astype(np.float32)
+        launch_ms, batch_ms = [], []
+        for i in range(repeats + 1):
+            slot = predictor.stage(shape)
+            slot.input[...] = batch
+            started = time.monotonic()
+            predictor.launch(slot)
+            launched = time.monotonic()
+            slot.result()
+            done = time.monotonic()
+            slot.release()
+            if i > 0:  # the first compiles and warms up
+                launch_ms.append((launched - started) * 1000)
+                batch_ms.append((done - started) * 1000)
+        result[kind] = {
+            "shape": list(shape),
+            "host_reads_free": predictor.host_reads_free,
+            "launch_ms": round(float(np.median(launch_ms)), 2),
+            "batch_ms": round(float(np.median(batch_ms)), 2),
+        }
+        predictor.close()
+    return result
 
 
 def engine_limit(args: argparse.Namespace, images: list[np.ndarray]) -> dict[str, Any]:
@@ -390,6 +450,12 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{_fmt(level['p95_s'])} | {_fmt(det)} | {_fmt(rec.get('mean_batch_size'))} | "
                 f"{hist or '-'} | {_fmt(run.get('gpu_memory_peak_mib'))} |"
             )
+    for kind, timing in report.get("launch", {}).items():
+        lines.append(
+            f"- {kind} launch returns in {_fmt(timing['launch_ms'])} ms of a "
+            f"{_fmt(timing['batch_ms'])} ms batch {tuple(timing['shape'])} "
+            f"(host reads free: {timing['host_reads_free']})"
+        )
     errors = [
         f"- the {name} run failed: {error}" for name, error in report.get("errors", {}).items()
     ]
@@ -427,6 +493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backend", default="torch", help="engine.gpu_backend")
     parser.add_argument("--cpu-backend", default="torch", help="the mixed run's CPU worker")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    parser.add_argument("--torch-compile", default="off", choices=TORCH_COMPILE_MODES)
+    parser.add_argument("--torch-shapes", default="exact", choices=TORCH_SHAPES)
     parser.add_argument("--concurrency", default="1,8,32", help="levels, comma-separated")
     parser.add_argument("--requests", type=int, default=64, help="measured requests a level")
     parser.add_argument("--rounds", type=int, default=2, help="engine-limit passes over the pages")
@@ -439,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpu-instances", type=int, default=1)
     parser.add_argument("--cpu-workers", type=int, default=0, help="0 = the number of cores")
     parser.add_argument("--cpu-threads", type=int, default=0)
-    parser.add_argument("--skip", default="", help="comma-separated: mixed,cpu_side")
+    parser.add_argument("--skip", default="", help="comma-separated: launch,mixed,cpu_side")
     parser.add_argument("--ready-timeout-s", type=float, default=300.0)
     parser.add_argument("--request-timeout-s", type=float, default=120.0)
     args = parser.parse_args(argv)
@@ -459,9 +527,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "device": args.device,
         "backend": args.backend,
         "precision": args.precision,
+        "torch": {"compile": args.torch_compile, "shapes": args.torch_shapes},
         "cpu_workers": args.cpu_workers or os.cpu_count(),
         "pages": list(expected),
     }
+    if args.backend == "torch" and "launch" not in skip:
+        try:
+            report["launch"] = launch_timing(args)
+        except Exception as err:  # the engine limit and the server runs still tell something
+            report.setdefault("errors", {})["launch"] = f"{type(err).__name__}: {err}"
     report["engine_limit"] = engine_limit(args, images)
     report["texts"] = compare_texts(args, images, expected, report["engine_limit"]["texts"])
     pace = float(report["engine_limit"]["pages_per_s"])

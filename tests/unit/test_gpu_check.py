@@ -73,6 +73,17 @@ def test_markdown_lists_what_read_differently_and_with_which_versions() -> None:
     assert "opencv 5.1.0" in text
     assert "paddle 3.2.2" in text
     assert "| server | gpu:0 | 32 | 25 |" in text
+    report["launch"] = {
+        "rec": {
+            "shape": [96, 3, 48, 1280],
+            "host_reads_free": True,
+            "launch_ms": 0.9,
+            "batch_ms": 41.0,
+        }
+    }
+    assert "rec launch returns in 0.9 ms of a 41 ms batch (96, 3, 48, 1280)" in (
+        gpu_check.markdown(report)
+    )
 
 
 def test_the_servers_config_loads(tmp_path: Path) -> None:
@@ -85,6 +96,8 @@ def test_the_servers_config_loads(tmp_path: Path) -> None:
         gpu_instances=2,
         cpu_workers=8,
         out=tmp_path / "out",
+        torch_compile="reduce-overhead",
+        torch_shapes="buckets",
     )
     path = tmp_path / "server.toml"
     path.write_text(gpu_check.config_toml(args, ["gpu:0", "cpu"]))
@@ -93,6 +106,10 @@ def test_the_servers_config_loads(tmp_path: Path) -> None:
     assert config.workers.gpu_instances == 2
     assert config.engine.precision == "fp16"
     assert config.engine.gpu_backend == "torch"
+    assert (config.engine.torch.compile, config.engine.torch.shapes) == (
+        "reduce-overhead",
+        "buckets",
+    )
     assert config.models.det == str((tmp_path / "models" / "det").resolve())
 
 
