@@ -278,6 +278,14 @@ class PaddlePredictor(SpecPredictor):
         """Run one small zero input of a shape the model accepts."""
         self.run(np.zeros(warmup_shape(self._spec), dtype=np.float32))
 
+    def release_memory(self) -> None:
+        """Shrink the predictor's memory pool to what it holds now (`try_shrink_memory`): the
+        temporary tensors of the largest input it has run. Between batches only. On the CPU
+        oneDNN keeps little (after a 1600 x 1600 detector input: +94 MiB, of which this frees 10);
+        on a GPU it is the device's pool."""
+        if self._predictor is not None:
+            self._predictor.try_shrink_memory()
+
     def close(self) -> None:
         """Drop the predictor and its handles; a second call does nothing."""
         self._input = None
