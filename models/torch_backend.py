@@ -15,7 +15,10 @@ recogniser answers with each step's best class and its probability, computed on 
 (`output_argmax`, which the server asks for), not with every class's probability.
 
 Numerics: fp32 by default, with TF32 off (`engine.allow_tf32`); `engine.precision = "fp16"`
-runs the module in half precision (on PP-OCRv5 mobile it changed 1 character in 12 lines).
+runs the forward under `torch.autocast` (float16): convolutions and matmuls in half precision,
+softmax, and the recogniser's LayerNorm variance (`pow`, `sqrt`, `div`), in fp32, as autocast
+keeps them. (Casting the whole module with `.half()` changed 1 character in 12 lines on PP-OCRv5
+mobile; autocast is not measured on a GPU yet.)
 Installed by the `torch` extra (`pip install -e '.[torch]'`); PyPI's torch is the CUDA build.
 """
 
@@ -138,8 +141,6 @@ class TorchPredictor(LanePredictor):
             # container image under a read-only root filesystem).
             graph = importlib.import_module("onnx").load(str(self._spec.onnx_file))
             module = self._host_shapes(onnx2torch.convert(graph).eval()).to(device)
-            if self._options.precision == "fp16":
-                module = module.half()
         except Exception as err:  # onnx2torch and torch raise many kinds
             raise PredictorError(
                 f"cannot load {self._spec.kind} model {self._spec.onnx_file} on {device}: {err}"
@@ -196,11 +197,13 @@ class TorchPredictor(LanePredictor):
             raise not_loaded(self._spec)
         n, _, h, w = (int(d) for d in x.shape)
         bn, _, bh, bw = bucket_shape(self._spec.kind, tuple(x.shape), self._options.torch)
-        with torch.inference_mode():
+        fp16 = self._options.precision == "fp16"
+        with (
+            torch.inference_mode(),
+            torch.autocast(device_type=x.device.type, dtype=torch.float16, enabled=fp16),
+        ):
             if (bn, bh, bw) != (n, h, w):
                 x = torch.nn.functional.pad(x, (0, bw - w, 0, bh - h, 0, 0, 0, bn - n))
-            if self._options.precision == "fp16":
-                x = x.half()
             graphed = self._options.torch.compile == "reduce-overhead"
             if graphed:
                 torch.compiler.cudagraph_mark_step_begin()

@@ -14,7 +14,7 @@ import pytest
 
 from models import convert
 from models.bundle import load_bundle
-from models.engine_options import EngineOptions
+from models.engine_options import EngineOptions, Precision
 from models.torch_backend import TorchPredictor
 from models.torch_options import TorchOptions
 from serving.config import EngineConfig, ModelsConfig
@@ -27,13 +27,17 @@ DEVICE = MAYBE_DEVICE or "gpu:0"
 SHAPES = {"det": [(1, 3, 960, 736), (4, 3, 640, 640)], "rec": [(6, 3, 48, 320), (96, 3, 48, 1280)]}
 
 
-def _predictors(models: ModelsConfig, torch_options: TorchOptions) -> dict[str, TorchPredictor]:
+def _predictors(
+    models: ModelsConfig, torch_options: TorchOptions, precision: Precision = "fp32"
+) -> dict[str, TorchPredictor]:
     bundle = load_bundle(models.det, models.rec)
     cache = Path(EngineConfig().onnx_dir)  # the bundle's are ONNX already; else the conversions
     made: dict[str, TorchPredictor] = {}
     for paddle_or_onnx in (bundle.det, bundle.rec):
         spec = convert.find_onnx(paddle_or_onnx, cache) or paddle_or_onnx
-        predictor = TorchPredictor(spec, EngineOptions(device=DEVICE, torch=torch_options))
+        predictor = TorchPredictor(
+            spec, EngineOptions(device=DEVICE, torch=torch_options, precision=precision)
+        )
         predictor.load()
         if spec.kind == "rec":
             predictor.output_argmax()
@@ -41,10 +45,13 @@ def _predictors(models: ModelsConfig, torch_options: TorchOptions) -> dict[str, 
     return made
 
 
-def test_forwards_do_not_synchronise(gpu_models: ModelsConfig) -> None:
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_forwards_do_not_synchronise(gpu_models: ModelsConfig, precision: Precision) -> None:
     import torch
 
-    predictors = _predictors(gpu_models, TorchOptions())
+    if precision == "fp16" and not DEVICE.startswith("gpu"):
+        pytest.skip("fp16 (autocast) is for GPUs")
+    predictors = _predictors(gpu_models, TorchOptions(), precision)
     device = torch.device(predictors["det"].torch_device)
     rng = np.random.default_rng(0)
     for kind, shapes in SHAPES.items():
