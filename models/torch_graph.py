@@ -8,8 +8,8 @@ reads a forward, the last near the end of the graph (issue 27).
 
 `host_shapes(module)` rewrites the converted `torch.fx.GraphModule` so that these values are
 Python numbers computed on the host: a `Shape` becomes the input's `torch.Size` (known without
-the device), the arithmetic on it (Slice, Squeeze, Unsqueeze, Concat, Reshape, Cast, Add, Sub,
-Mul, Div) Python arithmetic, and constants become Python literals folded where the module is
+the device), the arithmetic on it (Slice, Gather, Squeeze, Unsqueeze, Concat, Reshape, Cast, Add,
+Sub, Mul, Div) Python arithmetic, and constants become Python literals folded where the module is
 built; Reshape, Slice, Squeeze, Unsqueeze and Resize of tensors then take those numbers. ONNX
 `Identity` nodes (a `clone()` each in onnx2torch) are dropped. The result is the same arithmetic
 on any input shape (nothing is specialised to one shape), and `torch.compile(fullgraph=True)`
@@ -60,6 +60,14 @@ def host_unsqueeze(value: Any) -> tuple[Any, ...]:
     return (value,)
 
 
+def host_gather(value: tuple[Any, ...], indices: Any) -> Any:
+    """ONNX Gather (axis 0) from a rank-1 host value: a number for a scalar index, else a
+    tuple."""
+    if isinstance(indices, tuple):
+        return tuple(value[i] for i in indices)
+    return value[indices]
+
+
 def host_concat(*values: tuple[Any, ...]) -> tuple[Any, ...]:
     """ONNX Concat (axis 0) of rank-1 host values."""
     joined: tuple[Any, ...] = ()
@@ -90,6 +98,7 @@ _HOST_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "sub": operator.sub,
     "mul": operator.mul,
     "div": _trunc_div,
+    "_onnx_div": _trunc_div,  # onnx2torch's Div: true division of floats, truncating of integers
 }
 
 
@@ -230,10 +239,14 @@ class _Rewriter:
             return self.host[arg]
         return self.constant(arg, small=small)
 
-    def need(self, node: Any, arg: Any) -> HostValue:
+    def need(self, node: Any, arg: Any, *, known: bool = True) -> HostValue:
+        """`arg` as a host value; `known`: one known now (a literal, not computed at run time
+        from a shape)."""
         value = self.value(arg)
         if value is None:
             raise UnsupportedGraph(f"{node.name} takes a tensor where a constant is wanted")
+        if known and self.is_node(value):
+            raise UnsupportedGraph(f"{node.name} takes axes or bounds computed from a shape")
         return value
 
     def emit(self, node: Any, fn: Callable[..., Any], *args: Any) -> Any:
@@ -338,6 +351,15 @@ def _unsqueeze(rw: _Rewriter, node: Any, module: Any, args: list[Any]) -> bool:
     return True
 
 
+def _gather(rw: _Rewriter, node: Any, module: Any, args: list[Any]) -> bool:
+    if args[0] not in rw.host:
+        return False  # a tensor gather reads nothing on the host
+    if module._axis != 0:
+        raise UnsupportedGraph(f"{node.name} gathers a host value on axis {module._axis}")
+    rw.host[node] = rw.emit(node, host_gather, rw.host[args[0]], rw.need(node, args[1]))
+    return True
+
+
 def _concat(rw: _Rewriter, node: Any, module: Any, args: list[Any]) -> bool:
     if not any(a in rw.host for a in args):
         return False
@@ -350,7 +372,7 @@ def _concat(rw: _Rewriter, node: Any, module: Any, args: list[Any]) -> bool:
 
 def _reshape(rw: _Rewriter, node: Any, module: Any, args: list[Any]) -> bool:
     data, shape = args
-    shape_v = rw.need(node, shape)
+    shape_v = rw.need(node, shape, known=data in rw.host)  # a tensor's may come from a shape
     if data in rw.host:
         rw.host[node] = rw.emit(node, host_reshape, rw.host[data], len(shape_v))
         return True
@@ -382,10 +404,8 @@ def _resize(rw: _Rewriter, node: Any, module: Any, args: list[Any]) -> bool:
     roi_v = rw.value(roi) if roi is not None else None
     if not module.ignore_roi and roi_v:
         raise UnsupportedGraph(f"{node.name} resizes with a region of interest")
-    scales_v = rw.value(scales) if scales is not None else None
-    sizes_v = rw.value(sizes) if sizes is not None else None
-    if (scales is not None and scales_v is None) or (sizes is not None and sizes_v is None):
-        raise UnsupportedGraph(f"{node.name} resizes to sizes computed on the device")
+    scales_v = rw.need(node, scales) if scales is not None else None
+    sizes_v = rw.need(node, sizes) if sizes is not None else None
     if scales_v and tuple(scales_v[:2]) != (1, 1):
         raise UnsupportedGraph(f"{node.name} scales the batch or channel axis")
     rw.replace(
@@ -408,6 +428,7 @@ _HANDLERS: dict[str, Handler] = {
     "OnnxSqueezeStaticAxes": _squeeze,
     "OnnxUnsqueezeDynamicAxes": _unsqueeze,
     "OnnxUnsqueezeStaticAxes": _unsqueeze,
+    "OnnxGather": _gather,
     "OnnxConcat": _concat,
     "OnnxReshape": _reshape,
     "OnnxBinaryMathOperation": _binary,
