@@ -9,27 +9,27 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
-onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper  # noqa: E402
 
 from models.torch_backend import import_onnx2torch  # noqa: E402
 from models.torch_graph import UnsupportedGraph, host_shapes  # noqa: E402
 from tests.integration.test_torch_host_reads import HostReads  # noqa: E402
 
 
-def _const(name: str, values: list[int] | int) -> onnx.TensorProto:
+def _const(name: str, values: list[int] | int) -> TensorProto:
     return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
 
 
-def _model(nodes: list[onnx.NodeProto], initializers: list[onnx.TensorProto]) -> onnx.ModelProto:
+def _model(nodes: list[NodeProto], initializers: list[TensorProto]) -> ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     graph = helper.make_graph(nodes, "g", [x], [y], initializer=initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
 
 
-def _reshaping_model() -> onnx.ModelProto:
+def _reshaping_model() -> ModelProto:
     """x (n, 3, h, w) -> (n, 3, h*w/2, 2) -> its first column, squeezed: (n, 3, h*w/2)."""
     nodes = [
         helper.make_node("Shape", ["x"], ["s"]),
