@@ -38,6 +38,8 @@ def test_rec_pads_width_to_its_bucket_and_keeps_wider_batches() -> None:
     assert bucket_shape("rec", (5, 3, 48, 321), BUCKETS) == (8, 3, 48, 640)
     assert bucket_shape("rec", (1, 3, 48, 320), BUCKETS) == (1, 3, 48, 320)
     assert bucket_shape("rec", (1, 3, 48, 700), BUCKETS) == (1, 3, 48, 700)
+    rows_only = TorchOptions(shapes="buckets", rec_widths_px=())  # Paddle's text, measured
+    assert bucket_shape("rec", (5, 3, 48, 321), rows_only) == (8, 3, 48, 321)
 
 
 def test_det_rounds_height_and_width_and_cls_only_rows() -> None:
