@@ -23,11 +23,11 @@ from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
 
 MIB = 1 << 20
 
-# A 40 x 40 inch page is 5760 x 5760 at 144 dpi (33 Mpixel, under the pixel cap), and renders at
-# 4000 x 4000 (input.max_page_side_px): a charge of ~650 MiB with the detector's input capped at
+# A 40 x 40 inch page is 5760 x 5760 at 144 dpi (33 Mpixel, under the pixel cap; rendered as
+# sent here, input.max_page_side_px = 0): a charge of ~1.1 GiB with the detector's input capped at
 # 1024 a side, over the 450 MiB of a 600 MiB budget that pages may take (a quarter is kept for the
-# engines between pages). So each page is scaled to fit half of that (~970 px a side): two pages
-# in flight at once, never three.
+# engines between pages). So each page is scaled to fit half of that (~975 px a side): two pages
+# in flight at once, never three. `/v1/render` renders it whole (10 B a pixel: 316 MiB).
 BUDGET = f"""
 [server]
 memory_budget_bytes = {600 * MIB}
@@ -35,6 +35,7 @@ max_inflight_pages = 6
 log_level = "info"
 [input]
 max_pdf_pages = 6
+max_page_side_px = 0
 [pipeline.det]
 max_side_limit = 1024
 [workers]
