@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from pathlib import Path
 
 import cv2
 import httpx
@@ -71,7 +72,7 @@ def _post_pdf(url: str, pdf: bytes, timeout: float = 300) -> httpx.Response:
     )
 
 
-def test_big_pages_are_decoded_as_the_budget_allows_and_render_is_admitted(tmp_path) -> None:
+def test_big_pages_are_decoded_as_the_budget_allows_and_render_is_admitted(tmp_path: Path) -> None:
     server = start_server(tmp_path, BUDGET)
     try:
         wait_ready(server)
@@ -194,7 +195,7 @@ cpu_instances = 2
 """
 
 
-def test_the_whole_process_tree_stays_within_the_budget_for_hostile_pdfs(tmp_path) -> None:
+def test_the_whole_process_tree_stays_within_the_budget_for_hostile_pdfs(tmp_path: Path) -> None:
     """The budget bounds the memory of the whole server, not of one process.
 
     Measured: every process of the server's tree (main, CPU workers, device workers; RSS less

@@ -47,7 +47,7 @@ def test_measured_bytes_per_pixel_cover_the_batch_the_engine_and_the_output() ->
     assert det.releases == 2  # before the run, so that it starts from the idle engine, and after
 
 
-def test_the_engine_releases_after_a_batch_over_its_share_only(prefix) -> None:
+def test_the_engine_releases_after_a_batch_over_its_share_only(prefix: str) -> None:
     det = HungryDet()
     ours, theirs = Pipe()
     engine = EngineChoice(backend="fake", options=EngineOptions())
