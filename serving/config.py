@@ -90,8 +90,11 @@ class ServerConfig:
     """Connections and requests at once (Uvicorn's `limit_concurrency`); beyond it, Uvicorn
     answers 503 (plain text) at once. Each request may hold its body in memory; 0 = no limit."""
     memory_budget_bytes: int = 0
-    """Bytes of decoded pixels in flight, all requests together; 0 = a quarter of the memory
-    this process may use (the cgroup's limit in a container)."""
+    """Bytes the whole process tree (main, CPU and device workers, shared memory) may hold for
+    requests beyond its idle footprint, all requests together: each page is charged for all it
+    makes any process hold (`serving.scheduling.page_memory`), and a quarter is kept for what the
+    engines hold between pages. 0 = a quarter of the memory this process may use (the cgroup's
+    limit in a container)."""
     overload_status: int = 503
     """Status for shed requests: 503 (default) or 429."""
     retry_after_s: int = 2
