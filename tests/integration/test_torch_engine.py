@@ -21,14 +21,14 @@ from serving.runtime import Runtime
 from tests import images
 from tests.integration.conftest import wait_ready
 
-# The converted models, the test pages and Paddle's texts of them, shared with the CPU engines'
-# tests.
-from tests.integration.test_onnx_engines import onnx_dir, paddle_texts, test_pages
+# The test pages and Paddle's texts of them, shared with the CPU engines' tests (the converted
+# models' `onnx_dir` is tests/integration/conftest.py's).
+from tests.integration.test_onnx_engines import paddle_texts, test_pages
 from tests.local_client import local_client
 
 pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
 
-__all__ = ["onnx_dir", "paddle_texts", "test_pages"]
+__all__ = ["paddle_texts", "test_pages"]
 
 
 def _config(onnx_dir: str, **workers: object) -> AppConfig:
