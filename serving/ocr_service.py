@@ -16,7 +16,7 @@ import numpy as np
 from pipelines.types import DetParams, PageResult
 from serving.documents import PagePlan
 from serving.errors import DeadlineExceeded
-from serving.inputs import DecodeLimits, FileKind
+from serving.inputs import DecodeLimits, FileKind, fit_side
 from serving.page_image import page_png
 from serving.request_options import OcrOptions
 from serving.scheduling.admission import Admission
@@ -56,6 +56,8 @@ class PageCharge:
     """How one page is decoded and what it costs the memory budget."""
 
     cost: int
+    det_cost: int
+    """Of `cost`, what detection holds: given back as soon as the page's detection is done."""
     limits: DecodeLimits
     """The server's limits, with a lower `max_page_side_px` for a page scaled to fit."""
     sent: tuple[int, int] | None
@@ -213,7 +215,12 @@ class OcrService:
         cost = costs.page_bytes(plan, kind, det)
         sent = (plan.full_width, plan.full_height)
         if cost <= self.budget.total_bytes:
-            return PageCharge(cost=cost, limits=self.limits, sent=sent if plan.scaled else None)
+            return PageCharge(
+                cost=cost,
+                det_cost=costs.det_bytes(plan.width, plan.height, det),
+                limits=self.limits,
+                sent=sent if plan.scaled else None,
+            )
         # To half the budget where it can be: one page scaled to fit leaves room for another.
         side = costs.fit(plan, kind, det, self.budget.total_bytes // 2) or costs.fit(
             plan, kind, det, self.budget.total_bytes
@@ -222,8 +229,10 @@ class OcrService:
             self.budget.check(costs.at_side(MIN_SCALED_SIDE_PX, plan, kind, det))
             raise AssertionError("unreachable: a page that fits at the smallest side has one")
         logger.info("page of %d x %d decoded at %d px a side to fit the memory budget", *sent, side)
+        width, height = fit_side(plan.full_width, plan.full_height, side)
         return PageCharge(
             cost=costs.at_side(side, plan, kind, det),
+            det_cost=costs.det_bytes(width + 1, height + 1, det),  # as `PageCosts.at_side`
             limits=dataclasses.replace(self.limits, max_page_side_px=side),
             sent=sent,
         )
@@ -292,8 +301,18 @@ class OcrService:
         priority: int,
     ) -> PageOutput:
         """Decode one page once the budget has room for it, and OCR it; the room is held until
-        its result is assembled."""
-        async with self.budget.hold(charge.cost):
+        its result is assembled, but for what its detection held, given back once that is done
+        (pages waiting on recognition then leave room for others' detection)."""
+        held = charge.cost
+        await self.budget.acquire(held)
+
+        def detection_done() -> None:
+            nonlocal held
+            if held == charge.cost:
+                held -= charge.det_cost
+                self.budget.release(charge.det_cost)
+
+        try:
             with self.scheduler.interactive_coming(priority):
                 page = await self.cpu.run(
                     cpu_stages.prepare_page_of,
@@ -305,9 +324,13 @@ class OcrService:
                     priority=priority,
                 )
             try:
-                output = await self._page(page, options, visualize, deadline, priority)
+                output = await self._page(
+                    page, options, visualize, deadline, priority, detection_done
+                )
             finally:
                 free_segments(page)
+        finally:
+            self.budget.release(held)
         self.admission.page_done()
         output.scaled_from = charge.sent
         return output
@@ -319,9 +342,10 @@ class OcrService:
         visualize: bool,
         deadline: float,
         priority: int,
+        detection_done: Callable[[], None],
     ) -> PageOutput:
         """The page pipeline's steps (`pipelines.page`) in the CPU pool, each after the inference
-        its state awaits."""
+        its state awaits; `detection_done()` once the detector's input and map are freed."""
         step = await self._infer_then(
             page.step,
             deadline,
@@ -332,6 +356,7 @@ class OcrService:
             options.rec,
             options.cls,
         )
+        detection_done()
         if step.state.awaiting == "cls":
             step = await self._infer_then(
                 step, deadline, priority, cpu_stages.after_cls, options.rec

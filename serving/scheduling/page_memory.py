@@ -116,15 +116,19 @@ class PageCosts:
         # A PDF renders at ceil(points x scale): one pixel more a side than the fit, at most.
         return self._bytes(width + 1, height + 1, plan, kind, det)
 
+    def det_bytes(self, width: int, height: int, det: DetParams) -> int:
+        """Of a page decoded at `width` x `height`, what its detection holds (the rows with
+        "detector px" in the module doc): given back once detection is done
+        (`serving.ocr_service`), since the crops and the recogniser's inputs are charged apart."""
+        det_h, det_w = det_input_size(height, width, det)
+        return math.ceil((DET_BYTES_PER_PX + self.engine_bytes_per_det_px) * det_h * det_w)
+
     def _bytes(
         self, width: int, height: int, plan: PagePlan, kind: FileKind, det: DetParams
     ) -> int:
         page_px = width * height
-        det_h, det_w = det_input_size(height, width, det)
-        det_px = det_h * det_w
         if kind == "pdf":
             decode = PDF_DECODE_BYTES_PER_PX * page_px
         else:
             decode = IMAGE_DECODE_BYTES_PER_SENT_PX * plan.full_width * plan.full_height
-        per_det_px = DET_BYTES_PER_PX + self.engine_bytes_per_det_px
-        return decode + PAGE_BYTES_PER_PX * page_px + math.ceil(per_det_px * det_px)
+        return decode + PAGE_BYTES_PER_PX * page_px + self.det_bytes(width, height, det)

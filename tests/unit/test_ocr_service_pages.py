@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import types
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from serving.errors import InvalidInput
-from serving.ocr_service import all_or_none
+from serving.inputs import DecodeLimits
+from serving.ocr_service import OcrService, PageCharge, PageOutput, all_or_none
+from serving.scheduling.admission import Admission
+from serving.scheduling.memory_budget import MemoryBudget
+from serving.scheduling.priorities import INTERACTIVE
 
 
 def test_a_failing_page_cancels_its_siblings_before_the_error_propagates() -> None:
@@ -38,3 +46,62 @@ def test_pages_answer_in_order() -> None:
         return index
 
     assert asyncio.run(all_or_none(page(i) for i in range(4))) == [0, 1, 2, 3]
+
+
+class _Cpu:
+    """Stands in for the CPU pool: every call answers a page without shared memory."""
+
+    async def run(self, *_args: object, **_kwargs: object) -> object:
+        return object()
+
+
+class _Scheduler:
+    @contextlib.contextmanager
+    def interactive_coming(self, _priority: int) -> Iterator[None]:
+        yield
+
+
+def test_a_page_gives_back_what_its_detection_held_once_detection_is_done() -> None:
+    """The detector's input, map and engine memory are charged before the page is decoded and
+    given back when detection ends, not when the page's result is assembled: a page waiting on
+    recognition leaves room for another page's detection."""
+    budget = MemoryBudget(1000)
+    service = OcrService(
+        cpu=_Cpu(),  # type: ignore[arg-type]
+        scheduler=_Scheduler(),  # type: ignore[arg-type]
+        limits=DecodeLimits(max_pdf_pages=1, pdf_render_scale=1.0, max_image_pixels=1),
+        admission=Admission(max_pages=4),
+        budget=budget,
+        prefix="test_ocr_service_pages_",
+    )
+    seen: list[int] = []
+
+    async def page_steps(*args: Any) -> PageOutput:
+        detection_done = args[-1]
+        seen.append(budget.used_bytes)
+        detection_done()
+        seen.append(budget.used_bytes)
+        detection_done()  # once only
+        seen.append(budget.used_bytes)
+        return PageOutput(result=None, images={})  # type: ignore[arg-type]
+
+    service._page = page_steps  # type: ignore[method-assign]
+    charge = PageCharge(cost=700, det_cost=600, limits=service.limits, sent=None)
+
+    options = types.SimpleNamespace(det=None)
+
+    async def main() -> None:
+        await service._document_page(
+            b"",
+            "image",
+            0,
+            charge,
+            options,  # type: ignore[arg-type]
+            False,
+            0.0,
+            INTERACTIVE,
+        )
+
+    asyncio.run(main())
+    assert seen == [700, 100, 100]
+    assert budget.used_bytes == 0
