@@ -1,7 +1,7 @@
 """OpenVINO's precision per CPU (issue 28): the choice from given CPU capabilities, both kinds of
 CPU on any machine; how a predictor applies and reports it; what a worker tells `/readyz`.
 
-Real OpenVINO on this machine's CPU: tests/integration/test_openvino_precision.py.
+Real OpenVINO on this machine's CPU: tests/integration/test_openvino_precision_models.py.
 """
 
 from __future__ import annotations
