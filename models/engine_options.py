@@ -17,14 +17,14 @@ PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 OpenVinoPrecision = Literal["f32", "bf16"]
 """OpenVINO's CPU inference precision: f32 keeps Paddle's text; bf16 is faster and changes it."""
 OPENVINO_PRECISIONS: tuple[OpenVinoPrecision, ...] = get_args(OpenVinoPrecision)
-
-_DEVICE_RE = re.compile(r"^(cpu|gpu:(\d+))$")
 OpenVinoPrecisionSetting = Literal["auto", "f32", "bf16"]
 """`engine.openvino_precision`: a precision, or "auto", chosen per CPU and model when a model
 loads (`models.openvino_precision.choose_precision`)."""
 OPENVINO_PRECISION_SETTINGS: tuple[OpenVinoPrecisionSetting, ...] = get_args(
     OpenVinoPrecisionSetting
 )
+
+_DEVICE_RE = re.compile(r"^(cpu|gpu:(\d+))$")
 
 
 class EngineOptionsError(ValueError):
