@@ -24,7 +24,8 @@ BF16_CAPABILITY = "BF16"
 
 BF16_MAX_CER_LOSS = 0.001
 """How much higher the character error rate may be under bf16 than under f32 (0.1 CER points)
-for "auto" to take bf16; `make bench` and tests/integration/test_openvino_precision_models.py check it."""
+for "auto" to take bf16; `make bench` and tests/integration/test_openvino_precision_models.py
+check it."""
 
 BF16_CHECKED_MODELS = frozenset({"PP-OCRv5_mobile_det", "PP-OCRv5_mobile_rec"})
 """Models whose text under bf16 is within `BF16_MAX_CER_LOSS` of f32: the default pair, on 107

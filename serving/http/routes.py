@@ -97,9 +97,7 @@ async def v1_ocr(request: Request) -> Response:
     )
     pages = await until_disconnect(
         request,
-        runtime.service.ocr(
-            data, kind, options, timeout_s=timeout_s, tenant=identity_of(request)
-        ),
+        runtime.service.ocr(data, kind, options, timeout_s=timeout_s, tenant=identity_of(request)),
     )
     runtime.metrics.pages.inc(len(pages))
     body = {
