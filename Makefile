@@ -37,7 +37,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test pyproject.toml
 install: $(VENV)/.installed
 
 # The torch engine (GPUs, or the CPU): `make install-torch convert`, then [engine] gpu_backend =
-# "torch" (README: GPUs). onnx2torch goes in without its torchvision requirement (pyproject.toml).
+# "torch" (docs/gpus.md). onnx2torch goes in without its torchvision requirement (pyproject.toml).
 ONNX2TORCH := onnx2torch==1.5.15
 
 $(VENV)/.installed-torch: $(VENV)/.installed pyproject.toml
@@ -48,7 +48,7 @@ $(VENV)/.installed-torch: $(VENV)/.installed pyproject.toml
 .PHONY: install-torch
 install-torch: $(VENV)/.installed-torch
 
-# The GPU check (scripts/gpu-check.sh; README: GPUs). Here: `make gpu-bundle` writes .gpu-bundle/
+# The GPU check (scripts/gpu-check.sh; docs/gpus.md). Here: `make gpu-bundle` writes .gpu-bundle/
 # (converted models, test pages with the texts Paddle reads on them, the wheels a GPU machine
 # with torch but no network lacks; under 64 MiB). There, from the repository root, with no
 # network: `make gpu-check` (GPU_CHECK_ARGS="--dry-run" on a machine without a GPU).
@@ -113,7 +113,7 @@ convert: install $(CONVERT_VENV)/.installed
 	$(PY) -m models.convert --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
 
 # The CPU engines side by side: in-process engine limits (interleaved), text against Paddle's, and
-# our server at concurrency 4 on each (loadtest/engines_bench.py; README, CPU engines).
+# our server at concurrency 4 on each (loadtest/engines_bench.py; docs/performance.md, CPU engines).
 .PHONY: bench-engines
 bench-engines: install-test convert
 	bash scripts/system-deps.sh
@@ -145,7 +145,7 @@ IMAGE_VARIANTS ?= cpu
 image:
 	bash scripts/image-build.sh $(IMAGE_VARIANTS)
 
-# The built image run as users run it (tests/image; not part of `make test`: see README, Docker).
+# The built image run as users run it (tests/image; not part of `make test`: see docs/deploy.md, Docker).
 image-test: install-test
 	bash scripts/system-deps.sh
 	$(PY) -m pytest tests/image -q -s -p no:cacheprovider

@@ -13,7 +13,7 @@ from loadtest.sim_summary import summarize
 
 ASSUMPTIONS = (
     "CPU device and CPU-worker latencies are calibrated from measurements on this 2-core machine "
-    "(README Performance section; `loadtest/sim_calibration.py`). GPU latencies are parameters, "
+    "(docs/performance.md; `loadtest/sim_calibration.py`). GPU latencies are parameters, "
     "not measurements: no GPU was measured here."
 )
 
