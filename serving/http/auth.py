@@ -3,7 +3,6 @@ each key is an identity (`serving.http.keys`) with its own request rate."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -13,8 +12,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.errors import QuotaExceeded
-from serving.http import paddlex_api, request_id
-from serving.http.exceptions import native_body
+from serving.http.exceptions import send_refusal
 from serving.http.keys import ApiKey, Identity, identify
 from serving.metrics import Metrics
 from serving.scheduling.quotas import RateLimits
@@ -24,8 +22,6 @@ logger = logging.getLogger(__name__)
 PROBE_PATHS = frozenset(("/livez", "/readyz", "/health"))
 """Never need a key: orchestrators probe them without credentials."""
 METRICS_PATH = "/metrics"
-PADDLEX_PATHS = frozenset(("/ocr",))
-"""Answered in PaddleX's envelope (`errorCode` 401 or 429) rather than `{"error": ...}`."""
 UNAUTHENTICATED = "-"
 """The `key` label of requests refused for a missing or unknown key (no key id starts so)."""
 WWW_AUTHENTICATE = [(b"www-authenticate", b'Bearer realm="ocr"')]
@@ -87,7 +83,7 @@ class ApiKeyMiddleware:
             message = (
                 f"API key {reason}: send it in the X-API-Key header or as Authorization: Bearer KEY"
             )
-            await _refuse(scope["path"], 401, "unauthorized", message, WWW_AUTHENTICATE, send)
+            await send_refusal(send, scope["path"], 401, "unauthorized", message, WWW_AUTHENTICATE)
             return
         try:
             self.rates.take(identity.id, identity.quota, self._clock())
@@ -95,7 +91,7 @@ class ApiKeyMiddleware:
             logger.info("refused %s %s: %s", scope["method"], scope["path"], err.message)
             self._count(identity.id, 429)
             retry = [(b"retry-after", str(math.ceil(err.retry_after_s or 1)).encode("ascii"))]
-            await _refuse(scope["path"], 429, err.code, err.message, retry, send)
+            await send_refusal(send, scope["path"], 429, err.code, err.message, retry)
             return
         scope["auth"] = identity
 
@@ -115,31 +111,3 @@ def identity_of(request: Request) -> Identity | None:
     """Who sent `request`; None when authentication is off (everyone is one anonymous tenant)."""
     identity = request.scope.get("auth")
     return identity if isinstance(identity, Identity) else None
-
-
-async def _refuse(
-    path: str,
-    status: int,
-    code: str,
-    message: str,
-    headers: list[tuple[bytes, bytes]],
-    send: Send,
-) -> None:
-    rid = request_id.current_or_new()
-    if path in PADDLEX_PATHS:
-        body = paddlex_api.envelope(rid, status=status, message=message)
-    else:
-        body = native_body(code, message, rid)
-    payload = json.dumps(body).encode("utf-8")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode("ascii")),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})

@@ -10,12 +10,15 @@ Anything that is not an `OcrError` is logged with its traceback and answered as 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Send
 
 from serving.config import ServerConfig
 from serving.errors import OcrError, Overloaded, QuotaExceeded
@@ -52,6 +55,40 @@ def retry_after(err: OcrError, server: ServerConfig) -> dict[str, str]:
 def native_body(code: str, message: str, request_id: str) -> dict[str, Any]:
     """The native API's error body."""
     return {"error": {"code": code, "message": message, "request_id": request_id}}
+
+
+PADDLEX_PATHS = frozenset(("/ocr",))
+"""Answered in PaddleX's envelope (`errorCode` = the status) rather than `{"error": ...}`."""
+
+
+async def send_refusal(
+    send: Send,
+    path: str,
+    status: int,
+    code: str,
+    message: str,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    """A refusal written straight to ASGI `send`, in the format of the API at `path`: for pure
+    ASGI middleware that answers before any route runs (keys, quotas, hosts)."""
+    rid = request_id.current_or_new()
+    if path in PADDLEX_PATHS:
+        body = paddlex_api.envelope(rid, status=status, message=message)
+    else:
+        body = native_body(code, message, rid)
+    payload = json.dumps(body).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode("ascii")),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
 
 
 def native_error(exc: Exception, server: ServerConfig) -> JSONResponse:

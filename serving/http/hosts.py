@@ -26,22 +26,18 @@ but its `Origin` names the other site. So a request whose `Origin` is neither th
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serving.http import paddlex_api, request_id
-from serving.http.exceptions import native_body
+from serving.http.exceptions import send_refusal
 
 logger = logging.getLogger(__name__)
 
 CODE = "host_not_allowed"
 CROSS_ORIGIN_CODE = "cross_origin_refused"
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
-_PADDLEX_PATHS = frozenset(("/ocr",))
-"""Answered in PaddleX's envelope (`errorCode` 400) rather than `{"error": ...}`."""
 
 
 def host_name(header: str) -> str:
@@ -123,7 +119,7 @@ class HostCheckMiddleware:
                 f"Host {_shown(host)} is not allowed: with API keys off, only IP addresses, "
                 "localhost and the names in server.allowed_hosts are answered (DNS rebinding)"
             )
-            await _refuse(path, 400, CODE, message, send)
+            await send_refusal(send, path, 400, CODE, message)
             return
         if origin is not None and not origin_allowed(origin, host or "", self.cors_origins):
             logger.warning("refused %s %s: Origin %r is another site's", method, path, origin)
@@ -131,30 +127,10 @@ class HostCheckMiddleware:
                 f"Origin {_shown(origin)} is refused: with API keys off, browsers may call this "
                 "server only from its own pages and server.cors_origins"
             )
-            await _refuse(path, 403, CROSS_ORIGIN_CODE, message, send)
+            await send_refusal(send, path, 403, CROSS_ORIGIN_CODE, message)
             return
         await self.app(scope, receive, send)
 
 
 def _shown(value: str) -> str:
     return repr(value if len(value) <= 100 else value[:100] + "...")
-
-
-async def _refuse(path: str, status: int, code: str, message: str, send: Send) -> None:
-    rid = request_id.current_or_new()
-    if path in _PADDLEX_PATHS:
-        body = paddlex_api.envelope(rid, status=status, message=message)
-    else:
-        body = native_body(code, message, rid)
-    payload = json.dumps(body).encode("utf-8")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode("ascii")),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
