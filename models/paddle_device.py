@@ -73,7 +73,9 @@ class PaddleCudaOps:
         return host_array(tensor, nbytes)
 
     def record(self, stream: Any) -> Any:
-        return stream.record_event()
+        # Blocking, as `models.torch_device.CudaOps.record`: a waiting host sleeps, not spins.
+        event = self.paddle.device.Event(device=f"gpu:{self.device_id}", blocking=True)
+        return stream.record_event(event)
 
     def wait(self, stream: Any, event: Any) -> None:
         stream.wait_event(event)

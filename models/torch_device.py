@@ -34,7 +34,9 @@ class CudaOps:
         return array
 
     def record(self, stream: Any) -> Any:
-        event = self.torch.cuda.Event()
+        # Blocking: a host that waits on it sleeps until the device signals it, where a default
+        # event spins a core at 100 % for the whole batch, a core the CPU workers need.
+        event = self.torch.cuda.Event(blocking=True)
         event.record(stream)
         return event
 

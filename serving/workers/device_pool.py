@@ -25,6 +25,7 @@ from serving.metrics import Metrics
 from serving.scheduling.batching import Scheduler, WorkItem
 from serving.workers import shm
 from serving.workers.device_worker import (
+    DEVICE_FAULT_EXIT_CODE,
     DeviceSpec,
     ItemFailed,
     ItemOk,
@@ -156,6 +157,12 @@ class DeviceWorker:
 
     def _on_exit(self) -> None:
         self._detach()
+        if self.process is not None and self.process.exitcode == DEVICE_FAULT_EXIT_CODE:
+            logger.error(
+                "device worker %s exited after a device fault (its log says which); "
+                "its batches run again on a fresh process",
+                self.spec.name,
+            )
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(RuntimeError(f"{self.spec.name} exited while starting"))
         pending, self._pending = self._pending, {}

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from models.bundle import load_bundle
+from models.device_faults import is_device_fault
 from models.engine_options import device_kind
 from models.registry import EngineChoice
 from models.staging import Slot, StagedPredictor
@@ -38,6 +39,19 @@ logger = logging.getLogger(__name__)
 
 MAX_RUNNING_BATCHES = 2
 """Batches a worker holds launched at once (`workers.gpu.inflight_batches` sends 2)."""
+
+DEVICE_FAULT_EXIT_CODE = 86
+"""The exit status of a worker whose device failed for good (`models.device_faults`): the pool
+restarts it like any worker that died, with a fresh CUDA context."""
+
+
+class DeviceFault(RuntimeError):
+    """A sticky device error: no batch can run in this process any more."""
+
+
+def _raise_if_fault(err: Exception, stage: str) -> None:
+    if is_device_fault(err):
+        raise DeviceFault(f"{stage} batch hit a device fault: {err}") from err
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -226,7 +240,8 @@ class DeviceRunner:
             )
         try:
             predictor.launch(slot)
-        except Exception:
+        except Exception as err:
+            _raise_if_fault(err, stage)
             slot.release()
             logger.warning(
                 "%s batch of %d failed to launch; running it again",
@@ -247,7 +262,8 @@ class DeviceRunner:
             if output.shape[0] != sum(rows):
                 raise PredictorFailed(f"{stage} returned {output.shape[0]} rows for {sum(rows)}")
             return item_outcomes(self.stages[stage], output, rows, self.setup.shm_prefix)
-        except Exception:
+        except Exception as err:
+            _raise_if_fault(err, stage)
             logger.warning(
                 "%s batch of %d failed; running it again", stage, len(refs), exc_info=True
             )
@@ -268,7 +284,8 @@ class DeviceRunner:
             return [ItemFailed(PredictorFailed(f"Bad {stage} input: {err}"))] * len(refs)
         try:
             return self._run_split(stage, batch, rows)
-        except Exception:
+        except Exception as err:
+            _raise_if_fault(err, stage)
             if len(refs) == 1:
                 logger.exception("%s inference failed on %s", stage, self.spec.name)
                 return [ItemFailed(PredictorFailed())]
@@ -278,7 +295,8 @@ class DeviceRunner:
         for n in rows:
             try:
                 outcomes.extend(self._run_split(stage, batch[start : start + n], [n]))
-            except Exception:
+            except Exception as err:
+                _raise_if_fault(err, stage)
                 logger.exception("%s inference failed on %s", stage, self.spec.name)
                 outcomes.append(ItemFailed(PredictorFailed()))
             start += n
@@ -374,6 +392,15 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
     logger.info("device worker %s ready: %s", spec.name, info)
     conn.send(("ready", info))
     try:
-        worker.serve()
+        try:
+            worker.serve()
+        except Exception as err:
+            if not is_device_fault(err):
+                raise
+            # The context is lost: closing the engines could hang on it. The batches this
+            # process held run again on the fresh process the pool starts (`device_pool`).
+            logger.critical("device worker %s exits: %s", spec.name, err, exc_info=True)
+            logging.shutdown()
+            os._exit(DEVICE_FAULT_EXIT_CODE)
     finally:
         worker.close()

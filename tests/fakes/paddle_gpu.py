@@ -127,11 +127,12 @@ def make_fake_paddle(log: Log, *, cuda_build: bool = True, classes: int = 9) -> 
     )
 
     class Event:
-        def __init__(self, stream: str) -> None:
-            self.stream = stream
+        def __init__(self, device: str | None = None, *, blocking: bool = False) -> None:
+            self.stream = ""
+            self.blocking = blocking
 
         def synchronize(self) -> None:
-            log.add("Event.synchronize", recorded_on=self.stream)
+            log.add("Event.synchronize", recorded_on=self.stream, blocking=self.blocking)
 
     class Stream:
         made = 0
@@ -142,9 +143,11 @@ def make_fake_paddle(log: Log, *, cuda_build: bool = True, classes: int = 9) -> 
             self.stream_base = f"base:{self.name}"
             log.add("Stream", device=device, made=self.name)
 
-        def record_event(self) -> Event:
+        def record_event(self, event: Event | None = None) -> Event:
             log.add("Stream.record_event", on=self.name)
-            return Event(self.name)
+            event = event if event is not None else Event()
+            event.stream = self.name
+            return event
 
         def wait_event(self, event: Event) -> None:
             log.add("Stream.wait_event", on=self.name, recorded_on=event.stream)
@@ -173,7 +176,7 @@ def make_fake_paddle(log: Log, *, cuda_build: bool = True, classes: int = 9) -> 
 
     paddle = types.ModuleType("paddle")
     paddle.inference = inference  # type: ignore[attr-defined]
-    paddle.device = types.SimpleNamespace(Stream=Stream, stream_guard=stream_guard)  # type: ignore[attr-defined]
+    paddle.device = types.SimpleNamespace(Stream=Stream, Event=Event, stream_guard=stream_guard)  # type: ignore[attr-defined]
     paddle.CUDAPinnedPlace = lambda: "pinned"  # type: ignore[attr-defined]
     paddle.float32 = "float32"  # type: ignore[attr-defined]
     paddle.empty = empty  # type: ignore[attr-defined]

@@ -8,6 +8,11 @@ so the behaviour is chosen with environment variables that the spawned processes
 `SLOW_FAKE` ("tests.fakes.predictors:SLOW_FAKE") uses no model at all (`models.FakePredictor`):
   OCR_FAKE_LATENCY_S=S   every batch takes S seconds (the warm-up page's too);
   OCR_FAKE_LATENCY_S_CPU / OCR_FAKE_LATENCY_S_GPU: the same per device kind (unlike devices).
+`CUDA_FAULT` ("tests.fakes.predictors:CUDA_FAULT"): `SLOW_FAKE`'s predictors, and a sticky
+CUDA error once a file appears:
+  OCR_FAKE_CUDA_FAULT_FILE=PATH the first batch to find PATH removes it and raises an illegal
+  memory access; every later batch of that process raises it too (the context is lost), while
+  a fresh process runs normally.
 """
 
 from __future__ import annotations
@@ -99,4 +104,48 @@ SLOW_FAKE = EngineBackend(
     devices=frozenset(DEVICE_KINDS),
     formats=frozenset(MODEL_FORMATS),
     create=_slow_fake,
+)
+
+
+class StickyCudaFault:
+    """Wraps a predictor; after `OCR_FAKE_CUDA_FAULT_FILE` appears, every batch raises the
+    error torch raises for an illegal memory access (`models.device_faults`)."""
+
+    reads_text = False  # model-free (`SLOW_FAKE`): the warm-up page's text is not checked
+
+    def __init__(self, inner: Predictor, trigger: str) -> None:
+        self.inner = inner
+        self.trigger = trigger
+        self.faulted = False
+
+    def load(self) -> None:
+        self.inner.load()
+
+    def warmup(self) -> None:
+        self.inner.warmup()
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        if not self.faulted and os.path.exists(self.trigger):
+            os.remove(self.trigger)
+            self.faulted = True
+        if self.faulted:
+            raise RuntimeError(
+                "CUDA error: an illegal memory access was encountered\n"
+                "CUDA kernel errors might be asynchronously reported at some other API call"
+            )
+        return self.inner.run(batch)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _cuda_fault(spec: ModelSpec, options: EngineOptions) -> Predictor:
+    return StickyCudaFault(_slow_fake(spec, options), os.environ["OCR_FAKE_CUDA_FAULT_FILE"])
+
+
+CUDA_FAULT = EngineBackend(
+    name="cuda-fault",
+    devices=frozenset(DEVICE_KINDS),
+    formats=frozenset(MODEL_FORMATS),
+    create=_cuda_fault,
 )

@@ -98,7 +98,9 @@ def test_a_batch_is_collated_into_pinned_memory_and_copied_without_blocking(rec_
     }
     assert not log.named("Event.synchronize")  # launch waits for nothing
     result = slot.result()
-    assert log.named("Event.synchronize")
+    waited = log.named("Event.synchronize")
+    assert waited
+    assert all(w["blocking"] for w in waited)  # the host sleeps on the event, not spins
     assert np.array_equal(result, log.predictors[0].memory)
     slot.release()
 
