@@ -74,13 +74,22 @@ class Selection:
 
 
 class Candidate(NamedTuple):
-    """A bucket's most urgent batch, as `BatchPolicy.select` considers it."""
+    """A bucket with work for the asking worker, as `BatchPolicy.select` considers it."""
 
+    sort_key: tuple[int, int, float]
+    """`WorkItem.sort_key` of its most urgent item (of the class considered)."""
     stage: str
     bucket: Hashable
-    head: list[WorkItem]
-    left_cost: int
-    """Cost of the more urgent batches of this stage the asking device left to others."""
+
+    @property
+    def priority(self) -> int:
+        """The class it is considered for: its most urgent item's priority."""
+        return self.sort_key[0]
+
+    @property
+    def background(self) -> bool:
+        """Whether it is considered for background work."""
+        return self.priority >= BACKGROUND
 
 
 class Where(NamedTuple):
@@ -151,57 +160,49 @@ class BatchPolicy:
         """
         selection = Selection()
         candidates, background_first = self._candidates(now, stages, selection.dropped)
-        free: dict[str, float] | None = None
+        hold = hold_background and not background_first
+        where = None
+        if placement is not None and device is not None:
+            where = Where(device, placement, placement.free_times(now), now)
         left: dict[str, int] = {}  # cost of each stage's batches left to others: their queue
-        for key, stage, bucket in candidates:
-            items = self._buckets[stage][bucket]
-            if key[0] >= BACKGROUND:
-                # Of a bucket interactive items lead, only when background work goes first.
-                batch, full = self._fill(items, limits[stage], only=key[0])
-                if hold_background and not background_first and _long(batch, device, placement):
-                    continue  # a release (`Scheduler.interactive_coming`) notifies the workers
-            else:
-                # Background items ride along only where they add little time (a GPU's batch).
-                batch, full = self._fill(items, limits[stage], only=key[0])
-                if not _long(batch, device, placement):
-                    batch, full = self._fill(items, limits[stage])
-            oldest = min(it.enqueued_at for it in batch)
-            ready_at = oldest + self._config[stage].max_wait_ms / 1000.0
-            if full or now >= ready_at or not company_possible:
-                if placement is not None and device is not None:
-                    if free is None:
-                        free = placement.free_times(now)
-                    placed = self._place(
-                        Candidate(stage, bucket, batch, left.get(stage, 0)),
-                        limits[stage],
-                        Where(device, placement, free, now),
-                    )
-                    if isinstance(placed, float):
-                        left[stage] = left.get(stage, 0) + sum(it.cost for it in batch)
-                        # The other device takes it, or frees (a notify) before then: waking at
-                        # a time already past would only spin.
-                        if placed > now:
-                            selection.wake_at = _earliest(selection.wake_at, placed)
-                        continue
-                    batch = placed
-                self._take(stage, bucket, batch)
-                self._account(batch, device, placement, now)
-                selection.batch = batch
-                return selection
-            selection.wake_at = _earliest(selection.wake_at, ready_at)
+        for candidate in candidates:
+            stage_limits = limits[candidate.stage]
+            formed = self._form(candidate, stage_limits, device, placement, hold=hold)
+            if formed is None:
+                continue  # a release (`Scheduler.interactive_coming`) notifies the workers
+            batch, full = formed
+            ready_at = self._ready_at(candidate.stage, batch)
+            if not (full or now >= ready_at or not company_possible):  # waits for company
+                selection.wake_at = _earliest(selection.wake_at, ready_at)
+                continue
+            if where is not None:
+                left_cost = left.get(candidate.stage, 0)
+                placed = self._place(candidate, batch, left_cost, stage_limits, where)
+                if isinstance(placed, float):
+                    left[candidate.stage] = left_cost + sum(it.cost for it in batch)
+                    # The other device takes it, or frees (a notify) before then: waking at
+                    # a time already past would only spin.
+                    if placed > now:
+                        selection.wake_at = _earliest(selection.wake_at, placed)
+                    continue
+                batch = placed
+            self._take(candidate.stage, candidate.bucket, batch)
+            self._account(batch, device, placement, now)
+            selection.batch = batch
+            return selection
         return selection
 
     def _candidates(
         self, now: float, stages: Iterable[str], dropped: list[WorkItem]
-    ) -> tuple[list[tuple[tuple[int, int, float], str, Hashable]], bool]:
-        """Each bucket's most urgent item's key, stage and bucket, most urgent first, after
-        sweeping expired and abandoned items into `dropped`; and whether background work goes
-        first (its share is due and both classes wait). Then the background candidates, those of
-        buckets interactive items lead too, come before every interactive one, in their order."""
+    ) -> tuple[list[Candidate], bool]:
+        """Each bucket's candidate, most urgent first, after sweeping expired and abandoned items
+        into `dropped`; and whether background work goes first (its share is due and both
+        classes wait). Then the background candidates, those of buckets interactive items lead
+        too, come before every interactive one, in their order."""
         due = self.share.due(now)
-        candidates: list[tuple[tuple[int, int, float], str, Hashable]] = []
+        candidates: list[Candidate] = []
         # Background heads of buckets an interactive item leads (only looked for when due).
-        behind: list[tuple[tuple[int, int, float], str, Hashable]] = []
+        behind: list[Candidate] = []
         for stage in stages:
             buckets = self._buckets.get(stage)
             if not buckets:
@@ -211,32 +212,65 @@ class BatchPolicy:
                 if not items:
                     continue
                 head = min(items, key=lambda it: it.sort_key)
-                candidates.append((head.sort_key, stage, bucket))
+                candidates.append(Candidate(head.sort_key, stage, bucket))
                 if due and head.priority < BACKGROUND:
                     keys = [it.sort_key for it in items if it.priority >= BACKGROUND]
                     if keys:
-                        behind.append((min(keys), stage, bucket))
-        candidates.sort(key=lambda c: c[0])
-        interactive_waits = bool(candidates) and candidates[0][0][0] < BACKGROUND
-        background_waits = bool(behind) or (bool(candidates) and candidates[-1][0][0] >= BACKGROUND)
+                        behind.append(Candidate(min(keys), stage, bucket))
+        candidates.sort(key=lambda c: c.sort_key)
+        interactive_waits = bool(candidates) and not candidates[0].background
+        background_waits = bool(behind) or (bool(candidates) and candidates[-1].background)
         if not (due and interactive_waits and background_waits):
             return candidates, False
         background = sorted(
-            [c for c in candidates if c[0][0] >= BACKGROUND] + behind, key=lambda c: c[0]
+            [c for c in candidates if c.background] + behind, key=lambda c: c.sort_key
         )
-        return background + [c for c in candidates if c[0][0] < BACKGROUND], True
+        return background + [c for c in candidates if not c.background], True
+
+    def _form(
+        self,
+        candidate: Candidate,
+        limits: StageLimits,
+        device: str | None,
+        placement: Placement | None,
+        *,
+        hold: bool,
+    ) -> tuple[list[WorkItem], bool] | None:
+        """The candidate's most urgent batch of its class, and whether it is full; None while a
+        long background batch is `hold`-ed for interactive work about to come."""
+        items = self._buckets[candidate.stage][candidate.bucket]
+        batch, full = self._fill(items, limits, only=candidate.priority)
+        if candidate.background:
+            # Of a bucket interactive items lead, only when background work goes first.
+            if hold and _long(batch, device, placement):
+                return None
+            return batch, full
+        # Background items ride along only where they add little time (a GPU's batch).
+        if _long(batch, device, placement):
+            return batch, full
+        return self._fill(items, limits)
+
+    def _ready_at(self, stage: str, batch: list[WorkItem]) -> float:
+        """When a batch that is not full stops waiting for company: its oldest item's max wait."""
+        oldest = min(it.enqueued_at for it in batch)
+        return oldest + self._config[stage].max_wait_ms / 1000.0
 
     def _place(
-        self, candidate: Candidate, limits: StageLimits, where: Where
+        self,
+        candidate: Candidate,
+        head: list[WorkItem],
+        left: int,
+        limits: StageLimits,
+        where: Where,
     ) -> list[WorkItem] | float:
-        """The batch `where.device` should take from this bucket, or when to look again.
+        """The batch `where.device` should take from the candidate's bucket, or when to look again.
 
-        The most urgent items, unless another device would finish them sooner (after the work
-        already left to it). Then the least urgent ones, which another device reaches only after
-        all the rest of the bucket: a slow device helps with a backlog from its tail, never
-        delaying the head.
+        The most urgent items (`head`), unless another device would finish them sooner (after
+        the work, of cost `left`, already left to it). Then the least urgent ones, which another
+        device reaches only after all the rest of the bucket: a slow device helps with a backlog
+        from its tail, never delaying the head.
         """
-        stage, head, left = candidate.stage, candidate.head, candidate.left_cost
+        stage = candidate.stage
         device, placement, free, now = where
         cost = sum(it.cost for it in head)
         look_again = placement.leave_until(device, stage, cost, now, left, free=free)
