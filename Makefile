@@ -110,7 +110,7 @@ $(CONVERT_VENV)/.installed:
 
 .PHONY: convert
 convert: install $(CONVERT_VENV)/.installed
-	$(PY) -m models.convert --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
+	$(PY) -m serving.convert --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
 
 # The CPU engines side by side: in-process engine limits (interleaved), text against Paddle's, and
 # our server at concurrency 4 on each (loadtest/engines_bench.py; docs/performance.md, CPU engines).

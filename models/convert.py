@@ -10,12 +10,14 @@ Each conversion lands in `<cache>/<key>/` (`inference.onnx`, the source's `infer
 model converts once, a changed one converts again. A model directory that already holds
 `inference.onnx` is served as is. Nothing converts at request time or at server start:
 
-    python -m models.convert --config config.toml      # or: make convert
+    python -m serving.convert --config config.toml      # or: make convert
+
+(`serving.convert` reads the config and hands the models to `convert_models`: models/ knows
+nothing of the server's config.)
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import hashlib
 import json
@@ -25,13 +27,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from models.base import EngineBackendError
 from models.embedded import resolve_model_dir
 from models.engine_options import EngineOptions
+from models.packaged import file_sha256
 from models.spec import CONFIG_FILE, ONNX_FILE, ModelKind, ModelSpec, load_model_spec
 
 logger = logging.getLogger(__name__)
@@ -44,21 +47,11 @@ CONVERTER_VENV = Path(".venv-convert")
 """The converter's own environment, made by `make convert`."""
 PROVENANCE_FILE = "provenance.json"
 """Written last: a cache entry without it is incomplete and never used."""
-CONVERT_COMMAND = "make convert (python -m models.convert --config <your config.toml>)"
-HASH_CHUNK_BYTES = 1 << 20
+CONVERT_COMMAND = "make convert (python -m serving.convert --config <your config.toml>)"
 
 
 class ModelConversionError(EngineBackendError):
     """A model an engine needs as ONNX has no conversion, or the converter failed."""
-
-
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(HASH_CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def source_hashes(spec: ModelSpec) -> dict[str, str]:
@@ -225,32 +218,15 @@ def read_provenance(spec: ModelSpec) -> dict[str, Any] | None:
     return loaded
 
 
-def _configured_models(config_path: Path | None) -> tuple[dict[ModelKind, str], Path]:
-    # Imported here: models/ does not depend on serving/ except for this command line.
-    from serving.config import load_config
-
-    config = load_config(config_path, os.environ)
-    refs: dict[ModelKind, str] = {"det": config.models.det, "rec": config.models.rec}
-    if config.models.cls:
-        refs["cls"] = config.models.cls
-    return refs, Path(config.engine.onnx_dir)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m models.convert`: convert the configured models (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m models.convert", description=__doc__)
-    parser.add_argument("--config", type=Path, help="ocr-serve configuration (TOML)")
-    parser.add_argument("--cache-dir", type=Path, help="default: the config's [engine] onnx_dir")
-    parser.add_argument("--converter", type=Path, help="paddle2onnx executable")
-    parser.add_argument("--opset", type=int, default=OPSET)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    refs, configured_dir = _configured_models(args.config)
-    cache_dir: Path = args.cache_dir or configured_dir
-    converter: Path | None = args.converter or default_converter()
+def convert_models(
+    refs: Mapping[ModelKind, str], cache_dir: Path, converter: Path | None, opset: int = OPSET
+) -> int:
+    """Convert the models `refs` names (directories or `embedded:` names) that have no conversion
+    in `cache_dir` yet, printing a line a model; `make convert`'s exit status: 0, 1 where the
+    converter failed, 2 where one is needed and `converter` is None."""
     for kind, ref in refs.items():
         spec = load_model_spec(resolve_model_dir(ref), kind)
-        found = find_onnx(spec, cache_dir, args.opset)
+        found = find_onnx(spec, cache_dir, opset)
         if found is None:
             if converter is None:
                 print(
@@ -259,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 return 2
             try:
-                found, _ = convert(spec, cache_dir, converter, args.opset)
+                found, _ = convert(spec, cache_dir, converter, opset)
             except ModelConversionError as err:
                 print(err, file=sys.stderr)
                 return 1
@@ -268,7 +244,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             state = "as is" if found is spec else "cached"
         print(f"{kind} {ref}: {found.onnx_file} ({state})")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

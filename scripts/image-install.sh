@@ -83,7 +83,7 @@ if [ "$convert" = yes ]; then
   # from OCR_ENGINE__ONNX_DIR. Other models: convert them with `make convert` and mount them.
   python3 -m venv /opt/convert
   /opt/convert/bin/pip install --no-cache-dir paddle2onnx==2.1.0 paddlepaddle==3.2.2 packaging
-  /opt/ocr/bin/python -m models.convert --cache-dir /opt/ocr-models/onnx \
+  /opt/ocr/bin/python -m serving.convert --cache-dir /opt/ocr-models/onnx \
     --converter /opt/convert/bin/paddle2onnx
   rm -rf /opt/convert
 fi

@@ -22,8 +22,10 @@ from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions, EngineOptionsError
 from models.onnxruntime_backend import OnnxRuntimePredictor, session_options
 from models.openvino_backend import OPENVINO, OpenVinoPredictor, compile_config
+from models.packaged import file_sha256
 from models.registry import BACKENDS, backend_names
 from models.spec import ModelSpec, load_model_spec
+from serving import convert as convert_command
 from serving.config import AppConfig, EngineConfig, WorkersConfig, load_config
 from serving.engine import engine_options
 from serving.errors import ConfigError
@@ -140,11 +142,11 @@ def test_conversion_is_cached_by_content_with_provenance(tmp_path: Path) -> None
     assert provenance is not None
     assert provenance["model_name"] == "PP-OCRv5_mobile_det"
     assert provenance["source_sha256"] == {
-        name: convert.file_sha256(folder / name)
+        name: file_sha256(folder / name)
         for name in ("inference.json", "inference.pdiparams", "inference.yml")
     }
     assert provenance["opset_requested"] == convert.OPSET
-    assert provenance["onnx_sha256"] == convert.file_sha256(onnx.onnx_file)
+    assert provenance["onnx_sha256"] == file_sha256(onnx.onnx_file)
     assert "--opset_version 14" in onnx.onnx_file.read_text()
     assert [p.name for p in cache.iterdir()] == [onnx.directory.name]  # no work dirs left
 
@@ -175,8 +177,8 @@ def test_the_cli_converts_the_configured_models(tmp_path: Path, capsys, monkeypa
     config.write_text(f'[engine]\nonnx_dir = "{cache}"\n')
     converter = _script(tmp_path, FAKE_CONVERTER)
     argv = ["--config", str(config), "--converter", str(converter)]
-    assert convert.main(argv) == 0
-    assert convert.main(argv) == 0
+    assert convert_command.main(argv) == 0
+    assert convert_command.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["det", "rec", "det", "rec"]
     assert [line.rsplit(" ", 1)[1] for line in lines] == ["(converted)"] * 2 + ["(cached)"] * 2

@@ -1,0 +1,170 @@
+"""The packages' import arrows, read from the source with `ast` (nothing is imported).
+
+models/ and pipelines/ are below serving/: they import nothing from it, not even inside a
+function. And no module imports, at module level, a module that imports it back: such a circle
+works or fails depending on which side is imported first.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("serving", "models", "pipelines", "loadtest")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of `PACKAGES`, by dotted name (a package by its own name)."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements run on import: the body with its blocks (`if`, `try`, `with`, a class's),
+    but not functions or `if TYPE_CHECKING:` blocks."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or _is_type_checking(node):
+            continue
+        yield node
+        for block in ("body", "orelse", "finalbody"):
+            yield from _module_level(getattr(node, block, []))
+        for handler in getattr(node, "handlers", []):
+            yield from _module_level(handler.body)
+
+
+def _imported(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The dotted names `node`, in module `name`, imports: `from a import b` is module `a.b`
+    where that is one of ours, else (a name `a` defines) `a`."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    base = node.module or ""
+    if node.level:
+        package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}".rstrip(".") if base else package
+    modules = {f"{base}.{alias.name}" for alias in node.names} & MODULES.keys()
+    return modules if len(modules) == len(node.names) else modules | {base}
+
+
+def _imports(name: str, *, module_level: bool) -> set[str]:
+    """Our modules that module `name` imports (at module level, or anywhere in it)."""
+    tree = ast.parse(MODULES[name].read_text("utf-8"), str(MODULES[name]))
+    nodes = _module_level(tree.body) if module_level else ast.walk(tree)
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found |= _imported(name, node)
+    return found
+
+
+def _ours(names: set[str]) -> set[str]:
+    """`names` that are our modules, a dotted name that is not one taken as its package."""
+    ours = set()
+    for full in names:
+        while full and full not in MODULES:
+            full = full.rpartition(".")[0]
+        if full:
+            ours.add(full)
+    return ours
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module-level imports between our modules, without the arrow from a module to the
+    packages above it (importing `a.b.c` runs `a/__init__.py` first: that is no circle)."""
+    graph = {}
+    for name in MODULES:
+        targets = _ours(_imports(name, module_level=True)) - {name}
+        graph[name] = {t for t in targets if not name.startswith(f"{t}.")}
+    return graph
+
+
+@pytest.mark.parametrize("package", ["models", "pipelines"])
+def test_the_lower_packages_import_nothing_from_serving(package: str) -> None:
+    arrows = sorted(
+        f"{name} -> {target}"
+        for name in MODULES
+        if name == package or name.startswith(f"{package}.")
+        for target in _imports(name, module_level=False)
+        if target == "serving" or target.startswith("serving.")
+    )
+    assert arrows == []
+
+
+def test_pipelines_import_no_model_code() -> None:
+    arrows = sorted(
+        f"{name} -> {target}"
+        for name in MODULES
+        if name.startswith("pipelines")
+        for target in _imports(name, module_level=False)
+        if target.split(".")[0] in ("models", "loadtest")
+    )
+    assert arrows == []
+
+
+def test_no_two_modules_import_each_other() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_checks_see_deferred_imports_and_circles() -> None:
+    """The readers above find what they look for: an import inside a function, and a circle."""
+    tree = ast.parse("def f():\n    from serving.config import load_config\n")
+    deferred = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert _imported("models.convert", deferred[0]) == {"serving.config"}
+    assert list(_module_level(tree.body)) == []  # run on import: not the function
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert "models.convert" in _graph()["models.onnx_predictor"]
