@@ -13,8 +13,9 @@ from models.spec import ModelFormat, ModelSpec
 
 
 class Predictor(Protocol):
-    """One model on one device. Implementations: `PaddlePredictor`, `GpuPredictor`,
-    `FakePredictor`.
+    """One model on one device. Implementations: `PaddlePredictor` and `GpuPredictor` (Paddle on
+    the CPU and on a GPU), `OpenVinoPredictor`, `OnnxRuntimePredictor`, `TorchPredictor` and
+    `FakePredictor`, made by the engine backends of `models.registry`.
 
     Not thread-safe: use one instance per thread or process. Lifecycle: construct (no work),
     `load()`, `warmup()`, any number of `run()` calls, `close()`.

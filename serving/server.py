@@ -56,8 +56,9 @@ class ShutdownPlan:
 class GracefulServer(uvicorn.Server):
     """`uvicorn.Server` whose shutdown follows a `ShutdownPlan`.
 
-    `abort` fails the work in flight and returns how many items it failed (the runtime's
-    `Scheduler.close`). A SIGTERM ends the process with status 0 once the shutdown is done.
+    `abort` fails the work in flight and returns how many items it failed
+    (`Runtime.abort_inflight`: the scheduler's queues and devices, the CPU workers' calls and the
+    memory budget's waiters). A SIGTERM ends the process with status 0 once the shutdown is done.
     """
 
     def __init__(

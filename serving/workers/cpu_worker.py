@@ -2,8 +2,8 @@
 
 A call arrives as `(fn, args)` over the pipe and its outcome goes back as `("ok", value)` or
 `("error", exception)`; `None` asks the process to exit. Start-up data stays a few hundred bytes
-(large tables are read from shared memory by the initializer), so spawning never fills the pipe
-the parent writes it through.
+(large tables, such as the recogniser's labels, are read from the model directory by the
+initializer), so spawning never fills the pipe the parent writes it through.
 """
 
 from __future__ import annotations
