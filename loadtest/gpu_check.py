@@ -1,19 +1,28 @@
 """The GPU check's short benchmark (`scripts/gpu-check.sh` runs it on the GPU machine).
 
-One run, side by side, on the bundle's pages (`make gpu-bundle`):
+Parts, in this order (what matters first), within `--budget-s` in all; a part that the time
+left cannot hold is skipped and reported as skipped, and the results are saved after each:
 
-1. the engine limit: the whole pipeline in one process on `--device`, page after page, for at
-   least `--min-seconds`;
-2. the server on [device] at each `--concurrency`, and on [device, "cpu"] at the highest, each
-   level about `--level-seconds` at the engine limit's pace (at least `--requests`): pages/s,
-   latency, batch-size histograms per stage, peak GPU memory (nvidia-smi);
-3. the CPU-side limit: the same server whose device answers instantly with recorded detection
-   maps (`REPLAY`), so pages/s is what its CPU workers can prepare;
-4. the ratio the issue asks for: server pages/s at the highest concurrency over
-   min(engine limit, CPU-side limit).
+1. `syncs`: host synchronisations per det and rec forward, counted under
+   `torch.cuda.set_sync_debug_mode("warn")`, and whether one raises under "error";
+2. `engine_limit`: the GPU engine limit, the device work alone: every det and rec batch of the
+   pages (as one page at a time makes them, `--torch-shapes` buckets), replayed on the lane
+   with two in flight, page after page; and, for information, the whole pipeline in one
+   process (CPU work inline), which also records the detection maps `REPLAY` answers with;
+3. `server`: the server on [device] at each `--concurrency` (32, 64, 128): pages/s, p50/p95,
+   mean det and rec rows a batch (/metrics), the fraction of time the GPU is busy (NVML,
+   nvidia-smi or `torch.cuda.utilization`; else "not measured"), peak GPU memory;
+4. `cpu_side`: the CPU-side limit, the same server whose device answers instantly with the
+   recorded maps (`REPLAY`), so pages/s is what its CPU workers can prepare;
+5. `mixed`: the server on [device, "cpu"] at the highest concurrency;
+6. `texts`: the pages' texts against the same engine on this machine's CPU (and Paddle's);
+7. `launch`: how long a launch takes to return, against its batch.
 
-Writes gpu-check.json and gpu-check.md to `--out`. On a machine without a GPU it runs the same
-steps on `--device cpu` with tiny settings (a dry run of the script; its figures mean nothing).
+The ratio the issue asks for: server pages/s at the highest concurrency over min(GPU engine
+limit, CPU-side limit). `--out` gets `OUT_FILES` only (the device tool returns at most 8 files);
+configs, logs, maps and the jobs' databases stay in `--work`. On a machine without a GPU it runs
+the same steps on `--device cpu` with tiny settings (a dry run; its figures mean nothing).
+`--merge-tests JUNIT` adds tests/gpu's outcomes (skipped ones as skipped) to a saved report.
 """
 
 from __future__ import annotations
@@ -27,8 +36,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import warnings
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +63,24 @@ READ_WITH_FILE = "read-with.json"
 """Beside the bundle's expected.json: the versions of Paddle, OpenCV and numpy that read it."""
 REPLAY_ENV = "OCR_REPLAY_DET_MAPS"
 """The .npz of detection maps by input shape that `REPLAY` answers with."""
+OUT_FILES = ("gpu-check.json", "gpu-check.md", "logs.txt")
+"""All the check writes to `--out`, the summaries first; scripts/gpu-check.sh adds env.json,
+gpu-tests.log and bench.log: 6 of the 8 files the device tool returns."""
+LOG_TAIL_BYTES = 128 << 10
+"""The end of each server's log that logs.txt keeps."""
+LOGS_MAX_BYTES = 1 << 20
+"""logs.txt at most (the device tool returns 16 MiB a file, 64 MiB in all)."""
+PART_MIN_S = {
+    "syncs": 15.0,
+    "engine_limit": 30.0,
+    "server": 60.0,
+    "cpu_side": 40.0,
+    "mixed": 40.0,
+    "texts": 20.0,
+    "launch": 15.0,
+}
+"""The parts in order, each with the time it needs at least: one that cannot have it is
+skipped (reported as skipped) so the check ends within `--budget-s`."""
 
 
 class ReplayDet:
@@ -97,32 +127,83 @@ REPLAY = EngineBackend(
 
 
 class Recorder:
-    """Wraps a det predictor and keeps one output map per input shape."""
+    """Wraps a predictor; keeps its input batches while `keep` (the GPU engine limit replays
+    them) and, for det, one output map per input shape (`REPLAY`)."""
 
     def __init__(self, inner: Predictor) -> None:
         self.inner = inner
         self.maps: dict[str, np.ndarray] = {}
+        self.batches: list[np.ndarray] = []
+        self.keep = True
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         out = self.inner.run(batch)
         self.maps.setdefault(f"{batch.shape[2]}x{batch.shape[3]}", out[0].copy())
+        if self.keep:
+            self.batches.append(batch.copy())
         return out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
 
-class GpuMemory:
-    """Peak GPU memory used (MiB, all processes), sampled with nvidia-smi every 0.5 s."""
+class GpuSampler:
+    """While open, samples GPU 0's utilisation (the share of time a kernel ran) and memory
+    every `interval_s`: through NVML (pynvml) where importable, else nvidia-smi, else
+    `torch.cuda.utilization`; `result()` says which, or "not measured"."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval_s: float = 0.25) -> None:
+        self.interval_s = interval_s
+        self.busy: list[float] = []
         self.peak_mib: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._smi = shutil.which("nvidia-smi")
+        self.source, self._sample = self._pick()
 
-    def __enter__(self) -> GpuMemory:
-        if self._smi:
+    @staticmethod
+    def _pick() -> tuple[str, Callable[[], tuple[float | None, float | None]] | None]:
+        try:
+            import pynvml  # type: ignore[import-not-found]
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # not installed, or no driver
+            pass
+        else:
+
+            def nvml() -> tuple[float | None, float | None]:
+                util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+                used = pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
+                return float(util), float(used)
+
+            return "nvml", nvml
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            argv = [smi, "-i", "0", "--query-gpu=utilization.gpu,memory.used"]
+            argv.append("--format=csv,noheader,nounits")
+
+            def nvidia_smi() -> tuple[float | None, float | None]:
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=5).stdout
+                util, used = (float(v) for v in out.split(",")[:2])
+                return util, used
+
+            return "nvidia-smi", nvidia_smi
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.utilization(0)
+
+                def torch_util() -> tuple[float | None, float | None]:
+                    return float(torch.cuda.utilization(0)), None
+
+                return "torch.cuda.utilization", torch_util
+        except Exception:  # torch without the NVML it reads through
+            pass
+        return "not measured", None
+
+    def __enter__(self) -> GpuSampler:
+        if self._sample is not None:
             self._thread.start()
         return self
 
@@ -132,14 +213,24 @@ class GpuMemory:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        argv = [str(self._smi), "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
-        while not self._stop.wait(0.5):
+        sample = self._sample
+        while sample is not None and not self._stop.wait(self.interval_s):
             try:
-                out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
-                used = sum(float(v) for v in out.split())
-            except (OSError, subprocess.SubprocessError, ValueError):
+                util, used = sample()
+            except Exception:  # a sample lost is not a run lost
                 continue
-            self.peak_mib = max(self.peak_mib or 0.0, used)
+            if util is not None:
+                self.busy.append(util)
+            if used is not None:
+                self.peak_mib = max(self.peak_mib or 0.0, used)
+
+    def result(self) -> dict[str, Any]:
+        busy = round(float(np.mean(self.busy)) / 100, 3) if self.busy else None
+        return {
+            "gpu_busy_fraction": busy,
+            "gpu_busy_source": self.source,
+            "gpu_memory_peak_mib": self.peak_mib,
+        }
 
 
 def config_toml(args: argparse.Namespace, devices: Sequence[str]) -> str:
@@ -169,7 +260,7 @@ gpu_instances = {args.gpu_instances}
 cpu_workers = {args.cpu_workers}
 
 [jobs]
-data_dir = "{(args.out / "jobs").resolve()}"
+data_dir = "{(args.work / "jobs").resolve()}"
 """
 
 
@@ -240,18 +331,152 @@ def launch_timing(args: argparse.Namespace, repeats: int = 5) -> dict[str, Any]:
     return result
 
 
-def engine_limit(args: argparse.Namespace, images: list[np.ndarray]) -> dict[str, Any]:
+SYNC_SHAPES = {"det": (1, 3, 960, 736), "rec": (32, 3, 48, 640)}
+"""A page's det input and a rec batch, for counting host synchronisations."""
+
+
+def sync_counts(args: argparse.Namespace) -> dict[str, Any]:
+    """Per model, host synchronisations in one forward (issue 27: none), counted as the
+    warnings `torch.cuda.set_sync_debug_mode("warn")` gives, and what "error" mode does; and
+    the dtype the forward ran in (fp16 where `--precision fp16`). Not measured without CUDA."""
+    import torch
+
+    from models.spec import load_model_spec
+    from models.torch_backend import TorchPredictor
+
+    options = EngineOptions(
+        device=args.device,
+        precision=args.precision if args.device != "cpu" else "fp32",
+        torch=torch_options(args),
+    )
+    cuda = args.device != "cpu" and torch.cuda.is_available()
+    rng = np.random.default_rng(0)
+    result: dict[str, Any] = {"measured": cuda}
+    for kind, shape in SYNC_SHAPES.items():
+        predictor = TorchPredictor(load_model_spec(args.models / kind, kind), options)
+        predictor.load()
+        if kind == "rec":
+            predictor.output_argmax()
+        x = torch.from_numpy(rng.uniform(-1, 1, shape).astype(np.float32))
+        x = x.to(predictor.torch_device)
+        y = predictor.forward(x)  # warm: allocator, cuDNN plans
+        entry: dict[str, Any] = {
+            "shape": list(shape),
+            "host_reads_free": predictor.host_reads_free,
+            "output_dtype": str(getattr(y, "dtype", "?")),
+            "syncs_per_forward": None,
+        }
+        if cuda:
+            torch.cuda.synchronize()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    predictor.forward(x)
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            entry["syncs_per_forward"] = sum("synchroniz" in str(w.message) for w in caught)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                predictor.forward(x)
+                entry["error_mode"] = "no error"
+            except RuntimeError as err:
+                entry["error_mode"] = f"raised: {err}"[:300]
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.synchronize()
+        predictor.close()
+        result[kind] = entry
+    return result
+
+
+def device_limit(
+    predictors: dict[str, Predictor],
+    calls: Sequence[tuple[str, np.ndarray]],
+    pages: int,
+    min_seconds: float,
+) -> dict[str, Any]:
+    """The GPU engine limit: the pages' det and rec batches (`calls`, in the order one page at
+    a time made them) replayed on the device alone, two in flight on the lane as a device
+    worker keeps them, round after round for at least `min_seconds`; no CPU stage between."""
+    from models.staging import Slot, StagedPredictor
+
+    def one_round() -> None:
+        in_flight: list[Slot] = []
+        for stage, batch in calls:
+            predictor = predictors[stage]
+            if not isinstance(predictor, StagedPredictor):
+                predictor.run(batch)
+                continue
+            slot = predictor.stage(batch.shape)
+            slot.input[...] = batch
+            predictor.launch(slot)
+            in_flight.append(slot)
+            if len(in_flight) > 2:
+                oldest = in_flight.pop(0)
+                oldest.result()
+                oldest.release()
+        for slot in in_flight:
+            slot.result()
+            slot.release()
+
+    one_round()  # warm: shapes seen for the first time
+    rounds = 0
+    started = time.monotonic()
+    while rounds == 0 or time.monotonic() - started < min_seconds:
+        one_round()
+        rounds += 1
+    wall = time.monotonic() - started
+    rows: dict[str, int] = {}
+    for stage, batch in calls:
+        rows[stage] = rows.get(stage, 0) + int(batch.shape[0])
+    return {
+        "pages_per_s": round(pages * rounds / wall, 4),
+        "rounds": rounds,
+        "wall_s": round(wall, 3),
+        "batches_a_round": len(calls),
+        "rows_a_round": rows,
+    }
+
+
+def engine_limit(
+    args: argparse.Namespace, images: list[np.ndarray], share_s: float
+) -> dict[str, Any]:
+    """The GPU engine limit (`device_limit`) within about `share_s`, and the whole pipeline in
+    one process (CPU work inline: for information, not the bound); writes the det maps
+    `REPLAY` answers with."""
     engine = LocalEngine(app_config(args), device=args.device)
     engine.load()
-    recorder = Recorder(engine.predictors["det"])
-    engine.predictors["det"] = recorder
-    limit, texts = measure(engine, images, warmup=1, rounds=args.rounds)
-    if 0 < limit.wall_s < args.min_seconds:  # a fast device: long enough to mean something
-        rounds = math.ceil(args.rounds * args.min_seconds / limit.wall_s)
-        limit, _ = measure(engine, images, warmup=0, rounds=rounds)
-    np.savez(args.out / "det-maps.npz", **recorder.maps)  # type: ignore[arg-type]
-    result: dict[str, Any] = {**dataclasses.asdict(limit), "texts": texts}
-    for predictor in engine.predictors.values():
+    inner = {stage: engine.predictors[stage] for stage in ("det", "rec")}
+    calls: list[tuple[str, np.ndarray]] = []
+    recorders = {stage: Recorder(p) for stage, p in inner.items()}
+    for recorder in recorders.values():
+        recorder.keep = False
+    engine.predictors.update(recorders)
+    for image in images[:1]:  # warm-up page, not recorded
+        engine.ocr(image)
+    for recorder in recorders.values():
+        recorder.batches = []
+        recorder.keep = True
+    limit, texts = measure(engine, images, warmup=0, rounds=1)
+    for stage, recorder in recorders.items():
+        recorder.keep = False
+        calls += [(stage, b) for b in recorder.batches]
+    np.savez(args.work / "det-maps.npz", **recorders["det"].maps)  # type: ignore[arg-type]
+    # Replay in the order of the pages: each page's det batch, then its rec batches.
+    order = _page_order(recorders["det"].batches, recorders["rec"].batches)
+    min_s = min(args.min_seconds, share_s / 3)
+    result: dict[str, Any] = {
+        "gpu": device_limit(inner, order or calls, len(images), min_s),
+        "pipeline": dataclasses.asdict(limit),
+        "texts": texts,
+    }
+    if 0 < limit.wall_s < min_s:  # more pages in one process, for the figure's sake
+        rounds = max(1, min(args.rounds, math.ceil(min_s / limit.wall_s)))
+        more, _ = measure(engine, images, warmup=0, rounds=rounds)
+        result["pipeline"] = dataclasses.asdict(more)
+    for predictor in inner.values():
         predictor.close()
     try:
         import torch
@@ -261,6 +486,22 @@ def engine_limit(args: argparse.Namespace, images: list[np.ndarray]) -> dict[str
         result["gpu_max_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         torch.cuda.empty_cache()
     return result
+
+
+def _page_order(det: list[np.ndarray], rec: list[np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """Det and rec batches interleaved about as the pages made them: rec batches spread evenly
+    after the det batch of their page (the recorder kept each stage's batches apart)."""
+    if not det:
+        return [("rec", b) for b in rec]
+    order: list[tuple[str, np.ndarray]] = []
+    per_page = len(rec) / len(det)
+    taken = 0
+    for i, batch in enumerate(det):
+        order.append(("det", batch))
+        upto = round((i + 1) * per_page)
+        order += [("rec", b) for b in rec[taken:upto]]
+        taken = upto
+    return order
 
 
 def cpu_texts(args: argparse.Namespace, images: list[np.ndarray]) -> list[list[str]]:
@@ -350,28 +591,32 @@ def serve_levels(
     levels: Sequence[int],
     *,
     pace_pages_s: float,
+    budget: Budget,
+    logs: dict[str, str],
     backend: str | None = None,
 ) -> dict[str, Any]:
-    """Start the server, run each concurrency level (`level_requests`), stop it."""
-    out = args.out / name
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "server.toml").write_text(config_toml(args, devices))
+    """Start the server, run each concurrency level (`level_requests`) that the budget leaves
+    time for, stop it; the end of its log goes to `logs`."""
+    work = args.work / name
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "server.toml").write_text(config_toml(args, devices))
     port = servers.free_port()
-    call = (
-        f"main(['--config', {str(out / 'server.toml')!r}, '--port', '{port}'], backend={backend!r})"
-    )
+    config = str(work / "server.toml")
+    call = f"main(['--config', {config!r}, '--port', '{port}'], backend={backend!r})"
     argv = [sys.executable, "-c", f"import sys; from serving.cli import main; sys.exit({call})"]
-    env = {REPLAY_ENV: str((args.out / "det-maps.npz").resolve())}
-    server = servers.start(name, argv, port, out / "server.log", env)
+    env = {REPLAY_ENV: str((args.work / "det-maps.npz").resolve())}
+    server = servers.start(name, argv, port, work / "server.log", env)
     documents = load_documents([args.pages])
     result: dict[str, Any] = {"devices": list(devices), "backend": backend or args.backend}
     try:
-        with GpuMemory() as memory:
-            result["ready_s"] = round(
-                server.wait_ready("/readyz", timeout_s=args.ready_timeout_s), 1
-            )
-            runs = []
-            for concurrency in levels:
+        ready_s = server.wait_ready("/readyz", timeout_s=min(args.ready_timeout_s, budget.left_s()))
+        result["ready_s"] = round(ready_s, 1)
+        runs = []
+        for concurrency in levels:
+            if budget.left_s() < args.level_seconds:
+                result.setdefault("skipped_levels", []).append(concurrency)
+                continue
+            with GpuSampler() as gpu:
                 level = asyncio.run(
                     run_level(
                         server.url,
@@ -380,32 +625,72 @@ def serve_levels(
                         concurrency=concurrency,
                         requests=level_requests(args, concurrency, pace_pages_s),
                         warmup=min(concurrency, len(documents)),
-                        timeout_s=args.request_timeout_s,
+                        timeout_s=min(args.request_timeout_s, budget.left_s()),
                     )
                 )
-                runs.append(dataclasses.asdict(level))
-            result["levels"] = runs
-        result["gpu_memory_peak_mib"] = memory.peak_mib
+            runs.append({**dataclasses.asdict(level), **gpu.result()})
+        result["levels"] = runs
         result["server_rss_peak_mib"] = round(server.memory.peak_bytes / 2**20, 1)
     finally:
         server.stop()
+        logs[name] = log_tail(work / "server.log")
     return result
 
 
+def log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
+    """The last `limit` bytes of a log, from a line start."""
+    if not path.is_file():
+        return "(no log)\n"
+    with path.open("rb") as log:
+        log.seek(max(0, path.stat().st_size - limit))
+        data = log.read()
+    if len(data) == limit:
+        data = data[data.find(b"\n") + 1 :]
+    return data.decode("utf-8", "replace")
+
+
+@dataclasses.dataclass
+class Budget:
+    """The check's time: parts start only while their `PART_MIN_S` is left."""
+
+    total_s: float
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def left_s(self) -> float:
+        return self.total_s - (time.monotonic() - self.started)
+
+
+def _top(run: dict[str, Any] | None) -> float | None:
+    levels = (run or {}).get("levels") or []
+    return levels[-1]["throughput_pages_s"] if levels else None
+
+
 def summary(report: dict[str, Any]) -> dict[str, Any]:
-    limit = report["engine_limit"]["pages_per_s"]
-    cpu_side = report.get("cpu_side", {}).get("levels", [{}])[-1].get("throughput_pages_s")
-    levels = report.get("server", {}).get("levels", [])
-    top = levels[-1]["throughput_pages_s"] if levels else None
-    bound = min(v for v in (limit, cpu_side) if v) if (limit or cpu_side) else None
+    """The headline: the server at its highest concurrency over min(GPU engine limit, CPU-side
+    limit), both limits measured apart (the one-process pipeline is not a bound: it does the CPU
+    work inline)."""
+    limits = report.get("engine_limit") or {}
+    gpu = (limits.get("gpu") or {}).get("pages_per_s")
+    cpu_side = _top(report.get("cpu_side"))
+    top = _top(report.get("server"))
+    bound = min(v for v in (gpu, cpu_side) if v) if (gpu or cpu_side) else None
     ratio = round(top / bound, 3) if top and bound else None
+    syncs = report.get("syncs") or {}
+    tests = report.get("tests") or {}
     return {
-        "engine_limit_pages_s": limit,
+        "gpu_engine_limit_pages_s": gpu,
+        "pipeline_one_process_pages_s": (limits.get("pipeline") or {}).get("pages_per_s"),
         "cpu_side_limit_pages_s": cpu_side,
         "server_top_pages_s": top,
         "ratio_to_bound": ratio,
-        "meets_0_8": ratio is not None and ratio >= 0.8,
-        "texts_equal_to_cpu": report["texts"]["equal_to_cpu"],
+        "bound_complete": bool(gpu and cpu_side),
+        "meets_0_8": ratio is not None and ratio >= 0.8 and bool(gpu and cpu_side),
+        "syncs_per_forward": {
+            k: v.get("syncs_per_forward") for k, v in syncs.items() if isinstance(v, dict)
+        },
+        "texts_equal_to_cpu": (report.get("texts") or {}).get("equal_to_cpu"),
+        "skipped": sorted(report.get("skipped", {})),
+        "tests": tests.get("verdict", "not run"),
     }
 
 
@@ -418,37 +703,46 @@ def _fmt(value: Any) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     s = report["summary"]
+    limits = report.get("engine_limit") or {}
+    gpu = limits.get("gpu") or {}
     lines = [
         f"# GPU check ({report['device']}, {report['backend']}, {report['precision']})",
         "",
-        f"- engine limit: {_fmt(s['engine_limit_pages_s'])} pages/s (GPU memory allocated in "
-        f"process: {_fmt(report['engine_limit'].get('gpu_max_allocated_mib'))} MiB)",
+        f"- host syncs per forward: {_fmt(s['syncs_per_forward'] or None)}",
+        f"- GPU engine limit (device work alone, {gpu.get('batches_a_round', '-')} batches a "
+        f"round, shapes {report['torch']['shapes']}): {_fmt(s['gpu_engine_limit_pages_s'])} "
+        f"pages/s",
+        f"- pipeline in one process (CPU work inline, not a bound): "
+        f"{_fmt(s['pipeline_one_process_pages_s'])} pages/s (GPU memory allocated in process: "
+        f"{_fmt(limits.get('gpu_max_allocated_mib'))} MiB)",
         f"- CPU-side limit: {_fmt(s['cpu_side_limit_pages_s'])} pages/s "
         f"({report['cpu_workers']} CPU workers, device answers replayed)",
         f"- server at the highest concurrency: {_fmt(s['server_top_pages_s'])} pages/s = "
-        f"{_fmt(s['ratio_to_bound'])} x min(engine limit, CPU-side limit) "
-        f"({'meets' if s['meets_0_8'] else 'below'} 0.8)",
+        f"{_fmt(s['ratio_to_bound'])} x min(GPU engine limit, CPU-side limit) "
+        f"({'meets' if s['meets_0_8'] else 'does not meet'} 0.8"
+        f"{'' if s['bound_complete'] else '; a limit is missing'})",
+        f"- tests/gpu: {s['tests']}",
+        f"- skipped: {', '.join(s['skipped']) or 'nothing'}",
         "",
-        "| run | devices | concurrency | pages/s | p50 s | p95 s | det mean batch | rec mean batch "
-        "| rec batch histogram | GPU MiB peak |",
+        "| run | devices | concurrency | pages/s | p50 s | p95 s | det rows/batch | "
+        "rec rows/batch | GPU busy | GPU MiB peak |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in ("server", "mixed", "cpu_side"):
+    for name in ("server", "cpu_side", "mixed"):
         run = report.get(name)
         if not run:
             continue
-        for level in run["levels"]:
+        for level in run.get("levels", []):
             stages = level.get("metrics") or {}
             det = (stages.get("det") or {}).get("mean_batch_size")
-            rec = stages.get("rec") or {}
-            hist = " ".join(
-                f"{k}:{v}" for k, v in (rec.get("batch_size_histogram") or {}).items() if v
-            )
+            rec = (stages.get("rec") or {}).get("mean_batch_size")
+            busy = level.get("gpu_busy_fraction")
             lines.append(
                 f"| {name} | {', '.join(run['devices'])} | {level['concurrency']} | "
                 f"{_fmt(level['throughput_pages_s'])} | {_fmt(level['p50_s'])} | "
-                f"{_fmt(level['p95_s'])} | {_fmt(det)} | {_fmt(rec.get('mean_batch_size'))} | "
-                f"{hist or '-'} | {_fmt(run.get('gpu_memory_peak_mib'))} |"
+                f"{_fmt(level['p95_s'])} | {_fmt(det)} | {_fmt(rec)} | "
+                f"{_fmt(busy) if busy is not None else 'not measured'} | "
+                f"{_fmt(level.get('gpu_memory_peak_mib'))} |"
             )
     for kind, timing in report.get("launch", {}).items():
         lines.append(
@@ -456,13 +750,74 @@ def markdown(report: dict[str, Any]) -> str:
             f"{_fmt(timing['batch_ms'])} ms batch {tuple(timing['shape'])} "
             f"(host reads free: {timing['host_reads_free']})"
         )
+    for kind, entry in (report.get("syncs") or {}).items():
+        if isinstance(entry, dict):
+            lines.append(
+                f"- {kind} forward {tuple(entry['shape'])}: "
+                f"{_fmt(entry['syncs_per_forward'])} syncs, ran in {entry['output_dtype']}, "
+                f"sync debug mode error: {entry.get('error_mode', 'not measured')}"
+            )
+    skipped = [f"- skipped {name}: {why}" for name, why in report.get("skipped", {}).items()]
     errors = [
         f"- the {name} run failed: {error}" for name, error in report.get("errors", {}).items()
     ]
-    return "\n".join([*lines, "", *texts_markdown(report["texts"]), "", *errors, ""])
+    return "\n".join(
+        [
+            *lines,
+            "",
+            *texts_markdown(report.get("texts")),
+            "",
+            *tests_markdown(report),
+            "",
+            *skipped,
+            *errors,
+            "",
+        ]
+    )
 
 
-def texts_markdown(texts: dict[str, Any]) -> list[str]:
+def tests_markdown(report: dict[str, Any]) -> list[str]:
+    tests = report.get("tests")
+    if not tests:
+        return ["tests/gpu: not run (or not merged)."]
+    return [
+        f"tests/gpu: {len(tests['passed'])} passed, {len(tests['failed'])} failed, "
+        f"{len(tests['skipped'])} skipped (a skip proves nothing): {tests['verdict']}",
+        *(f"- failed {name}" for name in tests["failed"]),
+        *(f"- skipped {name}: {why}" for name, why in tests["skipped"].items()),
+    ]
+
+
+def junit_outcomes(path: Path) -> dict[str, Any]:
+    """tests/gpu's outcomes from pytest's JUnit XML: passed, failed, and skipped with reasons;
+    the verdict is "passed" only when nothing failed and nothing was skipped."""
+    passed: list[str] = []
+    failed: list[str] = []
+    skipped: dict[str, str] = {}
+    if path.is_file():
+        for case in ElementTree.parse(path).getroot().iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}"
+            if case.find("failure") is not None or case.find("error") is not None:
+                failed.append(name)
+            elif (skip := case.find("skipped")) is not None:
+                skipped[name] = skip.get("message", "")[:200]
+            else:
+                passed.append(name)
+    if failed:
+        verdict = f"FAILED ({len(failed)})"
+    elif not passed and not skipped:
+        verdict = "not run"
+    elif skipped:
+        verdict = f"incomplete: {len(passed)} passed, {len(skipped)} skipped"
+    else:
+        verdict = "passed"
+    return {"passed": passed, "failed": failed, "skipped": skipped, "verdict": verdict}
+
+
+def texts_markdown(texts: dict[str, Any] | None) -> list[str]:
+    if not texts:
+        return ["Texts: not compared (see skipped)."]
+
     def listed(differences: list[dict[str, Any]]) -> list[str]:
         return [
             f"  - {d['page']}: {d['lines'][0]} lines, read {d['lines'][1]}"
@@ -486,100 +841,145 @@ def texts_markdown(texts: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.gpu_check", description=__doc__)
-    parser.add_argument("--models", type=Path, required=True, help="folder with det/ and rec/")
-    parser.add_argument("--pages", type=Path, required=True, help="PNGs and expected.json")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--models", type=Path, help="folder with det/ and rec/")
+    parser.add_argument("--pages", type=Path, help="PNGs and expected.json")
+    parser.add_argument("--out", type=Path, required=True, help=f"gets {', '.join(OUT_FILES)}")
+    parser.add_argument("--work", type=Path, help="configs, logs, maps (default: a temp dir)")
+    parser.add_argument("--budget-s", type=float, default=300.0, help="the whole check's time")
+    parser.add_argument("--merge-tests", type=Path, help="add this JUnit XML to --out's report")
     parser.add_argument("--device", default="gpu:0", help='"gpu:N", or "cpu" for a dry run')
     parser.add_argument("--backend", default="torch", help="engine.gpu_backend")
     parser.add_argument("--cpu-backend", default="torch", help="the mixed run's CPU worker")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
     parser.add_argument("--torch-compile", default="off", choices=TORCH_COMPILE_MODES)
-    parser.add_argument("--torch-shapes", default="exact", choices=TORCH_SHAPES)
-    parser.add_argument("--concurrency", default="1,8,32", help="levels, comma-separated")
+    parser.add_argument("--torch-shapes", default="buckets", choices=TORCH_SHAPES)
+    parser.add_argument("--concurrency", default="32,64,128", help="levels, comma-separated")
     parser.add_argument("--requests", type=int, default=64, help="measured requests a level")
-    parser.add_argument("--rounds", type=int, default=2, help="engine-limit passes over the pages")
+    parser.add_argument("--rounds", type=int, default=2, help="most one-process pipeline passes")
     parser.add_argument(
-        "--min-seconds", type=float, default=10.0, help="more engine-limit passes until this long"
+        "--min-seconds", type=float, default=10.0, help="the GPU engine limit's length"
     )
     parser.add_argument(
-        "--level-seconds", type=float, default=15.0, help="a level's length at the engine limit"
+        "--level-seconds", type=float, default=10.0, help="a level's length at the engine limit"
     )
     parser.add_argument("--gpu-instances", type=int, default=1)
     parser.add_argument("--cpu-workers", type=int, default=0, help="0 = the number of cores")
     parser.add_argument("--cpu-threads", type=int, default=0)
-    parser.add_argument("--skip", default="", help="comma-separated: launch,mixed,cpu_side")
-    parser.add_argument("--ready-timeout-s", type=float, default=300.0)
+    parser.add_argument("--skip", default="", help=f"comma-separated: {','.join(PART_MIN_S)}")
+    parser.add_argument("--ready-timeout-s", type=float, default=180.0)
     parser.add_argument("--request-timeout-s", type=float, default=120.0)
     args = parser.parse_args(argv)
+    if args.merge_tests is not None:
+        return merge_tests(args.out, args.merge_tests)
     levels = [int(c) for c in args.concurrency.split(",") if c]
     if not levels or min(levels) < 1:
         parser.error("--concurrency needs positive integers")
+    if args.models is None or args.pages is None:
+        parser.error("--models and --pages are needed (make gpu-bundle)")
     if not (args.models / "det").is_dir() or not (args.pages / "expected.json").is_file():
         parser.error("--models needs det/ and rec/, --pages an expected.json (make gpu-bundle)")
     skip = set(filter(None, args.skip.split(",")))
     args.out.mkdir(parents=True, exist_ok=True)
+    args.work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    args.work.mkdir(parents=True, exist_ok=True)
     expected = json.loads((args.pages / "expected.json").read_text("utf-8"))
     import cv2
 
     images = [cv2.imread(str(args.pages / e["file"]), cv2.IMREAD_COLOR) for e in expected.values()]
-    started = time.monotonic()
+    budget = Budget(args.budget_s)
+    logs: dict[str, str] = {}
     report: dict[str, Any] = {
         "device": args.device,
         "backend": args.backend,
         "precision": args.precision,
         "torch": {"compile": args.torch_compile, "shapes": args.torch_shapes},
         "cpu_workers": args.cpu_workers or os.cpu_count(),
+        "budget_s": args.budget_s,
         "pages": list(expected),
+        "work": str(args.work),
     }
-    if args.backend == "torch" and "launch" not in skip:
-        try:
-            report["launch"] = launch_timing(args)
-        except Exception as err:  # the engine limit and the server runs still tell something
-            report.setdefault("errors", {})["launch"] = f"{type(err).__name__}: {err}"
-    report["engine_limit"] = engine_limit(args, images)
-    report["texts"] = compare_texts(args, images, expected, report["engine_limit"]["texts"])
-    pace = float(report["engine_limit"]["pages_per_s"])
-    save(report, args.out, started)
-    # The ratio's two runs first: on a machine lent for minutes, a run cut short still reports.
-    runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("server", lambda: serve_levels(args, "server", [args.device], levels, pace_pages_s=pace)),
-        (
-            "cpu_side",
-            lambda: serve_levels(
-                args,
-                "cpu_side",
-                [args.device],
-                levels[-1:],
-                pace_pages_s=pace,
-                backend="loadtest.gpu_check:REPLAY",
-            ),
+    pace = 1.0
+
+    def serve(name: str, devices: list[str], at: list[int], backend: str | None = None) -> Any:
+        return serve_levels(
+            args, name, devices, at, pace_pages_s=pace, budget=budget, logs=logs, backend=backend
+        )
+
+    parts: dict[str, Callable[[], Any]] = {
+        "syncs": lambda: sync_counts(args),
+        "engine_limit": lambda: engine_limit(args, images, share_s=budget.left_s() / 4),
+        "server": lambda: serve("server", [args.device], levels),
+        "cpu_side": lambda: serve(
+            "cpu_side", [args.device], levels[-1:], "loadtest.gpu_check:REPLAY"
         ),
-        (
-            "mixed",
-            lambda: serve_levels(
-                args, "mixed", [args.device, "cpu"], levels[-1:], pace_pages_s=pace
-            ),
-        ),
-    ]
-    for name, run in runs:
-        if name in skip or (name == "mixed" and args.device == "cpu"):
+        "mixed": lambda: serve("mixed", [args.device, "cpu"], levels[-1:]),
+        "texts": lambda: compare_texts(args, images, expected, report["engine_limit"]["texts"]),
+        "launch": lambda: launch_timing(args),
+    }
+    for name, part in parts.items():
+        why = skip_reason(name, args, report, skip, budget.left_s())
+        if why:
+            report.setdefault("skipped", {})[name] = why
             continue
+        started = time.monotonic()
         try:
-            report[name] = run()
-        except Exception as err:  # the other runs still tell something
+            report[name] = part()
+        except Exception as err:  # the other parts still tell something
             report.setdefault("errors", {})[name] = f"{type(err).__name__}: {err}"
-            print(f"gpu_check: the {name} run failed: {err}", file=sys.stderr)
-        save(report, args.out, started)
+            print(f"gpu_check: the {name} part failed: {err}", file=sys.stderr)
+        report.setdefault("part_s", {})[name] = round(time.monotonic() - started, 1)
+        if name == "engine_limit" and name in report:
+            pace = float(report[name]["gpu"]["pages_per_s"])
+        save(report, args.out, budget.started, logs)
     print(markdown(report))
     return 1 if report.get("errors") else 0
 
 
-def save(report: dict[str, Any], out: Path, started: float) -> None:
-    """Write gpu-check.json and gpu-check.md with the runs so far."""
+def skip_reason(
+    name: str, args: argparse.Namespace, report: dict[str, Any], skip: set[str], left_s: float
+) -> str | None:
+    """Why a part does not run, or None."""
+    if name in skip:
+        return "--skip"
+    if name == "mixed" and args.device == "cpu":
+        return "the device is the CPU already"
+    if name in ("launch", "syncs") and args.backend != "torch":
+        return f"torch only ({args.backend})"
+    if name in ("cpu_side", "texts") and "engine_limit" not in report:
+        return "needs the engine limit's maps and texts"
+    if left_s < PART_MIN_S[name]:
+        return f"time: {left_s:.0f} s of the budget left, needs {PART_MIN_S[name]:.0f} s"
+    return None
+
+
+def save(
+    report: dict[str, Any], out: Path, started: float, logs: dict[str, str] | None = None
+) -> None:
+    """Write `OUT_FILES` with the parts so far, nothing else and nothing deeper."""
     report["summary"] = summary(report)
     report["wall_s"] = round(time.monotonic() - started, 1)
-    (out / "gpu-check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    (out / "gpu-check.md").write_text(markdown(report))
+    (out / OUT_FILES[0]).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (out / OUT_FILES[1]).write_text(markdown(report))
+    if logs is not None:
+        text = "".join(
+            f"== {name} (last {LOG_TAIL_BYTES >> 10} KiB)\n{tail}\n" for name, tail in logs.items()
+        )
+        (out / OUT_FILES[2]).write_text(text.encode()[-LOGS_MAX_BYTES:].decode("utf-8", "replace"))
+
+
+def merge_tests(out: Path, junit: Path) -> int:
+    """Add tests/gpu's outcomes (`junit_outcomes`) to the report saved in `out`."""
+    path = out / OUT_FILES[0]
+    report: dict[str, Any] = {"device": "?", "backend": "?", "precision": "?"}
+    report.update({"torch": {"shapes": "?"}, "cpu_workers": "?"})
+    if path.is_file():  # the benchmark ran first
+        report = json.loads(path.read_text("utf-8"))
+    report["tests"] = junit_outcomes(junit)
+    report["summary"] = summary(report)
+    path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (out / OUT_FILES[1]).write_text(markdown(report))
+    print("\n".join(tests_markdown(report)))
+    return 0 if not report["tests"]["failed"] else 1
 
 
 if __name__ == "__main__":

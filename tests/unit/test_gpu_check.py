@@ -38,7 +38,8 @@ def _report(texts_equal: bool, top: float) -> dict[str, Any]:
         "backend": "torch",
         "precision": "fp32",
         "cpu_workers": 16,
-        "engine_limit": {"pages_per_s": 50.0},
+        "torch": {"compile": "off", "shapes": "buckets"},
+        "engine_limit": {"gpu": {"pages_per_s": 50.0}, "pipeline": {"pages_per_s": 12.0}},
         "server": {"devices": ["gpu:0"], "levels": [level]},
         "cpu_side": {"devices": ["gpu:0"], "levels": [{**level, "throughput_pages_s": 30.0}]},
         "texts": {
@@ -58,6 +59,8 @@ def test_summary_bounds_the_server_by_the_slower_limit_and_needs_the_cpu_texts()
     s = gpu_check.summary(report)
     assert s["ratio_to_bound"] == round(25.0 / 30.0, 3)  # the CPU side is the slower limit
     assert s["meets_0_8"] is True
+    # The one-process pipeline (12 pages/s, CPU work inline) is not a bound.
+    assert s["pipeline_one_process_pages_s"] == 12.0
     assert s["texts_equal_to_cpu"] is True
     assert gpu_check.summary(_report(texts_equal=True, top=20.0))["meets_0_8"] is False
     assert gpu_check.summary(_report(texts_equal=False, top=25.0))["texts_equal_to_cpu"] is False
@@ -96,6 +99,7 @@ def test_the_servers_config_loads(tmp_path: Path) -> None:
         gpu_instances=2,
         cpu_workers=8,
         out=tmp_path / "out",
+        work=tmp_path / "work",
         torch_compile="reduce-overhead",
         torch_shapes="buckets",
     )
@@ -128,6 +132,7 @@ def test_a_report_cut_short_still_renders(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "gpu-check.json").read_text())
     assert saved["summary"]["ratio_to_bound"] is None
     assert saved["summary"]["meets_0_8"] is False
+    assert saved["summary"]["tests"] == "not run"
     assert "the server run failed: TimeoutError" in (tmp_path / "gpu-check.md").read_text()
 
 
@@ -136,3 +141,68 @@ def test_a_level_lasts_about_level_seconds_at_the_engine_limit() -> None:
     assert gpu_check.level_requests(args, 32, pace_pages_s=40.0) == 600
     assert gpu_check.level_requests(args, 32, pace_pages_s=0.2) == 64
     assert gpu_check.level_requests(args, 64, pace_pages_s=0.2) == 128  # two a client
+
+
+def test_the_check_writes_its_few_files_only_directly_under_out(tmp_path: Path) -> None:
+    """The device tool returns 8 files, 16 MiB each, no deeper than $OUT/a/b/file: everything
+    goes into `OUT_FILES` (the script adds 3), logs cut to their ends, whatever the servers
+    wrote."""
+    out = tmp_path / "out"
+    out.mkdir()
+    work = tmp_path / "work"
+    logs = {}
+    for name in ("server", "cpu_side", "mixed"):
+        (work / name).mkdir(parents=True)
+        (work / name / "server.log").write_text(
+            "".join(f"{name} line {i}\n" for i in range(200_000))
+        )
+        logs[name] = gpu_check.log_tail(work / name / "server.log")
+    report = _report(texts_equal=True, top=25.0)
+    report["skipped"] = {"texts": "time: 3 s of the budget left, needs 20 s"}
+    gpu_check.save(report, out, started=0.0, logs=logs)
+    written = sorted(p.name for p in out.rglob("*"))
+    assert written == sorted(gpu_check.OUT_FILES)
+    assert all(p.is_file() for p in out.iterdir())  # no folders
+    assert len(gpu_check.OUT_FILES) + 3 <= 8  # env.json, gpu-tests.log, bench.log
+    logs_txt = (out / "logs.txt").read_text()
+    assert len(logs_txt.encode()) <= gpu_check.LOGS_MAX_BYTES
+    assert "mixed line 199999" in logs_txt  # the end of each log is kept
+    assert "server line 0\n" not in logs_txt
+    assert "skipped texts: time" in (out / "gpu-check.md").read_text()
+
+
+def test_skipped_gpu_tests_are_reported_as_skipped_not_success(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.gpu.test_torch_gpu" name="test_overlap"/>'
+        '<testcase classname="tests.gpu.test_gpu_smoke" name="test_paddle_gpu">'
+        '<skipped type="pytest.skip" message="needs a GPU build of Paddle"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    gpu_check.save(_report(texts_equal=True, top=25.0), out, started=0.0)
+    assert gpu_check.merge_tests(out, junit) == 0
+    saved = json.loads((out / "gpu-check.json").read_text())
+    assert saved["summary"]["tests"] == "incomplete: 1 passed, 1 skipped"
+    text = (out / "gpu-check.md").read_text()
+    assert "skipped tests.gpu.test_gpu_smoke::test_paddle_gpu: needs a GPU build of Paddle" in text
+    assert gpu_check.junit_outcomes(tmp_path / "none.xml")["verdict"] == "not run"
+
+
+def test_parts_run_in_order_while_the_budget_holds_them() -> None:
+    assert list(gpu_check.PART_MIN_S)[:6] == [
+        "syncs",
+        "engine_limit",
+        "server",
+        "cpu_side",
+        "mixed",
+        "texts",
+    ]
+    args = argparse.Namespace(device="gpu:0", backend="torch")
+    report: dict[str, Any] = {"engine_limit": {}}
+    assert gpu_check.skip_reason("server", args, report, set(), left_s=300.0) is None
+    assert "budget" in str(gpu_check.skip_reason("server", args, report, set(), left_s=10.0))
+    assert gpu_check.skip_reason("texts", args, {}, set(), left_s=300.0) is not None
+    assert gpu_check.skip_reason("mixed", args, report, {"mixed"}, left_s=300.0) == "--skip"
