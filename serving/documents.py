@@ -145,8 +145,8 @@ def decode_page(
 ) -> np.ndarray:
     """Page `index` of a document as BGR uint8: a frame of an image, or one rendered PDF page.
 
-    `source` is the file's bytes or its path. A PDF page renders exactly as `inputs.render_pdf`
-    renders it, so a job's results equal `/v1/ocr`'s. A page whose longer side is over
+    `source` is the file's bytes or its path. Requests and batch jobs both read their pages here,
+    so a job's results equal `/v1/ocr`'s. A page whose longer side is over
     `max_page_side_px` is decoded smaller: a PDF page rendered at a lower scale, an image
     downscaled as soon as it is decoded.
 

@@ -81,19 +81,6 @@ def sniff_kind(data: bytes) -> FileKind | None:
     return None
 
 
-def decode_document(data: bytes, kind: FileKind, limits: DecodeLimits) -> list[np.ndarray]:
-    """Decode `data` into BGR uint8 pages, refusing anything over `limits`.
-
-    Raises:
-        InvalidInput: the bytes do not decode, or a limit is exceeded.
-    """
-    if not data:
-        raise InvalidInput("Invalid input file: empty file")
-    if kind == "pdf":
-        return render_pdf(data, limits)
-    return decode_frames(data, limits)
-
-
 @dataclass(frozen=True, slots=True)
 class _Header:
     format: str
@@ -134,29 +121,13 @@ def _check_frames(header: _Header, limits: DecodeLimits) -> None:
         )
 
 
-def decode_frames(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
-    """Decode an image to BGR uint8 pages: one per frame of a multi-frame TIFF or animated image.
-
-    The size of each frame and the number of frames are checked against `limits` from the
-    headers, before any pixels are decoded. Frames count against `max_pdf_pages`.
-
-    Raises:
-        InvalidInput: the bytes do not decode, or a limit is exceeded.
-    """
-    header = _probe(data)
-    _check_pixels(header.height, header.width, limits)
-    if _by_frames(header):
-        return _decode_with_pil(data, header, limits)
-    return [_decode_with_cv2(data, header, limits)]
-
-
 def _by_frames(header: _Header) -> bool:
     """Whether the image is read frame by frame with PIL (GIF, multi-frame TIFF and WebP)."""
     return header.format == "GIF" or (header.frames > 1 and header.format in _FRAME_FORMATS)
 
 
 def image_page_count(data: bytes, limits: DecodeLimits | None = None) -> int:
-    """Pages `decode_frames` makes of an image: one per frame when read by frames, else 1.
+    """Pages of an image: one per frame when read by frames (`_by_frames`), else 1.
 
     Raises:
         InvalidInput: the header does not read, or it has more frames than `limits` allow.
@@ -170,7 +141,7 @@ def image_page_count(data: bytes, limits: DecodeLimits | None = None) -> int:
 def image_page_sizes(
     data: bytes, limits: DecodeLimits, *, only: int | None = None
 ) -> list[tuple[int, int]]:
-    """(width, height) of each page `decode_frames` would make, or of page `only`, read from
+    """(width, height) of each page `decode_image_page` decodes, or of page `only`, read from
     headers only. Frames count against `max_pdf_pages` unless one page is asked for (jobs).
 
     Raises:
@@ -255,9 +226,11 @@ def fit_page(image: np.ndarray, limits: DecodeLimits) -> np.ndarray:
 
 
 def decode_image_page(data: bytes, index: int, limits: DecodeLimits) -> np.ndarray:
-    """Page `index` of an image, numbered as `decode_frames` numbers them, decoding that frame only.
+    """Page `index` of an image, decoding that frame only: a frame of a multi-frame TIFF or an
+    animated image, else the image itself.
 
-    Batch jobs read multi-frame images page by page, so `max_pdf_pages` does not cap them here.
+    `max_pdf_pages` does not cap it here: a request's pages are counted against it when they are
+    sized (`image_page_sizes`), a batch job's are not.
 
     Raises:
         InvalidInput: no such page, the bytes do not decode, or the pixel cap is exceeded.
@@ -268,7 +241,7 @@ def decode_image_page(data: bytes, index: int, limits: DecodeLimits) -> np.ndarr
         raise InvalidInput(f"The image has {count} pages; there is no page {index + 1}")
     if _by_frames(header):
         _check_pixels(header.height, header.width, limits)
-        return _decode_with_pil(data, header, limits, only=index)[0]
+        return _decode_frame(data, header, limits, index)
     return decode_image(data, limits)
 
 
@@ -281,7 +254,7 @@ def decode_image(data: bytes, limits: DecodeLimits) -> np.ndarray:
     header = _probe(data)
     _check_pixels(header.height, header.width, limits)
     if _by_frames(header):
-        return _decode_with_pil(data, header, limits, only=0)[0]
+        return _decode_frame(data, header, limits, 0)
     return _decode_with_cv2(data, header, limits)
 
 
@@ -303,29 +276,17 @@ def _jpeg_truncated(data: bytes) -> bool:
     return data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda")
 
 
-def _decode_with_pil(
-    data: bytes, header: _Header, limits: DecodeLimits, *, only: int | None = None
-) -> list[np.ndarray]:
-    """Every frame, or frame `only`; all frames count against `max_pdf_pages`."""
+def _decode_frame(data: bytes, header: _Header, limits: DecodeLimits, index: int) -> np.ndarray:
+    """Frame `index` of an image read by frames, as BGR."""
     _check_frames(header, limits)
-    if header.frames > limits.max_pdf_pages and only is None:
-        raise InvalidInput(
-            f"The image has {header.frames} frames; this server accepts at most "
-            f"{limits.max_pdf_pages} pages per request (input.max_pdf_pages)"
-        )
-    pages: list[np.ndarray] = []
     try:
         with warnings.catch_warnings(action="ignore"), Image.open(io.BytesIO(data)) as img:
-            frames = ImageSequence.Iterator(img) if only is None else [_seek(img, only)]
-            for frame in frames:
-                _check_pixels(frame.height, frame.width, limits)
-                rgb = np.asarray(frame.convert("RGB"))
-                pages.append(np.ascontiguousarray(rgb[:, :, ::-1]))
+            img.seek(index)
+            _check_pixels(img.height, img.width, limits)
+            rgb = np.asarray(img.convert("RGB"))
+            return np.ascontiguousarray(rgb[:, :, ::-1])
     except _PIL_ERRORS as err:
         raise InvalidInput("Invalid input file: not a decodable image") from err
-    if not pages:
-        raise InvalidInput("Invalid input file: not a decodable image")
-    return pages
 
 
 def is_animated(data: bytes) -> bool:
@@ -335,9 +296,9 @@ def is_animated(data: bytes) -> bool:
 
 
 def frames_to_tiff(data: bytes, path: str, limits: DecodeLimits) -> int:
-    """Decode every frame of a multi-frame image in one pass and write them, as `decode_frames`
-    decodes them, to a multi-page TIFF at `path` (lossless): a job then decodes each page alone.
-    One frame is held at a time. Returns the number of frames.
+    """Decode every frame of a multi-frame image in one pass and write them, as
+    `decode_image_page` decodes them, to a multi-page TIFF at `path` (lossless): a job then
+    decodes each page alone. One frame is held at a time. Returns the number of frames.
 
     Raises:
         InvalidInput: the bytes do not decode, or a limit (pixels, frames) is exceeded.
@@ -359,28 +320,6 @@ def frames_to_tiff(data: bytes, path: str, limits: DecodeLimits) -> int:
     except _PIL_ERRORS as err:
         raise InvalidInput("Invalid input file: not a decodable image") from err
     return frames
-
-
-def _seek(img: Image.Image, index: int) -> Image.Image:
-    img.seek(index)
-    return img
-
-
-def render_pdf(data: bytes, limits: DecodeLimits) -> list[np.ndarray]:
-    """Render every page of a PDF to BGR at `pdf_render_scale`; too many pages is an error."""
-    with PDFIUM_LOCK:
-        doc = open_pdf(data)
-        try:
-            count = len(doc)  # at least 1: `open_pdf` refuses a PDF with no pages
-            if count > limits.max_pdf_pages:
-                raise InvalidInput(
-                    f"The PDF has {count} pages; this server accepts at most "
-                    f"{limits.max_pdf_pages} per request (input.max_pdf_pages)"
-                )
-            doc.init_forms()
-            return [render_pdf_page(doc, index, limits) for index in range(count)]
-        finally:
-            doc.close()
 
 
 def open_pdf(source: bytes | str) -> pdfium.PdfDocument:

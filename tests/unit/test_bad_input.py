@@ -23,9 +23,10 @@ from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 from serving.documents import count_pages, decode_page
 from serving.errors import InvalidInput
 from serving.http.paddlex_api import infer_result
-from serving.inputs import DecodeLimits, decode_document, decode_image, frames_type, render_pdf
+from serving.inputs import DecodeLimits, decode_image, frames_type
 from serving.ocr_service import PageOutput
 from serving.request_options import OcrOptions
+from tests.pages import read_pages
 
 LIMITS = DecodeLimits(max_pdf_pages=10, pdf_render_scale=2.0, max_image_pixels=178_956_970)
 
@@ -43,7 +44,7 @@ def _noise(height: int = 64, width: int = 64) -> Image.Image:
 
 def _refused(data: bytes, kind: str = "image", limits: DecodeLimits = LIMITS) -> str:
     with pytest.raises(InvalidInput) as info:
-        decode_document(data, kind, limits)  # type: ignore[arg-type]
+        read_pages(data, kind, limits)  # type: ignore[arg-type]
     assert info.value.http_status == 422
     return info.value.message
 
@@ -97,7 +98,7 @@ def test_corrupt_jpeg_scan_data_decodes_as_libjpeg_recovers_it() -> None:
     data = bytearray(_pil_bytes(_noise(), "JPEG"))
     for i in range(len(data) // 2, len(data) // 2 + 200, 7):
         data[i] ^= 0x55
-    (page,) = decode_document(bytes(data), "image", LIMITS)
+    (page,) = read_pages(bytes(data), "image", LIMITS)
     assert page.shape == (64, 64, 3)
 
 
@@ -170,9 +171,7 @@ def _ocr(image: np.ndarray, det: object = _fake_det) -> list[str]:
 
 
 def test_one_pixel_image_decodes_and_ocrs_to_nothing() -> None:
-    (page,) = decode_document(
-        _pil_bytes(Image.new("RGB", (1, 1), (10, 20, 30)), "PNG"), "image", LIMITS
-    )
+    (page,) = read_pages(_pil_bytes(Image.new("RGB", (1, 1), (10, 20, 30)), "PNG"), "image", LIMITS)
     assert page.shape == (1, 1, 3)
     assert page[0, 0].tolist() == [30, 20, 10]
     det_input = preprocess_det(page, DetParams())
@@ -183,7 +182,7 @@ def test_one_pixel_image_decodes_and_ocrs_to_nothing() -> None:
 @pytest.mark.parametrize(("width", "height"), [(20000, 20), (20, 20000), (1, 5000), (5000, 1)])
 def test_extreme_aspect_ratio(width: int, height: int) -> None:
     data = _pil_bytes(Image.new("RGB", (width, height), "white"), "PNG")
-    (page,) = decode_document(data, "image", LIMITS)
+    (page,) = read_pages(data, "image", LIMITS)
     assert page.shape == (height, width, 3)
     det_input = preprocess_det(page, DetParams())
     _, det_h, det_w = det_input.tensor.shape
@@ -205,7 +204,7 @@ def test_extreme_aspect_ratio(width: int, height: int) -> None:
 
 def test_cmyk_jpeg_is_bgr() -> None:
     data = _pil_bytes(Image.new("CMYK", (8, 6), (0, 255, 255, 0)), "JPEG", quality=100)
-    (page,) = decode_document(data, "image", LIMITS)
+    (page,) = read_pages(data, "image", LIMITS)
     assert page.shape == (6, 8, 3)
     assert page.dtype == np.uint8
     assert np.abs(page[3, 4].astype(int) - [0, 0, 255]).max() <= 4  # red
@@ -218,7 +217,7 @@ def test_sixteen_bit_png_is_scaled_to_uint8() -> None:
     data = _pil_bytes(img, "PNG")
     assert img.mode == "I;16"
     assert data[24] == 16  # IHDR bit depth
-    (page,) = decode_document(data, "image", LIMITS)
+    (page,) = read_pages(data, "image", LIMITS)
     assert page.dtype == np.uint8
     assert page.shape == (6, 8, 3)
     assert page[0, 0].tolist() == [255, 255, 255]
@@ -227,7 +226,7 @@ def test_sixteen_bit_png_is_scaled_to_uint8() -> None:
 
 def test_rgba_png_drops_alpha() -> None:
     img = Image.new("RGBA", (4, 3), (0, 255, 0, 0))
-    (page,) = decode_document(_pil_bytes(img, "PNG"), "image", LIMITS)
+    (page,) = read_pages(_pil_bytes(img, "PNG"), "image", LIMITS)
     assert page.shape == (3, 4, 3)
     assert page[1, 1].tolist() == [0, 255, 0]
 
@@ -236,14 +235,14 @@ def test_palette_png() -> None:
     img = Image.new("P", (4, 3))
     img.putpalette([255, 0, 0, 0, 0, 255] + [0] * 762)
     img.putpixel((2, 1), 1)
-    (page,) = decode_document(_pil_bytes(img, "PNG"), "image", LIMITS)
+    (page,) = read_pages(_pil_bytes(img, "PNG"), "image", LIMITS)
     assert page[0, 0].tolist() == [0, 0, 255]  # red
     assert page[1, 2].tolist() == [255, 0, 0]  # blue
 
 
 def test_grayscale_png() -> None:
     gray = np.arange(12, dtype=np.uint8).reshape(3, 4) * 20
-    (page,) = decode_document(_pil_bytes(Image.fromarray(gray, mode="L"), "PNG"), "image", LIMITS)
+    (page,) = read_pages(_pil_bytes(Image.fromarray(gray, mode="L"), "PNG"), "image", LIMITS)
     assert page.shape == (3, 4, 3)
     for channel in range(3):
         np.testing.assert_array_equal(page[:, :, channel], gray)
@@ -258,7 +257,7 @@ def test_exif_orientation_is_applied() -> None:
     exif = Image.Exif()
     exif[0x0112] = 6
     data = _pil_bytes(Image.fromarray(arr), "JPEG", quality=95, exif=exif.tobytes())
-    (page,) = decode_document(data, "image", LIMITS)
+    (page,) = read_pages(data, "image", LIMITS)
     assert page.shape == (40, 20, 3)
     assert np.abs(page[5, 10].astype(int) - [0, 0, 255]).max() < 40  # red (BGR) on top
     assert np.abs(page[35, 10].astype(int) - [255, 0, 0]).max() < 40  # blue below
@@ -279,7 +278,7 @@ def _multi(fmt: str, frames: list[Image.Image]) -> bytes:
 @pytest.mark.parametrize("fmt", ["TIFF", "GIF"])
 def test_multi_frame_one_page_per_frame(fmt: str) -> None:
     data = _multi(fmt, _frames(3))
-    pages = decode_document(data, "image", LIMITS)
+    pages = read_pages(data, "image", LIMITS)
     assert len(pages) == 3
     expected = [[0, 0, 255], [0, 255, 0], [255, 0, 0]]  # red, green, blue as BGR
     for page, bgr in zip(pages, expected, strict=True):
@@ -300,7 +299,7 @@ def test_multi_frame_over_page_cap(fmt: str) -> None:
     assert "4 frames" in message
     assert "at most 3" in message
     assert "input.max_pdf_pages" in message
-    assert len(decode_document(data, "image", LIMITS)) == 4
+    assert len(read_pages(data, "image", LIMITS)) == 4
 
 
 def test_mpo_jpeg_is_one_page_with_its_orientation() -> None:
@@ -311,7 +310,7 @@ def test_mpo_jpeg_is_one_page_with_its_orientation() -> None:
     data = _pil_bytes(first, "MPO", save_all=True, append_images=[preview], exif=exif.tobytes())
     with Image.open(io.BytesIO(data)) as img:
         assert (img.format, getattr(img, "n_frames", 1)) == ("MPO", 2)
-    (page,) = decode_document(data, "image", LIMITS)
+    (page,) = read_pages(data, "image", LIMITS)
     assert page.shape == (40, 20, 3)
     assert np.abs(page[20, 10].astype(int) - [0, 0, 255]).max() < 40
 
@@ -341,9 +340,7 @@ def test_multi_frame_tiff_frame_over_pixel_cap() -> None:
 
 
 def test_single_frame_gif() -> None:
-    (page,) = decode_document(
-        _pil_bytes(Image.new("RGB", (5, 3), (255, 0, 0)), "GIF"), "image", LIMITS
-    )
+    (page,) = read_pages(_pil_bytes(Image.new("RGB", (5, 3), (255, 0, 0)), "GIF"), "image", LIMITS)
     assert page.shape == (3, 5, 3)
     assert page[1, 1].tolist() == [0, 0, 255]
 
@@ -439,7 +436,7 @@ def test_encrypted_pdf() -> None:
     message = _refused(_encrypted_pdf(), "pdf")
     assert "encrypted PDF" in message
     with pytest.raises(InvalidInput, match="encrypted PDF"):
-        render_pdf(_encrypted_pdf(), LIMITS)
+        read_pages(_encrypted_pdf(), "pdf", LIMITS)
 
 
 @pytest.mark.parametrize(

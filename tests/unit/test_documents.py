@@ -11,8 +11,9 @@ from PIL import Image
 
 from serving.documents import count_pages, decode_page, page_sizes, stage_document
 from serving.errors import InvalidInput
-from serving.inputs import DecodeLimits, decode_frames
+from serving.inputs import DecodeLimits
 from tests import images
+from tests.pages import read_pages
 
 LIMITS = DecodeLimits(max_pdf_pages=2, pdf_render_scale=2.0, max_image_pixels=10_000_000)
 COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]  # RGB
@@ -38,7 +39,7 @@ def test_multi_frame_tiff_is_one_page_per_frame_in_jobs(tmp_path) -> None:
         decode_page(path, "image", 3, LIMITS)
     # A request is capped by input.max_pdf_pages (2 here); a job reads frame by frame instead.
     with pytest.raises(InvalidInput, match="max_pdf_pages"):
-        decode_frames(data, LIMITS)
+        read_pages(data, "image", LIMITS)
 
 
 def test_single_images_and_pdfs() -> None:
@@ -124,7 +125,7 @@ def test_a_jobs_animated_gif_is_decoded_once_per_frame(tmp_path, monkeypatch) ->
     path = tmp_path / "anim.gif"
     path.write_bytes(data)
     limits = LIMITS
-    expected = decode_frames(data, dataclass_replace(limits, max_pdf_pages=frames))
+    expected = read_pages(data, "image", dataclass_replace(limits, max_pdf_pages=frames))
     loads = FrameLoads(monkeypatch)
     assert stage_document(str(path), "image", limits) == frames
     staged = loads.count

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import numpy as np
 import pytest
 from PIL import Image
+from starlette.requests import Request
 
 from serving.errors import InvalidInput
-from serving.inputs import DecodeLimits, decode_document, decode_image, render_pdf, sniff_kind
+from serving.http.uploads import read_document
+from serving.inputs import DecodeLimits, decode_image, sniff_kind
 from tests.images import encode_jpeg, encode_png, make_pdf
+from tests.pages import read_pages
 
 LIMITS = DecodeLimits(max_pdf_pages=10, pdf_render_scale=2.0, max_image_pixels=178_956_970)
 
@@ -178,30 +182,39 @@ def test_decode_pixel_limit() -> None:
     assert "input.max_image_pixels" in message
 
 
-# --- decode_document ------------------------------------------------------------------------
+# --- a document's pages, as a request reads them ----------------------------------------------
 
 
-def test_decode_document_empty() -> None:
-    for kind in ("image", "pdf"):
+def _raw_upload(body: bytes, content_type: str) -> Request:
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    headers = [(b"content-type", content_type.encode()), (b"content-length", b"%d" % len(body))]
+    return Request({"type": "http", "method": "POST", "headers": headers}, receive)
+
+
+def test_an_empty_document_is_refused_as_it_is_read() -> None:
+    for content_type in ("image/png", "application/pdf"):
         with pytest.raises(InvalidInput, match="empty file"):
-            decode_document(b"", kind, LIMITS)  # type: ignore[arg-type]
+            asyncio.run(read_document(_raw_upload(b"", content_type), 1000))
+    assert asyncio.run(read_document(_raw_upload(b"%PDF-1.4", "image/png"), 1000))[1] == "pdf"
 
 
-def test_decode_document_image_and_pdf() -> None:
-    pages = decode_document(encode_png(_pattern()), "image", LIMITS)
+def test_pages_of_an_image_and_a_pdf() -> None:
+    pages = read_pages(encode_png(_pattern()), "image", LIMITS)
     assert len(pages) == 1
     np.testing.assert_array_equal(pages[0], _pattern())
     pdf = _pil_pdf([Image.new("RGB", (50, 40), RED_RGB)])
-    pages = decode_document(pdf, "pdf", LIMITS)
+    pages = read_pages(pdf, "pdf", LIMITS)
     assert [p.shape for p in pages] == [(80, 100, 3)]
 
 
-# --- render_pdf -----------------------------------------------------------------------------
+# --- PDF pages --------------------------------------------------------------------------------
 
 
 def test_render_two_pages_shapes_at_scale() -> None:
     pdf = _pil_pdf([Image.new("RGB", (144, 72), RED_RGB), Image.new("RGB", (100, 200), "white")])
-    pages = render_pdf(pdf, LIMITS)
+    pages = read_pages(pdf, "pdf", LIMITS)
     assert len(pages) == 2
     assert pages[0].shape == (144, 288, 3)  # 144 x 72 pt at scale 2 = 288 x 144 px
     assert pages[1].shape == (400, 200, 3)
@@ -214,12 +227,12 @@ def test_render_scale_is_applied() -> None:
     pdf = _pil_pdf([Image.new("RGB", (144, 72), RED_RGB)])
     one = DecodeLimits(max_pdf_pages=1, pdf_render_scale=1.0, max_image_pixels=10**8)
     three = DecodeLimits(max_pdf_pages=1, pdf_render_scale=3.0, max_image_pixels=10**8)
-    assert render_pdf(pdf, one)[0].shape == (72, 144, 3)
-    assert render_pdf(pdf, three)[0].shape == (216, 432, 3)
+    assert read_pages(pdf, "pdf", one)[0].shape == (72, 144, 3)
+    assert read_pages(pdf, "pdf", three)[0].shape == (216, 432, 3)
 
 
 def test_render_red_page_is_bgr() -> None:
-    pages = render_pdf(_pil_pdf([Image.new("RGB", (144, 72), RED_RGB)]), LIMITS)
+    pages = read_pages(_pil_pdf([Image.new("RGB", (144, 72), RED_RGB)]), "pdf", LIMITS)
     page = pages[0].astype(int)
     # Resampling the embedded image may shift a channel by a level or two.
     assert np.abs(page[72, 144] - RED_BGR).max() <= 2
@@ -230,7 +243,7 @@ def test_render_red_page_is_bgr() -> None:
 def test_render_preserves_layout() -> None:
     # Orientation check: the top-left quadrant of the page is blue, bottom-left red.
     pdf = make_pdf([_pattern(72, 144)], dpi=72.0)
-    page = render_pdf(pdf, LIMITS)[0]
+    page = read_pages(pdf, "pdf", LIMITS)[0]
     assert page.shape == (144, 288, 3)
     assert np.abs(page[30, 60].astype(int) - [255, 0, 0]).max() <= 2
     assert np.abs(page[30, 230].astype(int) - [0, 255, 0]).max() <= 2
@@ -240,14 +253,14 @@ def test_render_preserves_layout() -> None:
 def test_render_exact_page_limit_ok() -> None:
     pdf = make_pdf([np.full((10, 10, 3), 255, np.uint8)] * 3, dpi=72.0)
     limits = DecodeLimits(max_pdf_pages=3, pdf_render_scale=1.0, max_image_pixels=10**6)
-    assert len(render_pdf(pdf, limits)) == 3
+    assert len(read_pages(pdf, "pdf", limits)) == 3
 
 
 def test_render_too_many_pages() -> None:
     pdf = make_pdf([np.full((10, 10, 3), 255, np.uint8)] * 4, dpi=72.0)
     limits = DecodeLimits(max_pdf_pages=3, pdf_render_scale=1.0, max_image_pixels=10**6)
     with pytest.raises(InvalidInput) as info:
-        render_pdf(pdf, limits)
+        read_pages(pdf, "pdf", limits)
     message = info.value.message
     assert "4 pages" in message
     assert "at most 3" in message
@@ -258,19 +271,19 @@ def test_render_page_pixel_limit() -> None:
     pdf = _pil_pdf([Image.new("RGB", (144, 72), RED_RGB)])
     limits = DecodeLimits(max_pdf_pages=1, pdf_render_scale=2.0, max_image_pixels=288 * 144 - 1)
     with pytest.raises(InvalidInput, match=r"288 x 144 = 41472 pixels; the limit is 41471"):
-        render_pdf(pdf, limits)
+        read_pages(pdf, "pdf", limits)
 
 
 @pytest.mark.parametrize("data", [b"garbage", b"%PDF-1.4\ngarbage", b"\x00" * 64])
 def test_render_garbage_pdf(data: bytes) -> None:
     with pytest.raises(InvalidInput, match="not a readable PDF"):
-        render_pdf(data, LIMITS)
+        read_pages(data, "pdf", LIMITS)
 
 
 def test_render_truncated_pdf() -> None:
     pdf = make_pdf([_pattern(72, 144)] * 2, dpi=72.0)
     with pytest.raises(InvalidInput):
-        render_pdf(pdf[: len(pdf) // 3], LIMITS)
+        read_pages(pdf[: len(pdf) // 3], "pdf", LIMITS)
 
 
 def _hdr(height: int, width: int) -> bytes:
@@ -293,14 +306,14 @@ def test_an_image_pil_cannot_size_is_refused_before_opencv_sees_it(monkeypatch) 
         raise AssertionError("OpenCV decoded an image whose size was never checked")
 
     monkeypatch.setattr("serving.inputs.cv2.imdecode", imdecode)
-    for decode in (decode_image, decode_document_image):
+    for decode in (decode_image, read_image_pages):
         with pytest.raises(InvalidInput, match=r"input\.max_image_pixels") as info:
             decode(data, LIMITS)
         assert info.value.http_status == 422
 
 
-def decode_document_image(data: bytes, limits: DecodeLimits) -> object:
-    return decode_document(data, "image", limits)
+def read_image_pages(data: bytes, limits: DecodeLimits) -> object:
+    return read_pages(data, "image", limits)
 
 
 def _gif(frames: int) -> bytes:
@@ -312,7 +325,7 @@ def test_frames_over_the_document_cap_are_refused_before_decoding() -> None:
     limits = DecodeLimits(
         max_pdf_pages=100, pdf_render_scale=1.0, max_image_pixels=10**6, max_frames_per_document=4
     )
-    assert len(decode_document(_gif(4), "image", limits)) == 4
+    assert len(read_pages(_gif(4), "image", limits)) == 4
     with pytest.raises(InvalidInput, match=r"5 frames.*input\.max_frames_per_document") as info:
-        decode_document(_gif(5), "image", limits)
+        read_pages(_gif(5), "image", limits)
     assert info.value.http_status == 422

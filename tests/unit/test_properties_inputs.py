@@ -15,18 +15,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from serving.documents import count_pages, decode_page
+from serving.documents import count_pages, decode_page, page_sizes
 from serving.errors import InvalidInput, OcrError
 from serving.inputs import (
     DecodeLimits,
     FileKind,
-    decode_document,
     decode_image_page,
     frames_type,
     image_page_count,
     sniff_kind,
 )
 from tests.images import make_pdf
+from tests.pages import read_pages
 from tests.properties import assert_bgr_image, counted, outcome
 
 ROOMY = DecodeLimits(max_pdf_pages=8, pdf_render_scale=0.5, max_image_pixels=10**7)
@@ -67,10 +67,11 @@ def decoded_or_refused(fn: Callable[[], list[np.ndarray]]) -> list[np.ndarray] |
 
 
 def check_document(data: bytes, kind: FileKind, limits: DecodeLimits) -> list[np.ndarray] | None:
-    """Decode `data` whole, and page by page as jobs do; both agree, within `limits`."""
+    """Decode `data` as a request does (every page planned, then each decoded) and as a job does
+    (counted, then each page sized and decoded alone); both agree, within `limits`."""
     assert sniff_kind(data) in (None, "pdf", "image")
     assert frames_type(data) in ("gif", "webp", "tiff")
-    pages = decoded_or_refused(functools.partial(decode_document, data, kind, limits))
+    pages = decoded_or_refused(functools.partial(read_pages, data, kind, limits))
     if pages is None:
         return None
     assert 1 <= len(pages) <= limits.max_pdf_pages
@@ -80,6 +81,7 @@ def check_document(data: bytes, kind: FileKind, limits: DecodeLimits) -> list[np
         assert image_page_count(data) == len(pages)
     assert count_pages(data, kind) == len(pages)
     for index, page in enumerate(pages):
+        assert page_sizes(data, kind, limits, index=index) == [(page.shape[1], page.shape[0])]
         np.testing.assert_array_equal(decode_page(data, kind, index, limits), page)
     return pages
 
@@ -206,7 +208,7 @@ def test_multi_frame_images_one_page_per_frame_or_refused(
     limits = DecodeLimits(max_pdf_pages=max_pages, pdf_render_scale=1.0, max_image_pixels=10**6)
     if frames > max_pages:
         with pytest.raises(InvalidInput, match=r"input\.max_pdf_pages"):
-            decode_document(data, "image", limits)
+            read_pages(data, "image", limits)
         return
     pages = check_document(data, "image", limits) or pytest.fail(f"{fmt} refused")
     assert len(pages) == frames
@@ -229,7 +231,7 @@ def test_pdfs_render_every_page_or_refuse(
     assert sniff_kind(pdf) == "pdf"
     if len(sizes) > max_pages:
         with pytest.raises(InvalidInput, match=r"input\.max_pdf_pages"):
-            decode_document(pdf, "pdf", limits)
+            read_pages(pdf, "pdf", limits)
         return
     pages = check_document(pdf, "pdf", limits) or pytest.fail("PDF refused")
     assert len(pages) == len(sizes)
