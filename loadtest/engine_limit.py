@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -19,7 +20,7 @@ import cv2
 import numpy as np
 
 from loadtest import pages as pdf_pages
-from serving.config import AppConfig, load_config
+from serving.config import load_config
 from serving.local_engine import LocalEngine
 
 
@@ -100,12 +101,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.engine_limit", description=__doc__)
     parser.add_argument("--pages", type=int, default=10)
     parser.add_argument("--dpi", type=float, default=150.0)
-    parser.add_argument("--config", type=Path, help="config.toml (engine settings)")
+    parser.add_argument(
+        "--config", type=Path, help="config.toml (engine settings); OCR_* variables override it"
+    )
     parser.add_argument("--pages-dir", type=Path, help="PNG pages to use instead of rendering")
     parser.add_argument("--json", type=Path, help="write the result and each page's texts here")
     parser.add_argument("--rounds", type=int, default=1, help="times through the page set")
     args = parser.parse_args(argv)
-    config = load_config(args.config) if args.config else AppConfig()
+    # As the server reads it: the file (else the defaults), then `OCR_<SECTION>__<KEY>` variables.
+    config = load_config(args.config, os.environ)
     engine = LocalEngine(config)
     engine.load()
     if args.pages_dir is not None:
