@@ -302,7 +302,8 @@ def launch_timing(args: argparse.Namespace, repeats: int = 5) -> dict[str, Any]:
     )
     rng = np.random.default_rng(0)
     result: dict[str, Any] = {}
-    for kind, shape in LAUNCH_SHAPES.items():
+    shapes = LAUNCH_SHAPES if args.device != "cpu" else SYNC_SHAPES  # a dry run: smaller
+    for kind, shape in shapes.items():
         predictor = TorchPredictor(load_model_spec(args.models / kind, kind), options)
         predictor.load()
         if kind == "rec":
@@ -606,7 +607,7 @@ def serve_levels(
     argv = [sys.executable, "-c", f"import sys; from serving.cli import main; sys.exit({call})"]
     env = {REPLAY_ENV: str((args.work / "det-maps.npz").resolve())}
     server = servers.start(name, argv, port, work / "server.log", env)
-    documents = load_documents([args.pages])
+    documents = load_documents([args.pages / e["file"] for e in args.expected.values()])
     result: dict[str, Any] = {"devices": list(devices), "backend": backend or args.backend}
     try:
         ready_s = server.wait_ready("/readyz", timeout_s=min(args.ready_timeout_s, budget.left_s()))
@@ -708,7 +709,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# GPU check ({report['device']}, {report['backend']}, {report['precision']})",
         "",
-        f"- host syncs per forward: {_fmt(s['syncs_per_forward'] or None)}",
+        "- host syncs per forward: "
+        + (", ".join(f"{k} {_fmt(v)}" for k, v in s["syncs_per_forward"].items()) or "-"),
         f"- GPU engine limit (device work alone, {gpu.get('batches_a_round', '-')} batches a "
         f"round, shapes {report['torch']['shapes']}): {_fmt(s['gpu_engine_limit_pages_s'])} "
         f"pages/s",
@@ -862,6 +864,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--level-seconds", type=float, default=10.0, help="a level's length at the engine limit"
     )
+    parser.add_argument("--max-pages", type=int, default=0, help="the first N pages; 0: all")
     parser.add_argument("--gpu-instances", type=int, default=1)
     parser.add_argument("--cpu-workers", type=int, default=0, help="0 = the number of cores")
     parser.add_argument("--cpu-threads", type=int, default=0)
@@ -883,6 +886,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
     args.work.mkdir(parents=True, exist_ok=True)
     expected = json.loads((args.pages / "expected.json").read_text("utf-8"))
+    if args.max_pages > 0:
+        expected = dict(list(expected.items())[: args.max_pages])
+    args.expected = expected
     import cv2
 
     images = [cv2.imread(str(args.pages / e["file"]), cv2.IMREAD_COLOR) for e in expected.values()]
@@ -914,7 +920,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         "mixed": lambda: serve("mixed", [args.device, "cpu"], levels[-1:]),
         "texts": lambda: compare_texts(args, images, expected, report["engine_limit"]["texts"]),
-        "launch": lambda: launch_timing(args),
+        "launch": lambda: launch_timing(args, repeats=1 if args.device == "cpu" else 5),
     }
     for name, part in parts.items():
         why = skip_reason(name, args, report, skip, budget.left_s())

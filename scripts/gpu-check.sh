@@ -88,7 +88,7 @@ if [[ $DRY_RUN == 0 ]]; then
     DEFAULTS=()
 else
     DEFAULTS=(--device cpu --concurrency 1,2 --requests 4 --rounds 1 --cpu-workers 2
-        --cpu-threads 2 --min-seconds 1 --level-seconds 1 --request-timeout-s 300)
+        --cpu-threads 2 --min-seconds 1 --level-seconds 1 --request-timeout-s 300 --max-pages 3)
 fi
 left() { echo $((BUDGET_S - ($(date +%s) - started))); }
 
