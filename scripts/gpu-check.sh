@@ -17,7 +17,8 @@
 # gpu-check.json, gpu-check.md, logs.txt, gpu-tests.log and bench.log, logs cut to their last
 # 256 KiB; configs, server logs, maps and the jobs' databases stay in GPU_CHECK_WORK.
 # --dry-run, for a machine without a GPU: the same steps, the benchmark on the CPU with tiny
-# settings (tests/gpu then skip); its figures mean nothing.
+# settings (tests/gpu then skip); its figures mean nothing. GPU_CHECK_WHEELS=0 skips step 1
+# where PY has the server's packages already (a dry run in the project's own environment).
 set -uo pipefail
 
 BUNDLE=.gpu-bundle
@@ -36,7 +37,7 @@ while [[ $# -gt 0 ]]; do
         --python) PY=$2; shift 2 ;;
         --dry-run) DRY_RUN=1; shift ;;
         --) shift; BENCH_ARGS=("$@"); break ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
