@@ -37,7 +37,7 @@ while [[ $# -gt 0 ]]; do
         --python) PY=$2; shift 2 ;;
         --dry-run) DRY_RUN=1; shift ;;
         --) shift; BENCH_ARGS=("$@"); break ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
