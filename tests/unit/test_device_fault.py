@@ -97,3 +97,81 @@ def test_a_device_fault_ends_the_worker_and_its_batch_runs_on_a_fresh_one(
     assert seen["ready_after"] is True
     indices, _ = seen["outcome"]  # the batch ran again on the fresh process
     assert len(indices) == 1
+
+
+class StickyOps:
+    """`models.staging.DeviceOps` whose work fails with a sticky CUDA error, reported (as CUDA
+    reports kernel errors) when the host next waits on an event, and at every wait after."""
+
+    def __init__(self) -> None:
+        self.faulted = False
+
+    def new_stream(self) -> None:
+        return None
+
+    def pinned_host(self, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def record(self, stream: Any) -> StickyOps:
+        return self
+
+    def synchronize(self) -> None:
+        if self.faulted:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def wait(self, stream: Any, event: Any) -> None:
+        return None
+
+    def upload(self, host: np.ndarray, stream: Any) -> np.ndarray:
+        return host
+
+    def compute(self, fn: Any, x: np.ndarray, stream: Any) -> np.ndarray:
+        self.faulted = True
+        return np.zeros((x.shape[0], 8, 5), dtype=np.float32)
+
+    def output_shape(self, y: np.ndarray) -> tuple[int, ...]:
+        return tuple(y.shape)
+
+    def download(self, y: np.ndarray, host: np.ndarray, stream: Any) -> None:
+        return None
+
+
+class FaultingLane:
+    """A staged predictor on `StickyOps`; it must never be asked to run a batch again."""
+
+    def __init__(self) -> None:
+        from models.staging import Lane
+
+        self.lane = Lane(StickyOps())
+
+    def stage(self, shape: tuple[int, ...]) -> Any:
+        return self.lane.stage(shape)
+
+    def launch(self, slot: Any) -> None:
+        self.lane.launch(slot, lambda x: x)
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        raise AssertionError("a device fault must not be retried in the same process")
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_staged_batch_with_a_device_fault_is_not_retried_in_process(prefix: str) -> None:
+    from serving.workers.device_worker import DeviceFault, DeviceRunner
+
+    engine = EngineChoice(backend="fake", options=EngineOptions())
+    spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
+    runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=None)  # type: ignore[arg-type]
+    predictor = FaultingLane()
+    runner.use({"rec": predictor})
+    ref = shm.put(np.zeros((1, 3, 48, 64), dtype=np.float32), prefix)
+    try:
+        batch = runner.start_batch("rec", [ref])
+        with pytest.raises(RuntimeError) as raised:
+            batch.finish()
+        assert is_device_fault(raised.value)
+        chain = [raised.value, raised.value.__cause__, raised.value.__context__]
+        assert any(isinstance(e, DeviceFault) for e in chain)
+    finally:
+        predictor.close()
