@@ -110,15 +110,16 @@ def test_gpu_server_reads_what_the_cpu_reads(
 ) -> None:
     ready = gpu_client.get("/readyz").json()
     assert set(ready["devices"]) == {f"{DEVICE}#0", f"{DEVICE}#1"}
-    # Batching across requests, on the fresh server: the distinct pages at once (each with its
-    # own crops and widths); a rec batch larger than any one page's lines held crops of several
-    # requests.
-    read = _post_all(gpu_client, gpu_pages, repeat=1)
-    most_lines = max(len(texts) for texts in gpu_pages.expected.values())
-    assert len(gpu_pages.images) > 1
+    # Batching across requests, on the fresh server: the distinct short pages (each with its
+    # own crops and widths, few lines) at once, twice each; a rec batch larger than any one
+    # page's lines held crops of several requests (CPU workers batch 24 rows at most).
+    short = {n: t for n, t in gpu_pages.expected.items() if 0 < len(t) <= 8}
+    assert len(short) > 1
+    burst = Pages({n: gpu_pages.images[n] for n in short}, short)
+    for name, answers in _post_all(gpu_client, burst, repeat=2).items():
+        assert answers == [cpu_texts[name]] * 2, name
+    most_lines = max(len(t) for t in short.values())
     assert _rec_batch_over(gpu_client.get("/metrics").text) >= most_lines
-    for name, answers in read.items():
-        assert answers == [cpu_texts[name]], name
     read = _post_all(gpu_client, gpu_pages, repeat=4)
     for name, answers in read.items():
         for texts in answers:
