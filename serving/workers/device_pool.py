@@ -60,6 +60,8 @@ class DeviceWorker:
     _conn: Connection | None = None
     _pending: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
     _ready: asyncio.Future[dict[str, Any]] | None = None
+    _fault: str | None = None
+    """The device fault the process said it exits on (it may not be reaped when the pipe closes)."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     restarting: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_done_at: float = 0.0
@@ -154,15 +156,20 @@ class DeviceWorker:
             self._ready.set_result(message[1])
         elif kind == "fatal" and self._ready is not None and not self._ready.done():
             self._ready.set_exception(RuntimeError(f"{self.spec.name}: {message[1]}"))
+        elif kind == "fault":
+            self._fault = str(message[1])
 
     def _on_exit(self) -> None:
         self._detach()
-        if self.process is not None and self.process.exitcode == DEVICE_FAULT_EXIT_CODE:
+        exitcode = self.process.exitcode if self.process is not None else None
+        if self._fault is not None or exitcode == DEVICE_FAULT_EXIT_CODE:
             logger.error(
-                "device worker %s exited after a device fault (its log says which); "
-                "its batches run again on a fresh process",
+                "device worker %s exited after a device fault (%s); its batches run again on "
+                "a fresh process",
                 self.spec.name,
+                self._fault or "its log says which",
             )
+            self._fault = None
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(RuntimeError(f"{self.spec.name} exited while starting"))
         pending, self._pending = self._pending, {}

@@ -7,6 +7,7 @@ classification results, already reduced to small arrays, travel inline.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -400,6 +401,9 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
             # The context is lost: closing the engines could hang on it. The batches this
             # process held run again on the fresh process the pool starts (`device_pool`).
             logger.critical("device worker %s exits: %s", spec.name, err, exc_info=True)
+            with contextlib.suppress(OSError, ValueError):
+                # Said before the exit: the pool sees the pipe close before it can reap us.
+                conn.send(("fault", str(err)))
             logging.shutdown()
             os._exit(DEVICE_FAULT_EXIT_CODE)
     finally:
