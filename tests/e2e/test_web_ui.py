@@ -5,6 +5,7 @@ text, download the JSON."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +72,16 @@ def _upload(page, path: Path) -> None:
     assert page.get_attribute("#pages", "data-state") == "done", page.text_content("#status")
 
 
+def _images_loaded(page, count: int) -> None:
+    """Wait until the page shows `count` page images, each decoded. Waited for with Playwright's
+    own matchers: a predicate string polled by `wait_for_function` is eval'd in the page, which
+    the server's Content-Security-Policy (no 'unsafe-eval') refuses once the first check fails."""
+    images = page.locator(".page-image")
+    sync_api.expect(images).to_have_count(count, timeout=TIMEOUT_MS)
+    for index in range(count):
+        sync_api.expect(images.nth(index)).to_have_js_property("complete", True, timeout=TIMEOUT_MS)
+
+
 def _page_views(page) -> list[dict[str, object]]:
     return page.eval_on_selector_all(
         "article.page",
@@ -91,7 +102,7 @@ def test_image_upload_shows_boxes_and_text(page, tmp_path: Path) -> None:
     path = tmp_path / "latin.png"
     path.write_bytes(images.encode_png(latin.image))
     _upload(page, path)
-    page.wait_for_function("document.querySelector('.page-image').complete")
+    _images_loaded(page, 1)
     (view,) = _page_views(page)
     assert view["texts"] == list(latin.lines)
     assert view["boxes"] == len(latin.lines)
@@ -103,7 +114,7 @@ def test_image_upload_shows_boxes_and_text(page, tmp_path: Path) -> None:
 
     # Copy text: the clipboard holds the lines.
     page.click("#copy")
-    page.wait_for_function("document.querySelector('#status').textContent.startsWith('Copied')")
+    sync_api.expect(page.locator("#status")).to_have_text(re.compile("^Copied"), timeout=TIMEOUT_MS)
     assert page.evaluate("navigator.clipboard.readText()") == "\n".join(latin.lines)
 
     # Download JSON: the /v1/ocr answer.
@@ -122,9 +133,7 @@ def test_pdf_pages_are_rendered_by_the_server(page, tmp_path: Path) -> None:
     # At 144 dpi the server's 2.0 render scale gives back the original pixels.
     path.write_bytes(images.make_pdf([latin.image, chinese.image], dpi=144.0))
     _upload(page, path)
-    page.wait_for_function(
-        "[...document.querySelectorAll('.page-image')].every(img => img.complete)"
-    )
+    _images_loaded(page, 2)
     views = _page_views(page)
     assert len(views) == 2
     for view, truth in zip(views, (latin, chinese), strict=True):
