@@ -16,7 +16,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from serving.errors import OcrError, PayloadTooLarge, UnsupportedMediaType, ValidationFailed
+from serving.errors import OcrError, UnsupportedMediaType, ValidationFailed
 from serving.http.auth import identity_of
 from serving.http.body_limit import JOBS, limit_body
 from serving.http.endpoints import Handler, runtime_of
@@ -56,12 +56,6 @@ async def create_job(request: Request) -> Response:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "multipart/form-data":
         raise UnsupportedMediaType("Send multipart/form-data with one or more `file` parts")
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > config.max_upload_bytes:
-        raise PayloadTooLarge(
-            f"Upload of {declared} bytes; a job takes at most {config.max_upload_bytes} "
-            "(jobs.max_upload_bytes)"
-        )
     await runner.open()
     job_id = uuid.uuid4().hex
     limits = BatchLimits(

@@ -31,7 +31,7 @@ async def paddlex_ocr(request: Request) -> Response:
     runtime = runtime_of(request)
     log_id = request_id.current_or_new()
     try:
-        raw = await read_body(request, runtime.config.server.max_body_bytes)
+        raw = await read_body(request)
         body = paddlex_api.load_body(raw)
         del raw  # not held while the document runs (`body_limit.PADDLEX` counts what is)
         log_id = paddlex_api.log_id_of(body, default=log_id)
@@ -91,7 +91,7 @@ async def v1_ocr(request: Request) -> Response:
     runtime = runtime_of(request)
     timeout_s = timeout_of(request, runtime.config.server.request_timeout_s)
     runtime.check_ready()
-    data, kind = await read_document(request, runtime.config.server.max_body_bytes)
+    data, kind = await read_document(request)
     options = runtime.request_options(
         query_overrides(request.query_params), no_classifier=NO_CLASSIFIER
     )

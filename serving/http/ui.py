@@ -31,7 +31,7 @@ async def render(request: Request) -> Response:
     page_text = request.query_params.get("page", "0")
     if not page_text.isdigit() or len(page_text) > 6:
         raise ValidationFailed("page must be a page number counted from 0")
-    data, kind = await read_document(request, runtime.config.server.max_body_bytes)
+    data, kind = await read_document(request)
     png = await until_disconnect(
         request,
         runtime.service.render_page(

@@ -31,36 +31,29 @@ _RAW_TYPES: dict[str, FileKind] = {"application/pdf": "pdf"}
 """Raw body types besides image/*."""
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to be too large."""
-    _check_declared_length(request, max_bytes)
-    chunks = []
-    size = 0
+async def read_body(request: Request) -> bytes:
+    """The body. Its size is capped as it arrives by the route's `body_limit.limit_body`, which
+    wraps every endpoint that reads one (413 at the first byte past the cap, declared or not)."""
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_bytes:
-                raise PayloadTooLarge(f"Request body over the limit of {max_bytes} bytes")
-            chunks.append(chunk)
+        return await request.body()
     except ClientDisconnect as err:
         raise gone_mid_upload() from err
-    return b"".join(chunks)
 
 
-async def read_document(request: Request, max_bytes: int) -> tuple[bytes, FileKind]:
+async def read_document(request: Request) -> tuple[bytes, FileKind]:
     """The document of `/v1/ocr` and `/v1/render`: multipart field `file`, or a raw body typed
     image/* or application/pdf; its kind from its bytes, else from its declared type.
 
     Raises:
         UnsupportedMediaType: another content type.
-        PayloadTooLarge: over `max_bytes`.
+        PayloadTooLarge: a form field over `FIELD_MAX_BYTES` (the body's own cap is the
+            route's `body_limit.limit_body`).
         ValidationFailed: no `file` field, or a malformed multipart body.
         InvalidInput: an empty file, or neither a PDF nor a supported image.
         ClientGone: the client hung up during the upload.
     """
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
-        _check_declared_length(request, max_bytes)
         try:
             async with request.form(
                 max_files=1, max_fields=16, max_part_size=FIELD_MAX_BYTES
@@ -75,7 +68,7 @@ async def read_document(request: Request, max_bytes: int) -> tuple[bytes, FileKi
         except ClientDisconnect as err:
             raise gone_mid_upload() from err
     elif content_type.startswith("image/") or content_type in _RAW_TYPES:
-        data = await read_body(request, max_bytes)
+        data = await read_body(request)
         part_type = content_type
     else:
         raise UnsupportedMediaType(
@@ -92,12 +85,6 @@ async def read_document(request: Request, max_bytes: int) -> tuple[bytes, FileKi
     if kind is None:
         raise InvalidInput("Invalid input file: neither a PDF nor a supported image")
     return data, kind
-
-
-def _check_declared_length(request: Request, max_bytes: int) -> None:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLarge(f"Request body of {declared} bytes; the limit is {max_bytes}")
 
 
 def form_error(detail: str) -> OcrError:

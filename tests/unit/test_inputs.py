@@ -196,8 +196,8 @@ def _raw_upload(body: bytes, content_type: str) -> Request:
 def test_an_empty_document_is_refused_as_it_is_read() -> None:
     for content_type in ("image/png", "application/pdf"):
         with pytest.raises(InvalidInput, match="empty file"):
-            asyncio.run(read_document(_raw_upload(b"", content_type), 1000))
-    assert asyncio.run(read_document(_raw_upload(b"%PDF-1.4", "image/png"), 1000))[1] == "pdf"
+            asyncio.run(read_document(_raw_upload(b"", content_type)))
+    assert asyncio.run(read_document(_raw_upload(b"%PDF-1.4", "image/png")))[1] == "pdf"
 
 
 def test_pages_of_an_image_and_a_pdf() -> None:
