@@ -113,11 +113,11 @@ convert: install $(CONVERT_VENV)/.installed
 	$(PY) -m serving.convert --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
 
 # The CPU engines side by side: in-process engine limits (interleaved), text against Paddle's, and
-# our server at concurrency 4 on each (loadtest/engines_bench.py; docs/performance.md, CPU engines).
+# our server at concurrency 4 on each (loadtest/bench/cpu_engines.py; docs/performance.md, CPU engines).
 .PHONY: bench-engines
 bench-engines: install-test convert
 	bash scripts/system-deps.sh
-	$(PY) -m loadtest.engines_bench --out bench-out/engines $(BENCH_ENGINES_ARGS)
+	$(PY) -m loadtest.bench.cpu_engines --out bench-out/engines $(BENCH_ENGINES_ARGS)
 
 # Side by side on one page set: the offline engine limit, our server, PaddleX basic serving.
 bench: install-bench
@@ -135,7 +135,7 @@ soak: install-test
 # traffic, an hour of each named configuration (SIM_ARGS="--config gpu,gpu+cpu --duration-s 600").
 .PHONY: simulate
 simulate: install-test
-	$(PY) -m loadtest.simulator --config all --duration-s 3600 --out sim-out $(SIM_ARGS)
+	$(PY) -m loadtest.sim --config all --duration-s 3600 --out sim-out $(SIM_ARGS)
 
 # The container image, built and run with podman, offline but for the package indexes
 # (scripts/image-build.sh: a local Debian base made with debootstrap, podman's settings in

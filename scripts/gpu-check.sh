@@ -6,7 +6,7 @@
 #
 # 1. installs the bundle's wheels (--no-index) into a folder put first on PYTHONPATH;
 # 2. checks the imports and that torch sees a GPU (env.json);
-# 3. runs the benchmark, loadtest/gpu_check.py, what matters first, in --budget-s: syncs per
+# 3. runs the benchmark, loadtest/gpu/check.py, what matters first, in --budget-s: syncs per
 #    forward, GPU engine limit, server at 32/64/128, CPU-side limit, gpu:0+cpu, texts
 #    (gpu-check.json, gpu-check.md, logs.txt, rewritten after each part, so a command cut short
 #    still reports what it measured);
@@ -94,7 +94,7 @@ fi
 left() { echo $((BUDGET_S - ($(date +%s) - started))); }
 
 echo "== benchmark ($(( $(left) * 2 / 3 )) s of $(left) s left)"
-"$PY" -m loadtest.gpu_check --models "$BUNDLE/models" --pages "$BUNDLE/pages" \
+"$PY" -m loadtest.gpu --models "$BUNDLE/models" --pages "$BUNDLE/pages" \
     --out "$OUT_DIR" --work "$WORK/bench" --budget-s $(( $(left) * 2 / 3 )) \
     "${DEFAULTS[@]}" "${BENCH_ARGS[@]}" >"$WORK/bench.log" 2>&1
 bench_rc=$?
@@ -116,7 +116,7 @@ else
 fi
 tail -n 30 "$WORK/gpu-tests.log"
 tail -c $LOG_TAIL_BYTES "$WORK/gpu-tests.log" >"$OUT_DIR/gpu-tests.log"
-"$PY" -m loadtest.gpu_check --out "$OUT_DIR" --merge-tests "$WORK/junit.xml"
+"$PY" -m loadtest.gpu --out "$OUT_DIR" --merge-tests "$WORK/junit.xml"
 
 echo "gpu-check: tests exit $tests_rc, benchmark exit $bench_rc, $(($(date +%s) - started)) s"
 ls -l "$OUT_DIR"

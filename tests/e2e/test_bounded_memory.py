@@ -12,7 +12,7 @@ import cv2
 import httpx
 import numpy as np
 
-from loadtest.memory_peak import (
+from loadtest.bench.memory_peak import (
     TreeSampler,
     hostile_pdf,
     idle_footprint,
@@ -200,8 +200,8 @@ def test_the_whole_process_tree_stays_within_the_budget_for_hostile_pdfs(tmp_pat
 
     Measured: every process of the server's tree (main, CPU workers, device workers; RSS less
     its shared-memory part, read from /proc/PID/status) plus the server's segments in /dev/shm,
-    sampled every 20 ms (`loadtest.memory_peak.TreeSampler`). Bound: the peak of that sum while
-    the requests run is at most the idle footprint measured just before them plus
+    sampled every 20 ms (`loadtest.bench.memory_peak.TreeSampler`). Bound: the peak of that sum
+    while the requests run is at most the idle footprint measured just before them plus
     `server.memory_budget_bytes`: what the budget promises, since it charges every allocation a
     page makes (decode, shared memory, CPU workers' copies, the detector's input and the engine's
     working memory per input pixel measured at warm-up) and keeps a quarter of itself for what

@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from loadtest.soak import main
+from loadtest.soak.run import main
 
 DURATION_S = 90
 WARMUP_S = 30

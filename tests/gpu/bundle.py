@@ -26,7 +26,7 @@ from pathlib import Path
 
 import cv2
 
-from loadtest.gpu_check import READ_WITH_FILE, read_with
+from loadtest.gpu.check import READ_WITH_FILE, read_with
 from models import convert
 from models.bundle import load_bundle
 from serving.config import AppConfig, EngineConfig

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loadtest.accuracy import pages_cer
-from loadtest.bench import markdown
+from loadtest.bench.run import markdown
 from loadtest.report import save_report
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loadtest import gpu_check
+from loadtest.gpu import check as gpu_check
 from serving.config import load_config
 
 

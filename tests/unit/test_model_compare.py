@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loadtest.model_compare import MODEL_SETS, accuracy, config_text, markdown
+from loadtest.bench.model_compare import MODEL_SETS, accuracy, config_text, markdown
 from serving.config import AppConfig, load_config
 
 pytestmark = pytest.mark.unit

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from loadtest import precision_check
-from loadtest.bench import markdown
+from loadtest.bench import precision_check
+from loadtest.bench.run import markdown
 from models.bundle import load_bundle
 from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from loadtest.memory_peak import hostile_pdf
+from loadtest.bench.memory_peak import hostile_pdf
 from pipelines.types import DetParams
 from serving.documents import PagePlan, decode_page, page_plans, page_sizes
 from serving.errors import InvalidInput

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.sim_calibration import CPU_DET, CPU_REC
-from loadtest.sim_config import SimConfig
-from loadtest.sim_flow import SimRequest
-from loadtest.sim_model import CpuModel, CpuStep, DeviceModel, Latency
-from loadtest.sim_run import SimResult, Simulation
-from loadtest.sim_scenarios import ScenarioOptions, build
-from loadtest.sim_traffic import PageSpec, TrafficConfig, TrafficSource
-from loadtest.simulator import main
+from loadtest.sim.calibration import CPU_DET, CPU_REC
+from loadtest.sim.config import SimConfig
+from loadtest.sim.flow import SimRequest
+from loadtest.sim.model import CpuModel, CpuStep, DeviceModel, Latency
+from loadtest.sim.run import SimResult, Simulation
+from loadtest.sim.scenarios import ScenarioOptions, build
+from loadtest.sim.simulator import main
+from loadtest.sim.traffic import PageSpec, TrafficConfig, TrafficSource
 from serving.config import QueueConfig, StageLimits
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from loadtest.result import LevelResult
-from loadtest.soak import DEFAULT_CONFIG, effective_config, server_env
-from loadtest.soak_output import SoakRun, write_outputs
-from loadtest.soak_probe import (
+from loadtest.soak.output import SoakRun, write_outputs
+from loadtest.soak.probe import (
     ProcessSample,
     RssTracker,
     Sample,
@@ -28,7 +27,7 @@ from loadtest.soak_probe import (
     roles_from_readyz,
     sample_server,
 )
-from loadtest.soak_report import (
+from loadtest.soak.report import (
     Growth,
     Limits,
     after_warmup,
@@ -38,7 +37,8 @@ from loadtest.soak_report import (
     total_growth,
     window_size,
 )
-from loadtest.soak_traffic import ScaledPages
+from loadtest.soak.run import DEFAULT_CONFIG, effective_config, server_env
+from loadtest.soak.traffic import ScaledPages
 from serving.config import load_config
 
 MIB = 2**20

@@ -2,7 +2,7 @@
 
 Run one venv at a time (each variant uses `--threads` cores)::
 
-    PYTHONPATH=/work/main /path/to/venv/bin/python loadtest/engine_variants.py
+    PYTHONPATH=/work/main /path/to/venv/bin/python loadtest/bench/engine_variants.py
 
 Prints a Markdown table of median (min) milliseconds per `run()` call, and how far each oneDNN
 variant's outputs are from the oneDNN-off baseline on the same synthetic text inputs.

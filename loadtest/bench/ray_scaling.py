@@ -1,6 +1,6 @@
 """`ocr-batch --ray` with 1 and 2 actors per model on one local Ray, side by side on the same pages.
 
-    python -m loadtest.ray_scaling --pages 12 --out ray-out
+    python -m loadtest.bench.ray_scaling --pages 12 --out ray-out
 
 Real pages (the bench's: text pages of Debian's manuals, rendered as PNGs) go through
 `serving.jobs.ray_batch.run_on_ray` once per actor count, alternating for `--rounds`, each into a
@@ -31,10 +31,9 @@ def _texts(out: Path) -> list[tuple[str, int, list[str]]]:
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 when every run did every page with the same texts."""
     import ray
-
     from serving.jobs.ray_batch import ActorPools, run_on_ray
 
-    parser = argparse.ArgumentParser(prog="python -m loadtest.ray_scaling")
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.ray_scaling")
     parser.add_argument("--out", type=Path, default=Path("ray-out"))
     parser.add_argument("--pages", type=int, default=12)
     parser.add_argument("--dpi", type=float, default=150.0)

@@ -1,7 +1,7 @@
 """Default latency models: the CPU figures measured on this machine, the GPU ones assumed.
 
 CPU device (Paddle 3.2.2 with oneDNN, 2 math threads), from the README's Performance section,
-table "Why Paddle 3.2.2" (`loadtest/engine_variants.py`, median ms, 2026-12-03, idle machine):
+table "Why Paddle 3.2.2" (`loadtest/bench/engine_variants.py`, median ms, 2026-12-03, idle machine):
 
 - det 1x3x736x736: 118 ms; 1x3x960x1248: 265 ms; 1x3x1216x1568: 650 ms. Fitted through the
   smallest and the largest as `a * px + b * px**2` (a = 1.690e-7 s/px, b = 9.016e-14 s/px²): a
@@ -11,7 +11,7 @@ table "Why Paddle 3.2.2" (`loadtest/engine_variants.py`, median ms, 2026-12-03, 
   chunk of 6 crops at width ~1800 takes ~1 s".
 - The in-process engine limit of the bench's 8 pages: median page 4.50 s, 0.208-0.237 pages/s
   (`loadtest/engine_limit.py`, README table); `BENCH_PAGES` below, run through these models,
-  gives its own figure to compare (`python -m loadtest.simulator --config cpu`).
+  gives its own figure to compare (`python -m loadtest.sim --config cpu`).
 
 CPU workers (single-threaded calls), measured on this machine on 2026-12-03 on the bench's 8 pages
 with the committed stage functions (decode 27-45 ms, det preprocess 11-16 ms, DB postprocess and
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadtest.sim_model import CpuModel, CpuStep, DeviceModel, Latency
+from loadtest.sim.model import CpuModel, CpuStep, DeviceModel, Latency
 from serving.config import DeviceClassConfig, StageLimits, WorkersConfig
 
 CPU_DET = Latency(per_unit_s=1.690e-7, per_unit_sq_s=9.016e-14)

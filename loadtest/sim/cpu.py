@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from loadtest.sim_events import EventLoop
-from loadtest.sim_model import CpuModel, HostModel, lognormal_factor
-from loadtest.sim_stats import Recorder
+from loadtest.sim.events import EventLoop
+from loadtest.sim.model import CpuModel, HostModel, lognormal_factor
+from loadtest.sim.stats import Recorder
 from serving.scheduling.share import ShareQueue
 
 

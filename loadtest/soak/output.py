@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.result import LevelResult
-from loadtest.soak_probe import Sample
-from loadtest.soak_report import Criterion, Growth, Limits, ProcessRow, after_warmup
+from loadtest.soak.probe import Sample
+from loadtest.soak.report import Criterion, Growth, Limits, ProcessRow, after_warmup
 
 __all__ = ["SoakRun", "markdown", "write_outputs"]
 

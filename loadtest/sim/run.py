@@ -12,14 +12,14 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from loadtest.sim_clients import InteractiveClients, JobFeedSim
-from loadtest.sim_config import SimConfig
-from loadtest.sim_cpu import CpuPoolSim, HostLoad
-from loadtest.sim_devices import DeviceDispatch, SchedulerCounts
-from loadtest.sim_events import EventLoop
-from loadtest.sim_flow import RequestFlow
-from loadtest.sim_stats import Recorder
-from loadtest.sim_traffic import TrafficSource
+from loadtest.sim.clients import InteractiveClients, JobFeedSim
+from loadtest.sim.config import SimConfig
+from loadtest.sim.cpu import CpuPoolSim, HostLoad
+from loadtest.sim.devices import DeviceDispatch, SchedulerCounts
+from loadtest.sim.events import EventLoop
+from loadtest.sim.flow import RequestFlow
+from loadtest.sim.stats import Recorder
+from loadtest.sim.traffic import TrafficSource
 from serving.config import StageLimits
 from serving.scheduling.admission import Admission
 from serving.scheduling.batching import BatchPolicy, Selection

@@ -1,4 +1,4 @@
-"""Named simulator configurations (`python -m loadtest.simulator --config NAME`).
+"""Named simulator configurations (`python -m loadtest.sim --config NAME`).
 
 - `cpu`: this machine as `make bench` loads it: one CPU device (2 threads) and 2 CPU workers
   sharing 2 cores; the bench's 8 measured pages, one a request, 4 clients in a closed loop.
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from loadtest.sim_calibration import GpuAssumptions, cpu_device, cpu_workers, gpu_device
-from loadtest.sim_config import SimConfig, default_queues
-from loadtest.sim_model import HostModel
-from loadtest.sim_traffic import TrafficConfig
+from loadtest.sim.calibration import GpuAssumptions, cpu_device, cpu_workers, gpu_device
+from loadtest.sim.config import SimConfig, default_queues
+from loadtest.sim.model import HostModel
+from loadtest.sim.traffic import TrafficConfig
 from serving.config import QueueConfig
 
 BENCH_CLIENT_GAP_S = 0.3

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.sim_plots import write_compare_plot, write_run_plots
-from loadtest.sim_run import SimResult
-from loadtest.sim_summary import summarize
+from loadtest.sim.plots import write_compare_plot, write_run_plots
+from loadtest.sim.run import SimResult
+from loadtest.sim.summary import summarize
 
 ASSUMPTIONS = (
     "CPU device and CPU-worker latencies are calibrated from measurements on this 2-core machine "
-    "(docs/performance.md; `loadtest/sim_calibration.py`). GPU latencies are parameters, "
+    "(docs/performance.md; `loadtest/sim/calibration.py`). GPU latencies are parameters, "
     "not measurements: no GPU was measured here."
 )
 

@@ -7,7 +7,7 @@ Definitions (the README states the same):
 - Windows: of the ``n`` samples after warm-up, the first and the last ``ceil(0.1 n)`` (at least
   one each).
 - Memory of a process at a sample: its RSS averaged over the reads since the previous sample
-  (every 0.5 s; see `loadtest.soak_probe`).
+  (every 0.5 s; see `loadtest.soak.probe`).
 - Memory growth of the server: the summed memory of all its processes, mean over the last window
   against mean over the first window, ``end / start - 1``. It must stay under 5 %.
 - Memory growth of a process, judged as a share of the server: ``(end - start) / server start``
@@ -31,7 +31,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from loadtest.soak_probe import Sample
+from loadtest.soak.probe import Sample
 
 __all__ = [
     "Criterion",

@@ -5,7 +5,7 @@ the in-process engine limit, the sets taking turns page by page so that their ra
 under the same load, then our server's throughput at concurrency 4, one set after the other.
 Real document pages rendered at 150 dpi (as `make bench`).
 
-    python -m loadtest.model_compare --out model-compare-out
+    python -m loadtest.bench.model_compare --out model-compare-out
 
 Prints a Markdown table and writes results.json and results.md under --out.
 """
@@ -191,7 +191,7 @@ def alternating_model_times(
     best: dict[str, dict[str, float]] = {}
     for _ in range(passes):
         for key, config in configs.items():
-            argv = [sys.executable, "-m", "loadtest.model_compare", "--model-times-of"]
+            argv = [sys.executable, "-m", "loadtest.bench.model_compare", "--model-times-of"]
             argv += [str(config), "--repeats", str(repeats)]
             done = subprocess.run(argv, check=True, capture_output=True, text=True)
             times = json.loads(done.stdout.strip().splitlines()[-1])
@@ -324,7 +324,9 @@ def markdown(report: dict[str, Any], concurrency: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(prog="python -m loadtest.model_compare", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.model_compare", description=__doc__
+    )
     parser.add_argument("--out", type=Path, default=Path("model-compare-out"))
     parser.add_argument("--pages", type=int, default=8)
     parser.add_argument("--dpi", type=float, default=150.0)

@@ -2,7 +2,7 @@
 
 Starts `ocr-serve` on a free loopback port with the embedded real models (or `--config`), drives
 a closed loop of real document pages at varying sizes, samples every process of the server each
-`--sample-s`, stops it with SIGTERM and judges the run (see `loadtest.soak_report` for the
+`--sample-s`, stops it with SIGTERM and judges the run (see `loadtest.soak.report` for the
 definitions). Writes soak.json, soak.md and soak.png under `--out`; exits 1 if a criterion fails.
 
     python -m loadtest.soak --duration-s 600 --out soak-out [--mkldnn-cache-capacity 0]
@@ -25,10 +25,10 @@ from loadtest.client import API_NAMES
 from loadtest.engine_limit import real_page_set
 from loadtest.result import LevelResult
 from loadtest.servers import ServerProcess, free_port, start
-from loadtest.soak_output import SoakRun, write_outputs
-from loadtest.soak_probe import Sampler, count_segments, roles_from_readyz
-from loadtest.soak_report import Limits, after_warmup, judge, process_rows, total_growth
-from loadtest.soak_traffic import ScaledPages, drive
+from loadtest.soak.output import SoakRun, write_outputs
+from loadtest.soak.probe import Sampler, count_segments, roles_from_readyz
+from loadtest.soak.report import Limits, after_warmup, judge, process_rows, total_growth
+from loadtest.soak.traffic import ScaledPages, drive
 from serving.workers.shm import server_prefix
 
 __all__ = ["DEFAULT_CONFIG", "main", "server_env"]

@@ -1,7 +1,7 @@
 """The CPU engines side by side in one run: each one's in-process engine limit, its text against
 Paddle's, and our server's throughput with it as the CPU device workers' backend.
 
-    python -m loadtest.engines_bench --out engines-out     # or: make bench-engines
+    python -m loadtest.bench.cpu_engines --out engines-out     # or: make bench-engines
 
 Same pages as `make bench` (real document pages rendered at 150 dpi), same models (the ONNX
 engines read the cached conversions `make convert` makes), same threads. Engine limits are
@@ -269,7 +269,9 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point of `make bench-engines`."""
-    parser = argparse.ArgumentParser(prog="python -m loadtest.engines_bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.cpu_engines", description=__doc__
+    )
     parser.add_argument("--out", type=Path, default=Path("engines-out"))
     parser.add_argument("--pages", type=int, default=8)
     parser.add_argument("--dpi", type=float, default=150.0)

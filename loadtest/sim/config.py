@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from loadtest.sim_model import CpuModel, DeviceModel, HostModel
-from loadtest.sim_traffic import TrafficConfig
+from loadtest.sim.model import CpuModel, DeviceModel, HostModel
+from loadtest.sim.traffic import TrafficConfig
 from serving.config import QueueConfig, ServerConfig, WorkersConfig
 
 

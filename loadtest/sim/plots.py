@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loadtest.sim_run import SimResult
-from loadtest.sim_stats import KINDS
+from loadtest.sim.run import SimResult
+from loadtest.sim.stats import KINDS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

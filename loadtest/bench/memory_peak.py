@@ -1,7 +1,7 @@
 """Peak memory of the server's whole process tree for hostile-but-legal PDFs: a few KB each,
 pages of many square inches.
 
-    python -m loadtest.memory_peak --pages 4 --inches 92 --budget-mib 2048 --concurrent 1 \
+    python -m loadtest.bench.memory_peak --pages 4 --inches 92 --budget-mib 2048 --concurrent 1 \
         --concurrent 8 --out memory-out
 
 Starts `ocr-serve` (one CPU device, two device workers, two CPU workers), and for each

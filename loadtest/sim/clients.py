@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadtest.sim_events import EventLoop
-from loadtest.sim_flow import JOB_MAX_ATTEMPTS, JOB_RETRY_BACKOFF_S, RequestFlow, SimRequest
-from loadtest.sim_stats import Recorder
-from loadtest.sim_traffic import PageSpec, TrafficSource
+from loadtest.sim.events import EventLoop
+from loadtest.sim.flow import JOB_MAX_ATTEMPTS, JOB_RETRY_BACKOFF_S, RequestFlow, SimRequest
+from loadtest.sim.stats import Recorder
+from loadtest.sim.traffic import PageSpec, TrafficSource
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 
 

@@ -22,8 +22,9 @@ from typing import Any
 
 import httpx
 
-from loadtest import job_impact, onnx_export, precision_check
+from loadtest import onnx_export
 from loadtest.accuracy import pages_cer
+from loadtest.bench import job_impact, precision_check
 from loadtest.client import Api, prepare_request, response_texts
 from loadtest.documents import Document, load_documents
 from loadtest.engine_limit import real_page_set, write_page_set

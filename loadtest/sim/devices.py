@@ -20,10 +20,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loadtest.sim_cpu import HostLoad
-from loadtest.sim_events import EventLoop
-from loadtest.sim_model import DeviceModel, lognormal_factor
-from loadtest.sim_stats import Recorder
+from loadtest.sim.cpu import HostLoad
+from loadtest.sim.events import EventLoop
+from loadtest.sim.model import DeviceModel, lognormal_factor
+from loadtest.sim.stats import Recorder
 from serving.scheduling.admission import Admission
 from serving.scheduling.batching import BatchPolicy, WorkItem
 from serving.scheduling.placement import Placement

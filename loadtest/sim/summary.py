@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.sim_run import SimResult
-from loadtest.sim_stats import OUTCOMES, KindStats
+from loadtest.sim.run import SimResult
+from loadtest.sim.stats import OUTCOMES, KindStats
 
 
 def _percentiles(values: array[float]) -> dict[str, float | None]:

@@ -4,11 +4,11 @@
 `/ocr` load at concurrency 2 twice, first alone, then while a job of many pages runs at
 background priority.
 
-`python -m loadtest.job_impact`: the jobs' share (`jobs.min_share`) side by side. For each share,
-a server of its own serves `/v1/ocr` at a concurrency that keeps every device busy while a job of
-the bench's pages runs beside it; the requests' figures and the job pages done meanwhile:
+`python -m loadtest.bench.job_impact`: the jobs' share (`jobs.min_share`) side by side. For each
+share, a server of its own serves `/v1/ocr` at a concurrency that keeps every device busy while a
+job of the bench's pages runs beside it; the requests' figures and the job pages done meanwhile:
 
-    python -m loadtest.job_impact --min-shares 0,0.1 --concurrency 4 --requests 96
+    python -m loadtest.bench.job_impact --min-shares 0,0.1 --concurrency 4 --requests 96
 """
 
 from __future__ import annotations
@@ -143,7 +143,9 @@ min_share = {share}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.job_impact", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.job_impact", description=__doc__
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-out/job-share"))
     parser.add_argument("--pages", type=int, default=8, help="real document pages, as make bench")
     parser.add_argument("--dpi", type=float, default=150.0)

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loadtest.sim_cpu import CpuPoolSim
-from loadtest.sim_devices import DeviceDispatch
-from loadtest.sim_events import EventLoop
-from loadtest.sim_stats import Recorder
-from loadtest.sim_traffic import PageSpec, RequestDraw
+from loadtest.sim.cpu import CpuPoolSim
+from loadtest.sim.devices import DeviceDispatch
+from loadtest.sim.events import EventLoop
+from loadtest.sim.stats import Recorder
+from loadtest.sim.traffic import PageSpec, RequestDraw
 from serving.errors import Overloaded
 from serving.jobs.runner import MAX_ATTEMPTS, RETRY_BACKOFF_S
 from serving.scheduling.admission import Admission
@@ -67,7 +67,7 @@ class SimRequest:
         """Its interactive CPU steps in flight that end by submitting device work."""
         self.items: list[WorkItem] = []
         self.status: str | None = None
-        """None while in flight; then one of `sim_stats.OUTCOMES`."""
+        """None while in flight; then one of `stats.OUTCOMES`."""
 
     @property
     def kind(self) -> str:

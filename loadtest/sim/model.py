@@ -2,7 +2,7 @@
 
 Nothing here runs a model: a device is a name, the stages it serves, the batch caps the server
 would give it (`serving.config.StageLimits`) and a latency model per stage; CPU workers are a pool
-of single-threaded processes whose steps take a modelled time. `loadtest.sim_calibration` holds
+of single-threaded processes whose steps take a modelled time. `loadtest.sim.calibration` holds
 the figures measured on this machine and the GPU assumptions.
 """
 

@@ -1,9 +1,9 @@
 """Scheduling simulator: the server's real batching, placement and admission code, driven by
 simulated devices, CPU workers and traffic on a virtual clock.
 
-    python -m loadtest.simulator --config NAME[,NAME...] --duration-s 3600 --out sim-out
+    python -m loadtest.sim --config NAME[,NAME...] --duration-s 3600 --out sim-out
 
-Configurations are in `loadtest.sim_scenarios` (`--list`); the options after them override every
+Configurations are in `loadtest.sim.scenarios` (`--list`); the options after them override every
 configuration run. Each writes `OUT/NAME/summary.{json,md}` and plots; `OUT/summary.{json,md}`
 and `OUT/compare.png` put them side by side.
 """
@@ -17,15 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.sim_calibration import GpuAssumptions
-from loadtest.sim_report import markdown_table, write_overview, write_run
-from loadtest.sim_run import run_simulation
-from loadtest.sim_scenarios import SCENARIOS, ScenarioOptions, build
+from loadtest.sim.calibration import GpuAssumptions
+from loadtest.sim.report import markdown_table, write_overview, write_run
+from loadtest.sim.run import run_simulation
+from loadtest.sim.scenarios import SCENARIOS, ScenarioOptions, build
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.simulator",
+        prog="python -m loadtest.sim",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary, _ = write_run(result, args.out / name)
         summaries.append(summary)
         print(f"  done in {result.wall_s:.1f} s wall", file=sys.stderr, flush=True)
-    command = "python -m loadtest.simulator " + shlex.join(
+    command = "python -m loadtest.sim " + shlex.join(
         sys.argv[1:] if argv is None else list(argv)
     )
     write_overview(summaries, args.out, command)

@@ -842,7 +842,7 @@ def texts_markdown(texts: dict[str, Any] | None) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.gpu_check", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m loadtest.gpu", description=__doc__)
     parser.add_argument("--models", type=Path, help="folder with det/ and rec/")
     parser.add_argument("--pages", type=Path, help="PNGs and expected.json")
     parser.add_argument("--out", type=Path, required=True, help=f"gets {', '.join(OUT_FILES)}")
@@ -916,7 +916,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "engine_limit": lambda: engine_limit(args, images, share_s=budget.left_s() / 4),
         "server": lambda: serve("server", [args.device], levels),
         "cpu_side": lambda: serve(
-            "cpu_side", [args.device], levels[-1:], "loadtest.gpu_check:REPLAY"
+            "cpu_side", [args.device], levels[-1:], "loadtest.gpu.check:REPLAY"
         ),
         "mixed": lambda: serve("mixed", [args.device, "cpu"], levels[-1:]),
         "texts": lambda: compare_texts(args, images, expected, report["engine_limit"]["texts"]),

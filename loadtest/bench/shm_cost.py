@@ -1,6 +1,6 @@
 """Cost of moving a page's tensors through shared memory (`serving.workers.shm`), per page.
 
-`python -m loadtest.shm_cost` times put + take of the arrays one 150 dpi page sends between
+`python -m loadtest.bench.shm_cost` times put + take of the arrays one 150 dpi page sends between
 processes: the detector input, its probability map, and the recognition chunks.
 """
 
