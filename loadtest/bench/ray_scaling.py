@@ -3,7 +3,7 @@
     python -m loadtest.bench.ray_scaling --pages 12 --out ray-out
 
 Real pages (the bench's: text pages of Debian's manuals, rendered as PNGs) go through
-`serving.jobs.ray_batch.run_on_ray` once per actor count, alternating for `--rounds`, each into a
+`serving.batch.ray_driver.run_on_ray` once per actor count, alternating for `--rounds`, each into a
 fresh output folder on the same Ray session. Reported per run: wall time from the call (actor
 start-up and model loading included), steady pages/s (first page out to last), and whether the
 texts equal the first run's. Writes `ray-scaling.json` and prints a Markdown table.
@@ -31,7 +31,8 @@ def _texts(out: Path) -> list[tuple[str, int, list[str]]]:
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 when every run did every page with the same texts."""
     import ray
-    from serving.jobs.ray_batch import ActorPools, run_on_ray
+
+    from serving.batch.ray_driver import ActorPools, run_on_ray
 
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench.ray_scaling")
     parser.add_argument("--out", type=Path, default=Path("ray-out"))

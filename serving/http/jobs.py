@@ -25,7 +25,7 @@ from serving.http.uploads import FIELD_MAX_BYTES, form_error, gone_mid_upload
 from serving.jobs.files import BatchLimits, stage_uploads, worker_page_counter
 from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
-from serving.jobs.types import STATUSES, FinishedPage, JobInfo, JobNotFound
+from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
 from serving.request_options import NO_CLASSIFIER, overrides
 
 FOLLOW_CHECK_S = 30.0

@@ -1,1 +1,1 @@
-"""Batch jobs: the job store and runner behind `/v1/jobs`, and the offline `ocr-batch` CLI."""
+"""Batch jobs behind `/v1/jobs`: the store (`store`), the runner, a job's files and options."""

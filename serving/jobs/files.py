@@ -1,5 +1,4 @@
-"""A job's files: uploads staged into the job's folder (zips unpacked, limits checked on the way),
-and documents found on disk for `ocr-batch`.
+"""A job's files: uploads staged into the job's folder (zips unpacked, limits checked on the way).
 
 The server never parses a document itself: each stored file's pages are counted (and an animated
 image decoded once into a multi-page TIFF) by `serving.documents.stage_document` in a CPU worker
@@ -11,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import glob
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -39,18 +37,15 @@ Raises:
         it died (503).
 """
 
-SUFFIXES = frozenset((".pdf", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif"))
-"""What a directory walk picks up; files named explicitly are recognised by content."""
-
 _COPY_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Document:
-    """One input document, stored or found on disk."""
+    """One document of a job, stored in its folder."""
 
     name: str
-    """As the user knows it: the upload's file name, `archive.zip/inner.pdf`, or a path."""
+    """As the user knows it: the upload's file name, or `archive.zip/inner.pdf`."""
     path: Path
     kind: FileKind
     pages: int
@@ -215,33 +210,3 @@ def worker_page_counter(cpu: CpuPool, limits: DecodeLimits, *, timeout_s: float)
             ) from err
 
     return count
-
-
-def find_inputs(specs: Iterable[str]) -> list[tuple[str, Path]]:
-    """(display name, path) of every document named by files, directories or glob patterns.
-
-    A directory is walked recursively for known suffixes; its files are named relative to it.
-    """
-    found: dict[Path, str] = {}
-    for spec in specs:
-        path = Path(spec)
-        if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                if child.is_file() and child.suffix.lower() in SUFFIXES:
-                    found.setdefault(child.resolve(), child.relative_to(path).as_posix())
-        elif path.is_file():
-            found.setdefault(path.resolve(), path.name)
-        else:
-            matches = sorted(glob.glob(spec, recursive=True))
-            if not matches:
-                raise FileNotFoundError(f"{spec}: no such file, directory or match")
-            for match in matches:
-                if Path(match).is_file():
-                    found.setdefault(Path(match).resolve(), match)
-    return [(name, path) for path, name in found.items()]
-
-
-def sniff_file(path: Path) -> FileKind | None:
-    """The kind of a file on disk, from its first bytes."""
-    with path.open("rb") as f:
-        return sniff_kind(f.read(1024))

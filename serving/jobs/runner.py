@@ -27,7 +27,7 @@ from serving.errors import OcrError, Overloaded
 from serving.jobs.files import Document
 from serving.jobs.options import page_record
 from serving.jobs.store import JobStore, build_store
-from serving.jobs.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
+from serving.jobs.store.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
 from serving.metrics import Metrics
 from serving.ocr_service import OcrService
 from serving.request_options import ocr_options, overrides

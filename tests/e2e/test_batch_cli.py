@@ -21,7 +21,7 @@ cpu_workers = 2
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "config.toml"
     config.write_text(CONFIG)
-    command = [sys.executable, "-m", "serving.jobs.cli", *args, "--config", str(config)]
+    command = [sys.executable, "-m", "serving.batch.cli", *args, "--config", str(config)]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
 
 
@@ -106,7 +106,7 @@ def test_a_missing_conversion_is_a_clear_error_not_a_traceback(tmp_path: Path) -
     config = tmp_path / "config.toml"
     config.write_text(CONFIG + '\n[engine]\ncpu_backend = "openvino"\n')
     env = {**os.environ, "OCR_ENGINE__ONNX_DIR": str(tmp_path / "no-conversions")}
-    command = [sys.executable, "-m", "serving.jobs.cli", str(folder), "--out", str(tmp_path / "o")]
+    command = [sys.executable, "-m", "serving.batch.cli", str(folder), "--out", str(tmp_path / "o")]
     result = subprocess.run(
         [*command, "--config", str(config)],
         capture_output=True,

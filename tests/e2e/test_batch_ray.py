@@ -20,8 +20,8 @@ import pytest
 import ray
 
 from loadtest.engine_limit import real_page_set
-from serving.jobs.manifest import MANIFEST, PageKey
-from serving.jobs.ray_batch import ActorPools, run_on_ray
+from serving.batch.manifest import MANIFEST, PageKey
+from serving.batch.ray_driver import ActorPools, run_on_ray
 from tests import images
 from tests.e2e.conftest import Server
 
@@ -159,7 +159,7 @@ def test_cli_runs_on_a_local_ray_and_reports(tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-m",
-        "serving.jobs.cli",
+        "serving.batch.cli",
         "--ray",
         str(folder),  # `--ray` before the inputs: the folder is not taken for an address
         "--out",

@@ -286,7 +286,7 @@ def test_ocr_batch_submits_to_the_server(jobs_server: Server, tmp_path: Path) ->
     (inputs / "latin.png").write_bytes(LATIN_PNG)
     (inputs / "doc.pdf").write_bytes(PDF3)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "serving.jobs.cli", str(inputs), "--out", str(out)]
+    command = [sys.executable, "-m", "serving.batch.cli", str(inputs), "--out", str(out)]
     command += ["--server", jobs_server.url, "--quiet"]
     first = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr

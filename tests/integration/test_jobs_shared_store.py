@@ -23,9 +23,9 @@ from pipelines.types import PageResult, TextLine
 from serving.config import JobsConfig
 from serving.jobs import runner as runner_module
 from serving.jobs.files import Document
-from serving.jobs.postgres_store import MAX_CLAIMS, PostgresJobStore
 from serving.jobs.runner import JobRunner
-from serving.jobs.types import JobStoreUnavailable, PageTask
+from serving.jobs.store.postgres import MAX_CLAIMS, PostgresJobStore
+from serving.jobs.store.types import JobStoreUnavailable, PageTask
 from tests.clock import ManualClock
 from tests.postgres import PostgresServer
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from models.bundle import load_bundle
+from serving.batch import ray_stages
+from serving.batch.ray_stages import ModelActor, PageSettings, Row
 from serving.config import AppConfig
 from serving.documents import decode_page
 from serving.inputs import DecodeLimits
-from serving.jobs import ray_stages
-from serving.jobs.ray_stages import ModelActor, PageSettings, Row
 from serving.local_engine import LocalEngine
 from serving.request_options import ocr_options
 from tests import images

@@ -15,8 +15,8 @@ from starlette.types import Message
 from serving.app import build_app
 from serving.config import AppConfig, JobsConfig
 from serving.jobs.runner import JobRunner
-from serving.jobs.sqlite_store import SqliteJobStore as JobStore
-from serving.jobs.types import PageTask
+from serving.jobs.store.sqlite import SqliteJobStore as JobStore
+from serving.jobs.store.types import PageTask
 from serving.metrics import Metrics
 from serving.runtime import Runtime
 from serving.scheduling.memory_budget import MemoryBudget

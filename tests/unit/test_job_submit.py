@@ -18,9 +18,9 @@ from serving.config import AppConfig, JobsConfig
 from serving.inputs import DecodeLimits
 from serving.jobs.files import Document
 from serving.jobs.runner import JobRunner
-from serving.jobs.sqlite_store import SqliteJobStore
-from serving.jobs.types import JobStoreUnavailable, PageTask
-from serving.jobs.uploads import ORPHAN_MIN_AGE_S
+from serving.jobs.store.job_dirs import ORPHAN_MIN_AGE_S
+from serving.jobs.store.sqlite import SqliteJobStore
+from serving.jobs.store.types import JobStoreUnavailable, PageTask
 from serving.metrics import Metrics
 from serving.runtime import Runtime
 from serving.scheduling.memory_budget import MemoryBudget

@@ -15,8 +15,8 @@ from serving.config import AppConfig, JobsConfig, ServerConfig
 from serving.errors import DeadlineExceeded, InvalidInput, Overloaded, WorkerUnavailable
 from serving.jobs.files import Document
 from serving.jobs.runner import MAX_ATTEMPTS, JobRunner
-from serving.jobs.sqlite_store import SqliteJobStore as JobStore
-from serving.jobs.types import JobNotFound, PageTask
+from serving.jobs.store.sqlite import SqliteJobStore as JobStore
+from serving.jobs.store.types import JobNotFound, PageTask
 from serving.metrics import Metrics
 from serving.scheduling.priorities import BACKGROUND
 

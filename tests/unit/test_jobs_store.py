@@ -13,14 +13,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from serving.jobs import postgres_schema
-from serving.jobs import schema as sqlite_schema
 from serving.jobs.files import Document
-from serving.jobs.postgres_store import PostgresJobStore
-from serving.jobs.schema import SCHEMA_VERSION, statements
-from serving.jobs.sqlite_store import SqliteJobStore
-from serving.jobs.store import JobStore
-from serving.jobs.types import JobNotFound, JobStoreUnavailable
+from serving.jobs.store import JobStore, postgres_schema, sqlite_schema
+from serving.jobs.store.postgres import PostgresJobStore
+from serving.jobs.store.sqlite import SqliteJobStore
+from serving.jobs.store.sqlite_schema import SCHEMA_VERSION, statements
+from serving.jobs.store.types import JobNotFound, JobStoreUnavailable
 from tests.clock import ManualClock
 from tests.postgres import PostgresServer
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from serving.jobs.postgres_rows import DB_NOW, PageEnd, end_page
-from serving.jobs.postgres_store import PostgresJobStore
+from serving.jobs.store.postgres import PostgresJobStore
+from serving.jobs.store.postgres_rows import DB_NOW, PageEnd, end_page
 from tests.clock import ManualClock
 
 REPLICA_NOW = 1_700_000_000.0

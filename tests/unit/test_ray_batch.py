@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from serving.jobs.cli import BatchError, parse_args
-from serving.jobs.ray_batch import ActorPools, cpus_needed, fit_pools, run_on_ray
+from serving.batch.cli import parse_args
+from serving.batch.plan import BatchError
+from serving.batch.ray_driver import ActorPools, cpus_needed, fit_pools, run_on_ray
 
 
 def test_ray_client_addresses_are_refused_with_the_way_out(tmp_path: Path, monkeypatch) -> None:

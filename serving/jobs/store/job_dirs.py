@@ -7,8 +7,8 @@ import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from serving.jobs.durable import fsync_path
 from serving.jobs.files import Document
+from serving.jobs.store.durable import fsync_path
 
 logger = logging.getLogger(__name__)
 

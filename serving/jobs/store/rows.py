@@ -11,7 +11,7 @@ from typing import Any, Protocol, cast
 
 from serving.inputs import FileKind
 from serving.jobs.files import Document
-from serving.jobs.types import FileInfo, FinishedPage, JobInfo, PageError, PageTask
+from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo, PageError, PageTask
 
 FileRow = tuple[str, int, str, str, str, int, int]
 """`files` columns: job_id, idx, name, stored_as, kind, pages, size_bytes."""

@@ -2,19 +2,19 @@
 
 Python entry point::
 
-    from serving.jobs.ray_batch import ActorPools, run_on_ray
+    from serving.batch.ray_driver import ActorPools, run_on_ray
     summary = run_on_ray(["/mnt/scans/"], Path("out"), address="auto",
                          pools=ActorPools(det=4, rec=8, gpus_per_actor=0.5))
     print(summary.pages_per_s, summary.failures)
 
-The driver lists the documents and their pages (`serving.jobs.cli.plan`), leaves out the pages the
-output folder's manifest already holds (`serving.jobs.manifest`: the same folder and format as the
-in-process `ocr-batch`, so either can resume the other's run), and streams the rest through the
-stages of `serving.jobs.ray_stages`. Each page is appended to the manifest, on disk, as soon as
-its row reaches the driver; an interrupted run loses only the pages in flight. Lost workers are
-Ray's to retry: decode and post-processing tasks are retried, model actors restarted and their
-calls retried. At the end the results are written from the manifest: `results.jsonl` (one line
-per page, as the jobs API's results) and `results.parquet`.
+The driver lists the documents and their pages and leaves out the pages the output folder's
+manifest already holds (`serving.batch.plan`, as every `ocr-batch` driver: the same folder and
+format as the in-process `ocr-batch`, so either can resume the other's run), and streams the rest
+through the stages of `serving.batch.ray_stages`. Each page is appended to the manifest, on disk,
+as soon as its row reaches the driver; an interrupted run loses only the pages in flight. Lost
+workers are Ray's to retry: decode and post-processing tasks are retried, model actors restarted
+and their calls retried. At the end the results are written from the manifest: `results.jsonl`
+(one line per page, as the jobs API's results) and `results.parquet`.
 
 Documents are read by path on the workers: on a cluster, inputs live on a file system every node
 mounts at the same path.
@@ -39,18 +39,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from serving.batch import ray_stages
+from serving.batch.manifest import RESULTS, Manifest, OutputFormat, PageKey, write_outputs
+from serving.batch.plan import BatchError, PageTodo, open_plan
+from serving.batch.ray_stages import ModelActor, PageSettings, Row
 from serving.config import AppConfig, load_config
 from serving.inputs import DecodeLimits
-from serving.jobs import ray_stages
-from serving.jobs.manifest import (
-    RESULTS,
-    BatchDocument,
-    Manifest,
-    OutputFormat,
-    PageKey,
-    write_outputs,
-)
-from serving.jobs.ray_stages import ModelActor, PageSettings, Row
+from serving.jobs.options import parse_options
 from serving.request_options import ocr_options, overrides
 
 logger = logging.getLogger(__name__)
@@ -203,9 +198,6 @@ def run_on_ray(
     """
     import ray  # an optional dependency: the `ray` extra
 
-    from serving.jobs.cli import BatchError, plan
-    from serving.jobs.options import parse_options
-
     started = time.monotonic()
     if (address or os.environ.get("RAY_ADDRESS", "")).startswith("ray://"):
         # Tried with Ray 2.60: the streaming executor fails under Ray Client ("'Worker' object
@@ -216,22 +208,10 @@ def run_on_ray(
         )
     config = config or load_config(None, os.environ)
     checked = parse_options(dict(options or {}))
-    documents, problems = plan(list(inputs))
     say = say or (lambda message: logger.warning("%s", message))
-    for problem in problems:
-        say(problem)
-    if not documents:
-        raise BatchError("no document to OCR")
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest(out, checked)
-    manifest.load()
-    todo = _todo(documents, manifest)
-    keys = {key for doc in documents for key in doc.page_keys()}
-    summary = BatchSummary(documents=len(documents), pages=len(keys), skipped=len(keys) - len(todo))
-    say(
-        f"{len(documents)} documents, {len(keys)} pages: {len(todo)} to do, "
-        f"{summary.skipped} skipped (already done)"
-    )
+    plan, manifest = open_plan(inputs, out, checked, say)
+    todo = plan.todo
+    summary = BatchSummary(documents=len(plan.documents), pages=plan.pages, skipped=plan.skipped)
     owns_ray = False
     try:
         if todo:
@@ -267,7 +247,7 @@ def run_on_ray(
         if owns_ray:
             ray.shutdown()
         summary.elapsed_s = time.monotonic() - started
-    summary.written = write_outputs(out, fmt, documents, manifest, summary.failures)
+    summary.written = write_outputs(out, fmt, plan.documents, manifest, summary.failures)
     if parquet and fmt == "jsonl" and (summary.written or not (out / PARQUET).exists()):
         summary.written.append(write_parquet(out / RESULTS, out / PARQUET))
     return summary
@@ -276,7 +256,7 @@ def run_on_ray(
 def build_dataset(
     config: AppConfig,
     options: dict[str, Any],
-    todo: Sequence[tuple[BatchDocument, int]],
+    todo: Sequence[PageTodo],
     pools: ActorPools,
     pages_per_block: int = 1,
 ) -> Any:
@@ -362,18 +342,6 @@ def _data_context(**values: Any) -> Iterator[None]:
     finally:
         for name, value in before.items():
             setattr(context, name, value)
-
-
-def _todo(
-    documents: Sequence[BatchDocument], manifest: Manifest
-) -> list[tuple[BatchDocument, int]]:
-    """Each page not in the manifest, once (a file named twice is one document)."""
-    todo: dict[PageKey, tuple[BatchDocument, int]] = {}
-    for doc in documents:
-        for key in doc.page_keys():
-            if not manifest.done(key):
-                todo.setdefault(key, (doc, key[1]))
-    return list(todo.values())
 
 
 def _collect(

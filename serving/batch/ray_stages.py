@@ -1,6 +1,6 @@
 """The page pipeline (`pipelines.page`) as Ray Data row functions and model actors.
 
-`ocr-batch --ray` (`serving.jobs.ray_batch`) chains them over a dataset of pages:
+`ocr-batch --ray` (`serving.batch.ray_driver`) chains them over a dataset of pages:
 
     decode (CPU task) -> det (actors) -> after_det (CPU task) -> [cls (actors) -> after_cls]
         -> rec (actors) -> finish (CPU task)

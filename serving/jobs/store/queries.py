@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from serving.jobs.files import Document
-from serving.jobs.rows import (
+from serving.jobs.store.rows import (
     file_rows,
     finished_page,
     finished_run,
@@ -18,7 +18,7 @@ from serving.jobs.rows import (
     job_info,
     page_rows,
 )
-from serving.jobs.types import STATUSES, FinishedPage, JobInfo, JobNotFound
+from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
 
 
 class Cursor(Protocol):

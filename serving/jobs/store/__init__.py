@@ -3,6 +3,11 @@
 Two implementations: `SqliteJobStore` (embedded, one server; the default) and `PostgresJobStore`
 (one store shared by replicas, pages claimed with leases). Both commit each page exactly once:
 a result is committed only by the holder of the page's claim, while its job is running.
+
+The package: `sqlite` and `postgres` (the stores), `sqlite_schema` and `postgres_schema` (their
+tables and migrations), `queries` and `rows` (the statements and rows both run, one dialect
+apart), `postgres_rows` (a page's end under a lease), `types` (the values the API reports),
+`job_dirs` (the job directories both keep on disk, their base class) and `durable` (file writes).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any, Protocol
 
 from serving.config import JobsConfig
 from serving.jobs.files import Document
-from serving.jobs.types import FinishedPage, JobInfo, JobStatus, PageTask
+from serving.jobs.store.types import FinishedPage, JobInfo, JobStatus, PageTask
 
 
 class JobStore(Protocol):
@@ -117,10 +122,10 @@ class JobStore(Protocol):
 def build_store(config: JobsConfig) -> JobStore:
     """The store `config.store` names: SQLite under `data_dir`, or a PostgreSQL database."""
     if config.store == "sqlite":
-        from serving.jobs.sqlite_store import SqliteJobStore
+        from serving.jobs.store.sqlite import SqliteJobStore
 
         return SqliteJobStore(Path(config.data_dir))
-    from serving.jobs.postgres_store import PostgresJobStore  # psycopg: the `postgres` extra
+    from serving.jobs.store.postgres import PostgresJobStore  # psycopg: the `postgres` extra
 
     return PostgresJobStore(
         config.store,

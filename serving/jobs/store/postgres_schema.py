@@ -1,7 +1,8 @@
 """The PostgreSQL job store's schema (versioned in the one-row table `ocr_schema`) and migrations.
 
-The tables mirror SQLite's (`serving.jobs.schema`), prefixed `ocr_` to live beside others in a
-database, with a page's lease (`lease_owner`, `lease_expires_at`) and result (`result`) added.
+The tables mirror SQLite's (`serving.jobs.store.sqlite_schema`), prefixed `ocr_` to live beside
+others in a database, with a page's lease (`lease_owner`, `lease_expires_at`) and result
+(`result`) added.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import DictRow
 
-from serving.jobs.schema import check_version, statements
+from serving.jobs.store.sqlite_schema import check_version, statements
 
 Connection = psycopg.Connection[DictRow]
 """A connection whose rows are dicts by column name."""

@@ -11,7 +11,7 @@ from typing import IO, Any
 import httpx
 from tqdm import tqdm
 
-from serving.jobs.manifest import BatchDocument, Manifest, PageKey
+from serving.batch.manifest import BatchDocument, Manifest, PageKey
 
 RECONNECTS = 30
 """Times the results stream is followed again after the connection drops (a server restart)."""

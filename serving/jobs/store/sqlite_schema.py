@@ -1,11 +1,11 @@
 """The job store's SQLite schema (versioned in `PRAGMA user_version`) and migrations; the version
-check both stores' migrations make. Rows are read in `serving.jobs.rows`."""
+check both stores' migrations make. Rows are read in `serving.jobs.store.rows`."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from serving.jobs.types import JobStoreUnavailable
+from serving.jobs.store.types import JobStoreUnavailable
 
 SCHEMA_VERSION = 2
 

@@ -38,9 +38,10 @@ from psycopg.rows import dict_row
 
 from serving.config import redact_url
 from serving.jobs.files import Document
-from serving.jobs.postgres_rows import DB_NOW, PageEnd, PageGone, end_page
-from serving.jobs.postgres_schema import Connection, migrate
-from serving.jobs.queries import (
+from serving.jobs.store.job_dirs import JobDirs
+from serving.jobs.store.postgres_rows import DB_NOW, PageEnd, PageGone, end_page
+from serving.jobs.store.postgres_schema import Connection, migrate
+from serving.jobs.store.queries import (
     POSTGRES,
     count_jobs,
     insert_job,
@@ -48,8 +49,8 @@ from serving.jobs.queries import (
     read_job,
     set_cancelled,
 )
-from serving.jobs.rows import job_info, page_task
-from serving.jobs.types import (
+from serving.jobs.store.rows import job_info, page_task
+from serving.jobs.store.types import (
     FinishedPage,
     JobInfo,
     JobNotFound,
@@ -57,7 +58,6 @@ from serving.jobs.types import (
     JobStoreUnavailable,
     PageTask,
 )
-from serving.jobs.uploads import JobDirs
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from serving.jobs.postgres_schema import Connection
+from serving.jobs.store.postgres_schema import Connection
 
 DB_NOW = "extract(epoch FROM now())::double precision"
 """The database's clock in seconds, as `lease_expires_at` holds them: every lease is taken, renewed

@@ -12,7 +12,7 @@ the directory entries naming them are fsynced before the rows that point at them
 
 Methods are synchronous and serialised by a lock; async callers run them with `asyncio.to_thread`.
 Timestamps are wall-clock seconds (`time.time()`), since they must mean the same after a restart.
-It implements `serving.jobs.store.JobStore`; replicas share `serving.jobs.postgres_store` instead.
+It implements `serving.jobs.store.JobStore`; replicas share `serving.jobs.store.postgres` instead.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from serving.jobs.durable import fsync_path, write_atomic
 from serving.jobs.files import Document
-from serving.jobs.queries import (
+from serving.jobs.store.durable import fsync_path, write_atomic
+from serving.jobs.store.job_dirs import ORPHAN_MIN_AGE_S, JobDirs, modified_at
+from serving.jobs.store.queries import (
     SQLITE,
     count_jobs,
     insert_job,
@@ -37,9 +38,9 @@ from serving.jobs.queries import (
     read_job,
     set_cancelled,
 )
-from serving.jobs.rows import job_info, page_task
-from serving.jobs.schema import migrate
-from serving.jobs.types import (
+from serving.jobs.store.rows import job_info, page_task
+from serving.jobs.store.sqlite_schema import migrate
+from serving.jobs.store.types import (
     FinishedPage,
     JobInfo,
     JobNotFound,
@@ -47,7 +48,6 @@ from serving.jobs.types import (
     JobStoreUnavailable,
     PageTask,
 )
-from serving.jobs.uploads import ORPHAN_MIN_AGE_S, JobDirs, modified_at
 
 
 class SqliteJobStore(JobDirs):

@@ -1,0 +1,174 @@
+"""`ocr-batch`'s command line: its flags, the plan, and the driver they choose.
+
+In-process (`serving.batch.local`), it builds the server's own runtime without HTTP; `--server
+URL` (`serving.batch.remote`) submits a job to a running server instead and follows its results;
+`--ray` (`serving.batch.ray_driver`) runs the page pipeline on Ray Data. Every driver starts from
+the same plan (`serving.batch.plan`) and puts each page into the output folder's manifest as it is
+done, so a rerun skips what is done (see `serving.batch.manifest`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from models.base import EngineBackendError
+from serving.batch.manifest import PageKey, write_outputs
+from serving.batch.plan import BatchError, open_plan
+from serving.config import AppConfig, load_config
+from serving.errors import ConfigError, OcrError
+from serving.jobs.options import parse_options
+from serving.log_config import configure_logging
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line flags."""
+    parser = argparse.ArgumentParser(
+        prog="ocr-batch",
+        description="OCR images and PDFs into JSONL (one line per page) or a file per document. "
+        "Resumable: a rerun skips the pages already done.",
+    )
+    # "*", not "+": `--ray INPUT ...` hands its first input to --ray, which gives it back below.
+    parser.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or globs")
+    parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.add_argument(
+        "--format",
+        choices=("jsonl", "txt", "json"),
+        default="jsonl",
+        help="jsonl: OUT/results.jsonl, one line per page (default); txt or json: one per document",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=os.environ.get("OCR_CONFIG"),
+        help="config.toml for the in-process run (default: $OCR_CONFIG, else built-in defaults)",
+    )
+    parser.add_argument("--server", metavar="URL", help="submit to this server's jobs API")
+    parser.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="OCR option, named as /v1/ocr's query parameters (det_thresh=0.2, ...)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        help="pages in flight in-process (default: jobs.max_inflight_pages)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    ray = parser.add_argument_group(
+        "Ray", "run on Ray Data (the `ray` extra; see serving.batch.ray_driver and the README)"
+    )
+    ray.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run on a Ray cluster: HEAD:6379, auto, local; none given: $RAY_ADDRESS, else the "
+        "cluster `ray start` started here, else a local Ray (--ray=ADDRESS before the inputs)",
+    )
+    ray.add_argument("--det-actors", type=int, default=1, help="detection actors (default 1)")
+    ray.add_argument("--rec-actors", type=int, default=1, help="recognition actors (default 1)")
+    ray.add_argument("--cls-actors", type=int, default=1, help="classifier actors (default 1)")
+    ray.add_argument(
+        "--gpus-per-actor", type=float, default=0.0, help="GPU share of a model actor; 0: CPU"
+    )
+    ray.add_argument(
+        "--cpus-per-actor", type=float, default=1.0, help="cores a model actor reserves"
+    )
+    ray.add_argument(
+        "--cpus-per-task", type=float, default=1.0, help="cores a decode/post-process task reserves"
+    )
+    parser.add_argument("--log-level", default="warning", help="in-process log level")
+    args = parser.parse_args(argv)
+    if args.ray and Path(args.ray).exists():  # `--ray docs/ ...`: an input, not a cluster address
+        args.inputs.insert(0, args.ray)
+        args.ray = ""
+    if not args.inputs:
+        parser.error("the following arguments are required: INPUT")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `ocr-batch`; 0 when every page is done, 1 when some failed, 2 on errors."""
+    args = parse_args(argv)
+    try:
+        return _main(args)
+    except (BatchError, ConfigError, EngineBackendError, FileNotFoundError) as err:
+        _say(f"ocr-batch: {err}", error=True)
+        return 2
+    except OcrError as err:
+        _say(f"ocr-batch: {err.message}", error=True)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
+    options = parse_options(dict(_option(text) for text in args.option))
+    if args.ray is not None:
+        from serving.batch.ray_driver import main_ray
+
+        return main_ray(args, options, _config(args))
+    plan, manifest = open_plan(
+        args.inputs,
+        args.out,
+        options,
+        say=lambda message: _say(f"ocr-batch: {message}"),
+        warn=lambda message: _say(f"ocr-batch: {message}", error=True),
+    )
+
+    def progress(total: int) -> tqdm[Any]:
+        return tqdm(total=total, unit="page", desc="ocr-batch", disable=args.quiet, file=sys.stderr)
+
+    failures: dict[PageKey, dict[str, Any]] = {}
+    try:
+        if plan.todo and args.server:
+            from serving.batch.remote import run_remote
+
+            failures = run_remote(args.server, plan.documents, manifest, progress)
+        elif plan.todo:
+            from serving.batch.local import run_local
+
+            config = _config(args)
+            concurrency = args.concurrency or config.jobs.max_inflight_pages
+            failures = asyncio.run(run_local(config, plan.todo, manifest, concurrency, progress))
+    finally:
+        manifest.close()
+    changed = write_outputs(args.out, args.format, plan.documents, manifest, failures)
+    done_now = len(plan.todo) - len(failures)
+    _say(
+        f"ocr-batch: {done_now} pages done now, {plan.skipped} skipped (already done), "
+        f"{len(failures)} failed; "
+        + (f"wrote {', '.join(str(p) for p in changed)}" if changed else "outputs unchanged")
+    )
+    return 1 if failures or plan.problems else 0
+
+
+def _config(args: argparse.Namespace) -> AppConfig:
+    config = load_config(args.config, os.environ)  # OCR_* overrides, as ocr-serve reads them
+    configure_logging(args.log_level)
+    server = dataclasses.replace(config.server, log_level=args.log_level)
+    return dataclasses.replace(config, server=server)
+
+
+def _option(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise BatchError(f"--option {text!r}: expected NAME=VALUE")
+    return name.strip(), value.strip()
+
+
+def _say(message: str, *, error: bool = False) -> None:
+    print(message, file=sys.stderr if error else sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
