@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import psycopg
@@ -15,6 +16,7 @@ import pytest
 
 from serving.jobs.files import Document
 from serving.jobs.store import JobStore, postgres_schema, sqlite_schema
+from serving.jobs.store.job_dirs import ORPHAN_MIN_AGE_S
 from serving.jobs.store.postgres import PostgresJobStore
 from serving.jobs.store.sqlite import SqliteJobStore
 from serving.jobs.store.sqlite_schema import SCHEMA_VERSION, statements
@@ -296,6 +298,23 @@ def test_a_version_1_store_gains_owners_and_keeps_its_jobs(
         assert {j.id for j in store.list_jobs()} == {"old", "new"}
     finally:
         store.close()
+
+
+def test_purging_sweeps_only_old_directories_without_a_job(
+    store: JobStore, clock: ManualClock
+) -> None:
+    """Either store, through `JobDirs.remove_stale_orphans`: an upload whose row was never
+    committed goes once it is older than the cutoff; a job's directory and a fresh upload stay."""
+    _create(store, "job", (1,))
+    for name in ("stale", "fresh"):
+        (store.job_dir(name) / "files").mkdir(parents=True)
+    clock.now = time.time() + 3 * ORPHAN_MIN_AGE_S  # the cutoff falls between the two
+    long_ago = clock.now - 2 * ORPHAN_MIN_AGE_S
+    for name in ("stale", "job"):
+        os.utime(store.job_dir(name), (long_ago, long_ago))
+    os.utime(store.job_dir("fresh"), (clock.now, clock.now))
+    assert store.purge_expired(retention_s=ORPHAN_MIN_AGE_S) == []  # no job has finished
+    assert sorted(p.name for p in store.job_dir("job").parent.iterdir()) == ["fresh", "job"]
 
 
 def test_orphan_upload_directories_are_swept(tmp_path: Path, clock: ManualClock) -> None:

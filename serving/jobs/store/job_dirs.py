@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from serving.jobs.files import Document
@@ -19,7 +19,8 @@ by default)."""
 
 
 def modified_at(path: Path) -> float:
-    """When `path` last changed (wall clock); infinitely recent when it is gone."""
+    """When `path` last changed (wall clock); infinitely recent when it is gone (another process
+    removed it)."""
     try:
         return path.stat().st_mtime
     except FileNotFoundError:
@@ -56,3 +57,16 @@ class JobDirs:
             if path.name not in known:
                 logger.info("removing job directory %s with no job", path.name)
                 shutil.rmtree(path, ignore_errors=True)
+
+    def remove_stale_orphans(
+        self, older_than: float, known: Callable[[list[str]], set[str]]
+    ) -> None:
+        """Remove the job directories last changed before `older_than` that no job names (a
+        submit that failed, its row never committed); `known(names)` says which of `names` are
+        jobs. The directories are listed before it is asked, so a job committed meanwhile is
+        known."""
+        if not self.jobs_root.is_dir():
+            return
+        old = [path for path in self.jobs_root.iterdir() if modified_at(path) < older_than]
+        if old:
+            self.remove_orphans(old, known([path.name for path in old]))

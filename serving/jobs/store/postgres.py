@@ -44,6 +44,7 @@ from serving.jobs.store.postgres_schema import Connection, migrate
 from serving.jobs.store.queries import (
     POSTGRES,
     count_jobs,
+    expired_jobs,
     insert_job,
     read_finished,
     read_job,
@@ -218,18 +219,11 @@ class PostgresJobStore(JobDirs):
         """Delete jobs that finished more than `retention_s` ago, and upload directories older than
         that without a job (a replica died mid-upload); returns the ids of the jobs deleted."""
         cutoff = self._clock() - retention_s
-        rows = self._call(
-            lambda conn: conn.execute(
-                "SELECT id FROM ocr_jobs WHERE status IN ('succeeded', 'failed', 'cancelled')"
-                " AND finished_at < %s",
-                (cutoff,),
-            ).fetchall()
-        )
-        ids = [row["id"] for row in rows]
+        ids = self._call(lambda conn: expired_jobs(conn, POSTGRES, finished_before=cutoff))
         for job_id in ids:
             with contextlib.suppress(JobNotFound):  # another replica deleted it first
                 self.delete_job(job_id)
-        self._sweep_orphans(cutoff)
+        self.remove_stale_orphans(cutoff, self._known_jobs)
         return ids
 
     # --- pages --------------------------------------------------------------------------------
@@ -416,21 +410,13 @@ class PostgresJobStore(JobDirs):
             " (SELECT id FROM ocr_jobs WHERE status IN ('queued', 'running'))"
         ).rowcount
 
-    def _sweep_orphans(self, cutoff: float) -> None:
-        if not self.jobs_root.is_dir():
-            return
-        old = [p for p in self.jobs_root.iterdir() if _modified_at(p) < cutoff]
-        if not old:
-            return
-        known = self._call(
+    def _known_jobs(self, names: list[str]) -> set[str]:
+        return self._call(
             lambda conn: {
                 row["id"]
-                for row in conn.execute(
-                    "SELECT id FROM ocr_jobs WHERE id = ANY(%s)", ([p.name for p in old],)
-                )
+                for row in conn.execute("SELECT id FROM ocr_jobs WHERE id = ANY(%s)", (names,))
             }
         )
-        self.remove_orphans(old, known)
 
     def _call(self, work: Callable[[Connection], T], *, opening: bool = False) -> T:
         """Run `work` in one transaction, retried on deadlock; connection errors answer 503."""
@@ -466,11 +452,3 @@ class PostgresJobStore(JobDirs):
             with contextlib.suppress(psycopg.Error):
                 self._conn.close()
             self._conn = None
-
-
-def _modified_at(path: Path) -> float:
-    """When `path` last changed; infinitely recent when it is gone (another replica removed it)."""
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return float("inf")

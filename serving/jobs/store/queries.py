@@ -105,6 +105,16 @@ def set_cancelled(db: Database, sql: Dialect, job_id: str, *, now: float) -> Job
     return read_job(db, sql, job_id, detail=True)
 
 
+def expired_jobs(db: Database, sql: Dialect, *, finished_before: float) -> list[str]:
+    """The ids of the jobs that finished (succeeded, failed or were cancelled) before then."""
+    rows = db.execute(
+        f"SELECT id FROM {sql.jobs} WHERE status IN ('succeeded', 'failed', 'cancelled')"
+        f" AND finished_at < {sql.param}",
+        (finished_before,),
+    )
+    return [row["id"] for row in rows]
+
+
 def count_jobs(db: Database, sql: Dialect) -> dict[str, int]:
     """Jobs per status (every status present, zero where none)."""
     rows = db.execute(f"SELECT status, COUNT(*) AS n FROM {sql.jobs} GROUP BY status", ())

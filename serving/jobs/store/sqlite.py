@@ -29,10 +29,11 @@ from typing import Any
 
 from serving.jobs.files import Document
 from serving.jobs.store.durable import fsync_path, write_atomic
-from serving.jobs.store.job_dirs import ORPHAN_MIN_AGE_S, JobDirs, modified_at
+from serving.jobs.store.job_dirs import ORPHAN_MIN_AGE_S, JobDirs
 from serving.jobs.store.queries import (
     SQLITE,
     count_jobs,
+    expired_jobs,
     insert_job,
     read_finished,
     read_job,
@@ -209,14 +210,7 @@ class SqliteJobStore(JobDirs):
         """Delete jobs that finished more than `retention_s` ago; returns their ids."""
         cutoff = self._clock() - retention_s
         with self._locked() as db:
-            ids = [
-                row[0]
-                for row in db.execute(
-                    "SELECT id FROM jobs WHERE status IN ('succeeded', 'failed', 'cancelled')"
-                    " AND finished_at < ?",
-                    (cutoff,),
-                )
-            ]
+            ids = expired_jobs(db, SQLITE, finished_before=cutoff)
         for job_id in ids:
             with contextlib.suppress(JobNotFound):
                 self.delete_job(job_id)
@@ -389,12 +383,12 @@ class SqliteJobStore(JobDirs):
         if older_than is None:
             known = {row[0] for row in self._db.execute("SELECT id FROM jobs")}
             self.remove_orphans(self.jobs_root.iterdir(), known)
-            return
-        old = [path for path in self.jobs_root.iterdir() if modified_at(path) < older_than]
-        if old:  # listed before the rows are read: a job committed meanwhile is known
-            with self._locked() as db:
-                known = {row[0] for row in db.execute("SELECT id FROM jobs")}
-            self.remove_orphans(old, known)
+        else:
+            self.remove_stale_orphans(older_than, self._known_jobs)
+
+    def _known_jobs(self, names: list[str]) -> set[str]:
+        with self._locked() as db:
+            return {row[0] for row in db.execute("SELECT id FROM jobs")} & set(names)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
