@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -59,6 +60,20 @@ def split_argmax_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pairs[..., 0].astype(np.int32), np.ascontiguousarray(pairs[..., 1], dtype=np.float32)
 
 
+class CtcPath(NamedTuple):
+    """One row's greedy CTC path decoded, with where each character was read."""
+
+    text: str
+    score: float
+    columns: np.ndarray
+    """int32, one per character of `text`: the step (column of the recogniser's output) that
+    emitted it; word boxes are placed from these (`pipelines.words`)."""
+    probs: np.ndarray
+    """float32, one per character of `text`: its step's probability."""
+    steps: int
+    """Steps in the row (the output's width, padding included)."""
+
+
 def decode_ctc(
     indices: np.ndarray, max_probs: np.ndarray, charset: Sequence[str]
 ) -> list[tuple[str, float]]:
@@ -75,13 +90,42 @@ def decode_ctc(
     Returns:
         One (text, score) pair per row.
     """
-    results: list[tuple[str, float]] = []
+    return [(path.text, path.score) for path in decode_ctc_paths(indices, max_probs, charset)]
+
+
+def decode_ctc_paths(
+    indices: np.ndarray, max_probs: np.ndarray, charset: Sequence[str]
+) -> list[CtcPath]:
+    """`decode_ctc` (the same texts and scores), keeping the step of each character, as
+    PaddleOCR's CTCLabelDecode does with `return_word_box`.
+
+    Args:
+        indices: Argmax class per step, shape (n, T).
+        max_probs: Probability of that class, float32, shape (n, T).
+        charset: Labels from `build_charset`.
+
+    Returns:
+        One path per row.
+    """
+    results: list[CtcPath] = []
     for row, probs in zip(indices, max_probs, strict=True):
         selection = np.ones(len(row), dtype=bool)
         selection[1:] = row[1:] != row[:-1]
         selection &= row != _BLANK
-        text = "".join(charset[i] for i in row[selection])
+        labels = [charset[i] for i in row[selection]]
+        text = "".join(labels)
         kept = probs[selection]
         score = float(np.mean(kept)) if len(kept) else 0.0
-        results.append((text, score))
+        # A label of several characters (none in PaddleOCR's dictionaries) gives each its step.
+        repeats = [len(label) for label in labels]
+        columns = np.repeat(np.flatnonzero(selection).astype(np.int32), repeats)
+        results.append(
+            CtcPath(
+                text=text,
+                score=score,
+                columns=columns,
+                probs=np.repeat(kept.astype(np.float32), repeats),
+                steps=len(row),
+            )
+        )
     return results

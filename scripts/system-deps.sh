@@ -12,6 +12,8 @@
 #                       page in it with playwright; playwright's own browser download is never used
 #   postgresql          PostgreSQL's server (initdb, pg_ctl): the tests start their own throwaway one
 #                       for the job store replicas share (tests/postgres.py); no system cluster is used
+#   poppler-utils       pdftotext, pdfimages: tests read our searchable PDFs back as a reader would
+#   qpdf                qpdf --check: tests check our PDFs' structure
 #
 # The PDFs are real documents nobody here wrote; loadtest/pages.py renders them and uses their text
 # layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
@@ -19,7 +21,7 @@
 set -euo pipefail
 
 PACKAGES=(fonts-dejavu-core fonts-wqy-microhei libtasn1-doc shared-mime-info maint-guide
-  maint-guide-zh-cn chromium postgresql)
+  maint-guide-zh-cn chromium postgresql poppler-utils qpdf)
 
 is_installed() {
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

@@ -42,6 +42,14 @@ class UnsupportedMediaType(OcrError):
     default_message = "Unsupported media type"
 
 
+class NotAcceptable(OcrError):
+    """No output format this endpoint makes matches the request's `Accept` header."""
+
+    http_status = 406
+    code = "not_acceptable"
+    default_message = "No acceptable output format"
+
+
 class PayloadTooLarge(OcrError):
     """The request body is over `server.max_body_bytes`."""
 

@@ -1,0 +1,162 @@
+"""Word boxes from the recogniser's CTC alignment, as PaddleOCR's `return_word_box` places them.
+
+The recogniser reads a line crop left to right in T steps (columns); greedy CTC decoding keeps
+the step that emitted each character (`rec_postprocess.decode_ctc_paths`). PaddleOCR's
+`cal_ocr_word_box` turns those steps into boxes: the crop's width is cut into equal cells, one a
+step, over the part of the padded input the crop fills, and a word spans the cells of its
+characters. Here the same, with three differences:
+
+- A word is a run of characters between spaces, split where CJK and other scripts meet, so the
+  words joined back (a space where there was one) give the line's text with its punctuation;
+  PaddleOCR drops punctuation and spaces. A run of CJK characters is one word (PaddleOCR boxes
+  each CJK character on its own).
+- A character's cell extends halfway to its neighbours' steps (CTC emits a character at one
+  step, often near its middle), so a word's box covers its first and last letters whole.
+- Positions along the crop are mapped onto the line's quadrilateral (bilinear), so slanted lines,
+  lines the classifier turned upside down and tall lines read top to bottom get boxes on the
+  page where the text is; PaddleOCR takes the quad's axis-aligned extent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipelines.rec_postprocess import CtcPath
+
+Box = tuple[int, int, int, int]
+"""x0, y0, x1, y1 in page pixels, x1 and y1 exclusive."""
+
+_TALL_CROP_RATIO = 1.5
+"""`pipelines.crop`: a crop this much taller than wide is turned 90 degrees before recognition."""
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One word of a line: its text, its box on the page, and its characters' mean probability."""
+
+    text: str
+    box: Box
+    score: float
+
+
+def is_cjk(char: str) -> bool:
+    """Whether `char` is written without spaces between words: Han, kana, CJK punctuation and
+    full-width forms (Hangul is spaced like Latin)."""
+    code = ord(char)
+    return (
+        0x3000 <= code <= 0x30FF  # CJK punctuation, hiragana, katakana
+        or 0x3400 <= code <= 0x4DBF  # extension A
+        or 0x4E00 <= code <= 0x9FFF  # unified ideographs
+        or 0xF900 <= code <= 0xFAFF  # compatibility ideographs
+        or 0xFF00 <= code <= 0xFFEF  # full-width forms
+        or 0x20000 <= code <= 0x2FFFF  # supplementary ideographs
+    )
+
+
+def split_words(text: str) -> list[tuple[int, int]]:
+    """The words of a line as [start, end) character ranges: runs of non-space characters, cut
+    where a CJK character meets another script."""
+    spans: list[tuple[int, int]] = []
+    start = None
+    for i, char in enumerate(text):
+        if char.isspace():
+            if start is not None:
+                spans.append((start, i))
+                start = None
+            continue
+        if start is not None and is_cjk(char) != is_cjk(text[i - 1]):
+            spans.append((start, i))
+            start = i
+        elif start is None:
+            start = i
+    if start is not None:
+        spans.append((start, len(text)))
+    return spans
+
+
+def line_words(
+    path: CtcPath, poly: np.ndarray, fill: float, flipped: bool = False
+) -> tuple[Word, ...]:
+    """The words of one recognised line, with their boxes on the page.
+
+    Args:
+        path: The line's decoded CTC path.
+        poly: The line's quad on the page, (4, 2), points TL, TR, BR, BL.
+        fill: The share of the recogniser's (padded) input width that the crop's pixels fill,
+            in (0, 1] (PaddleOCR's `wh_ratio / max_wh_ratio`).
+        flipped: The classifier turned the crop upside down before recognition.
+
+    Returns:
+        The words in reading order; () for an empty line.
+
+    Raises:
+        ValueError: `fill` is outside (0, 1] or the path's columns do not match its text.
+    """
+    if not 0 < fill <= 1:
+        raise ValueError(f"fill must be in (0, 1], got {fill}")
+    if len(path.columns) != len(path.text):
+        raise ValueError(f"{len(path.columns)} columns for {len(path.text)} characters")
+    if not path.text:
+        return ()
+    cols = path.steps * fill  # steps over the crop's own pixels
+    left, right = _char_extents(path.columns.astype(np.float64), cols)
+    quad = np.asarray(poly, dtype=np.float64).reshape(4, 2)
+    tall = _is_tall(quad)
+    words = []
+    for start, end in split_words(path.text):
+        t0, t1 = left[start] / cols, right[end - 1] / cols
+        if flipped:
+            t0, t1 = 1 - t1, 1 - t0
+        words.append(
+            Word(
+                text=path.text[start:end],
+                box=_box_on_quad(quad, t0, t1, tall),
+                score=float(np.mean(path.probs[start:end])),
+            )
+        )
+    return tuple(words)
+
+
+def _char_extents(columns: np.ndarray, cols: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each character's [left, right) in steps: its step's cell, widened to halfway towards the
+    neighbouring characters' steps; the first and last mirror their inner halves."""
+    centres = columns + 0.5
+    if len(centres) == 1:
+        return np.array([max(0.0, centres[0] - 1.0)]), np.array([min(cols, centres[0] + 1.0)])
+    mids = (centres[1:] + centres[:-1]) / 2
+    left = np.concatenate([[centres[0] - (mids[0] - centres[0])], mids])
+    right = np.concatenate([mids, [centres[-1] + (centres[-1] - mids[-1])]])
+    return np.clip(left, 0.0, cols), np.clip(right, 0.0, cols)
+
+
+def _is_tall(quad: np.ndarray) -> bool:
+    """The line's crop was turned 90 degrees counter-clockwise (`pipelines.crop`): it reads from
+    the quad's top edge to its bottom."""
+    width = max(np.linalg.norm(quad[0] - quad[1]), np.linalg.norm(quad[2] - quad[3]))
+    height = max(np.linalg.norm(quad[0] - quad[3]), np.linalg.norm(quad[1] - quad[2]))
+    return bool(width > 0 and height / width >= _TALL_CROP_RATIO)
+
+
+def _box_on_quad(quad: np.ndarray, t0: float, t1: float, tall: bool) -> Box:
+    """The page box of the band [t0, t1] of the crop's reading axis."""
+    if tall:
+        corners = [_bilinear(quad, u, v) for u in (0.0, 1.0) for v in (t0, t1)]
+    else:
+        corners = [_bilinear(quad, u, v) for u in (t0, t1) for v in (0.0, 1.0)]
+    xs = [p[0] for p in corners]
+    ys = [p[1] for p in corners]
+    return (
+        int(np.floor(min(xs))),
+        int(np.floor(min(ys))),
+        int(np.ceil(max(xs))),
+        int(np.ceil(max(ys))),
+    )
+
+
+def _bilinear(quad: np.ndarray, u: float, v: float) -> np.ndarray:
+    """The point at (u, v) of the unit square mapped onto the quad TL, TR, BR, BL."""
+    tl, tr, br, bl = quad
+    point: np.ndarray = (1 - u) * (1 - v) * tl + u * (1 - v) * tr + u * v * br + (1 - u) * v * bl
+    return point

@@ -1,0 +1,221 @@
+"""A document's OCR as the output formats read it: pages of blocks of lines of words, in reading
+order, and the original upload the PDF writer builds on.
+
+Built from a request's page results (`page_from_result`) or from the native `/v1/ocr` JSON of a
+page (`page_from_json`: stored job results are rendered later from it). Coordinates are the OCR
+page's pixels, origin top left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipelines.layout import LayoutParams, reading_order
+from pipelines.types import PageResult
+from pipelines.words import Box, Word
+
+__all__ = [
+    "Block",
+    "Box",
+    "Document",
+    "Line",
+    "Page",
+    "Source",
+    "Word",
+    "page_from_json",
+    "page_from_result",
+    "page_json",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One recognised line."""
+
+    text: str
+    score: float
+    poly: tuple[tuple[int, int], ...]
+    """The detected quad, TL, TR, BR, BL."""
+    box: Box
+    """The quad's axis-aligned bounds."""
+    words: tuple[Word, ...]
+    """The line's words with their boxes; one word spanning the line when the recogniser's
+    alignment was not kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Lines read together (a paragraph, or a column's run of lines), in reading order."""
+
+    box: Box
+    lines: tuple[Line, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page: its size in pixels and its blocks in reading order."""
+
+    width: int
+    height: int
+    blocks: tuple[Block, ...]
+    index: int = 0
+    """The page's position in its document (0-based)."""
+
+    @property
+    def lines(self) -> tuple[Line, ...]:
+        """Every line, in reading order."""
+        return tuple(line for block in self.blocks for line in block.lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The original upload: what the PDF writer embeds (images as sent, PDF pages as they are)."""
+
+    media_type: str
+    """`application/pdf`, or the image's type (`image/jpeg`, `image/png`, ...)."""
+    data: bytes | None = None
+    path: str | None = None
+    """Where the file lies instead of `data` (a batch job's stored upload)."""
+
+    def read(self) -> bytes:
+        """The file's bytes."""
+        if self.data is not None:
+            return self.data
+        if self.path is None:
+            raise ValueError("a source needs its data or its path")
+        with open(self.path, "rb") as file:
+            return file.read()
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One uploaded document's OCR."""
+
+    name: str
+    """The upload's file name, without a directory (a title in hOCR and ALTO)."""
+    pages: tuple[Page, ...]
+    source: Source | None = None
+    """None: the PDF output has its text only, on blank pages of the OCR pages' size."""
+
+
+def _bounds(points: np.ndarray) -> Box:
+    xs, ys = points[..., 0], points[..., 1]
+    return (int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max()))
+
+
+def _union(boxes: Sequence[Box]) -> Box:
+    return (
+        min(b[0] for b in boxes),
+        min(b[1] for b in boxes),
+        max(b[2] for b in boxes),
+        max(b[3] for b in boxes),
+    )
+
+
+def make_line(text: str, score: float, poly: Any, words: Sequence[Word] = ()) -> Line:
+    """A line from its quad; without words, one word per space-separated run spanning the line's
+    box is not guessed: the whole line is one word."""
+    quad = np.asarray(poly, dtype=np.int64).reshape(4, 2)
+    box = _bounds(quad)
+    kept = tuple(words) or ((Word(text=text, box=box, score=score),) if text.strip() else ())
+    return Line(
+        text=text,
+        score=score,
+        poly=tuple((int(x), int(y)) for x, y in quad),
+        box=box,
+        words=kept,
+    )
+
+
+def group_blocks(
+    lines: Sequence[Line], blocks: Sequence[Sequence[int]] | None = None
+) -> tuple[Block, ...]:
+    """Lines into blocks: the given blocks (indices into `lines`, in reading order), or those
+    `pipelines.layout.reading_order` finds."""
+    if blocks is None:
+        blocks = reading_order([line.box for line in lines], LayoutParams())
+    return tuple(
+        Block(box=_union([lines[i].box for i in members]), lines=tuple(lines[i] for i in members))
+        for members in blocks
+        if members
+    )
+
+
+def page_from_result(result: PageResult, index: int = 0) -> Page:
+    """A page from the pipeline's result, its lines in reading order."""
+    lines = [
+        make_line(line.text, float(line.score), line.poly, getattr(line, "words", ()))
+        for line in result.lines
+    ]
+    return Page(width=result.width, height=result.height, blocks=group_blocks(lines), index=index)
+
+
+def page_from_json(page: Mapping[str, Any], index: int | None = None) -> Page:
+    """A page from the native `/v1/ocr` JSON of one page (`page_json`): its `blocks` when it has
+    them, else the reading order computed again; its lines' `words` when they have them.
+
+    Raises:
+        ValueError: the JSON is not a native page.
+    """
+    try:
+        lines = [
+            make_line(
+                str(line["text"]),
+                float(line["score"]),
+                line["box"],
+                [
+                    Word(text=str(w["text"]), box=_box(w["box"]), score=float(w["score"]))
+                    for w in line.get("words") or ()
+                ],
+            )
+            for line in page["lines"]
+        ]
+        blocks = [list(block["lines"]) for block in page["blocks"]] if "blocks" in page else None
+        return Page(
+            width=int(page["width"]),
+            height=int(page["height"]),
+            blocks=group_blocks(lines, blocks),
+            index=int(page.get("page", 0)) if index is None else index,
+        )
+    except (KeyError, TypeError, IndexError) as err:
+        raise ValueError(f"not a native OCR page: {err!r}") from err
+
+
+def _box(value: Any) -> Box:
+    x0, y0, x1, y1 = (int(v) for v in value)
+    return (x0, y0, x1, y1)
+
+
+def page_json(result: PageResult, *, words: bool = False, layout: bool = False) -> dict[str, Any]:
+    """The lines of a page as `/v1/ocr` answers them (PaddleOCR's order), with each line's words
+    when `words`, and the page's `blocks` in reading order (indices into `lines`) when `layout`.
+    """
+    body: dict[str, Any] = {
+        "width": result.width,
+        "height": result.height,
+        "lines": [
+            {
+                "text": line.text,
+                "score": float(line.score),
+                "box": line.poly.tolist(),
+                **({"words": _words_json(line)} if words else {}),
+            }
+            for line in result.lines
+        ],
+    }
+    if layout:
+        boxes = [_bounds(np.asarray(line.poly).reshape(4, 2)) for line in result.lines]
+        body["blocks"] = [
+            {"box": list(_union([boxes[i] for i in members])), "lines": members}
+            for members in reading_order(boxes)
+        ]
+    return body
+
+
+def _words_json(line: Any) -> list[dict[str, Any]]:
+    built = make_line(line.text, float(line.score), line.poly, getattr(line, "words", ()))
+    return [{"text": w.text, "box": list(w.box), "score": w.score} for w in built.words]

@@ -1,0 +1,180 @@
+"""Searchable PDF: the pages as sent, with an invisible text layer whose words sit on their boxes.
+
+The text layer is set with fpdf2 (what OCRmyPDF 17 renders its text layers with) in a glyphless
+font (`fonts/Occulta.ttf`) in render mode 3 (invisible): each word at its box's left edge, on a
+baseline a fifth of the box's height above its bottom, its size the box's height and its
+horizontal scaling stretched to the box's width, so a viewer's selection and `pdftotext -bbox`
+find it where the word is printed. Words go in reading order (`Document` pages are), which is
+the order `pdftotext -raw` reads them.
+
+- Image uploads: each page is the image itself, embedded as sent where PDF can hold it (a JPEG
+  stays a JPEG, DCT-encoded, never recompressed; PNG goes in as Flate, as fpdf2 does), else
+  (TIFF, WebP, BMP, GIF, a multi-frame file's frames, a JPEG rotated by its EXIF orientation)
+  losslessly as Flate; the page is the image's size at its resolution (300 dpi when it has none).
+- PDF uploads: the original pages are kept as they are and the text layer is grafted on as an
+  overlay (pikepdf, as OCRmyPDF grafts its layer), never re-rasterised.
+- No source: blank pages of the OCR pages' size with the text layer (a stored job whose upload
+  is gone).
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pikepdf
+from fpdf import FPDF
+from fpdf.enums import TextMode
+from PIL import Image, ImageOps
+
+from serving.outputs.document import Document, Page
+
+MEDIA_TYPE = "application/pdf"
+FONT = Path(__file__).parent / "fonts" / "Occulta.ttf"
+_FONT_NAME = "Occulta"
+_DEFAULT_DPI = 300.0
+_BASELINE = 0.2
+"""The baseline's height above the word box's bottom, in box heights (the font's descent)."""
+_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class _Placement:
+    """Where one OCR page goes in the PDF: its size in points, and points per OCR pixel."""
+
+    width_pt: float
+    height_pt: float
+
+    def scale(self, page: Page) -> tuple[float, float]:
+        return self.width_pt / max(page.width, 1), self.height_pt / max(page.height, 1)
+
+
+def render(document: Document) -> Iterator[bytes]:
+    """The document as a searchable PDF, in pieces of at most 1 MiB.
+
+    Raises:
+        ValueError: the source is a PDF with fewer pages than the document, or an image that
+            does not open.
+    """
+    data = _build(document)
+    for start in range(0, len(data), _CHUNK_BYTES):
+        yield data[start : start + _CHUNK_BYTES]
+
+
+def _build(document: Document) -> bytes:
+    source = document.source
+    if source is not None and source.media_type == "application/pdf":
+        return _graft(document, source.read())
+    pdf = _new_pdf(document)
+    raw = source.read() if source is not None else None
+    for page in document.pages:
+        placement = _Placement(page.width, page.height)
+        if raw is not None:
+            placement = _image_page(pdf, raw, page)
+        else:
+            pdf.add_page(format=(placement.width_pt, placement.height_pt))
+        _text_layer(pdf, page, placement)
+    return bytes(pdf.output())
+
+
+def _new_pdf(document: Document) -> FPDF:
+    pdf = FPDF(unit="pt")
+    pdf.set_auto_page_break(False)
+    pdf.set_margin(0)
+    pdf.set_creator("ocr-serving")
+    pdf.set_title(document.name)
+    pdf.add_font(_FONT_NAME, fname=str(FONT))
+    pdf.set_font(_FONT_NAME, size=10)
+    return pdf
+
+
+def _image_page(pdf: FPDF, raw: bytes, page: Page) -> _Placement:
+    """Adds a page holding frame `page.index` of the image, returns where its OCR page lies."""
+    with warnings.catch_warnings(action="ignore"), Image.open(io.BytesIO(raw)) as image:
+        frames = getattr(image, "n_frames", 1)
+        if page.index >= frames:
+            raise ValueError(f"page {page.index} of an image of {frames} frames")
+        image.seek(page.index)
+        dpi = _dpi(image)
+        as_sent = (
+            frames == 1
+            and image.format in ("JPEG", "PNG")
+            and image.getexif().get(0x0112, 1) in (0, 1)  # no EXIF rotation
+        )
+        if as_sent:
+            width, height = image.size
+            picture: bytes | Image.Image = raw
+        else:
+            frame = ImageOps.exif_transpose(image) if frames == 1 else image.copy()
+            if frame.mode not in ("RGB", "L", "1", "RGBA", "LA"):
+                frame = frame.convert("RGBA" if "A" in frame.getbands() else "RGB")
+            width, height = frame.size
+            picture = frame
+    placement = _Placement(width * 72.0 / dpi[0], height * 72.0 / dpi[1])
+    pdf.add_page(format=(placement.width_pt, placement.height_pt))
+    pdf.image(
+        io.BytesIO(picture) if isinstance(picture, bytes) else picture,
+        x=0,
+        y=0,
+        w=placement.width_pt,
+        h=placement.height_pt,
+    )
+    return placement
+
+
+def _dpi(image: Image.Image) -> tuple[float, float]:
+    info = image.info.get("dpi")
+    try:
+        x, y = (float(v) for v in info) if info else (0.0, 0.0)
+    except (TypeError, ValueError):
+        x = y = 0.0
+    if x < 10 or y < 10:  # absent, or a placeholder such as 1 x 1
+        return _DEFAULT_DPI, _DEFAULT_DPI
+    return x, y
+
+
+def _text_layer(pdf: FPDF, page: Page, placement: _Placement) -> None:
+    """The page's words, invisible, each on its box."""
+    sx, sy = placement.scale(page)
+    pdf.text_mode = TextMode.INVISIBLE
+    for line in page.lines:
+        for word in line.words:
+            x0, y0, x1, y1 = word.box
+            height = max(y1 - y0, 1) * sy
+            width = max(x1 - x0, 1) * sx
+            pdf.set_font(_FONT_NAME, size=height)
+            pdf.set_stretching(100)
+            natural = pdf.get_string_width(word.text)
+            if natural <= 0:
+                continue
+            pdf.set_stretching(100 * width / natural)
+            pdf.text(x0 * sx, y1 * sy - _BASELINE * height, word.text)
+    pdf.set_stretching(100)
+    pdf.text_mode = TextMode.FILL
+
+
+def _graft(document: Document, original: bytes) -> bytes:
+    """The original PDF with each OCR page's text layer laid over its page."""
+    with pikepdf.open(io.BytesIO(original)) as pdf:
+        if any(page.index >= len(pdf.pages) for page in document.pages):
+            raise ValueError(f"the PDF has {len(pdf.pages)} pages; the OCR has more")
+        layer = _new_pdf(document)
+        boxes = []
+        for page in document.pages:
+            box = pikepdf.Rectangle(pdf.pages[page.index].cropbox)
+            rotate = int(pdf.pages[page.index].obj.get("/Rotate", 0)) % 180
+            width, height = (box.height, box.width) if rotate else (box.width, box.height)
+            placement = _Placement(float(width), float(height))
+            layer.add_page(format=(placement.width_pt, placement.height_pt))
+            _text_layer(layer, page, placement)
+            boxes.append(box)
+        with pikepdf.open(io.BytesIO(bytes(layer.output()))) as text:
+            for page, text_page, box in zip(document.pages, text.pages, boxes, strict=True):
+                target = pdf.pages[page.index]
+                target.add_overlay(pdf.copy_foreign(text_page.as_form_xobject()), box)
+            out = io.BytesIO()
+            pdf.save(out)
+    return out.getvalue()
