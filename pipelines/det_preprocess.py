@@ -81,6 +81,26 @@ def det_input_size(h: int, w: int, params: DetParams) -> tuple[int, int]:
     return max(round(resize_h / 32) * 32, 32), max(round(resize_w / 32) * 32, 32)
 
 
+def det_bucket(h: int, w: int, step: int) -> tuple[int, int]:
+    """Bucketed batching: the (H, W) a detector input of (h, w) is padded to, each side rounded
+    up to a multiple of `step` (`DetParams.pad_step_px`); (h, w) itself when `step` is 0."""
+    if step <= 0:
+        return h, w
+    return -(-h // step) * step, -(-w // step) * step
+
+
+def pad_det_input(tensor: np.ndarray, step: int) -> np.ndarray:
+    """A (C, H, W) detector input zero-padded at the bottom and right to its `det_bucket`; the
+    tensor itself when it is already that size."""
+    c, h, w = tensor.shape
+    bucket_h, bucket_w = det_bucket(h, w, step)
+    if (bucket_h, bucket_w) == (h, w):
+        return tensor
+    padded = np.zeros((c, bucket_h, bucket_w), tensor.dtype)
+    padded[:, :h, :w] = tensor
+    return padded
+
+
 def _normalize_chw(img: np.ndarray) -> np.ndarray:
     # NormalizeImage (x.astype(float32) * alpha + beta per channel) followed by ToCHWImage.
     h, w = img.shape[:2]

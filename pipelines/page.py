@@ -21,7 +21,7 @@ from pipelines.cls_postprocess import apply_orientation, classify_orientation
 from pipelines.cls_preprocess import plan_cls_batches
 from pipelines.crop import crop_text_lines, sort_quad_boxes
 from pipelines.det_postprocess import postprocess_det
-from pipelines.det_preprocess import preprocess_det
+from pipelines.det_preprocess import det_input_size, pad_det_input, preprocess_det
 from pipelines.rec_postprocess import decode_ctc
 from pipelines.rec_preprocess import plan_rec_chunks
 from pipelines.stages import Stage
@@ -74,7 +74,8 @@ def prepare(image: np.ndarray, det_params: DetParams) -> Step:
     state = PageState(
         width=det_input.src_w, height=det_input.src_h, awaiting="det", batches=((0,),)
     )
-    return Step(state, [det_input.tensor[np.newaxis]])
+    tensor = pad_det_input(det_input.tensor, det_params.pad_step_px)  # bucketed batching's
+    return Step(state, [tensor[np.newaxis]])
 
 
 def after_det(
@@ -103,6 +104,9 @@ def after_det(
     (prob_map,) = maps
     if prob_map.ndim != 3 or prob_map.shape[0] != 1:
         raise ValueError(f"expected a (1, H, W) detector output, got {prob_map.shape}")
+    # The map of the page's own input, less what bucketed batching padded (`prepare`).
+    input_h, input_w = det_input_size(state.height, state.width, det_params)
+    prob_map = prob_map[:, :input_h, :input_w]
     quads = sort_quad_boxes(postprocess_det(prob_map[0], (state.height, state.width), det_params))
     crops, polys = crop_text_lines(image, quads)
     if cls_params is None:

@@ -56,7 +56,9 @@ def plan_rec_chunks(crops: Sequence[np.ndarray], params: RecParams) -> list[RecC
     Crops are stably sorted by width/height ascending and cut into chunks of `batch_size`. Each
     crop is normalised with its own ratio `max(min_width / image_height, w / h)`; each chunk is
     then zero-padded to its widest member and stacked. Recognition scores depend on this padding,
-    so reproducing it is what makes results match PaddleOCR.
+    so reproducing it is what makes results match PaddleOCR. With `params.pad_widths_px`
+    (bucketed batching) the sorted crops are first grouped by width bucket, and each chunk is
+    padded to its bucket instead (`_width_groups`): not PaddleOCR's padding.
 
     Args:
         crops: The page's BGR line crops, in `dt_polys` order.
@@ -68,18 +70,47 @@ def plan_rec_chunks(crops: Sequence[np.ndarray], params: RecParams) -> list[RecC
     ratios = [c.shape[1] / float(c.shape[0]) for c in crops]
     order = sorted(range(len(crops)), key=lambda i: ratios[i])
     base_ratio = params.min_width / params.image_height
+    # OCRReisizeNormImg.resize: max_wh_ratio = max(imgW / imgH, w * 1.0 / h), per crop.
+    crop_ratios = [max(base_ratio, ratio) for ratio in ratios]
+    groups = [(0, order)]
+    if params.pad_widths_px:
+        groups = _width_groups(order, crop_ratios, params)
     chunks: list[RecChunk] = []
-    for start in range(0, len(order), params.batch_size):
-        indices = tuple(order[start : start + params.batch_size])
-        # OCRReisizeNormImg.resize: max_wh_ratio = max(imgW / imgH, w * 1.0 / h), per crop.
-        images = [resize_norm_rec(crops[i], max(base_ratio, ratios[i]), params) for i in indices]
-        chunks.append(RecChunk(indices=indices, tensor=_pad_and_stack(images)))
+    for width, members in groups:
+        for start in range(0, len(members), params.batch_size):
+            indices = tuple(members[start : start + params.batch_size])
+            images = [resize_norm_rec(crops[i], crop_ratios[i], params) for i in indices]
+            chunks.append(RecChunk(indices=indices, tensor=_pad_and_stack(images, width)))
     return chunks
 
 
-def _pad_and_stack(images: list[np.ndarray]) -> np.ndarray:
-    # Mirrors text_recognition ToBatch: zero-pad on the right to the widest, then stack.
-    max_width = max(img.shape[2] for img in images)
+def rec_input_width(max_wh_ratio: float, params: RecParams) -> int:
+    """The width `resize_norm_rec` gives a crop normalised with `max_wh_ratio`."""
+    return min(int(params.image_height * max_wh_ratio), params.max_width)
+
+
+def width_bucket(width: int, widths: Sequence[int]) -> int:
+    """The first of `widths` (ascending) that holds `width`; `width` itself beyond the last."""
+    return next((bucket for bucket in widths if bucket >= width), width)
+
+
+def _width_groups(
+    order: Sequence[int], crop_ratios: Sequence[float], params: RecParams
+) -> list[tuple[int, list[int]]]:
+    """Bucketed batching: the crops (in `order`) grouped by the width bucket that holds each,
+    narrowest first; each chunk is then padded to its bucket, whatever its companions, so a
+    crop reads the same in any batch, and chunks of one bucket from any page batch together."""
+    groups: dict[int, list[int]] = {}
+    for i in order:
+        width = width_bucket(rec_input_width(crop_ratios[i], params), params.pad_widths_px)
+        groups.setdefault(width, []).append(i)
+    return sorted(groups.items())
+
+
+def _pad_and_stack(images: list[np.ndarray], width: int = 0) -> np.ndarray:
+    # Mirrors text_recognition ToBatch: zero-pad on the right to the widest (or to `width`,
+    # bucketed batching's), then stack.
+    max_width = max(width, *(img.shape[2] for img in images))
     batch = np.zeros((len(images), *images[0].shape[:2], max_width), dtype=np.float32)
     for k, img in enumerate(images):
         batch[k, :, :, : img.shape[2]] = img

@@ -27,6 +27,10 @@ class DetParams:
     box_thresh: float = 0.6
     unclip_ratio: float = 1.5
     max_candidates: int = 1000
+    pad_step_px: int = 0
+    """Bucketed batching (`[engine] batching`): the detector's input is zero-padded at the bottom
+    and right up to a multiple of this in height and width, so pages of different sizes share a
+    batch, and the map is cropped back; 0 (PaddleOCR's): each page at its own size."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +44,10 @@ class RecParams:
     batch_size: int = 6
     """Crops of one page per padded chunk, as PaddleOCR does (results depend on the padding)."""
     score_thresh: float = 0.0
+    pad_widths_px: tuple[int, ...] = ()
+    """Bucketed batching (`[engine] batching`), ascending: each crop is zero-padded to the first
+    of these widths that holds it (wider ones keep their own), whatever its chunk, so chunks of
+    one width from any page share a batch; () (PaddleOCR's): each chunk padded to its widest."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -60,6 +60,14 @@ class Metrics:
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
+        self.batch_pages = Histogram(
+            "ocr_batch_pages",
+            "Pages whose rows share a predictor call (more than one: the batch filled across "
+            "pages and requests; `[engine] batching`).",
+            ["stage", "device"],
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
         self.inference_seconds = Histogram(
             "ocr_inference_seconds",
             "Batch round trip to a device worker.",

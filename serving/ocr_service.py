@@ -20,6 +20,7 @@ from serving.inputs import DecodeLimits, FileKind, fit_side
 from serving.page_image import page_png
 from serving.request_options import OcrOptions
 from serving.scheduling.admission import Admission
+from serving.scheduling.batch_shapes import BatchShapes
 from serving.scheduling.batching import Scheduler, WorkItem
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.scheduling.page_memory import MIN_SCALED_SIDE_PX, PageCosts
@@ -116,6 +117,7 @@ class OcrService:
         prefix: str,
         clock: Callable[[], float] = time.monotonic,
         page_costs: Callable[[], PageCosts] = PageCosts,
+        batch_shapes: BatchShapes | None = None,
     ) -> None:
         self.cpu = cpu
         self.scheduler = scheduler
@@ -128,6 +130,8 @@ class OcrService:
         self._clock = clock
         self.page_costs = page_costs
         """The page cost model now (device workers report their engines' costs when ready)."""
+        self.batch_shapes = batch_shapes
+        """Bucketed batching's padding targets (`[engine] batching`); None: exact mode."""
 
     async def ocr(
         self,
@@ -303,6 +307,8 @@ class OcrService:
         """Decode one page once the budget has room for it, and OCR it; the room is held until
         its result is assembled, but for what its detection held, given back once that is done
         (pages waiting on recognition then leave room for others' detection)."""
+        if self.batch_shapes is not None:
+            options = self.batch_shapes.apply(options)
         held = charge.cost
         await self.budget.acquire(held)
 
@@ -385,8 +391,13 @@ class OcrService:
         """Run the inference `step` awaits, then `cpu_step(step, outputs, *args)` in the pool; the
         step's segments and the outputs' are freed whatever happens."""
         try:
+            # Names the page among the items of this stage (the metric of pages a batch).
+            page = step.inputs[0].name if step.inputs else None
             outputs = await asyncio.gather(
-                *(self._infer(step.state.awaiting, ref, deadline, priority) for ref in step.inputs)
+                *(
+                    self._infer(step.state.awaiting, ref, deadline, priority, page)
+                    for ref in step.inputs
+                )
             )
             try:
                 # Every step but the last submits the page's next stage.
@@ -397,7 +408,9 @@ class OcrService:
         finally:
             free_segments(step)
 
-    async def _infer(self, stage: str, payload: shm.ShmRef, deadline: float, priority: int) -> Any:
+    async def _infer(
+        self, stage: str, payload: shm.ShmRef, deadline: float, priority: int, page: str | None
+    ) -> Any:
         rows, _, height, width = payload.shape
         bucket: Any
         if stage == "det":  # pages of one size, charged by pixels
@@ -414,6 +427,7 @@ class OcrService:
             priority=priority,
             deadline=deadline,
             future=future,
+            page=page,
         )
         self.scheduler.submit(item)
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from models.bundle import ModelBundle, load_bundle
+from models.engine_options import device_kind
 from models.registry import get_backend
 from serving.config import STAGES, AppConfig
 from serving.engine import PRECISION_KEYS, engine_choice
@@ -25,6 +26,7 @@ from serving.metrics import Metrics
 from serving.ocr_service import OcrService
 from serving.request_options import OcrOptions, request_options
 from serving.scheduling.admission import Admission
+from serving.scheduling.batch_shapes import BatchShapes, batching_mode
 from serving.scheduling.batching import Scheduler
 from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
@@ -248,6 +250,7 @@ class Runtime:
             max_frames_per_document=config.input.max_frames_per_document,
             max_page_side_px=config.input.max_page_side_px,
         )
+        batching = batching_mode(config.engine.batching, (device_kind(s.device) for s in specs))
         service = OcrService(
             cpu=cpu,
             scheduler=scheduler,
@@ -256,6 +259,7 @@ class Runtime:
             budget=budget,
             prefix=prefix,
             page_costs=lambda: PageCosts.measured(w.info for w in devices.workers),
+            batch_shapes=BatchShapes.of(batching, config.engine.torch),
         )
         return cls(
             config=config,
@@ -320,6 +324,7 @@ class Runtime:
                 **self.service.page_costs().describe(),
             },
             "cost_model": self.scheduler.placement.model.describe(),
+            "batching": "exact" if self.service.batch_shapes is None else "bucketed",
         }
         if self.startup_error:
             body["error"] = self.startup_error

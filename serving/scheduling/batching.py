@@ -49,6 +49,9 @@ class WorkItem:
     enqueued_at: float = 0.0
     attempts: int = 0
     """How many times a device worker died while holding this item."""
+    page: Hashable = None
+    """The page the item is part of (any key unique to it), for the pages-a-batch metric;
+    None where unknown."""
 
     @property
     def abandoned(self) -> bool:

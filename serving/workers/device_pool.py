@@ -335,6 +335,11 @@ class DevicePool:
             rows,
         )
         self.metrics.batch_size.labels(stage=stage, device=worker.spec.name).observe(rows)
+        pages = {item.page for item in batch if item.page is not None}
+        if pages:
+            self.metrics.batch_pages.labels(stage=stage, device=worker.spec.name).observe(
+                len(pages)
+            )
         wait = self.metrics.queue_wait_seconds.labels(stage=stage)
         for item in batch:
             wait.observe(max(0.0, now - item.enqueued_at))
