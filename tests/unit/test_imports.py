@@ -8,7 +8,7 @@ works or fails depending on which side is imported first.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -66,10 +66,22 @@ def _imported(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
     return modules if len(modules) == len(node.names) else modules | {base}
 
 
-def _imports(name: str, *, module_level: bool) -> set[str]:
-    """Our modules that module `name` imports (at module level, or anywhere in it)."""
+def _run_time(node: ast.AST) -> Iterator[ast.AST]:
+    """`node` and everything under it but `if TYPE_CHECKING:` blocks (never run)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if not (isinstance(child, ast.stmt) and _is_type_checking(child)):
+            yield from _run_time(child)
+
+
+def _imports(name: str, *, module_level: bool, typing: bool = True) -> set[str]:
+    """Our modules that module `name` imports (at module level, or anywhere in it; with
+    `typing=False`, not counting `if TYPE_CHECKING:` blocks)."""
     tree = ast.parse(MODULES[name].read_text("utf-8"), str(MODULES[name]))
-    nodes = _module_level(tree.body) if module_level else ast.walk(tree)
+    if module_level:
+        nodes: Iterable[ast.AST] = _module_level(tree.body)
+    else:
+        nodes = ast.walk(tree) if typing else _run_time(tree)
     found: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -123,6 +135,19 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _mutual(uses: dict[str, set[str]]) -> list[str]:
+    """The pairs of modules that import each other (a package and its own modules aside)."""
+    return sorted(
+        f"{name} <-> {other}"
+        for name, targets in uses.items()
+        for other in targets
+        if name < other
+        and name in uses.get(other, ())
+        and not other.startswith(f"{name}.")
+        and not name.startswith(f"{other}.")
+    )
+
+
 def _graph() -> dict[str, set[str]]:
     """Module-level imports between our modules, without the arrow from a module to the
     packages above it (importing `a.b.c` runs `a/__init__.py` first: that is no circle)."""
@@ -162,18 +187,12 @@ def test_no_two_modules_import_each_other() -> None:
 
 def test_no_two_modules_import_each_other_even_inside_a_function() -> None:
     """A deferred import hides a pair from the check above, not from a reader: two modules that
-    each need the other want a third that both use (as `serving.batch.plan` for `ocr-batch`)."""
-    uses = {name: _ours(_imports(name, module_level=False)) - {name} for name in MODULES}
-    pairs = sorted(
-        f"{name} <-> {other}"
-        for name, targets in uses.items()
-        for other in targets
-        if name < other
-        and name in uses[other]
-        and not other.startswith(f"{name}.")
-        and not name.startswith(f"{other}.")
-    )
-    assert pairs == []
+    each need the other want a third that both use (as `serving.batch.plan` for `ocr-batch`).
+    A name imported only for type hints (`if TYPE_CHECKING:`) is no such need."""
+    uses = {
+        name: _ours(_imports(name, module_level=False, typing=False)) - {name} for name in MODULES
+    }
+    assert _mutual(uses) == []
 
 
 def test_the_jobs_server_imports_nothing_from_ocr_batch() -> None:
@@ -194,5 +213,8 @@ def test_the_checks_see_deferred_imports_and_circles() -> None:
     deferred = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert _imported("models.convert", deferred[0]) == {"serving.config"}
     assert list(_module_level(tree.body)) == []  # run on import: not the function
+    hinted = ast.parse("if TYPE_CHECKING:\n    import a\ndef f():\n    import b\n")
+    assert [n.names[0].name for n in _run_time(hinted) if isinstance(n, ast.Import)] == ["b"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _mutual({"a": {"b", "c"}, "b": {"a"}, "c": set(), "c.d": {"c"}}) == ["a <-> b"]
     assert "models.convert" in _graph()["models.onnx_predictor"]
