@@ -21,6 +21,7 @@ from loadtest.sim.config import SimConfig, default_queues
 from loadtest.sim.model import HostModel
 from loadtest.sim.traffic import TrafficConfig
 from serving.config import QueueConfig
+from serving.scheduling.batch_shapes import BatchingSetting, batching_mode
 
 BENCH_CLIENT_GAP_S = 0.3
 """The bench's client between an answer and its next request: at c=1 it did 0.196 pages/s (5.1 s a
@@ -42,6 +43,8 @@ class ScenarioOptions:
     gpu_inflight_batches: int | None = None
     cpu_priority: bool = True
     rec_width_multiple: int | None = None
+    batching: BatchingSetting = "auto"
+    """`[engine] batching`: "auto" is bucketed where a GPU serves, as the server decides."""
     job_max_inflight_pages: int | None = None
     job_min_share: float | None = None
     job_pages: int | None = None
@@ -190,6 +193,8 @@ def build(name: str, options: ScenarioOptions) -> SimConfig:
         traffic = replace(traffic, concurrency=options.concurrency)
     if options.rec_width_multiple is not None:
         traffic = replace(traffic, rec_width_multiple=options.rec_width_multiple)
+    kinds = [device.kind for device in config.devices]
+    traffic = replace(traffic, batching=batching_mode(options.batching, kinds))
     if options.job_pages is not None:
         traffic = replace(traffic, job_pages=options.job_pages)
     if options.job_max_inflight_pages is not None:

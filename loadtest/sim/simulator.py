@@ -21,6 +21,7 @@ from loadtest.sim.calibration import GpuAssumptions
 from loadtest.sim.report import markdown_table, write_overview, write_run
 from loadtest.sim.run import run_simulation
 from loadtest.sim.scenarios import SCENARIOS, ScenarioOptions, build
+from serving.scheduling.batch_shapes import BATCHING_SETTINGS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-rec-fixed-share", type=float, default=gpu.rec_fixed_share)
     parser.add_argument(
         "--rec-width-multiple", type=int, help="what if rec chunk widths were rounded up"
+    )
+    parser.add_argument(
+        "--batching",
+        choices=BATCHING_SETTINGS,
+        default="auto",
+        help="[engine] batching; auto: bucketed where a GPU serves, as the server",
     )
     parser.add_argument("--job-pages", type=int, help="background job pages; -1: endless; 0: none")
     parser.add_argument("--job-max-inflight-pages", type=int, help="jobs.max_inflight_pages")
@@ -90,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gpu_inflight_batches=args.gpu_inflight_batches,
         cpu_priority=not args.cpu_fifo,
         rec_width_multiple=args.rec_width_multiple,
+        batching=args.batching,
         job_max_inflight_pages=args.job_max_inflight_pages,
         job_min_share=args.job_min_share,
         job_pages=args.job_pages,

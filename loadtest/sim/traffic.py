@@ -4,7 +4,10 @@ closed-loop clients, background job pages), drawn from one seeded random generat
 A page is reduced to what the scheduler and the latency models see: its detector input shape
 (`pipelines.det_preprocess.det_input_size`, the server's own rounding), its text lines, and its
 recognition chunks, cut as `pipelines.rec_preprocess.plan_rec_chunks` cuts them: lines sorted by
-width, 6 per chunk, padded to the chunk's widest, at least 320 and at most 3200 px wide.
+width, 6 per chunk, padded to the chunk's widest, at least 320 and at most 3200 px wide. With
+`TrafficConfig.batching = "bucketed"` (`[engine] batching`), as the server pads then: lines
+grouped by width bucket and each chunk padded to its bucket, the detector input padded to
+multiples of `det_step_px`; batch costs (padded pixels, padded width x rows) follow.
 """
 
 from __future__ import annotations
@@ -13,9 +16,14 @@ import bisect
 import random
 from dataclasses import dataclass, field
 
-from pipelines.det_preprocess import det_input_size
+from models.torch_options import TorchOptions
+from pipelines.det_preprocess import det_bucket, det_input_size
+from pipelines.rec_preprocess import width_bucket
 from pipelines.types import DetParams, RecParams
 from serving.config import JobsConfig
+from serving.scheduling.batch_shapes import BatchingMode
+
+_TORCH = TorchOptions()
 
 LINE_WIDTH_QUANTILES = (36, 42, 131, 296, 446, 680, 997, 1356, 1716, 1788, 1971, 2132, 2558)
 """Widths of the bench's 307 text lines resized to height 48 (px), at quantiles 0, 0.05, 0.1,
@@ -95,6 +103,12 @@ class TrafficConfig:
     rec_width_multiple: int = 1
     """Round recognition chunk widths up to a multiple of this (1: exact, as the server does;
     larger: what if chunks were padded further so that more of them batch together)."""
+    batching: BatchingMode = "exact"
+    """`[engine] batching` as the server runs it (`scenarios.build` resolves "auto")."""
+    rec_widths_px: tuple[int, ...] = _TORCH.rec_widths_px
+    """Bucketed mode's width buckets (`[engine.torch] rec_widths_px`)."""
+    det_step_px: int = _TORCH.det_step_px
+    """Bucketed mode's detector step (`[engine.torch] det_step_px`)."""
     timeout_s: float = 300.0
     """`server.request_timeout_s`: a request not answered by then gets 504."""
     cancel_share: float = 0.0
@@ -204,7 +218,9 @@ class TrafficSource:
     def bench_page(self, index: int) -> PageSpec:
         """The bench's page `index` (modulo its 8)."""
         width, height, chunks = BENCH_PAGES[index % len(BENCH_PAGES)]
-        det_h, det_w = det_input_size(height, width, self.det)
+        det_h, det_w = self._det_size(height, width)
+        # Bucketed: each measured chunk at its widest line's bucket (its narrower lines may fall
+        # in a smaller one on the server: an upper bound on the padding).
         chunks = tuple((rows, self._round(w)) for rows, w in chunks)
         return PageSpec(det_h, det_w, sum(rows for rows, _ in chunks), chunks)
 
@@ -217,26 +233,42 @@ class TrafficSource:
         rng = rng or self._requests
         pick = rng.random() * self._cum_weights[-1]
         kind = c.page_kinds[bisect.bisect_right(self._cum_weights, pick)]
-        det_h, det_w = det_input_size(kind.height, kind.width, self.det)
+        det_h, det_w = self._det_size(kind.height, kind.width)
         lines = rng.randint(*c.lines)
         widths = sorted(line_width(rng.random()) for _ in range(lines))
         return PageSpec(det_h, det_w, lines, self.chunks(widths))
 
     def chunks(self, sorted_widths: list[int]) -> tuple[tuple[int, int], ...]:
-        """Recognition chunks of lines sorted by width, as the server cuts them."""
+        """Recognition chunks of lines sorted by width, as the server cuts them (bucketed: the
+        lines of each width bucket apart, each chunk at its bucket's width)."""
         size = self.rec.batch_size
+        widths = [min(self.rec.max_width, max(self.rec.min_width, w)) for w in sorted_widths]
+        groups: dict[int, list[int]] = {0: widths}
+        if self.config.batching == "bucketed":
+            groups = {}
+            for w in widths:
+                groups.setdefault(width_bucket(w, self.config.rec_widths_px), []).append(w)
         out = []
-        for start in range(0, len(sorted_widths), size):
-            part = sorted_widths[start : start + size]
-            width = min(self.rec.max_width, max(self.rec.min_width, part[-1]))
-            out.append((len(part), self._round(width)))
+        for _, members in sorted(groups.items()):
+            for start in range(0, len(members), size):
+                part = members[start : start + size]
+                out.append((len(part), self._round(part[-1])))
         return tuple(out)
 
     def _round(self, width: int) -> int:
+        if self.config.batching == "bucketed":
+            return width_bucket(width, self.config.rec_widths_px)
         multiple = self.config.rec_width_multiple
         if multiple <= 1:
             return width
         return min(self.rec.max_width, -(-width // multiple) * multiple)
+
+    def _det_size(self, height: int, width: int) -> tuple[int, int]:
+        """The detector input of a `width` x `height` page, padded to its bucket when bucketed."""
+        det_h, det_w = det_input_size(height, width, self.det)
+        if self.config.batching == "bucketed":
+            return det_bucket(det_h, det_w, self.config.det_step_px)
+        return det_h, det_w
 
 
 def line_width(u: float) -> int:
