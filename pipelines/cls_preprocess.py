@@ -7,15 +7,12 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from pipelines.pixels import Pixels, normalize
 from pipelines.types import ClsParams
 
-# NormalizeImage from PP-LCNet_x1_0_textline_ori's inference.yml (scale 1/255, ImageNet mean/std),
-# applied after PaddleX's ReadImage(format="RGB") turned the BGR crop into RGB.
-_SCALE = 1.0 / 255
-_MEAN = (0.485, 0.456, 0.406)
-_STD = (0.229, 0.224, 0.225)
-_ALPHA = tuple(np.float32(_SCALE / s) for s in _STD)
-_BETA = tuple(np.float32(-m / s) for m, s in zip(_MEAN, _STD, strict=True))
+# NormalizeImage from PP-LCNet_x1_0_textline_ori's inference.yml (scale 1/255, ImageNet mean/std,
+# the detector's constants: `pipelines.pixels`), applied after PaddleX's ReadImage(format="RGB")
+# turned the BGR crop into RGB.
 
 
 def preprocess_cls(crop: np.ndarray, params: ClsParams) -> np.ndarray:
@@ -36,22 +33,28 @@ def preprocess_cls(crop: np.ndarray, params: ClsParams) -> np.ndarray:
     Raises:
         ValueError: If the crop is not (h, w, 3) with positive sides.
     """
+    tensor: np.ndarray = normalize("cls", resize_cls(crop, params)[np.newaxis])[0]
+    return tensor
+
+
+def resize_cls(crop: np.ndarray, params: ClsParams) -> np.ndarray:
+    """`preprocess_cls` less the normalisation: uint8 RGB (3, image_height, image_width).
+
+    Raises:
+        ValueError: If the crop is not (h, w, 3) with positive sides.
+    """
     if crop.ndim != 3 or crop.shape[2] != 3 or crop.shape[0] < 1 or crop.shape[1] < 1:
         raise ValueError(f"expected a BGR crop of shape (h, w, 3), got {crop.shape}")
     rgb = cv2.cvtColor(crop, cv2.COLOR_BGR2RGB)
     width, height = params.image_width, params.image_height
     if rgb.shape[1] != width or rgb.shape[0] != height:
         rgb = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_LINEAR)
-    out = np.empty((3, height, width), np.float32)
-    for c in range(3):
-        np.multiply(rgb[:, :, c], _ALPHA[c], out=out[c], dtype=np.float32)
-        out[c] += _BETA[c]
-    return out
+    return rgb.transpose((2, 0, 1))
 
 
 def plan_cls_batches(
     crops: Sequence[np.ndarray], params: ClsParams
-) -> list[tuple[tuple[int, ...], np.ndarray]]:
+) -> list[tuple[tuple[int, ...], Pixels]]:
     """Cuts a page's crops into classifier batches, in order, as PaddleOCR's pipeline does.
 
     Args:
@@ -59,10 +62,10 @@ def plan_cls_batches(
         params: Classifier input size and batch size.
 
     Returns:
-        (indices into `crops`, float32 tensor of shape (n, 3, image_height, image_width)) pairs.
+        (indices into `crops`, uint8 pixels of shape (n, 3, image_height, image_width)) pairs.
     """
-    batches: list[tuple[tuple[int, ...], np.ndarray]] = []
+    batches: list[tuple[tuple[int, ...], Pixels]] = []
     for start in range(0, len(crops), params.batch_size):
         indices = tuple(range(start, min(start + params.batch_size, len(crops))))
-        batches.append((indices, np.stack([preprocess_cls(crops[i], params) for i in indices])))
+        batches.append((indices, Pixels(np.stack([resize_cls(crops[i], params) for i in indices]))))
     return batches

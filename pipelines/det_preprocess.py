@@ -1,4 +1,5 @@
-"""Detection preprocessing: resize a BGR page to multiples of 32 and normalise it to CHW float32."""
+"""Detection preprocessing: resize a BGR page to multiples of 32, as uint8 CHW pixels; the model's
+float32 input is normalised where it runs (`pipelines.pixels`)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,6 @@ import cv2
 import numpy as np
 
 from pipelines.types import DetInput, DetParams
-
-# NormalizeImage constants from the detector's inference.yml, applied to BGR channels as they are.
-_SCALE = 1.0 / 255.0
-_MEAN = (0.485, 0.456, 0.406)
-_STD = (0.229, 0.224, 0.225)
-# PaddleX multiplies float32 planes by Python floats, which numpy casts to float32 first.
-_ALPHA = tuple(np.float32(_SCALE / s) for s in _STD)
-_BETA = tuple(np.float32(-m / s) for m, s in zip(_MEAN, _STD, strict=True))
 
 
 def preprocess_det(image: np.ndarray, params: DetParams) -> DetInput:
@@ -24,7 +17,8 @@ def preprocess_det(image: np.ndarray, params: DetParams) -> DetInput:
         params: Resize limits.
 
     Returns:
-        The normalised (3, H', W') float32 tensor, with the source size and the resize ratios.
+        The resized (3, H', W') uint8 pixels (`DetInput.tensor`: the normalised float32 tensor),
+        with the source size and the resize ratios.
 
     Raises:
         ValueError: If the image is not (H, W, 3) with positive sides, or the limit type is unknown.
@@ -37,7 +31,11 @@ def preprocess_det(image: np.ndarray, params: DetParams) -> DetInput:
         img = _pad_to_32(img)
     img, ratio_h, ratio_w = _resize_type0(img, params)
     return DetInput(
-        tensor=_normalize_chw(img), src_h=src_h, src_w=src_w, ratio_h=ratio_h, ratio_w=ratio_w
+        pixels=np.ascontiguousarray(img.transpose((2, 0, 1))),
+        src_h=src_h,
+        src_w=src_w,
+        ratio_h=ratio_h,
+        ratio_w=ratio_w,
     )
 
 
@@ -99,13 +97,3 @@ def pad_det_input(tensor: np.ndarray, step: int) -> np.ndarray:
     padded = np.zeros((c, bucket_h, bucket_w), tensor.dtype)
     padded[:, :h, :w] = tensor
     return padded
-
-
-def _normalize_chw(img: np.ndarray) -> np.ndarray:
-    # NormalizeImage (x.astype(float32) * alpha + beta per channel) followed by ToCHWImage.
-    h, w = img.shape[:2]
-    out = np.empty((3, h, w), np.float32)
-    for c in range(3):
-        np.multiply(img[:, :, c], _ALPHA[c], out=out[c], dtype=np.float32)
-        out[c] += _BETA[c]
-    return out

@@ -22,6 +22,7 @@ from pipelines.cls_preprocess import plan_cls_batches
 from pipelines.crop import crop_text_lines, sort_quad_boxes
 from pipelines.det_postprocess import postprocess_det
 from pipelines.det_preprocess import det_input_size, pad_det_input, preprocess_det
+from pipelines.pixels import Pixels
 from pipelines.rec_postprocess import decode_ctc
 from pipelines.rec_preprocess import plan_rec_chunks
 from pipelines.stages import Stage
@@ -60,8 +61,13 @@ class Step:
     """What a step returns: the page's new state and the inputs of the model calls it awaits."""
 
     state: PageState
-    inputs: list[np.ndarray]
-    """One float32 (n, 3, h, w) batch per entry of `state.batches`."""
+    pixels: list[Pixels]
+    """One uint8 (n, 3, h, w) batch per entry of `state.batches`: what crosses processes."""
+
+    @property
+    def inputs(self) -> list[np.ndarray]:
+        """The float32 (n, 3, h, w) model inputs: `pixels` normalised for the awaited model."""
+        return [p.normalized(self.state.awaiting) for p in self.pixels]
 
 
 def prepare(image: np.ndarray, det_params: DetParams) -> Step:
@@ -74,8 +80,10 @@ def prepare(image: np.ndarray, det_params: DetParams) -> Step:
     state = PageState(
         width=det_input.src_w, height=det_input.src_h, awaiting="det", batches=((0,),)
     )
-    tensor = pad_det_input(det_input.tensor, det_params.pad_step_px)  # bucketed batching's
-    return Step(state, [tensor[np.newaxis]])
+    pixels = pad_det_input(det_input.pixels, det_params.pad_step_px)  # bucketed batching's
+    _, input_h, input_w = det_input.pixels.shape
+    sizes = () if pixels is det_input.pixels else ((input_h, input_w),)  # 0.0 in the padding
+    return Step(state, [Pixels(pixels[np.newaxis], sizes)])
 
 
 def after_det(
@@ -119,7 +127,7 @@ def after_det(
         polys=polys,
         crops=tuple(crops),
     )
-    return Step(detected, [tensor for _, tensor in batches])
+    return Step(detected, [pixels for _, pixels in batches])
 
 
 def after_cls(state: PageState, probs: Sequence[np.ndarray], rec_params: RecParams) -> Step:
@@ -172,7 +180,7 @@ def _plan_rec(state: PageState, crops: Sequence[np.ndarray], rec_params: RecPara
     planned = dataclasses.replace(
         state, awaiting="rec", batches=tuple(c.indices for c in chunks), crops=()
     )
-    return Step(planned, [c.tensor for c in chunks])
+    return Step(planned, [c.pixels for c in chunks])
 
 
 def _check(state: PageState, stage: Stage, outputs: Sequence[object]) -> None:

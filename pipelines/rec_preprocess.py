@@ -1,4 +1,8 @@
-"""Recognition preprocessing: resize line crops to the model height and pad them into chunks."""
+"""Recognition preprocessing: resize line crops to the model height and pad them into chunks.
+
+Chunks hold uint8 pixels (`pipelines.pixels`); the model's float32 input is normalised where it
+runs.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from pipelines.pixels import Pixels, normalize
 from pipelines.types import RecChunk, RecParams
 
 
@@ -29,25 +34,33 @@ def resize_norm_rec(crop: np.ndarray, max_wh_ratio: float, params: RecParams) ->
     Raises:
         ValueError: If the crop is not (h, w, 3) with positive sides.
     """
+    resized, img_w = resize_rec(crop, max_wh_ratio, params)
+    padded = np.zeros((1, 3, params.image_height, img_w), dtype=np.uint8)
+    padded[0, :, :, : resized.shape[2]] = resized
+    tensor: np.ndarray = normalize("rec", padded, ((params.image_height, resized.shape[2]),))[0]
+    return tensor
+
+
+def resize_rec(crop: np.ndarray, max_wh_ratio: float, params: RecParams) -> tuple[np.ndarray, int]:
+    """`resize_norm_rec` less the normalisation: the resized crop, uint8 (3, image_height,
+    resized width), and the target width it is padded to.
+
+    Raises:
+        ValueError: If the crop is not (h, w, 3) with positive sides.
+    """
     if crop.ndim != 3 or crop.shape[2] != 3 or crop.shape[0] < 1 or crop.shape[1] < 1:
         raise ValueError(f"expected a BGR crop of shape (h, w, 3), got {crop.shape}")
     img_h = params.image_height
     img_w = int(img_h * max_wh_ratio)
     if img_w > params.max_width:
         resized = cv2.resize(crop, (params.max_width, img_h))
-        resized_w = img_w = params.max_width
+        img_w = params.max_width
     else:
         h, w = crop.shape[:2]
         ratio = w / float(h)
         resized_w = img_w if math.ceil(img_h * ratio) > img_w else math.ceil(img_h * ratio)
         resized = cv2.resize(crop, (resized_w, img_h))
-    # Same float32 operations, in the same order, as PaddleX.
-    norm = resized.astype(np.float32).transpose((2, 0, 1)) / 255
-    norm -= 0.5
-    norm /= 0.5
-    padded = np.zeros((3, img_h, img_w), dtype=np.float32)
-    padded[:, :, 0:resized_w] = norm
-    return padded
+    return resized.transpose((2, 0, 1)), img_w
 
 
 def plan_rec_chunks(crops: Sequence[np.ndarray], params: RecParams) -> list[RecChunk]:
@@ -79,8 +92,8 @@ def plan_rec_chunks(crops: Sequence[np.ndarray], params: RecParams) -> list[RecC
     for width, members in groups:
         for start in range(0, len(members), params.batch_size):
             indices = tuple(members[start : start + params.batch_size])
-            images = [resize_norm_rec(crops[i], crop_ratios[i], params) for i in indices]
-            chunks.append(RecChunk(indices=indices, tensor=_pad_and_stack(images, width)))
+            images = [resize_rec(crops[i], crop_ratios[i], params) for i in indices]
+            chunks.append(RecChunk(indices=indices, pixels=_pad_and_stack(images, width)))
     return chunks
 
 
@@ -107,11 +120,12 @@ def _width_groups(
     return sorted(groups.items())
 
 
-def _pad_and_stack(images: list[np.ndarray], width: int = 0) -> np.ndarray:
-    # Mirrors text_recognition ToBatch: zero-pad on the right to the widest (or to `width`,
-    # bucketed batching's), then stack.
-    max_width = max(width, *(img.shape[2] for img in images))
-    batch = np.zeros((len(images), *images[0].shape[:2], max_width), dtype=np.float32)
-    for k, img in enumerate(images):
+def _pad_and_stack(images: list[tuple[np.ndarray, int]], width: int = 0) -> Pixels:
+    # Mirrors text_recognition ToBatch: pad on the right to the widest target width (or to
+    # `width`, bucketed batching's), then stack; uint8, the padding 0.0 once normalised.
+    max_width = max(width, *(img_w for _, img_w in images))
+    channels, height = images[0][0].shape[:2]
+    batch = np.zeros((len(images), channels, height, max_width), dtype=np.uint8)
+    for k, (img, _) in enumerate(images):
         batch[k, :, :, : img.shape[2]] = img
-    return batch
+    return Pixels(batch, tuple((height, img.shape[2]) for img, _ in images))

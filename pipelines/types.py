@@ -7,6 +7,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from pipelines.pixels import Pixels, normalize
+
 LimitType = Literal["min", "max", "resize_long"]
 """How `limit_side_len` bounds a page: its short side at least (min), its long side at most
 (max), or its long side exactly (resize_long)."""
@@ -64,12 +66,18 @@ class ClsParams:
 class DetInput:
     """A page prepared for the detector."""
 
-    tensor: np.ndarray
-    """float32, shape (3, H, W), H and W multiples of 32."""
+    pixels: np.ndarray
+    """uint8, shape (3, H, W), BGR, H and W multiples of 32: the resized page."""
     src_h: int
     src_w: int
     ratio_h: float
     ratio_w: float
+
+    @property
+    def tensor(self) -> np.ndarray:
+        """The detector's float32 input, (3, H, W) (`pipelines.pixels`)."""
+        tensor: np.ndarray = normalize("det", self.pixels[np.newaxis])[0]
+        return tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +86,13 @@ class RecChunk:
 
     indices: tuple[int, ...]
     """Positions of the chunk's crops in the page's crop list."""
-    tensor: np.ndarray
-    """float32, shape (n, 3, image_height, width)."""
+    pixels: Pixels
+    """uint8, shape (n, 3, image_height, width), each row's own width in `pixels.sizes`."""
+
+    @property
+    def tensor(self) -> np.ndarray:
+        """The recogniser's float32 input, (n, 3, image_height, width) (`pipelines.pixels`)."""
+        return self.pixels.normalized("rec")
 
 
 @dataclass(frozen=True, slots=True)

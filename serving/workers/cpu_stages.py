@@ -72,7 +72,9 @@ class SharedStep:
     state: PageState
     """The page's state, less its crops (they wait in `crops`)."""
     inputs: tuple[shm.ShmRef, ...]
-    """One float32 (n, 3, h, w) batch per entry of `state.batches`, for `state.awaiting`."""
+    """One uint8 (n, 3, h, w) batch of pixels per entry of `state.batches`, for
+    `state.awaiting` (`pipelines.pixels`: the device worker normalises them, `ShmRef.sizes`
+    saying where the padding is)."""
     crops: SharedCrops | None = None
 
     def refs(self) -> list[shm.ShmRef]:
@@ -152,8 +154,9 @@ def after_det(
 ) -> SharedStep:
     """`pipelines.page.after_det` on the page and the detection map in shared memory."""
     # Inputs stay until the caller knows the outcome: a killed worker leaves them for the retry.
-    prob_maps = [shm.take(ref, unlink=False) for ref in maps]
-    page = shm.take(image, unlink=False)
+    # Read in place: the crops are cut straight from the shared page, the map not copied out.
+    prob_maps = [shm.view(ref) for ref in maps]
+    page = shm.view(image)
     return _share(
         pipeline.after_det(_state(step), page, prob_maps, det_params, rec_params, cls_params)
     )
@@ -175,7 +178,7 @@ def finish(
     result = pipeline.finish(_state(step), outputs, rec_params, _CHARSET)
     images: dict[str, str] = {}
     if visualize:
-        images = visualize_page(shm.take(image, unlink=False), result)
+        images = visualize_page(shm.view(image), result)
     return result, images
 
 
@@ -183,12 +186,13 @@ def _share(step: Step) -> SharedStep:
     """The step with its arrays moved to shared memory (all or none of them)."""
     refs: list[shm.ShmRef] = []
     try:
-        for tensor in step.inputs:
-            refs.append(shm.put(tensor, _PREFIX))
+        for pixels in step.pixels:
+            refs.append(shm.put(pixels.data, _PREFIX, pixels.sizes))
         crops = None
         if step.state.crops:
-            flat = np.concatenate([crop.reshape(-1) for crop in step.state.crops])
-            crops = SharedCrops(shm.put(flat, _PREFIX), tuple(c.shape for c in step.state.crops))
+            # One copy each, straight into the segment.
+            flat = shm.put_parts(list(step.state.crops), _PREFIX)
+            crops = SharedCrops(flat, tuple(c.shape for c in step.state.crops))
     except BaseException:
         for ref in refs:
             shm.discard(ref)
@@ -201,7 +205,7 @@ def _state(step: SharedStep) -> PageState:
     """The step's state with its crops read back from shared memory."""
     if step.crops is None:
         return step.state
-    flat = shm.take(step.crops.data, unlink=False)
+    flat = shm.view(step.crops.data)
     crops = []
     start = 0
     for shape in step.crops.shapes:

@@ -1,8 +1,10 @@
 """A device worker process: owns the det/cls/rec predictors of one device and runs batches.
 
 It only executes what the main process hands it (policy lives in `serving.scheduling`).
-Inputs arrive as shared-memory references; detection maps leave the same way, while recognition and
-classification results, already reduced to small arrays, travel inline.
+Inputs arrive as shared-memory references to uint8 pixels (`pipelines.pixels`), which the worker
+collates and normalises to the model's float32 input right before inference; detection maps leave
+the same way, while recognition and classification results, already reduced to small arrays,
+travel inline.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -29,7 +31,8 @@ from models.device_faults import is_device_fault
 from models.engine_options import device_kind
 from models.registry import EngineChoice
 from models.staging import Slot, StagedPredictor
-from pipelines.stages import ModelStage
+from pipelines.pixels import normalize, row_sizes
+from pipelines.stages import ModelStage, Stage
 from serving.engine import model_stages, precision_report
 from serving.errors import OcrError, PredictorFailed
 from serving.workers import shm
@@ -231,8 +234,8 @@ class DeviceRunner:
             logger.exception("cannot stage a %s batch on %s", stage, self.spec.name)
             return RunningBatch(outcomes=self.run_batch(stage, refs))
         try:
-            # Straight from shared memory into page-locked memory: no other host copy.
-            shm.take_into(refs, slot.input, unlink=False)
+            # From shared memory into page-locked memory, normalised on the way.
+            collate(stage, refs, slot.input)
         except (OSError, ValueError) as err:
             slot.release()
             logger.exception("cannot collate a %s batch", stage)
@@ -279,7 +282,7 @@ class DeviceRunner:
             batch = np.empty((sum(rows), *refs[0].shape[1:]), dtype=np.float32)
             # Inputs stay in place until the main process has the outcome, so that the batch can be
             # retried on another worker if this process dies.
-            shm.take_into(refs, batch, unlink=False)
+            collate(stage, refs, batch)
         except (OSError, ValueError) as err:
             logger.exception("cannot collate a %s batch", stage)
             return [ItemFailed(PredictorFailed(f"Bad {stage} input: {err}"))] * len(refs)
@@ -337,6 +340,26 @@ class RunningBatch:
             self.outcomes = self.finish_slot(self.slot)
             self.slot = None
         return self.outcomes
+
+
+def collate(stage: str, refs: list[shm.ShmRef], out: np.ndarray) -> None:
+    """Copy the items' inputs into consecutive rows of `out` (float32), normalising uint8 pixels
+    to the model's input as `pipelines.pixels.normalize` defines for `stage` (float32 inputs are
+    copied as they are). The inputs stay in shared memory.
+
+    Raises:
+        ValueError: the inputs do not fit `out`, or mix dtypes.
+    """
+    dtypes = {np.dtype(ref.dtype) for ref in refs}
+    if dtypes != {np.dtype(np.uint8)}:
+        if dtypes != {np.dtype(np.float32)}:
+            raise ValueError(f"a {stage} batch of {sorted(map(str, dtypes))} inputs")
+        shm.take_into(refs, out, unlink=False)
+        return
+    pixels = np.empty(out.shape, np.uint8)
+    shm.take_into(refs, pixels, unlink=False)
+    sizes = row_sizes([ref.shape for ref in refs], [ref.sizes for ref in refs])
+    normalize(cast(Stage, stage), pixels, sizes, out=out)
 
 
 def item_outcomes(

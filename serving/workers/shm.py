@@ -42,6 +42,9 @@ class ShmRef:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    sizes: tuple[tuple[int, int], ...] = ()
+    """Model inputs (uint8 pixels): per row, the (height, width) that holds pixels, the rest
+    padding (`pipelines.pixels.Pixels.sizes`); empty: all pixels, or not a model input."""
 
     @property
     def nbytes(self) -> int:
@@ -103,8 +106,8 @@ def _lock_name(pid: int, token: str) -> str:
     return f"ocrsrv.{pid}x{token}.lock"
 
 
-def put(array: np.ndarray, prefix: str) -> ShmRef:
-    """Copy `array` into a new segment named with `prefix`."""
+def put(array: np.ndarray, prefix: str, sizes: tuple[tuple[int, int], ...] = ()) -> ShmRef:
+    """Copy `array` into a new segment named with `prefix` (`sizes`: `ShmRef.sizes`)."""
     name = f"{prefix}{uuid.uuid4().hex[:16]}"
     size = max(int(array.nbytes), 1)
     segment = shared_memory.SharedMemory(name=name, create=True, size=size)
@@ -114,7 +117,8 @@ def put(array: np.ndarray, prefix: str) -> ShmRef:
         del view
     finally:
         segment.close()
-    return ShmRef(name=name, shape=tuple(int(d) for d in array.shape), dtype=array.dtype.str)
+    shape = tuple(int(d) for d in array.shape)
+    return ShmRef(name=name, shape=shape, dtype=array.dtype.str, sizes=sizes)
 
 
 def take(ref: ShmRef, *, unlink: bool = True) -> np.ndarray:
@@ -129,6 +133,37 @@ def take(ref: ShmRef, *, unlink: bool = True) -> np.ndarray:
         if unlink:
             segment.unlink()
     return array
+
+
+def put_parts(arrays: list[np.ndarray], prefix: str) -> ShmRef:
+    """Copy `arrays` one after another, flattened, into one new segment (of their dtype, which
+    they share): one copy each, no concatenated array first. `ShmRef.shape` is the total size."""
+    dtype = arrays[0].dtype if arrays else np.dtype(np.uint8)
+    total = sum(int(a.size) for a in arrays)
+    name = f"{prefix}{uuid.uuid4().hex[:16]}"
+    segment = shared_memory.SharedMemory(
+        name=name, create=True, size=max(total * dtype.itemsize, 1)
+    )
+    try:
+        flat: np.ndarray = np.ndarray((total,), dtype=dtype, buffer=segment.buf)
+        start = 0
+        for array in arrays:
+            flat[start : start + array.size].reshape(array.shape)[...] = array
+            start += array.size
+        del flat
+    finally:
+        segment.close()
+    return ShmRef(name=name, shape=(total,), dtype=dtype.str)
+
+
+def view(ref: ShmRef) -> np.ndarray:
+    """The array read in place, without a copy: a read-only mapping of its segment that lasts as
+    long as the array or any view of it (the segment stays until unlinked as usual). Where there
+    is no shared-memory directory to map (not Linux), a copy (`take`, not unlinking)."""
+    path = os.path.join(_SHM_DIR, ref.name)
+    if not os.path.isdir(_SHM_DIR) or 0 in ref.shape:
+        return take(ref, unlink=False)
+    return np.memmap(path, dtype=np.dtype(ref.dtype), mode="r", shape=ref.shape)
 
 
 def take_into(refs: list[ShmRef], out: np.ndarray, *, unlink: bool = True) -> None:

@@ -23,7 +23,7 @@ from serving.scheduling.admission import Admission
 from serving.scheduling.batching import WorkItem
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.workers import cpu_stages, shm
-from serving.workers.device_worker import item_outcomes
+from serving.workers.device_worker import collate, item_outcomes
 
 T = TypeVar("T")
 
@@ -51,7 +51,8 @@ class InlineScheduler:
     def submit(self, item: WorkItem, *, front: bool = False) -> None:
         self.stages.append(item.stage)
         try:
-            batch = shm.take(item.payload, unlink=False)
+            batch = np.empty(item.payload.shape, np.float32)
+            collate(item.stage, [item.payload], batch)  # normalised, as a device worker does
             output = self.models[item.stage](batch)
             (outcome,) = item_outcomes(
                 MODEL_STAGES[item.stage], output, [batch.shape[0]], self.prefix

@@ -324,7 +324,9 @@ def test_plan_cls_batches_matches_paddlex() -> None:
     params = ClsParams()
     batches = plan_cls_batches(crops, params)
     assert [b[0] for b in batches] == [tuple(range(i, min(i + 6, 15))) for i in range(0, 15, 6)]
-    for indices, tensor in batches:
+    for indices, pixels in batches:
+        assert pixels.data.dtype == np.uint8
+        tensor = pixels.normalized("cls")
         assert np.array_equal(tensor, _pdx_cls_tensor([crops[i] for i in indices], params))
 
 

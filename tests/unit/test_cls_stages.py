@@ -45,14 +45,14 @@ def test_batches_keep_crop_order_in_groups_of_batch_size() -> None:
     crops = [_crop(10 + i, 40 + 7 * i, seed=i) for i in range(13)]
     batches = plan_cls_batches(crops, ClsParams())
     assert [b[0] for b in batches] == [tuple(range(6)), tuple(range(6, 12)), (12,)]
-    assert [b[1].shape for b in batches] == [(6, 3, 80, 160), (6, 3, 80, 160), (1, 3, 80, 160)]
-    assert np.array_equal(batches[1][1][2], preprocess_cls(crops[8], ClsParams()))
+    assert [b[1].data.shape for b in batches] == [(6, 3, 80, 160), (6, 3, 80, 160), (1, 3, 80, 160)]
+    assert np.array_equal(batches[1][1].normalized("cls")[2], preprocess_cls(crops[8], ClsParams()))
 
 
 def test_batch_size_and_input_size_come_from_params() -> None:
     params = ClsParams(image_height=48, image_width=192, batch_size=4)
     batches = plan_cls_batches([_crop(20, 50, seed=i) for i in range(5)], params)
-    assert [b[1].shape for b in batches] == [(4, 3, 48, 192), (1, 3, 48, 192)]
+    assert [b[1].data.shape for b in batches] == [(4, 3, 48, 192), (1, 3, 48, 192)]
     assert plan_cls_batches([], params) == []
 
 

@@ -178,7 +178,7 @@ def test_quads_are_clipped_to_the_source_image() -> None:
 def test_accepts_det_input_like_a_source_size() -> None:
     prob = _map_with_rects([(20, 40, 30, 150, 0.9)])
     det_input = DetInput(
-        tensor=np.zeros((3, 160, 320), np.float32), src_h=100, src_w=250, ratio_h=1.6, ratio_w=1.28
+        pixels=np.zeros((3, 160, 320), np.uint8), src_h=100, src_w=250, ratio_h=1.6, ratio_w=1.28
     )
     by_input = postprocess_det(prob, det_input, DetParams())
     assert np.array_equal(by_input, postprocess_det(prob, (100, 250), DetParams()))

@@ -11,8 +11,9 @@ import pytest
 
 from pipelines import page as steps
 from pipelines.ocr import run_page
+from pipelines.pixels import normalize
 from pipelines.rec_postprocess import build_charset
-from pipelines.stages import CLS, DET, REC
+from pipelines.stages import CLS, DET, REC, Stage
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 from serving.inputs import DecodeLimits
 from serving.workers import cpu_stages, shm
@@ -138,13 +139,18 @@ def test_the_server_path_answers_as_run_page(use_cls: bool) -> None:
     assert scheduler_stages == ["det", *(["cls", "cls"] if use_cls else []), "rec", "rec", "rec"]
 
 
+def _model_input(stage: Stage, ref: shm.ShmRef) -> np.ndarray:
+    """The float32 input a device worker makes of an item's pixels."""
+    return normalize(stage, shm.take(ref, unlink=False), ref.sizes)
+
+
 def test_crops_wait_for_the_classifier_in_one_segment() -> None:
     prefix = "testcrops_"
     cpu_stages.set_worker_state(CHARSET, prefix)
     try:
         page = cpu_stages.prepare_page_of(encode_png(_page()), "image", 0, LIMITS, DetParams())
         (det_input,) = page.step.inputs
-        maps = [shm.put(DET.output(det(shm.take(det_input, unlink=False))), prefix)]
+        maps = [shm.put(DET.output(det(_model_input("det", det_input))), prefix)]
         step = cpu_stages.after_det(
             page.step, maps, page.image, DetParams(), REC_PARAMS, ClsParams()
         )
@@ -156,13 +162,13 @@ def test_crops_wait_for_the_classifier_in_one_segment() -> None:
         direct = steps.after_det(
             page.step.state,
             image,
-            [DET.output(det(shm.take(det_input)))],
+            [DET.output(det(_model_input("det", det_input)))],
             DetParams(),
             REC_PARAMS,
             ClsParams(),
         )
         shared = cpu_stages.after_cls(
-            step, [CLS.output(cls(shm.take(t))) for t in step.inputs], REC_PARAMS
+            step, [CLS.output(cls(_model_input("cls", t))) for t in step.inputs], REC_PARAMS
         )
         local = steps.after_cls(
             direct.state, [CLS.output(cls(t)) for t in direct.inputs], REC_PARAMS
@@ -170,6 +176,7 @@ def test_crops_wait_for_the_classifier_in_one_segment() -> None:
         assert shared.state.batches == local.state.batches
         assert shared.state.orientations == local.state.orientations
         for ref, tensor in zip(shared.inputs, local.inputs, strict=True):
-            assert np.array_equal(shm.take(ref), tensor)
+            assert shm.view(ref).dtype == np.uint8  # pixels cross processes, a byte a channel
+            assert np.array_equal(_model_input("rec", ref), tensor)
     finally:
         shm.sweep(prefix)

@@ -191,7 +191,8 @@ def test_cls_batches_and_orientation_keep_every_crop(
     probs = np.random.default_rng(seed).random((len(images), classes))
     ids = classify_orientation(probs) if images else []
     assert all(0 <= i < classes for i in ids)
-    for indices, tensor in batches:
+    for indices, pixels in batches:
+        tensor = pixels.normalized("cls")
         assert tensor.shape == (len(indices), 3, params.image_height, params.image_width)
         assert np.isfinite(tensor).all()
     turned = apply_orientation(images, [i % 2 for i in ids])
