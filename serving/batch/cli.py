@@ -20,7 +20,8 @@ from typing import Any
 from tqdm import tqdm
 
 from models.base import EngineBackendError
-from serving.batch.manifest import PageKey, write_outputs
+from serving.batch.manifest import PageKey
+from serving.batch.outputs import BATCH_FORMATS, write_outputs
 from serving.batch.plan import BatchError, open_plan
 from serving.config import AppConfig, load_config
 from serving.errors import ConfigError, OcrError
@@ -40,9 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument(
         "--format",
-        choices=("jsonl", "txt", "json"),
+        choices=BATCH_FORMATS,
         default="jsonl",
-        help="jsonl: OUT/results.jsonl, one line per page (default); txt or json: one per document",
+        help="jsonl: OUT/results.jsonl, one line per page (default); json, txt (reading order), "
+        "hocr, alto or pdf (searchable, built on the input): a file per document",
     )
     parser.add_argument(
         "--config",
@@ -142,7 +144,9 @@ def _main(args: argparse.Namespace) -> int:
             failures = asyncio.run(run_local(config, plan.todo, manifest, concurrency, progress))
     finally:
         manifest.close()
-    changed = write_outputs(args.out, args.format, plan.documents, manifest, failures)
+    changed = write_outputs(
+        args.out, args.format, plan.documents, manifest, failures, inputs=_config(args).input
+    )
     done_now = len(plan.todo) - len(failures)
     _say(
         f"ocr-batch: {done_now} pages done now, {plan.skipped} skipped (already done), "

@@ -3,8 +3,9 @@
 The manifest (`manifest.jsonl`) gets one line per page as soon as the page is done, flushed to
 disk: its file's sha256, the page, the options it ran with and its result. A rerun with the same
 options skips every (sha256, page) listed there, so no page is OCR'd twice; a line cut short by a
-kill is dropped. The outputs (`results.jsonl`, or a `.txt` / `.json` per document) are written
-from the manifest at the end of each run, in document order, and left alone when unchanged.
+kill is dropped. The outputs (`results.jsonl`, or a `.json` per document; the other formats:
+`serving.batch.outputs`) are written from the manifest at the end of each run, in document
+order, and left alone when unchanged.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ logger = logging.getLogger(__name__)
 MANIFEST = "manifest.jsonl"
 RESULTS = "results.jsonl"
 
-OutputFormat = Literal["jsonl", "txt", "json"]
+OutputFormat = Literal["jsonl", "json"]
+"""The formats written from the records alone (the others: `serving.batch.outputs`)."""
 PageKey = tuple[str, int]
 """(file sha256, page index)."""
 
@@ -127,15 +129,9 @@ def write_outputs(
     changed = []
     for doc in documents:
         pages = list(_pages(doc, manifest, failures, with_file=False))
-        if fmt == "txt":
-            text = "".join(
-                "".join(f"{line['text']}\n" for line in page.get("lines", [])) + "\f"
-                for page in pages
-            )
-        else:
-            body = {"file": doc.name, "sha256": doc.sha256, "pages": pages}
-            text = json.dumps(body, ensure_ascii=False, indent=1) + "\n"
-        target = out / f"{_safe_relative(doc.name)}.{fmt}"
+        body = {"file": doc.name, "sha256": doc.sha256, "pages": pages}
+        text = json.dumps(body, ensure_ascii=False, indent=1) + "\n"
+        target = out / f"{safe_relative(doc.name)}.{fmt}"
         if _write_if_changed(target, text):
             changed.append(target)
     return changed
@@ -161,7 +157,8 @@ def _pages(
     return entries
 
 
-def _safe_relative(name: str) -> PurePosixPath:
+def safe_relative(name: str) -> PurePosixPath:
+    """An input's name as a path inside the output folder (no root, no `..`)."""
     parts = [p for p in PurePosixPath(name).parts if p not in ("/", "..", ".")]
     return PurePosixPath(*parts) if parts else PurePosixPath("document")
 

@@ -40,7 +40,8 @@ from typing import Any
 from tqdm import tqdm
 
 from serving.batch import ray_stages
-from serving.batch.manifest import RESULTS, Manifest, OutputFormat, PageKey, write_outputs
+from serving.batch.manifest import RESULTS, Manifest, PageKey
+from serving.batch.outputs import BatchFormat, write_outputs
 from serving.batch.plan import BatchError, PageTodo, open_plan
 from serving.batch.ray_stages import ModelActor, PageSettings, Row
 from serving.config import AppConfig, load_config
@@ -164,7 +165,7 @@ def run_on_ray(
     options: Mapping[str, Any] | None = None,
     address: str | None = None,
     pools: ActorPools | None = None,
-    fmt: OutputFormat = "jsonl",
+    fmt: BatchFormat = "jsonl",
     parquet: bool = True,
     pages_per_block: int = 1,
     on_page: Callable[[PageKey, bool], None] | None = None,
@@ -247,7 +248,9 @@ def run_on_ray(
         if owns_ray:
             ray.shutdown()
         summary.elapsed_s = time.monotonic() - started
-    summary.written = write_outputs(out, fmt, plan.documents, manifest, summary.failures)
+    summary.written = write_outputs(
+        out, fmt, plan.documents, manifest, summary.failures, inputs=config.input
+    )
     if parquet and fmt == "jsonl" and (summary.written or not (out / PARQUET).exists()):
         summary.written.append(write_parquet(out / RESULTS, out / PARQUET))
     return summary

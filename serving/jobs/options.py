@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pipelines.types import PageResult
+from pipelines.types import PageResult, TextLine
 from serving.errors import ValidationFailed
 from serving.request_options import CHOICES, OPTIONS, check_choice, check_overrides, overrides
 
@@ -47,18 +47,31 @@ def options_from_json(text: str) -> dict[str, Any]:
 
 
 def page_record(file: str, page: int, result: PageResult, **extra: Any) -> dict[str, Any]:
-    """One page's result: a line of the jobs API's NDJSON and of `ocr-batch`'s JSONL."""
+    """One page's result: a line of the jobs API's NDJSON and of `ocr-batch`'s JSONL; each line
+    with its `words` (text, box x0 y0 x1 y1, score) when the OCR kept them, which the document
+    formats (hOCR, ALTO, PDF: `serving.jobs.document_files`) place word by word."""
     return {
         "file": file,
         **extra,
         "page": page,
         "width": result.width,
         "height": result.height,
-        "lines": [
-            {"text": line.text, "score": float(line.score), "box": line.poly.tolist()}
-            for line in result.lines
-        ],
+        "lines": [_line(line) for line in result.lines],
     }
+
+
+def _line(line: TextLine) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "text": line.text,
+        "score": float(line.score),
+        "box": line.poly.tolist(),
+    }
+    words = getattr(line, "words", None)
+    if words:
+        body["words"] = [
+            {"text": w.text, "box": [int(v) for v in w.box], "score": float(w.score)} for w in words
+        ]
+    return body
 
 
 def _coerce(name: str, value: Any, kind: type) -> Any:

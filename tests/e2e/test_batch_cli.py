@@ -1,4 +1,5 @@
-"""`ocr-batch` in-process on a folder of images and a multi-page PDF; reruns do no work twice."""
+"""`ocr-batch` in-process on a folder of images and a multi-page PDF; reruns do no work twice;
+every `--format` is read back by a real consumer (pdftotext, an XML parser)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from lxml import etree
 
 from loadtest.accuracy import cer
 from tests import images
@@ -73,9 +76,42 @@ def test_folder_to_jsonl_then_reruns_skip_what_is_done(tmp_path: Path) -> None:
     assert third.returncode == 0, third.stdout + third.stderr
     assert "4 documents, 5 pages: 1 to do, 4 skipped (already done)" in third.stdout
     assert len((out / "manifest.jsonl").read_text().splitlines()) == 5
-    assert (out / "latin.png.txt").read_text().split("\f")[0].splitlines() == latin.lines
-    assert (out / "sub" / "chinese.png.txt").read_text() == "\n".join(chinese.lines) + "\n\f"
-    assert len((out / "doc.pdf.txt").read_text().split("\f")) == 3
+    # In reading order, blocks apart by a blank line, pages by a form feed.
+    assert _lines((out / "latin.png.txt").read_text()) == latin.lines
+    assert _lines((out / "sub" / "chinese.png.txt").read_text()) == chinese.lines
+    assert len((out / "doc.pdf.txt").read_text().split("\f")) == 2
+
+    # The document formats, made from the manifest alone (nothing to OCR), read back by poppler
+    # and an XML parser; a rerun leaves them alone.
+    for fmt in ("pdf", "hocr", "alto"):
+        made = _run(tmp_path, str(folder), "--out", str(out), "--format", fmt)
+        assert made.returncode == 0, made.stdout + made.stderr
+        assert "0 to do, 5 skipped" in made.stdout
+    pdf_pages = _pdftotext(out / "doc.pdf.pdf")
+    assert len(pdf_pages) == 2
+    # The text layer holds the recognised text (the PDF's page images are JPEGs: see above).
+    assert cer("".join(texts[0]), pdf_pages[0]) < 0.01
+    assert cer("".join(texts[1]), pdf_pages[1]) < 0.01
+    (png_page,) = _pdftotext(out / "sub" / "chinese.png.pdf")
+    assert cer("".join(chinese.lines), png_page) < 0.01
+    hocr = etree.parse(str(out / "doc.pdf.hocr"), etree.HTMLParser())
+    assert len(hocr.xpath("//*[contains(@class, 'ocr_page')]")) == 2
+    alto = etree.parse(str(out / "latin.png.alto.xml"))
+    height, width = latin.image.shape[:2]
+    (alto_page,) = alto.xpath("//*[local-name()='Page']")
+    assert (int(alto_page.get("WIDTH")), int(alto_page.get("HEIGHT"))) == (width, height)
+    again = _run(tmp_path, str(folder), "--out", str(out), "--format", "pdf")
+    assert "outputs unchanged" in again.stdout
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.split("\f")[0].splitlines() if line]
+
+
+def _pdftotext(path: Path) -> list[str]:
+    """Each page's text, as poppler reads it from the PDF."""
+    text = subprocess.run(["pdftotext", str(path), "-"], capture_output=True, text=True, check=True)
+    return text.stdout.split("\f")[:-1]  # each page ends with a form feed
 
 
 def test_nothing_to_ocr_is_an_error(tmp_path: Path) -> None:
