@@ -168,6 +168,8 @@ def test_cli_runs_on_a_local_ray_and_reports(tmp_path: Path) -> None:
         "0.5",
         "--cpus-per-task",
         "0.5",
+        "--format",
+        "pdf",
     ]
     env = {**os.environ, "RAY_ADDRESS": "local"}  # a new local Ray, whatever runs here
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
@@ -175,5 +177,11 @@ def test_cli_runs_on_a_local_ray_and_reports(tmp_path: Path) -> None:
     assert "1 documents, 1 pages: 1 to do, 0 skipped" in done.stdout
     assert "1 pages done now" in done.stdout
     assert "pages/s" in done.stdout
-    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert [ln["text"] for ln in record["lines"]] == latin.lines
+    (entry,) = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [ln["text"] for ln in entry["record"]["lines"]] == latin.lines
+    assert all(ln["words"] for ln in entry["record"]["lines"])
+    # `--format pdf` as in process: a searchable PDF of the input, which poppler reads back.
+    text = subprocess.run(
+        ["pdftotext", str(out / "latin.png.pdf"), "-"], capture_output=True, text=True, check=True
+    )
+    assert [line for line in text.stdout.splitlines() if line.strip()] == latin.lines
