@@ -21,7 +21,8 @@ def postprocess_det(
     Settings not in `params` are PaddleX's defaults: `score_mode="fast"`, no dilation, `min_size=3`.
 
     Args:
-        prob_map: The (H, W) probability map (the model's `[0, 0]` output plane).
+        prob_map: The (H, W) probability map (the model's `[0, 0]` output plane), float32 or
+            float16.
         det_input: The page's `DetInput`, or its source size as `(src_h, src_w)`.
         params: Thresholds, unclip ratio and candidate cap, used as given.
 
@@ -38,7 +39,8 @@ def postprocess_det(
         src_h, src_w = det_input.src_h, det_input.src_w
     else:
         src_h, src_w = det_input
-    bitmap = prob_map > params.thresh
+    # In float32 whatever the map's dtype (a float16 map: `pipelines.stages.DET`), as PaddleX.
+    bitmap = prob_map > np.float32(params.thresh)
     boxes = _boxes_from_bitmap(prob_map, bitmap, float(src_w), float(src_h), params)
     if not boxes:
         return np.zeros((0, 4, 2), np.int16)
@@ -97,7 +99,8 @@ def _box_score_fast(bitmap: np.ndarray, box_in: np.ndarray) -> float:
     box[:, 0] = box[:, 0] - xmin
     box[:, 1] = box[:, 1] - ymin
     cv2.fillPoly(mask, [box.reshape(-1, 2).astype(np.int32)], (1,))
-    return float(cv2.mean(bitmap[ymin : ymax + 1, xmin : xmax + 1], mask)[0])
+    region = bitmap[ymin : ymax + 1, xmin : xmax + 1].astype(np.float32, copy=False)
+    return float(cv2.mean(region, mask)[0])
 
 
 def _unclip(box: np.ndarray, unclip_ratio: float) -> np.ndarray:

@@ -50,10 +50,14 @@ class ModelStage(Generic[OutputT]):
 
 
 def _det_output(raw: np.ndarray) -> np.ndarray:
-    """(n, 1, H, W) probability maps -> (n, H, W)."""
+    """(n, 1, H, W) probability maps -> (n, H, W), float16: half the bytes a server moves back
+    to its CPU workers. DB post-processing thresholds the map in float32 (`postprocess_det`), so
+    a pixel's side of the threshold changes only within float16's rounding of it (2**-12 near
+    0.3), and box scores (means over boxes) in their last bits: the boxes and texts of the test
+    pages are unchanged (`tests/integration/test_det_map_fp16.py`)."""
     if raw.ndim != 4 or raw.shape[1] != 1:
         raise ValueError(f"expected an (n, 1, H, W) detector output, got {raw.shape}")
-    return raw[:, 0]
+    return raw[:, 0].astype(np.float16)
 
 
 def _cls_output(raw: np.ndarray) -> np.ndarray:
