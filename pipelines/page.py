@@ -23,10 +23,11 @@ from pipelines.crop import crop_text_lines, sort_quad_boxes
 from pipelines.det_postprocess import postprocess_det
 from pipelines.det_preprocess import det_input_size, pad_det_input, preprocess_det
 from pipelines.pixels import Pixels
-from pipelines.rec_postprocess import decode_ctc
+from pipelines.rec_postprocess import CtcPath, decode_ctc_paths
 from pipelines.rec_preprocess import plan_rec_chunks
 from pipelines.stages import Stage
-from pipelines.types import ClsParams, DetParams, PageResult, RecParams, TextLine
+from pipelines.types import ClsParams, DetParams, PageResult, RecParams, TextLine, Word
+from pipelines.words import page_words
 
 NO_ORIENTATION = -1
 """Orientation of a line when the classifier did not run."""
@@ -169,9 +170,16 @@ def finish(
         ValueError: If the outputs do not match what the state awaits.
     """
     _check(state, "rec", outputs)
-    texts_scores = gather_rec_results(state.batches, outputs, charset, len(state.polys))
+    paths = gather_rec_paths(state.batches, outputs, charset, len(state.polys))
+    words = page_words(state.polys, state.batches, paths, state.orientations, rec_params)
     return assemble_page(
-        state.width, state.height, state.polys, texts_scores, state.orientations, rec_params
+        state.width,
+        state.height,
+        state.polys,
+        [(path.text, path.score) for path in paths],
+        state.orientations,
+        rec_params,
+        words=words,
     )
 
 
@@ -224,7 +232,20 @@ def gather_rec_results(
     charset: Sequence[str],
     num_crops: int,
 ) -> list[tuple[str, float]]:
-    """CTC-decodes the recogniser's answers into crop order.
+    """CTC-decodes the recogniser's answers into crop order: (text, score) of
+    `gather_rec_paths`."""
+    return [
+        (path.text, path.score) for path in gather_rec_paths(chunks, outputs, charset, num_crops)
+    ]
+
+
+def gather_rec_paths(
+    chunks: Sequence[tuple[int, ...]],
+    outputs: Sequence[tuple[np.ndarray, np.ndarray]],
+    charset: Sequence[str],
+    num_crops: int,
+) -> list[CtcPath]:
+    """CTC-decodes the recogniser's answers into crop order, each character's step kept.
 
     Args:
         chunks: The crops of each recognition chunk (`plan_rec_chunks`' indices).
@@ -233,16 +254,16 @@ def gather_rec_results(
         num_crops: How many crops the chunks were planned from.
 
     Returns:
-        One (text, score) pair per crop.
+        One decoded path per crop.
 
     Raises:
         ValueError: If the outputs do not match the chunks or leave a crop without a result.
     """
     if len(chunks) != len(outputs):
         raise ValueError(f"{len(chunks)} recognition chunks but {len(outputs)} outputs")
-    results: list[tuple[str, float] | None] = [None] * num_crops
+    results: list[CtcPath | None] = [None] * num_crops
     for indices, (classes, max_probs) in zip(chunks, outputs, strict=True):
-        decoded = decode_ctc(classes, max_probs, charset)
+        decoded = decode_ctc_paths(classes, max_probs, charset)
         if len(decoded) != len(indices):
             raise ValueError(f"recogniser returned {len(decoded)} rows for {len(indices)}")
         for i, result in zip(indices, decoded, strict=True):
@@ -260,6 +281,8 @@ def assemble_page(
     texts_scores: Sequence[tuple[str, float]],
     orientations: Sequence[int] | None,
     rec_params: RecParams,
+    *,
+    words: Sequence[tuple[Word, ...]] | None = None,
 ) -> PageResult:
     """Builds the page result; keeps lines whose score is at least `rec_params.score_thresh`.
 
@@ -270,6 +293,7 @@ def assemble_page(
         texts_scores: One (text, score) pair per quad.
         orientations: One classifier class id per quad, or None when the classifier is off.
         rec_params: Holds the score threshold.
+        words: One tuple of words per quad (`pipelines.words.page_words`), or None.
 
     Returns:
         The page, lines in `dt_polys` order.
@@ -283,9 +307,14 @@ def assemble_page(
         raise ValueError(
             f"{len(dt_polys)} quads, {len(texts_scores)} results, {len(angles)} orientations"
         )
+    line_words = [()] * len(dt_polys) if words is None else list(words)
+    if len(line_words) != len(dt_polys):
+        raise ValueError(f"{len(dt_polys)} quads, {len(line_words)} word lists")
     lines = [
-        TextLine(text=text, score=score, poly=poly, orientation=angle)
-        for poly, (text, score), angle in zip(dt_polys, texts_scores, angles, strict=True)
+        TextLine(text=text, score=score, poly=poly, orientation=angle, words=kept)
+        for poly, (text, score), angle, kept in zip(
+            dt_polys, texts_scores, angles, line_words, strict=True
+        )
         if score >= rec_params.score_thresh
     ]
     return PageResult(

@@ -96,6 +96,17 @@ class RecChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class Word:
+    """One word of a line (`pipelines.words`)."""
+
+    text: str
+    box: tuple[int, int, int, int]
+    """x0, y0, x1, y1 in page pixels, x1 and y1 exclusive."""
+    score: float
+    """Its characters' mean probability."""
+
+
+@dataclass(frozen=True, slots=True)
 class TextLine:
     """One recognised line, in source-image pixel coordinates."""
 
@@ -105,6 +116,8 @@ class TextLine:
     """int16, shape (4, 2), points ordered TL, TR, BR, BL."""
     orientation: int = -1
     """Textline-orientation class id, or -1 when the classifier did not run."""
+    words: tuple[Word, ...] = ()
+    """The line's words with their boxes, from the recogniser's alignment (`pipelines.words`)."""
 
 
 @dataclass(slots=True)

@@ -19,26 +19,23 @@ characters. Here the same, with three differences:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
 
+import cv2
 import numpy as np
 
 from pipelines.rec_postprocess import CtcPath
+from pipelines.rec_preprocess import rec_input_width, width_bucket
+from pipelines.types import RecParams, Word
 
 Box = tuple[int, int, int, int]
-"""x0, y0, x1, y1 in page pixels, x1 and y1 exclusive."""
+"""x0, y0, x1, y1 in page pixels, x1 and y1 exclusive (`pipelines.types.Word.box`)."""
+
+__all__ = ["Box", "Word", "is_cjk", "line_words", "page_words", "split_words"]
 
 _TALL_CROP_RATIO = 1.5
 """`pipelines.crop`: a crop this much taller than wide is turned 90 degrees before recognition."""
-
-
-@dataclass(frozen=True, slots=True)
-class Word:
-    """One word of a line: its text, its box on the page, and its characters' mean probability."""
-
-    text: str
-    box: Box
-    score: float
 
 
 def is_cjk(char: str) -> bool:
@@ -117,6 +114,67 @@ def line_words(
             )
         )
     return tuple(words)
+
+
+def page_words(
+    polys: np.ndarray | Sequence[np.ndarray],
+    chunks: Sequence[tuple[int, ...]],
+    paths: Sequence[CtcPath],
+    orientations: Sequence[int] | None,
+    rec_params: RecParams,
+) -> list[tuple[Word, ...]]:
+    """The words of every line of a page (`line_words`), each crop's `fill` worked out as
+    `pipelines.rec_preprocess` padded it: its resized width over its chunk's padded width.
+
+    Args:
+        polys: The page's quads (`dt_polys`), one per crop.
+        chunks: The crops of each recognition chunk (`plan_rec_chunks`' indices).
+        paths: One decoded path per crop.
+        orientations: One classifier class id per crop (1: turned 180 degrees), or None.
+        rec_params: The recognition settings the chunks were planned with.
+
+    Returns:
+        One tuple of words per crop.
+    """
+    sizes = [_crop_size(np.asarray(poly)) for poly in polys]
+    base = rec_params.min_width / rec_params.image_height
+    fills = [1.0] * len(sizes)
+    for indices in chunks:
+        inputs = {}
+        for i in indices:
+            width, height = sizes[i]
+            ratio = width / height
+            padded = rec_input_width(max(base, ratio), rec_params)
+            if int(rec_params.image_height * max(base, ratio)) > rec_params.max_width:
+                content = padded  # squeezed to the cap
+            else:
+                content = min(padded, math.ceil(rec_params.image_height * ratio))
+            inputs[i] = (content, padded)
+        chunk_width = max(padded for _, padded in inputs.values())
+        if rec_params.pad_widths_px:
+            chunk_width = max(chunk_width, width_bucket(chunk_width, rec_params.pad_widths_px))
+        for i, (content, _) in inputs.items():
+            fills[i] = min(1.0, max(content, 1) / chunk_width)
+    return [
+        line_words(path, np.asarray(poly), fill, bool(orientations and orientations[i] == 1))
+        for i, (path, poly, fill) in enumerate(zip(paths, polys, fills, strict=True))
+    ]
+
+
+def _crop_size(poly: np.ndarray) -> tuple[int, int]:
+    """(width, height) of the crop `pipelines.crop` cuts for the quad, as recognised (a tall
+    crop turned); at least 1 x 1."""
+    rect = cv2.minAreaRect(poly.astype(np.int32))
+    points = sorted(cv2.boxPoints(rect), key=lambda p: p[0])
+    a, d = (0, 1) if points[1][1] > points[0][1] else (1, 0)
+    b, c = (2, 3) if points[3][1] > points[2][1] else (3, 2)
+    box = np.array([points[a], points[b], points[c], points[d]])
+    width = int(max(np.linalg.norm(box[0] - box[1]), np.linalg.norm(box[2] - box[3])))
+    height = int(max(np.linalg.norm(box[0] - box[3]), np.linalg.norm(box[1] - box[2])))
+    width, height = max(width, 1), max(height, 1)
+    if height / width >= _TALL_CROP_RATIO:
+        width, height = height, width
+    return width, height
 
 
 def _char_extents(columns: np.ndarray, cols: float) -> tuple[np.ndarray, np.ndarray]:

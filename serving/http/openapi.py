@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from serving.http.endpoints import TIMEOUT_HEADER
 from serving.http.openapi_schemas import SCHEMAS, Json, bounds
+from serving.outputs.formats import FORMATS, MEDIA_TYPES
 from serving.request_options import CHOICES, OPTIONS, Option
 
 _BINARY: Json = {"type": "string", "format": "binary"}
@@ -37,6 +38,7 @@ def _errors(*statuses: int, schema: str = "Error") -> dict[str, Json]:
             "Body over `server.max_body_bytes` (jobs: `jobs.max_upload_bytes`), chunked or not; "
             "a form field over 64 KiB; or a body `server.memory_budget_bytes` could never hold"
         ),
+        406: "No format this endpoint makes matches `Accept`",
         415: "Unsupported content type",
         422: "Invalid input or parameters",
         503: (
@@ -82,6 +84,17 @@ _OCR_OPTIONS = [
     _query(name, _option_schema(name, option), option.description)
     for name, option in OPTIONS.items()
 ]
+_OUTPUT_OPTIONS = [
+    _query(
+        "format",
+        {"type": "string", "enum": list(FORMATS)},
+        "Answer as JSON (default), plain text, hOCR, ALTO or a searchable PDF; else `Accept` "
+        "chooses (application/json, text/plain, text/vnd.hocr+html, application/alto+xml or "
+        "application/xml, application/pdf)",
+    ),
+    _query("words", {"type": "boolean"}, "JSON: each line's words with their boxes"),
+    _query("layout", {"type": "boolean"}, "JSON: the page's blocks in reading order"),
+]
 _DOCUMENT_BODY: Json = {
     "required": True,
     "description": "The document: multipart field `file`, or raw bytes typed as an image or PDF",
@@ -114,11 +127,22 @@ OPERATIONS: dict[tuple[str, str], Json] = {
     ("/v1/ocr", "post"): {
         "summary": "Recognise an image or a PDF",
         "tags": ["ocr"],
-        "parameters": [*_OCR_OPTIONS, _TIMEOUT],
+        "parameters": [*_OCR_OPTIONS, *_OUTPUT_OPTIONS, _TIMEOUT],
         "requestBody": _DOCUMENT_BODY,
         "responses": {
-            "200": _json("One entry per page", _ref("OcrResult")),
-            **_errors(408, 413, 415, 422, 503, 504),
+            "200": {
+                "description": "One entry per page (JSON), or the document in the format asked "
+                "for, its pages' blocks and lines in reading order",
+                "content": {
+                    "application/json": {"schema": _ref("OcrResult")},
+                    **{
+                        MEDIA_TYPES[fmt].split(";")[0]: {"schema": _BINARY}
+                        for fmt in FORMATS
+                        if fmt != "json"
+                    },
+                },
+            },
+            **_errors(406, 408, 413, 415, 422, 503, 504),
         },
     },
     ("/v1/render", "post"): {

@@ -60,6 +60,26 @@ _LINE: Json = {
             "description": "Four [x, y] corners in page pixels, clockwise from top left",
             "items": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
         },
+        "words": {
+            "type": "array",
+            "description": "With `words=true`: the line's words (runs between spaces; a run of "
+            "CJK characters is one word), placed from the recogniser's alignment",
+            "items": {
+                "type": "object",
+                "required": ["text", "box", "score"],
+                "properties": {
+                    "text": {"type": "string"},
+                    "box": {
+                        "type": "array",
+                        "description": "[x0, y0, x1, y1] in page pixels",
+                        "items": {"type": "integer"},
+                        "minItems": 4,
+                        "maxItems": 4,
+                    },
+                    "score": {"type": "number"},
+                },
+            },
+        },
     },
 }
 _PAGE: Json = {
@@ -78,6 +98,19 @@ _PAGE: Json = {
             "properties": {"width": {"type": "integer"}, "height": {"type": "integer"}},
         },
         "lines": {"type": "array", "items": {"$ref": "#/components/schemas/Line"}},
+        "blocks": {
+            "type": "array",
+            "description": "With `layout=true`: blocks (paragraphs) in reading order, columns "
+            "one after another; `lines` are indices into the page's `lines`",
+            "items": {
+                "type": "object",
+                "required": ["box", "lines"],
+                "properties": {
+                    "box": {"type": "array", "items": {"type": "integer"}},
+                    "lines": {"type": "array", "items": {"type": "integer"}},
+                },
+            },
+        },
     },
 }
 _JOB: Json = {

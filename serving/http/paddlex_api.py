@@ -15,6 +15,7 @@ from serving.config import choices_text
 from serving.errors import InvalidInput, ValidationFailed
 from serving.inputs import FileKind
 from serving.ocr_service import PageOutput
+from serving.outputs.document import make_line
 from serving.request_options import OcrOptions
 
 # Request field -> (accepted JSON types, OcrOptions override name).
@@ -52,6 +53,8 @@ class OcrRequest:
     overrides: dict[str, Any]
     """OcrOptions overrides as the request gave them (None = not given)."""
     visualize: bool | None
+    return_word_box: bool = False
+    """`returnWordBox`: each line's words and their boxes (`text_word`, `text_word_boxes`)."""
 
 
 MAX_LOG_ID_CHARS = 128
@@ -134,8 +137,6 @@ def parse_request(body: Any) -> OcrRequest:
             "Document orientation classification and unwarping are not served here: "
             "send useDocOrientationClassify and useDocUnwarping as false or leave them out"
         )
-    if body.get("returnWordBox"):
-        raise ValidationFailed("returnWordBox is not supported by this server")
     if overrides.get("limit_type") not in (None, *LIMIT_TYPES):
         raise ValidationFailed(f"textDetLimitType must be {choices_text(LIMIT_TYPES)}")
     file_kind: FileKind | None = None
@@ -147,6 +148,7 @@ def parse_request(body: Any) -> OcrRequest:
         file_type=file_kind,
         overrides=overrides,
         visualize=body.get("visualize"),
+        return_word_box=bool(body.get("returnWordBox")),
     )
 
 
@@ -183,9 +185,18 @@ def is_url(value: str) -> bool:
 
 
 def pruned_result(
-    page: PageResult, options: OcrOptions, reported: dict[str, Any], use_cls: bool
+    page: PageResult,
+    options: OcrOptions,
+    reported: dict[str, Any],
+    use_cls: bool,
+    return_word_box: bool = False,
 ) -> dict[str, Any]:
-    """PaddleOCR's `res` for one page, minus `input_path` and `page_index` (PaddleX's prune)."""
+    """PaddleOCR's `res` for one page, minus `input_path` and `page_index` (PaddleX's prune).
+
+    With `return_word_box`, PaddleX's `text_word` (each line's words) and `text_word_boxes`
+    (each word's [x0, y0, x1, y1]), from `pipelines.words`: its words keep their punctuation and
+    a run of CJK characters is one word, where PaddleX drops punctuation and boxes each CJK
+    character on its own."""
     det = options.det
     params = {
         "limit_side_len": det.limit_side_len,
@@ -208,11 +219,17 @@ def pruned_result(
     if page.dt_polys:
         result["textline_orientation_angles"] = list(page.orientations)
     result["text_rec_score_thresh"] = reported.get("score_thresh", options.rec.score_thresh)
-    result["return_word_box"] = False
+    result["return_word_box"] = return_word_box
     result["rec_texts"] = [line.text for line in page.lines]
     result["rec_scores"] = [float(line.score) for line in page.lines]
     result["rec_polys"] = [poly.tolist() for poly in rec_polys]
     result["rec_boxes"] = boxes_from_polys(rec_polys).tolist() if rec_polys else []
+    if return_word_box:
+        words = [
+            make_line(line.text, line.score, line.poly, line.words).words for line in page.lines
+        ]
+        result["text_word_boxes"] = [[list(w.box) for w in line] for line in words]
+        result["text_word"] = [[w.text for w in line] for line in words]
     return result
 
 
@@ -223,6 +240,7 @@ def infer_result(
     reported: dict[str, Any],
     *,
     frames_type: str = "tiff",
+    return_word_box: bool = False,
 ) -> dict[str, Any]:
     """The `result` object of a successful `/ocr` response.
 
@@ -233,7 +251,7 @@ def infer_result(
     ocr_results = []
     for page in pages:
         entry: dict[str, Any] = {
-            "prunedResult": pruned_result(page.result, options, reported, use_cls)
+            "prunedResult": pruned_result(page.result, options, reported, use_cls, return_word_box)
         }
         if page.images:
             entry["ocrImage"] = page.images["ocrImage"]

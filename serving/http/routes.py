@@ -9,7 +9,7 @@ from starlette.routing import Route
 
 from serving.config import AppConfig
 from serving.errors import InvalidInput
-from serving.http import paddlex_api, request_id, url_fetch
+from serving.http import ocr_outputs, paddlex_api, request_id, url_fetch
 from serving.http.auth import identity_of
 from serving.http.body_limit import PADDLEX, RAW, limit_body
 from serving.http.endpoints import (
@@ -59,7 +59,12 @@ async def paddlex_ocr(request: Request) -> Response:
         )
         runtime.metrics.pages.inc(len(pages))
         result = paddlex_api.infer_result(
-            pages, kind, options, parsed.overrides, frames_type=frames_type(data)
+            pages,
+            kind,
+            options,
+            parsed.overrides,
+            frames_type=frames_type(data),
+            return_word_box=parsed.return_word_box,
         )
         return JSONResponse(paddlex_api.envelope(log_id, result))
     except Exception as exc:  # the HTTP boundary: every failure is answered in the envelope
@@ -87,8 +92,10 @@ async def _paddlex_file(
 
 
 async def v1_ocr(request: Request) -> Response:
-    """`POST /v1/ocr`: multipart `file`, or a raw image or PDF body."""
+    """`POST /v1/ocr`: multipart `file`, or a raw image or PDF body; answered as JSON, text,
+    hOCR, ALTO or a searchable PDF (`?format=` or `Accept`: `serving.http.ocr_outputs`)."""
     runtime = runtime_of(request)
+    want = ocr_outputs.wanted(request)
     timeout_s = timeout_of(request, runtime.config.server.request_timeout_s)
     runtime.check_ready()
     data, kind = await read_document(request)
@@ -100,22 +107,7 @@ async def v1_ocr(request: Request) -> Response:
         runtime.service.ocr(data, kind, options, timeout_s=timeout_s, tenant=identity_of(request)),
     )
     runtime.metrics.pages.inc(len(pages))
-    body = {
-        "pages": [
-            {
-                "page": index,
-                "width": page.result.width,
-                "height": page.result.height,
-                **page.scaled_note(),
-                "lines": [
-                    {"text": line.text, "score": float(line.score), "box": line.poly.tolist()}
-                    for line in page.result.lines
-                ],
-            }
-            for index, page in enumerate(pages)
-        ]
-    }
-    return JSONResponse(body, headers={request_id.HEADER: request_id.current_or_new()})
+    return await ocr_outputs.answer(runtime, pages, data, kind, want)
 
 
 async def metrics(request: Request) -> Response:

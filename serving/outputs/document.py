@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.layout import LayoutParams, reading_order
-from pipelines.types import PageResult
+from pipelines.types import PageResult, TextLine
 from pipelines.words import Box, Word
 
 __all__ = [
@@ -117,8 +117,8 @@ def _union(boxes: Sequence[Box]) -> Box:
 
 
 def make_line(text: str, score: float, poly: Any, words: Sequence[Word] = ()) -> Line:
-    """A line from its quad; without words, one word per space-separated run spanning the line's
-    box is not guessed: the whole line is one word."""
+    """A line from its quad and its words; without words (results stored before words were
+    kept), the whole line is one word on the line's box."""
     quad = np.asarray(poly, dtype=np.int64).reshape(4, 2)
     box = _bounds(quad)
     kept = tuple(words) or ((Word(text=text, box=box, score=score),) if text.strip() else ())
@@ -145,13 +145,42 @@ def group_blocks(
     )
 
 
-def page_from_result(result: PageResult, index: int = 0) -> Page:
-    """A page from the pipeline's result, its lines in reading order."""
+def page_from_result(
+    result: PageResult, index: int = 0, sent: tuple[int, int] | None = None
+) -> Page:
+    """A page from the pipeline's result, its lines in reading order; with `sent` (the page's
+    (width, height) as sent, when it was decoded smaller), in the sent page's pixels."""
     lines = [
-        make_line(line.text, float(line.score), line.poly, getattr(line, "words", ()))
-        for line in result.lines
+        make_line(line.text, float(line.score), line.poly, line.words) for line in result.lines
     ]
-    return Page(width=result.width, height=result.height, blocks=group_blocks(lines), index=index)
+    page = Page(width=result.width, height=result.height, blocks=group_blocks(lines), index=index)
+    return page if sent is None else scale_page(page, *sent)
+
+
+def scale_page(page: Page, width: int, height: int) -> Page:
+    """The page with every coordinate scaled to a page of `width` x `height` pixels."""
+    sx, sy = width / max(page.width, 1), height / max(page.height, 1)
+
+    def box(b: Box) -> Box:
+        return (round(b[0] * sx), round(b[1] * sy), round(b[2] * sx), round(b[3] * sy))
+
+    blocks = tuple(
+        Block(
+            box=box(block.box),
+            lines=tuple(
+                Line(
+                    text=line.text,
+                    score=line.score,
+                    poly=tuple((round(x * sx), round(y * sy)) for x, y in line.poly),
+                    box=box(line.box),
+                    words=tuple(Word(w.text, box(w.box), w.score) for w in line.words),
+                )
+                for line in block.lines
+            ),
+        )
+        for block in page.blocks
+    )
+    return Page(width=width, height=height, blocks=blocks, index=page.index)
 
 
 def page_from_json(page: Mapping[str, Any], index: int | None = None) -> Page:
@@ -216,6 +245,29 @@ def page_json(result: PageResult, *, words: bool = False, layout: bool = False) 
     return body
 
 
-def _words_json(line: Any) -> list[dict[str, Any]]:
-    built = make_line(line.text, float(line.score), line.poly, getattr(line, "words", ()))
+def _words_json(line: TextLine) -> list[dict[str, Any]]:
+    built = make_line(line.text, float(line.score), line.poly, line.words)
     return [{"text": w.text, "box": list(w.box), "score": w.score} for w in built.words]
+
+
+_MAGIC = (
+    (b"%PDF", "application/pdf"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+    (b"GIF8", "image/gif"),
+    (b"BM", "image/bmp"),
+)
+
+
+def media_type_of(data: bytes, pdf: bool = False) -> str:
+    """An upload's media type from its first bytes ("application/pdf" when `pdf`)."""
+    if pdf:
+        return "application/pdf"
+    for magic, media_type in _MAGIC:
+        if data.startswith(magic):
+            return media_type
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "application/octet-stream"

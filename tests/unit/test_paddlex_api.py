@@ -206,9 +206,10 @@ def test_doc_preprocessing_refused(name: str) -> None:
     assert "not served" in message
 
 
-def test_return_word_box_refused() -> None:
-    with pytest.raises(ValidationFailed, match="returnWordBox is not supported"):
-        parse_request({"file": "x", "returnWordBox": True})
+def test_return_word_box_is_read() -> None:
+    assert parse_request({"file": "x", "returnWordBox": True}).return_word_box is True
+    assert parse_request({"file": "x", "returnWordBox": None}).return_word_box is False
+    assert parse_request({"file": "x"}).return_word_box is False
 
 
 @pytest.mark.parametrize("limit_type", ["long", "", "MIN"])

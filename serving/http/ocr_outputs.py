@@ -1,0 +1,90 @@
+"""`/v1/ocr`'s answer in the format asked for: JSON (PaddleOCR's line order, with `words` and
+`blocks` when asked), or a document rendered in a CPU worker and streamed (`serving.outputs`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from serving.http import request_id
+from serving.inputs import FileKind
+from serving.ocr_service import PageOutput
+from serving.outputs.document import Document, Source, media_type_of, page_from_result, page_json
+from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format, negotiate
+from serving.outputs.service import render_document
+from serving.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What a `/v1/ocr` request asks to get back."""
+
+    format: Format
+    words: bool
+    """JSON: each line's words with their boxes."""
+    layout: bool
+    """JSON: the page's `blocks` in reading order."""
+
+
+def wanted(request: Request) -> Wanted:
+    """The request's `format` (or `Accept`), `words` and `layout` parameters, read before any
+    work is done.
+
+    Raises:
+        ValidationFailed: `format` names no format (422).
+        NotAcceptable: `Accept` names only media types not made here (406).
+    """
+    params = request.query_params
+    return Wanted(
+        format=negotiate(params.get("format"), request.headers.get("accept")),
+        words=params.get("words", "false") in ("1", "true"),
+        layout=params.get("layout", "false") in ("1", "true"),
+    )
+
+
+def json_body(pages: list[PageOutput], want: Wanted) -> dict[str, Any]:
+    """The native JSON answer: lines in PaddleOCR's order, with words and blocks when asked."""
+    answer = []
+    for index, page in enumerate(pages):
+        body = page_json(page.result, words=want.words, layout=want.layout)
+        answer.append(
+            {
+                "page": index,
+                "width": body.pop("width"),
+                "height": body.pop("height"),
+                **page.scaled_note(),
+                **body,
+            }
+        )
+    return {"pages": answer}
+
+
+async def answer(
+    runtime: Runtime, pages: list[PageOutput], data: bytes, kind: FileKind, want: Wanted
+) -> Response:
+    """The answer in the wanted format; a rendered one is made in a CPU worker and streamed."""
+    headers = {request_id.HEADER: request_id.current_or_new()}
+    if want.format == "json":
+        return JSONResponse(json_body(pages, want), headers=headers)
+    document = Document(
+        name=f"document.{EXTENSIONS[want.format]}",
+        pages=tuple(
+            page_from_result(page.result, index, page.scaled_from)
+            for index, page in enumerate(pages)
+        ),
+        source=Source(media_type_of(data, pdf=kind == "pdf"), data),
+    )
+    stream = await render_document(
+        runtime.cpu, runtime.service.budget, document, want.format, source_bytes=len(data)
+    )
+    headers["Content-Length"] = str(stream.size)
+    return StreamingResponse(
+        stream,
+        media_type=MEDIA_TYPES[want.format],
+        headers=headers,
+        background=BackgroundTask(stream.close),
+    )
