@@ -24,7 +24,7 @@ import httpx
 
 from loadtest import onnx_export
 from loadtest.accuracy import pages_cer
-from loadtest.bench import job_impact, precision_check
+from loadtest.bench import batching, job_impact, precision_check
 from loadtest.client import Api, prepare_request, response_texts
 from loadtest.documents import Document, load_documents
 from loadtest.engine_limit import real_page_set, write_page_set
@@ -164,6 +164,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report["engine"] = engine
     print("OpenVINO precision check (f32 and bf16, in process)...", file=sys.stderr)
     report["precision_check"] = precision_check.check(out, out / "pages", truths, threads)
+    if not args.skip_batching:
+        report["batching"] = batching.measure(out / "batching", page_set, documents, args)
 
     print("our server...", file=sys.stderr)
     ours = start_ours(
@@ -462,6 +464,8 @@ def markdown(report: dict[str, Any]) -> str:
         for key, run in baselines.items()
     ]
     lines.append(f"- peak RSS of all server processes: {', '.join(peaks)}")
+    if "batching" in report:
+        lines += batching.markdown(report["batching"])
     return "\n".join(lines) + "\n"
 
 
@@ -507,6 +511,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="RapidOCR's engines, a row each (default: onnxruntime,openvino)",
     )
     parser.add_argument("--skip-job-impact", action="store_true")
+    parser.add_argument(
+        "--skip-batching",
+        action="store_true",
+        help="no batching-modes rows ([engine] batching exact and bucketed: CER per language, "
+        "batch histograms)",
+    )
+    batching.add_arguments(parser)
     parser.add_argument(
         "--server-engines",
         type=lambda s: [x for x in s.split(",") if x],
