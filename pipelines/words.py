@@ -10,8 +10,9 @@ characters. Here the same, with three differences:
   words joined back (a space where there was one) give the line's text with its punctuation;
   PaddleOCR drops punctuation and spaces. A run of CJK characters is one word (PaddleOCR boxes
   each CJK character on its own).
-- A character's cell extends halfway to its neighbours' steps (CTC emits a character at one
-  step, often near its middle), so a word's box covers its first and last letters whole.
+- A word spans its characters' steps and half a character's pitch (its mean distance between
+  steps) on either side (CTC emits a character at one step, often near its middle), so its box
+  covers its first and last letters whole; PaddleOCR's stops at the last letter's step.
 - Positions along the crop are mapped onto the line's quadrilateral (bilinear), so slanted lines,
   lines the classifier turned upside down and tall lines read top to bottom get boxes on the
   page where the text is; PaddleOCR takes the quad's axis-aligned extent.
@@ -98,12 +99,12 @@ def line_words(
     if not path.text:
         return ()
     cols = path.steps * fill  # steps over the crop's own pixels
-    left, right = _char_extents(path.columns.astype(np.float64), cols)
     quad = np.asarray(poly, dtype=np.float64).reshape(4, 2)
     tall = _is_tall(quad)
     words = []
     for start, end in split_words(path.text):
-        t0, t1 = left[start] / cols, right[end - 1] / cols
+        left, right = _word_span(path.columns, start, end, cols)
+        t0, t1 = left / cols, right / cols
         if flipped:
             t0, t1 = 1 - t1, 1 - t0
         words.append(
@@ -177,16 +178,22 @@ def _crop_size(poly: np.ndarray) -> tuple[int, int]:
     return width, height
 
 
-def _char_extents(columns: np.ndarray, cols: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each character's [left, right) in steps: its step's cell, widened to halfway towards the
-    neighbouring characters' steps; the first and last mirror their inner halves."""
-    centres = columns + 0.5
-    if len(centres) == 1:
-        return np.array([max(0.0, centres[0] - 1.0)]), np.array([min(cols, centres[0] + 1.0)])
-    mids = (centres[1:] + centres[:-1]) / 2
-    left = np.concatenate([[centres[0] - (mids[0] - centres[0])], mids])
-    right = np.concatenate([mids, [centres[-1] + (centres[-1] - mids[-1])]])
-    return np.clip(left, 0.0, cols), np.clip(right, 0.0, cols)
+def _word_span(columns: np.ndarray, start: int, end: int, cols: float) -> tuple[float, float]:
+    """Characters [start, end)'s extent in steps: from half a character's pitch before the first
+    one's step to half a pitch after the last one's, the pitch being the word's mean distance
+    between steps (a one-character word: the distance to its nearest neighbour in the line)."""
+    centres = columns.astype(np.float64) + 0.5
+    if end - start > 1:
+        half = (centres[end - 1] - centres[start]) / (end - start - 1) / 2
+    else:
+        gaps = [
+            abs(centres[start] - centres[j])
+            for j in (start - 1, start + 1)
+            if 0 <= j < len(centres)
+        ]
+        half = min(gaps) / 2 if gaps else 1.0
+    half = max(half, 0.5)
+    return max(0.0, centres[start] - half), min(cols, centres[end - 1] + half)
 
 
 def _is_tall(quad: np.ndarray) -> bool:
