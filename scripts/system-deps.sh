@@ -14,6 +14,9 @@
 #                       for the job store replicas share (tests/postgres.py); no system cluster is used
 #   poppler-utils       pdftotext, pdfimages: tests read our searchable PDFs back as a reader would
 #   qpdf                qpdf --check: tests check our PDFs' structure
+#   tesseract-ocr       Tesseract 5 with its English model (tesseract-ocr-eng), and ghostscript: the
+#   tesseract-ocr-eng   OCR engine and PDF/A fallback OCRmyPDF runs in the side-by-side bench
+#   ghostscript         (python -m loadtest.bench.ocrmypdf_compare)
 #
 # The PDFs are real documents nobody here wrote; loadtest/pages.py renders them and uses their text
 # layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
@@ -21,7 +24,8 @@
 set -euo pipefail
 
 PACKAGES=(fonts-dejavu-core fonts-wqy-microhei libtasn1-doc shared-mime-info maint-guide
-  maint-guide-zh-cn chromium postgresql poppler-utils qpdf)
+  maint-guide-zh-cn chromium postgresql poppler-utils qpdf tesseract-ocr tesseract-ocr-eng
+  ghostscript)
 
 is_installed() {
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
