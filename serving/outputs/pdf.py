@@ -25,11 +25,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pikepdf
 from fpdf import FPDF
 from fpdf.enums import TextMode
 from PIL import Image, ImageOps
 
+from serving.errors import InvalidInput
 from serving.outputs.document import Document, Page
 
 MEDIA_TYPE = "application/pdf"
@@ -92,7 +95,29 @@ def _new_pdf(document: Document) -> FPDF:
 
 
 def _image_page(pdf: FPDF, raw: bytes, page: Page) -> _Placement:
-    """Adds a page holding frame `page.index` of the image, returns where its OCR page lies."""
+    """Adds a page holding frame `page.index` of the image, returns where its OCR page lies.
+
+    Raises:
+        InvalidInput: neither Pillow nor OpenCV reads the image (the OCR read it with OpenCV).
+    """
+    try:
+        return _embed(pdf, raw, page)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        # An image OpenCV decodes and Pillow does not (a truncated JPEG, say): its pixels, as
+        # the OCR saw them, go in losslessly.
+        decoded = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
+        if decoded is None or page.index != 0:
+            raise InvalidInput("The image could not be read to embed it in the PDF") from None
+        frame = Image.fromarray(np.ascontiguousarray(decoded[:, :, ::-1]))
+        placement = _Placement(
+            frame.width * 72.0 / _DEFAULT_DPI, frame.height * 72.0 / _DEFAULT_DPI
+        )
+        pdf.add_page(format=(placement.width_pt, placement.height_pt))
+        pdf.image(frame, x=0, y=0, w=placement.width_pt, h=placement.height_pt)
+        return placement
+
+
+def _embed(pdf: FPDF, raw: bytes, page: Page) -> _Placement:
     with warnings.catch_warnings(action="ignore"), Image.open(io.BytesIO(raw)) as image:
         frames = getattr(image, "n_frames", 1)
         if page.index >= frames:
@@ -157,8 +182,19 @@ def _text_layer(pdf: FPDF, page: Page, placement: _Placement) -> None:
 
 
 def _graft(document: Document, original: bytes) -> bytes:
-    """The original PDF with each OCR page's text layer laid over its page."""
-    with pikepdf.open(io.BytesIO(original)) as pdf:
+    """The original PDF with each OCR page's text layer laid over its page.
+
+    Raises:
+        InvalidInput: qpdf cannot read the PDF (pdfium, which rendered it for the OCR, could).
+    """
+    try:
+        return _graft_onto(document, pikepdf.open(io.BytesIO(original)))
+    except pikepdf.PdfError as err:
+        raise InvalidInput(f"The PDF could not be read to add its text layer: {err}") from None
+
+
+def _graft_onto(document: Document, opened: pikepdf.Pdf) -> bytes:
+    with opened as pdf:
         if any(page.index >= len(pdf.pages) for page in document.pages):
             raise ValueError(f"the PDF has {len(pdf.pages)} pages; the OCR has more")
         layer = _new_pdf(document)

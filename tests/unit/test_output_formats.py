@@ -22,7 +22,8 @@ import pytest
 from fpdf import FPDF
 
 from pipelines.words import Word
-from serving.errors import NotAcceptable, ValidationFailed
+from serving.errors import InvalidInput, NotAcceptable, ValidationFailed
+from serving.outputs import pdf as pdf_output
 from serving.outputs.document import Document, Page, Source, group_blocks, make_line
 from serving.outputs.formats import negotiate, render_bytes
 
@@ -294,3 +295,35 @@ def test_pdf_without_a_source_has_blank_pages_with_the_text() -> None:
     assert [line for line in _pdftotext(pdf, "-raw").splitlines() if line.strip()] == (
         EXPECTED_LINES
     )
+
+
+@needs_poppler
+def test_pdf_of_a_truncated_jpeg_embeds_it_as_sent(tmp_path: Path) -> None:
+    data = _image("jpg")
+    truncated = data[: len(data) * 2 // 3]  # OpenCV decodes what is there, and so do viewers
+    path = tmp_path / "out.pdf"
+    path.write_bytes(render_bytes(two_columns(Source("image/jpeg", truncated)), "pdf"))
+    with pikepdf.open(path) as opened:
+        (image,) = opened.pages[0].get_images().values()
+        assert image.read_raw_bytes() == truncated
+
+
+@needs_poppler
+def test_pdf_of_an_image_pillow_refuses_embeds_what_opencv_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object) -> None:
+        raise OSError("cannot identify image file")
+
+    monkeypatch.setattr(pdf_output, "_embed", refuse)
+    path = tmp_path / "out.pdf"
+    path.write_bytes(render_bytes(two_columns(Source("image/png", _image("png"))), "pdf"))
+    ((*_, width, height, _c, _n, _b, enc, _i, _o, _g, _x, _y, _s, _r),) = _pdfimages(path)
+    assert (int(width), int(height), enc) == (1200, 800, "image")
+    with pytest.raises(InvalidInput):
+        render_bytes(two_columns(Source("image/png", b"not an image")), "pdf")
+
+
+def test_pdf_of_a_pdf_qpdf_cannot_read_is_invalid_input() -> None:
+    with pytest.raises(InvalidInput):
+        render_bytes(two_columns(Source("application/pdf", b"%PDF-1.4 not really")), "pdf")
