@@ -1,4 +1,5 @@
-"""HTTP endpoints of batch jobs: submit, status, list, results (streamed NDJSON or text), cancel."""
+"""HTTP endpoints of batch jobs: submit, status, list, results (streamed NDJSON or text), cancel,
+and their documents in the output formats (`job_documents`)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,19 @@ from serving.http.auth import identity_of
 from serving.http.body_limit import JOBS, limit_body
 from serving.http.endpoints import Handler, runtime_of
 from serving.http.exceptions import native_errors
+from serving.http.job_documents import (
+    archive_response,
+    document_response,
+    document_states,
+    list_body,
+    pick,
+)
 from serving.http.uploads import FIELD_MAX_BYTES, form_error, gone_mid_upload
 from serving.jobs.files import BatchLimits, stage_uploads, worker_page_counter
 from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
 from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
+from serving.outputs.formats import negotiate, parse_format
 from serving.request_options import NO_CLASSIFIER, overrides
 
 FOLLOW_CHECK_S = 30.0
@@ -185,6 +194,33 @@ async def job_results(request: Request) -> Response:
     return StreamingResponse(_ndjson(runner, job_id, follow), media_type="application/x-ndjson")
 
 
+async def list_documents(request: Request) -> Response:
+    """`GET /v1/jobs/{id}/documents`: each uploaded document with its pages and status."""
+    runner = _runner(request)
+    info = await _visible(request, runner, request.path_params["job_id"])
+    return JSONResponse(list_body(info, await document_states(runner, info)))
+
+
+async def get_document(request: Request) -> Response:
+    """`GET /v1/jobs/{id}/documents/{n}`: one document in `?format=` (or as `Accept` asks):
+    json, text, hocr, alto or pdf; 409 while its pages are still to run."""
+    runner = _runner(request)
+    info = await _visible(request, runner, request.path_params["job_id"])
+    fmt = negotiate(request.query_params.get("format"), request.headers.get("accept"))
+    state = pick(await document_states(runner, info), request.path_params["index"])
+    return await document_response(runtime_of(request), runner, info, state, fmt)
+
+
+async def job_archive(request: Request) -> Response:
+    """`GET /v1/jobs/{id}/archive?format=`: a zip of every document in that format (default
+    json), streamed; 409 until the job has ended."""
+    runner = _runner(request)
+    info = await _visible(request, runner, request.path_params["job_id"])
+    fmt = parse_format(request.query_params.get("format", "json"))
+    states = await document_states(runner, info)
+    return archive_response(runtime_of(request), runner, info, states, fmt)
+
+
 @dataclass(slots=True)
 class _Cursor:
     """How far a results stream got: in completion order (NDJSON) or document order (text)."""
@@ -268,5 +304,8 @@ def job_routes(observe: Callable[[str, Handler], Handler]) -> list[Route]:
         route("/v1/jobs/{job_id}", get_job, "GET"),
         route("/v1/jobs/{job_id}", delete_job, "DELETE"),
         route("/v1/jobs/{job_id}/results", job_results, "GET"),
+        route("/v1/jobs/{job_id}/documents", list_documents, "GET"),
+        route("/v1/jobs/{job_id}/documents/{index}", get_document, "GET"),
+        route("/v1/jobs/{job_id}/archive", job_archive, "GET"),
         route("/v1/jobs/{job_id}/cancel", cancel_job, "POST"),
     ]

@@ -39,6 +39,7 @@ def _errors(*statuses: int, schema: str = "Error") -> dict[str, Json]:
             "a form field over 64 KiB; or a body `server.memory_budget_bytes` could never hold"
         ),
         406: "No format this endpoint makes matches `Accept`",
+        409: "Pages of the job are still to run (a document, or the archive of a running job)",
         415: "Unsupported content type",
         422: "Invalid input or parameters",
         503: (
@@ -232,6 +233,85 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                 "content": {"application/x-ndjson": {"schema": {"type": "string"}}, **_TEXT},
             },
             **_errors(404, 422),
+        },
+    },
+    ("/v1/jobs/{job_id}/documents", "get"): {
+        "summary": "The job's documents: index, name, pages, pages done and failed, status",
+        "tags": ["jobs"],
+        "parameters": [_JOB_ID],
+        "responses": {
+            "200": _json(
+                "One entry per uploaded document (a zip's entries each one), in upload order",
+                {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "status": {"type": "string"},
+                        "documents": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "index": {"type": "integer"},
+                                    "name": {"type": "string"},
+                                    "kind": {"type": "string", "enum": ["pdf", "image"]},
+                                    "pages": {"type": "integer"},
+                                    "pages_done": {"type": "integer"},
+                                    "pages_failed": {"type": "integer"},
+                                    "status": {
+                                        "type": "string",
+                                        "enum": ["pending", "succeeded", "failed", "incomplete"],
+                                    },
+                                    "href": {"type": "string"},
+                                },
+                            },
+                        },
+                    },
+                },
+            ),
+            **_errors(404),
+        },
+    },
+    ("/v1/jobs/{job_id}/documents/{index}", "get"): {
+        "summary": "One document in a format: JSON, text, hOCR, ALTO or a searchable PDF",
+        "tags": ["jobs"],
+        "parameters": [
+            _JOB_ID,
+            {"name": "index", "in": "path", "required": True, "schema": {"type": "integer"}},
+            _query(
+                "format",
+                {"type": "string", "enum": list(FORMATS)},
+                "Default: as `Accept` asks, else json. Pages that failed (or never ran in a "
+                "cancelled job) come out without text",
+            ),
+        ],
+        "responses": {
+            "200": {
+                "description": "The document, as a download",
+                "content": {
+                    MEDIA_TYPES[fmt].split(";")[0]: {
+                        "schema": {"type": "object"} if fmt == "json" else _BINARY
+                    }
+                    for fmt in FORMATS
+                },
+            },
+            **_errors(404, 406, 409, 413, 422, 503),
+        },
+    },
+    ("/v1/jobs/{job_id}/archive", "get"): {
+        "summary": "Every document of a finished job in one format, as a zip streamed as made",
+        "tags": ["jobs"],
+        "parameters": [
+            _JOB_ID,
+            _query("format", {"type": "string", "enum": list(FORMATS)}, "Default json"),
+        ],
+        "responses": {
+            "200": {
+                "description": "A zip: each document as NAME.EXT (NAME.EXT.error.json if it "
+                "could not be made)",
+                "content": {"application/zip": {"schema": _BINARY}},
+            },
+            **_errors(404, 409, 422),
         },
     },
     ("/v1/jobs/{job_id}/cancel", "post"): {

@@ -93,6 +93,7 @@ def file_info(row: Row) -> FileInfo:
         kind=cast(FileKind, row["kind"]),
         pages=row["pages"],
         size_bytes=row["size_bytes"],
+        stored_as=row["stored_as"],
     )
 
 

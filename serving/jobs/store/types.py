@@ -41,6 +41,9 @@ class FileInfo:
     kind: FileKind
     pages: int
     size_bytes: int
+    stored_as: str = ""
+    """Its upload's file name under `job_dir / "files"` (the original bytes, kept with the job:
+    searchable PDFs are made from them)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
