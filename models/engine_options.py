@@ -75,12 +75,18 @@ class EngineOptions:
 
     torch: TorchOptions = field(default_factory=TorchOptions)
     """The torch engine's compilation and shape buckets (`[engine.torch]`)."""
+    inflight_batches: int = 1
+    """Batches the device worker running this engine holds launched at once, and the main
+    process sends it at once (`workers.<kind>.inflight_batches`); its lane keeps one page-locked
+    slot more (`models.staging.lane_slots`)."""
 
     def __post_init__(self) -> None:
         if _DEVICE_RE.match(self.device) is None:
             raise EngineOptionsError(f"device must be 'cpu' or 'gpu:N', got {self.device!r}")
         if self.cpu_threads < 1:
             raise EngineOptionsError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
+        if self.inflight_batches < 1:
+            raise EngineOptionsError(f"inflight_batches must be >= 1, got {self.inflight_batches}")
         if self.mkldnn_cache_capacity < 0:
             raise EngineOptionsError(
                 f"mkldnn_cache_capacity must be >= 0, got {self.mkldnn_cache_capacity}"

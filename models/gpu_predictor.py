@@ -58,7 +58,8 @@ class GpuPredictor(LanePredictor):
                 f"(Config.set_exec_stream); install Paddle's GPU build to serve on {device}"
             )
         try:
-            lane = paddle_lane(paddle, self.options.device_id)
+            options = self.options
+            lane = paddle_lane(paddle, options.device_id, inflight_batches=options.inflight_batches)
             set_exec_stream(lane.compute_stream.stream_base)
             self._predictor = paddle.inference.create_predictor(config)
         except Exception as err:  # Paddle raises bare RuntimeError subclasses

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from models.staging import LANE_SLOTS, Lane
+from models.staging import Lane, lane_slots
 
 
 def host_array(tensor: Any, nbytes: int) -> np.ndarray:
@@ -97,7 +97,8 @@ class PaddleCudaOps:
 
 
 @functools.cache
-def paddle_lane(paddle: Any, device_id: int) -> Lane:
+def paddle_lane(paddle: Any, device_id: int, *, inflight_batches: int) -> Lane:
     """The lane of this process's GPU: one per device worker process (= instance), shared by
-    its det/cls/rec predictors, which all run on its compute stream."""
-    return Lane(PaddleCudaOps(paddle, device_id), max_slots=LANE_SLOTS)
+    its det/cls/rec predictors, which all run on its compute stream, with room for
+    `inflight_batches` launched (`EngineOptions.inflight_batches`)."""
+    return Lane(PaddleCudaOps(paddle, device_id), max_slots=lane_slots(inflight_batches))

@@ -67,9 +67,10 @@ class DeviceOps(Protocol):
         ...
 
 
-LANE_SLOTS = 3
-"""Page-locked slots per device worker: two batches in flight (`workers.gpu.inflight_batches`)
-and one being collated."""
+def lane_slots(inflight_batches: int) -> int:
+    """Page-locked slots of a device worker's lane: its `inflight_batches` launched
+    (`EngineOptions.inflight_batches`), and one more for a batch being collated."""
+    return inflight_batches + 1
 
 
 class LaneError(RuntimeError):

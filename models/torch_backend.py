@@ -39,7 +39,7 @@ from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
 from models.lane_predictor import LanePredictor
 from models.spec import ModelSpec
-from models.staging import LANE_SLOTS, Lane
+from models.staging import Lane, lane_slots
 from models.torch_graph import UnsupportedGraph, host_shapes
 from models.torch_options import bucket_shape, rec_buckets
 
@@ -92,14 +92,14 @@ def import_onnx2torch() -> Any:
 
 
 @functools.cache
-def worker_lane(device: str) -> Lane:
+def worker_lane(device: str, *, inflight_batches: int) -> Lane:
     """The lane of this process's `device`: one per device worker process (= instance), shared
-    by its det/cls/rec predictors."""
+    by its det/cls/rec predictors, with room for `inflight_batches` launched."""
     torch = import_torch()
     from models.torch_device import CpuOps, CudaOps
 
     ops = CudaOps(torch, device) if device.startswith("cuda") else CpuOps(torch)
-    return Lane(ops, max_slots=LANE_SLOTS)
+    return Lane(ops, max_slots=lane_slots(inflight_batches))
 
 
 class TorchPredictor(LanePredictor):
@@ -148,7 +148,7 @@ class TorchPredictor(LanePredictor):
         self._torch = torch
         self._eager = module
         self._module = self._compiled(module)
-        self._lane = worker_lane(device)
+        self._lane = worker_lane(device, inflight_batches=self._options.inflight_batches)
         logger.info(
             "loaded %s model=%s device=%s precision=%s tf32=%s host_reads_free=%s compile=%s "
             "shapes=%s in %.2fs",

@@ -15,8 +15,11 @@ from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.config import AppConfig, EngineConfig
 
 
-def engine_options(engine: EngineConfig, device: str, cpu_threads: int) -> EngineOptions:
-    """Predictor settings for one device ("cpu" or "gpu:N") from the `[engine]` section.
+def engine_options(
+    engine: EngineConfig, device: str, cpu_threads: int, *, inflight_batches: int = 1
+) -> EngineOptions:
+    """Predictor settings for one device ("cpu" or "gpu:N") from the `[engine]` section, and the
+    batches its worker holds at once (`workers.<kind>.inflight_batches`).
 
     fp16 and TensorRT apply to GPUs only, oneDNN to the CPU only.
     """
@@ -37,14 +40,23 @@ def engine_options(engine: EngineConfig, device: str, cpu_threads: int) -> Engin
         onnx_dir=engine.onnx_dir,
         torch=engine.torch,
         openvino_precision=engine.openvino_precision,
+        inflight_batches=inflight_batches,
     )
 
 
 def engine_choice(config: AppConfig, device: str) -> EngineChoice:
-    """The backend configured for `device`'s kind, with options built for `device` itself."""
+    """The backend configured for `device`'s kind, with options built for `device` itself.
+
+    The one place `workers.<kind>.inflight_batches` becomes a limit: the main process's dispatch
+    tasks per worker, the batches the worker holds launched, and its lane's page-locked slots
+    all read it from these options."""
+    kind = device_kind(device)
+    workers = config.workers.gpu if kind == "gpu" else config.workers.cpu
     return EngineChoice(
-        backend=config.engine.backend_for(device_kind(device)),
-        options=engine_options(config.engine, device, config.cpu_threads),
+        backend=config.engine.backend_for(kind),
+        options=engine_options(
+            config.engine, device, config.cpu_threads, inflight_batches=workers.inflight_batches
+        ),
     )
 
 

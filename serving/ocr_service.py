@@ -27,7 +27,8 @@ from serving.scheduling.page_memory import MIN_SCALED_SIDE_PX, PageCosts
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.scheduling.quotas import KeyPages, Tenant
 from serving.workers import cpu_stages, shm
-from serving.workers.cpu_pool import CpuPool, free_segments
+from serving.workers.cpu_pool import CpuPool
+from serving.workers.supervisor import free_segments
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,12 @@ from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages
 from serving.workers import shm
 from serving.workers.cpu_pool import CpuPool
 from serving.workers.cpu_stages import init_cpu_worker
-from serving.workers.device_pool import DevicePool, DeviceWorker, WorkerHandle, discard_payload
+from serving.workers.device_pool import (
+    DevicePool,
+    DeviceWorkerHandle,
+    WorkerHandle,
+    discard_payload,
+)
 from serving.workers.device_worker import DeviceSpec, WorkerSetup
 from serving.workers.watchdog import LoopWatchdog
 
@@ -213,11 +218,7 @@ class Runtime:
         for spec in specs:
             kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
             limits = {stage: kind.limits(stage) for stage in STAGES}
-            workers.append(
-                DeviceWorker(
-                    spec=spec, limits=limits, setup=setup, inflight_batches=kind.inflight_batches
-                )
-            )
+            workers.append(DeviceWorkerHandle(spec=spec, limits=limits, setup=setup))
         metrics = Metrics()
         metrics.track_admission(
             lambda: admission.inflight, lambda: admission.page_s or 0.0, budget.gauge

@@ -1,11 +1,11 @@
-"""The CPU worker pool: supervised spawn-context processes running `cpu_stages` functions.
+"""The CPU worker pool: supervised processes (`serving.workers.supervisor`) running `cpu_stages`
+functions.
 
-Each worker runs one call at a time, fed from one queue. The event loop never blocks on a child:
-spawning, sending and receiving happen on threads, and a child that stops answering is killed,
-which unblocks them. A worker that dies costs only the call it held: that call runs again on
-another worker (up to `max_attempts` times) while the worker is replaced in the background. A call
-whose caller went away is left to finish for `abandon_grace_s`, then its worker is killed; results
-that come back after their caller went away are freed, so no segment leaks.
+Each worker runs one call at a time, fed from one queue. A worker that dies costs only the call it
+held: that call runs again on another worker (up to `max_attempts` times, the pool's
+`RetryPolicy`) while the worker is replaced in the background. A call whose caller went away is
+left to finish for `abandon_grace_s`, then its worker is killed; results that come back after
+their caller went away are freed, so no segment leaks.
 
 (The standard `ProcessPoolExecutor` fails every call in flight when one worker dies, and spawns
 replacement workers inside `submit`, on the caller's thread: from the event loop, that spawn could
@@ -15,38 +15,25 @@ block for good on a pipe to a child that was already gone.)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import multiprocessing
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from serving.errors import OcrError, WorkerUnavailable
 from serving.scheduling.share import ShareQueue
-from serving.workers import shm
 from serving.workers.cpu_worker import cpu_worker_main
 from serving.workers.proc import cancel_and_wait
+from serving.workers.supervisor import RetryPolicy, WorkerDied, WorkerProcess, free_segments
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_MP = multiprocessing.get_context("spawn")
-
-
-class _Died(Exception):
-    """The worker process exited (or was killed) before answering."""
-
-    def __init__(self, *, before_sending: bool = False) -> None:
-        super().__init__()
-        self.before_sending = before_sending
-        """The call never reached the process: the attempt does not count."""
+REPLIES = ("ok", "error")
+"""The messages of a CPU worker that answer a call (`serving.workers.cpu_worker`)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -63,8 +50,7 @@ class _Worker:
     """One worker slot: its current process and the call it runs."""
 
     index: int
-    process: BaseProcess | None = None
-    conn: Connection | None = None
+    process: WorkerProcess | None = None
     call: _Call | None = None
     spawned: int = 0
     """Processes started for this slot so far."""
@@ -72,7 +58,7 @@ class _Worker:
 
     @property
     def alive(self) -> bool:
-        return self.process is not None and self.process.is_alive() and self.conn is not None
+        return self.process is not None and self.process.alive
 
 
 class CpuPool:
@@ -95,10 +81,9 @@ class CpuPool:
         self._initializer = initializer
         self._initargs = initargs
         self._on_restart = on_restart
-        self._max_attempts = max_attempts
+        self.retry = RetryPolicy(max_attempts=max_attempts, restart_backoff_s=restart_backoff_s)
         self._abandon_grace_s = abandon_grace_s
         self._start_timeout_s = start_timeout_s
-        self._restart_backoff_s = restart_backoff_s
         self._slots = [_Worker(i) for i in range(workers)]
         self._queue: ShareQueue[_Call] = ShareQueue(background_share)
         """Interactive before background, then first come; background first while it has had
@@ -196,51 +181,42 @@ class CpuPool:
 
     async def _spawn(self, worker: _Worker) -> None:
         """Start a process for `worker`, retrying with a back-off until it says it is ready."""
-        while True:
+        if worker.process is not None:  # cut off from its pipe, perhaps not yet gone
+            worker.process.kill()
+
+        async def start() -> WorkerProcess:
             if worker.spawned:
                 self.restarts += 1
                 if self._on_restart is not None:
                     self._on_restart()
             worker.spawned += 1
-            parent, child = _MP.Pipe()
-            process = _MP.Process(
-                target=cpu_worker_main,
-                args=(child, self._initializer, self._initargs),
+            process = WorkerProcess(
+                functools.partial(
+                    cpu_worker_main, initializer=self._initializer, initargs=self._initargs
+                ),
                 name=f"ocr-cpu-{worker.index}",
-                daemon=True,
+                replies=REPLIES,
+                on_orphan=_free_result,
             )
-            try:
-                async with asyncio.timeout(self._start_timeout_s):
-                    # On an executor thread that lives on: a worker's parent-death signal
-                    # (`serving.workers.proc`) fires when the *thread* that started it exits.
-                    await asyncio.get_running_loop().run_in_executor(None, process.start)
-                    child.close()
-                    await _in_thread(functools.partial(_receive, parent, process.sentinel))
-            except (TimeoutError, OSError, _Died, EOFError):
-                logger.exception("CPU worker %d did not start; retrying", worker.index)
-                _kill(process)
-                parent.close()
-                child.close()
-                await asyncio.sleep(self._restart_backoff_s)
-                continue
-            worker.process, worker.conn = process, parent
-            worker.up.set()
-            logger.debug("CPU worker %d up (pid %s)", worker.index, process.pid)
-            return
+            await process.start(self._start_timeout_s)
+            return process
+
+        process = await self.retry.start_until_up(start, f"CPU worker {worker.index}")
+        worker.process = process
+        worker.up.set()
+        logger.debug("CPU worker %d up (pid %s)", worker.index, process.pid)
 
     async def _run_on(self, worker: _Worker, call: _Call) -> None:
-        conn, process = worker.conn, worker.process
-        if conn is None or process is None:
+        process = worker.process
+        if process is None:
             await self._enqueue(call, front=True)
             return
         worker.call = call
         call.attempts += 1
         started = time.monotonic()
         try:
-            kind, value = await _in_thread(
-                functools.partial(_exchange, conn, process.sentinel, (call.fn, call.args))
-            )
-        except _Died as died:
+            kind, value = await process.request((call.fn, call.args))
+        except WorkerDied as died:
             if died.before_sending:
                 call.attempts -= 1
             await self._on_death(worker, call, time.monotonic() - started)
@@ -258,12 +234,9 @@ class CpuPool:
             call.future.set_exception(value)
 
     async def _on_death(self, worker: _Worker, call: _Call, ran_s: float) -> None:
-        process, conn = worker.process, worker.conn
-        worker.process = worker.conn = None
-        if conn is not None:
-            conn.close()
+        process, worker.process = worker.process, None
         if process is not None:
-            _kill(process)
+            process.kill()
             logger.log(
                 logging.WARNING if call.future.done() else logging.ERROR,
                 "CPU worker %d (pid %s) died after %.1f s running %s (attempt %d, exit code %s)",
@@ -276,7 +249,7 @@ class CpuPool:
             )
         if call.future.done():
             return
-        if call.attempts >= self._max_attempts:
+        if not self.retry.may_retry(call.attempts):
             call.future.set_exception(WorkerUnavailable())
         else:
             await self._enqueue(call, front=True)
@@ -310,7 +283,7 @@ class CpuPool:
 
     def pids(self) -> list[int]:
         """Process ids of the live workers."""
-        return [w.process.pid for w in self._slots if w.alive and w.process and w.process.pid]
+        return [w.process.pid for w in self._slots if w.process and w.alive and w.process.pid]
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the processes; calls still queued fail with WorkerUnavailable."""
@@ -319,82 +292,14 @@ class CpuPool:
         for call in self._queue.drain():
             if not call.future.done():
                 call.future.set_exception(WorkerUnavailable("The server is stopping"))
-        stops = [_in_thread(functools.partial(_stop, w, timeout_s)) for w in self._slots]
-        await asyncio.gather(*stops)
+        processes = [w.process for w in self._slots if w.process is not None]
+        for worker in self._slots:
+            worker.process = None
+        await asyncio.gather(*(p.stop(None, timeout_s) for p in processes))
 
 
-def _in_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
-    """Run blocking `fn` on its own daemon thread; a thread stuck for good never holds up exit."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(value: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
-
-    def target() -> None:
-        try:
-            value, error = fn(), None
-        except BaseException as err:  # handed to the awaiting coroutine
-            value, error = None, err
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(settle, value, error)
-
-    threading.Thread(target=target, name="cpu-pool-io", daemon=True).start()
-    return future
-
-
-def _exchange(conn: Connection, sentinel: int, message: Any) -> tuple[str, Any]:
-    """Send one call and wait for its outcome; raises _Died if the process goes first."""
-    try:
-        conn.send(message)
-    except (BrokenPipeError, ConnectionResetError, EOFError) as err:
-        raise _Died(before_sending=True) from err
-    reply: tuple[str, Any] = _receive(conn, sentinel)
-    return reply
-
-
-def _receive(conn: Connection, sentinel: int) -> Any:
-    ready = wait([conn, sentinel])
-    if conn not in ready:
-        raise _Died()
-    try:
-        return conn.recv()
-    except (EOFError, OSError) as err:
-        raise _Died() from err
-
-
-def _kill(process: BaseProcess) -> None:
-    """Kill without waiting: a process that was never started, or is gone, is fine."""
-    with contextlib.suppress(AttributeError, ValueError, OSError):
-        if process.is_alive():
-            process.kill()
-
-
-def _stop(worker: _Worker, timeout_s: float) -> None:
-    process, conn = worker.process, worker.conn
-    worker.process = worker.conn = None
-    if conn is not None:
-        with contextlib.suppress(OSError, ValueError):
-            conn.send(None)
-        conn.close()
-    if process is not None:
-        process.join(timeout_s)
-        _kill(process)
-        process.join(1.0)
-
-
-def free_segments(value: Any) -> None:
-    """Discard every shared-memory segment referenced by a stage result."""
-    if isinstance(value, shm.ShmRef):
-        shm.discard(value)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            free_segments(item)
-    elif hasattr(value, "refs"):
-        for ref in value.refs():
-            shm.discard(ref)
+def _free_result(reply: tuple[str, Any]) -> None:
+    """Free a call's result that came back after its caller went away."""
+    kind, value = reply
+    if kind == "ok":
+        free_segments(value)

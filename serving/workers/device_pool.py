@@ -1,21 +1,20 @@
 """Device worker processes seen from the main process: start, supervise, and feed them batches.
 
-One dispatch task per worker pulls the next batch sized for that worker from the scheduler, sends
-it, and hands each item's outcome to its waiting request. A worker that dies is restarted; the
-items it held are queued again once, then failed with 503.
+Each worker is a supervised process (`serving.workers.supervisor`) with `inflight_batches`
+dispatch tasks: each pulls the next batch sized for that worker from the scheduler, sends it, and
+hands each item's outcome to its waiting request. A worker that dies is restarted; the items it
+held are queued again once, then failed with 503 (the pool's `RetryPolicy`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import itertools
 import logging
-import multiprocessing
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
@@ -23,7 +22,6 @@ from serving.config import StageLimits
 from serving.errors import OcrError, WorkerUnavailable
 from serving.metrics import Metrics
 from serving.scheduling.batching import Scheduler, WorkItem
-from serving.workers import shm
 from serving.workers.device_worker import (
     DEVICE_FAULT_EXIT_CODE,
     DeviceSpec,
@@ -33,135 +31,97 @@ from serving.workers.device_worker import (
     device_worker_main,
 )
 from serving.workers.proc import cancel_and_wait
+from serving.workers.supervisor import RetryPolicy, WorkerDied, WorkerProcess, free_segments
 
 logger = logging.getLogger(__name__)
 
-_MP = multiprocessing.get_context("spawn")
-
-
-class WorkerDied(Exception):
-    """The device worker process exited while it held work."""
+MAX_ATTEMPTS = 2
+"""Runs of one batch item whose worker died, the first included: it is queued again once."""
 
 
 @dataclass(slots=True, eq=False)
-class DeviceWorker:
-    """Main-process handle of one device worker process."""
+class DeviceWorkerHandle:
+    """The main process's handle of one device worker process (the process itself runs
+    `serving.workers.device_worker.DeviceWorkerChild`); a restart starts a new process."""
 
     spec: DeviceSpec
     limits: Mapping[str, StageLimits]
     setup: WorkerSetup
     start_timeout_s: float = 600.0
-    inflight_batches: int = 1
-    """Batches sent to the process at once (each runs after the one before)."""
-    process: BaseProcess | None = None
     info: dict[str, Any] = field(default_factory=dict)
     restarts: int = 0
     batches: int = 0
-    _conn: Connection | None = None
-    _pending: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
-    _ready: asyncio.Future[dict[str, Any]] | None = None
-    _fault: str | None = None
-    """The device fault the process said it exits on (it may not be reaped when the pipe closes)."""
-    _ids: itertools.count[int] = field(default_factory=itertools.count)
     restarting: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_done_at: float = 0.0
     """When the process last answered a batch: a batch's own time starts at its send or then."""
+    _child: WorkerProcess | None = None
+    _fault: str | None = None
+    """The device fault the process said it exits on (it may not be reaped when the pipe closes)."""
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def inflight_batches(self) -> int:
+        """Batches sent to the process at once, as many as it holds launched
+        (`EngineOptions.inflight_batches`, from `workers.<kind>.inflight_batches`)."""
+        return self.spec.engine.options.inflight_batches
 
     @property
     def ready(self) -> bool:
         """Loaded, warmed up and alive."""
-        return (
-            self._ready is not None
-            and self._ready.done()
-            and not self._ready.exception()
-            and self.process is not None
-            and self.process.is_alive()
-        )
+        return self._child is not None and self._child.ready
+
+    @property
+    def process(self) -> BaseProcess | None:
+        """The current process; a new object after each restart."""
+        return self._child.process if self._child is not None else None
 
     @property
     def pid(self) -> int | None:
         """The worker's process id."""
-        return self.process.pid if self.process is not None else None
+        return self._child.pid if self._child is not None else None
 
     async def start(self) -> None:
-        """Spawn the process and wait until it has loaded its models and run a warm-up page."""
-        loop = asyncio.get_running_loop()
-        parent, child = _MP.Pipe()
-        self._ready = loop.create_future()
-        self.process = _MP.Process(
-            target=device_worker_main,
-            args=(self.spec, self.setup, child),
+        """Spawn the process and wait until it has loaded its models and run a warm-up page.
+
+        Raises:
+            WorkerStartFailed: it could not load or warm up, or exited first.
+            TimeoutError: it was not ready within `start_timeout_s`.
+        """
+        self._fault = None
+        self._child = WorkerProcess(
+            functools.partial(device_worker_main, self.spec, self.setup),
             name=f"ocr-device-{self.spec.name}",
-            daemon=True,
+            replies=("done",),
+            on_notice=self._on_notice,
+            on_exit=self._on_exit,
+            on_orphan=_free_outcomes,
         )
-        # Spawning writes start-up data through a pipe: never on the event loop (see cpu_pool).
-        await asyncio.to_thread(self.process.start)
-        child.close()
-        self._conn = parent
-        loop.add_reader(parent.fileno(), self._on_message)
-        loop.add_reader(self.process.sentinel, self._on_exit)
-        try:
-            self.info = await asyncio.wait_for(asyncio.shield(self._ready), self.start_timeout_s)
-        except TimeoutError:
-            await self._kill()
-            raise
+        self.info = await self._child.start(self.start_timeout_s)
         logger.info("device worker %s up (pid %s)", self.spec.name, self.pid)
 
-    async def execute(self, stage: str, refs: list[shm.ShmRef]) -> list[ItemOk | ItemFailed]:
+    async def execute(self, stage: str, refs: list[Any]) -> list[ItemOk | ItemFailed]:
         """Run one batch; raises WorkerDied if the process exits first."""
-        if self._conn is None or not self.ready:
+        child = self._child
+        if child is None or not self.ready:
             raise WorkerDied(self.spec.name)
         batch_id = next(self._ids)
-        future: asyncio.Future[list[ItemOk | ItemFailed]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self._pending[batch_id] = future
-        try:
-            self._conn.send(("run", batch_id, stage, refs))
-        except (OSError, ValueError) as err:
-            self._pending.pop(batch_id, None)
-            raise WorkerDied(self.spec.name) from err
-        outcomes = await future
+        _, done_id, outcomes = await child.request(("run", batch_id, stage, refs))
+        if done_id != batch_id:  # the process answers in order: this cannot happen
+            raise OcrError(f"{self.spec.name} answered batch {done_id} for {batch_id}")
         self.batches += 1
-        return outcomes
+        return outcomes  # type: ignore[no-any-return]
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Ask the process to exit; kill it if it does not."""
-        if self.process is None:
-            return
-        if self._conn is not None and self.process.is_alive():
-            with contextlib.suppress(OSError, ValueError):
-                self._conn.send(("stop",))
-        await asyncio.to_thread(self.process.join, timeout_s)
-        await self._kill()
+        if self._child is not None:
+            await self._child.stop(("stop",), timeout_s)
 
-    def _on_message(self) -> None:
-        conn = self._conn
-        if conn is None:
-            return
-        try:
-            while conn.poll():
-                message = conn.recv()
-                self._dispatch(message)
-        except (EOFError, OSError):
-            self._on_exit()
-
-    def _dispatch(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "done":
-            future = self._pending.pop(message[1], None)
-            if future is not None and not future.done():
-                future.set_result(message[2])
-        elif kind == "ready" and self._ready is not None and not self._ready.done():
-            self._ready.set_result(message[1])
-        elif kind == "fatal" and self._ready is not None and not self._ready.done():
-            self._ready.set_exception(RuntimeError(f"{self.spec.name}: {message[1]}"))
-        elif kind == "fault":
+    def _on_notice(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "fault":
             self._fault = str(message[1])
 
     def _on_exit(self) -> None:
-        self._detach()
-        exitcode = self.process.exitcode if self.process is not None else None
+        exitcode = self._child.exitcode if self._child is not None else None
         if self._fault is not None or exitcode == DEVICE_FAULT_EXIT_CODE:
             logger.error(
                 "device worker %s exited after a device fault (%s); its batches run again on "
@@ -170,43 +130,31 @@ class DeviceWorker:
                 self._fault or "its log says which",
             )
             self._fault = None
-        if self._ready is not None and not self._ready.done():
-            self._ready.set_exception(RuntimeError(f"{self.spec.name} exited while starting"))
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(WorkerDied(self.spec.name))
 
-    def _detach(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._conn is not None:
-            with contextlib.suppress(ValueError, OSError):
-                loop.remove_reader(self._conn.fileno())
-            self._conn.close()
-            self._conn = None
-        if self.process is not None:
-            with contextlib.suppress(ValueError, OSError):
-                loop.remove_reader(self.process.sentinel)
 
-    async def _kill(self) -> None:
-        self._detach()
-        if self.process is not None and self.process.is_alive():
-            self.process.kill()
-        if self.process is not None:
-            await asyncio.to_thread(self.process.join, 5)
+def _free_outcomes(reply: tuple[Any, ...]) -> None:
+    """Free the outputs of a batch that came back after its dispatcher stopped waiting."""
+    for outcome in reply[2]:
+        if isinstance(outcome, ItemOk):
+            free_segments(outcome.value)
 
 
 class WorkerHandle(Protocol):
-    """What the dispatcher needs of a device worker: `DeviceWorker`, or a fake in unit tests."""
+    """What the dispatcher needs of a device worker: `DeviceWorkerHandle`, or a fake in unit
+    tests."""
 
     spec: DeviceSpec
     limits: Mapping[str, StageLimits]
-    inflight_batches: int
     info: dict[str, Any]
     """What the process reported when it became ready (warm-up, pid, precision and why)."""
     restarts: int
     restarting: asyncio.Lock
     last_done_at: float
+
+    @property
+    def inflight_batches(self) -> int:
+        """Dispatch tasks that feed it: batches it holds at once."""
+        ...
 
     @property
     def ready(self) -> bool: ...
@@ -240,7 +188,7 @@ class DevicePool:
         self.workers = workers
         self.scheduler = scheduler
         self.metrics = metrics or Metrics()
-        self._restart_backoff_s = restart_backoff_s
+        self.retry = RetryPolicy(max_attempts=MAX_ATTEMPTS, restart_backoff_s=restart_backoff_s)
         for worker in workers:
             scheduler.placement.add_device(worker.spec.name, worker.spec.stages)
         self._tasks: list[asyncio.Task[None]] = []
@@ -272,7 +220,7 @@ class DevicePool:
             except Exception:
                 self.dispatch_failures += 1
                 logger.exception("dispatch to %s failed; restarting it", worker.spec.name)
-                await asyncio.sleep(self._restart_backoff_s)
+                await asyncio.sleep(self.retry.restart_backoff_s)
 
     async def stop(self) -> None:
         """Stop dispatching and stop the processes."""
@@ -351,8 +299,8 @@ class DevicePool:
         for item, outcome in zip(batch, outcomes, strict=True):
             discard_payload(item)
             if item.future.done():
-                if isinstance(outcome, ItemOk) and isinstance(outcome.value, shm.ShmRef):
-                    shm.discard(outcome.value)
+                if isinstance(outcome, ItemOk):
+                    free_segments(outcome.value)
                 continue
             if isinstance(outcome, ItemOk):
                 item.future.set_result(outcome.value)
@@ -366,7 +314,7 @@ class DevicePool:
                 discard_payload(item)
                 continue
             item.attempts += 1
-            if item.attempts > 1:
+            if not self.retry.may_retry(item.attempts):
                 discard_payload(item)
                 item.future.set_exception(WorkerUnavailable())
                 continue
@@ -385,21 +333,14 @@ class DevicePool:
             placement.set_available(worker.spec.name, False)  # others take its share meanwhile
             self.scheduler.notify()
             await worker.stop(timeout_s=1.0)
-            while True:
-                await asyncio.sleep(self._restart_backoff_s)
-                try:
-                    await worker.start()
-                    placement.set_available(worker.spec.name, True)
-                    return
-                except (RuntimeError, TimeoutError, OSError):
-                    logger.exception(
-                        "restarting device worker %s failed; retrying", worker.spec.name
-                    )
+            await asyncio.sleep(self.retry.restart_backoff_s)
+            await self.retry.start_until_up(worker.start, f"device worker {worker.spec.name}")
+            placement.set_available(worker.spec.name, True)
 
 
 def discard_payload(item: WorkItem) -> None:
-    if isinstance(item.payload, shm.ShmRef):
-        shm.discard(item.payload)
+    """Free the item's input in shared memory (done with, or dropped)."""
+    free_segments(item.payload)
 
 
 def _fail(batch: list[WorkItem], error: OcrError) -> None:

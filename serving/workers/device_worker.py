@@ -41,9 +41,6 @@ from serving.workers.proc import die_with_parent, release_free_heap
 
 logger = logging.getLogger(__name__)
 
-MAX_RUNNING_BATCHES = 2
-"""Batches a worker holds launched at once (`workers.gpu.inflight_batches` sends 2)."""
-
 DEVICE_FAULT_EXIT_CODE = 86
 """The exit status of a worker whose device failed for good (`models.device_faults`): the pool
 restarts it like any worker that died, with a fresh CUDA context."""
@@ -104,8 +101,9 @@ class ItemFailed:
 
 
 @dataclass(slots=True)
-class DeviceRunner:
-    """One device's predictors and the loop that runs the batches the main process sends."""
+class DeviceWorkerChild:
+    """Inside the device worker process: one device's predictors and the loop that runs the
+    batches the main process sends (its handle there is `device_pool.DeviceWorkerHandle`)."""
 
     spec: DeviceSpec
     setup: WorkerSetup
@@ -177,7 +175,7 @@ class DeviceRunner:
         running: deque[tuple[int, RunningBatch]] = deque()
         try:
             while True:
-                if running and len(running) < MAX_RUNNING_BATCHES:
+                if running and len(running) < self.spec.engine.options.inflight_batches:
                     ready = wait([self.conn, completions.reader])
                     if self.conn not in ready:
                         self._send_oldest(running, completions)
@@ -401,7 +399,7 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
     # The main process handles SIGINT/SIGTERM and stops workers in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     spec = isolate_gpu(spec, os.environ)
-    worker = DeviceRunner(spec=spec, setup=setup, conn=conn)
+    worker = DeviceWorkerChild(spec=spec, setup=setup, conn=conn)
     try:
         worker.load()
         # Importing paddle lowers the root logger to WARNING; restore ours.

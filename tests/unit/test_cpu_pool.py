@@ -16,7 +16,7 @@ from serving.config import AppConfig
 from serving.errors import InvalidInput, ShuttingDown, WorkerUnavailable
 from serving.runtime import Runtime
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
-from serving.workers import cpu_pool, cpu_stages
+from serving.workers import cpu_stages, supervisor
 from serving.workers.cpu_pool import CpuPool
 from tests.fakes import cpu_calls
 
@@ -146,13 +146,13 @@ def test_a_spawn_that_never_returns_does_not_block_the_event_loop(
 ) -> None:
     """The wedge seen in a chaos test: the spawn's pipe write blocked the loop thread for good."""
     release = threading.Event()
-    real_start = cpu_pool._MP.Process.start
+    real_start = supervisor.SPAWN.Process.start
 
     def stuck_start(self: object) -> None:
         release.wait(60)
         real_start(self)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cpu_pool._MP.Process, "start", stuck_start)
+    monkeypatch.setattr(supervisor.SPAWN.Process, "start", stuck_start)
 
     async def main() -> None:
         pool = _pool(1)

@@ -18,7 +18,7 @@ from models.registry import EngineChoice
 from serving.config import QueueConfig, StageLimits
 from serving.scheduling.batching import Scheduler
 from serving.workers import shm
-from serving.workers.device_pool import DevicePool, DeviceWorker
+from serving.workers.device_pool import DevicePool, DeviceWorkerHandle
 from serving.workers.device_worker import DEVICE_FAULT_EXIT_CODE, DeviceSpec, WorkerSetup
 from tests.fakes.work import work_item
 
@@ -50,7 +50,7 @@ async def _fault_once(tmp_path: Path, prefix: str) -> dict[str, Any]:
         backend="tests.fakes.predictors:CUDA_FAULT", options=EngineOptions(device="cpu")
     )
     spec = DeviceSpec(name="cpu", device="cpu", stages=("det", "rec"), engine=engine)
-    worker = DeviceWorker(
+    worker = DeviceWorkerHandle(
         spec=spec,
         limits=LIMITS,
         setup=WorkerSetup(model_dirs=bundle.model_dirs, shm_prefix=prefix),
@@ -158,11 +158,12 @@ class FaultingLane:
 
 
 def test_a_staged_batch_with_a_device_fault_is_not_retried_in_process(prefix: str) -> None:
-    from serving.workers.device_worker import DeviceFault, DeviceRunner
+    from serving.workers.device_worker import DeviceFault, DeviceWorkerChild
 
     engine = EngineChoice(backend="fake", options=EngineOptions())
     spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
-    runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=None)  # type: ignore[arg-type]
+    setup = WorkerSetup(model_dirs={}, shm_prefix=prefix)
+    runner = DeviceWorkerChild(spec=spec, setup=setup, conn=None)  # type: ignore[arg-type]
     predictor = FaultingLane()
     runner.use({"rec": predictor})
     ref = shm.put(np.zeros((1, 3, 48, 64), dtype=np.float32), prefix)

@@ -18,8 +18,9 @@ from models.registry import EngineChoice
 from serving.config import QueueConfig, StageLimits
 from serving.errors import OcrError, WorkerUnavailable
 from serving.scheduling.batching import Scheduler, WorkItem
-from serving.workers.device_pool import DevicePool, WorkerDied
+from serving.workers.device_pool import DevicePool
 from serving.workers.device_worker import DeviceSpec, ItemFailed, ItemOk
+from serving.workers.supervisor import WorkerDied
 from tests.fakes.work import work_item
 
 LIMITS = {"rec": StageLimits(max_batch_size=4, max_cost=10_000)}

@@ -10,7 +10,13 @@ from pipelines.rec_postprocess import argmax_pairs
 from pipelines.stages import DET, REC
 from serving.errors import PredictorFailed
 from serving.workers import shm
-from serving.workers.device_worker import DeviceRunner, DeviceSpec, ItemFailed, ItemOk, WorkerSetup
+from serving.workers.device_worker import (
+    DeviceSpec,
+    DeviceWorkerChild,
+    ItemFailed,
+    ItemOk,
+    WorkerSetup,
+)
 
 POISON = 42.0
 
@@ -43,11 +49,11 @@ class FakeDet:
         return None
 
 
-def worker(prefix: str, **predictors) -> DeviceRunner:
+def worker(prefix: str, **predictors) -> DeviceWorkerChild:
     engine = EngineChoice(backend="fake", options=EngineOptions())
     spec = DeviceSpec(name="cpu", device="cpu", stages=tuple(predictors), engine=engine)
     setup = WorkerSetup(model_dirs={}, shm_prefix=prefix)
-    w = DeviceRunner(spec=spec, setup=setup, conn=None)  # type: ignore[arg-type]
+    w = DeviceWorkerChild(spec=spec, setup=setup, conn=None)  # type: ignore[arg-type]
     w.use(predictors)
     return w
 

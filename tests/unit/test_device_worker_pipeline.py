@@ -13,7 +13,7 @@ from models.engine_options import EngineOptions
 from models.registry import EngineChoice
 from models.staging import Lane, Slot, StagedPredictor
 from serving.workers import shm
-from serving.workers.device_worker import DeviceRunner, DeviceSpec, ItemOk, WorkerSetup
+from serving.workers.device_worker import DeviceSpec, DeviceWorkerChild, ItemOk, WorkerSetup
 from tests.fakes.timed_device import Kernel, TimedDevice
 
 CLASSES = 5
@@ -60,10 +60,11 @@ def test_worker_launches_the_next_batch_before_it_waits_for_the_current_one(pref
     device = TimedDevice(gates={("compute", 1): ("upload", 2)})
     predictor = StagedFake(Lane(device))
     assert isinstance(predictor, StagedPredictor)
-    engine = EngineChoice(backend="fake", options=EngineOptions())
+    engine = EngineChoice(backend="fake", options=EngineOptions(inflight_batches=2))
     spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
     ours, theirs = multiprocessing.Pipe()
-    runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=ours)
+    setup = WorkerSetup(model_dirs={}, shm_prefix=prefix)
+    runner = DeviceWorkerChild(spec=spec, setup=setup, conn=ours)
     runner.use({"rec": predictor})
     serving = threading.Thread(target=runner.serve, daemon=True)
     serving.start()
@@ -105,7 +106,8 @@ def test_a_batch_that_cannot_launch_runs_again_item_by_item(prefix) -> None:
     device = TimedDevice(copy_s=0.0, compute_s=0.0)
     engine = EngineChoice(backend="fake", options=EngineOptions())
     spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
-    runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=None)  # type: ignore[arg-type]
+    setup = WorkerSetup(model_dirs={}, shm_prefix=prefix)
+    runner = DeviceWorkerChild(spec=spec, setup=setup, conn=None)  # type: ignore[arg-type]
     lane = Lane(device, max_slots=1)
     runner.use({"rec": FailingLaunch(lane)})
     try:

@@ -13,7 +13,7 @@ from models.registry import EngineChoice
 from pipelines.stages import DET
 from serving.warmup import measure_det_bytes_per_px
 from serving.workers import shm
-from serving.workers.device_worker import DeviceRunner, DeviceSpec, WorkerSetup
+from serving.workers.device_worker import DeviceSpec, DeviceWorkerChild, WorkerSetup
 
 ENGINE_BYTES_PER_PX = 100
 
@@ -53,7 +53,7 @@ def test_the_engine_releases_after_a_batch_over_its_share_only(prefix: str) -> N
     engine = EngineChoice(backend="fake", options=EngineOptions())
     spec = DeviceSpec(name="cpu", device="cpu", stages=("det",), engine=engine)
     setup = WorkerSetup(model_dirs={}, shm_prefix=prefix, engine_retain_bytes=100 * 64 * 64)
-    runner = DeviceRunner(spec=spec, setup=setup, conn=ours)
+    runner = DeviceWorkerChild(spec=spec, setup=setup, conn=ours)
     runner.use({"det": det})
     runner.release_above_px = setup.engine_retain_bytes // ENGINE_BYTES_PER_PX  # 64 x 64
     serving = threading.Thread(target=runner.serve)

@@ -21,7 +21,7 @@ from models.spec import ModelSpec, load_model_spec
 from models.staging import StagedPredictor
 from pipelines.rec_postprocess import argmax_pairs
 from serving.workers import shm
-from serving.workers.device_worker import DeviceRunner, DeviceSpec, ItemOk, WorkerSetup
+from serving.workers.device_worker import DeviceSpec, DeviceWorkerChild, ItemOk, WorkerSetup
 from tests.fakes.paddle_gpu import Log, make_fake_paddle
 
 
@@ -42,7 +42,8 @@ def det_spec() -> ModelSpec:
 
 
 def _loaded(spec: ModelSpec, paddle: ModuleType, device: str = "gpu:0") -> GpuPredictor:
-    predictor = GpuPredictor(spec, EngineOptions(device=device), paddle)
+    # Two batches in flight, as `workers.gpu.inflight_batches` sends by default.
+    predictor = GpuPredictor(spec, EngineOptions(device=device, inflight_batches=2), paddle)
     predictor.load()
     return predictor
 
@@ -59,7 +60,7 @@ def test_an_instance_runs_its_predictors_on_one_compute_stream(rec_spec, det_spe
     rec = _loaded(rec_spec, paddle, "gpu:1")
     streams = log.named("Stream")
     assert [s["device"] for s in streams] == ["gpu:1"] * 3  # copy in, compute, copy out
-    lane = paddle_lane(paddle, 1)
+    lane = paddle_lane(paddle, 1, inflight_batches=2)
     assert [s["exec_stream"] for s in log.named("set_exec_stream")] == [
         lane.compute_stream.stream_base
     ] * 2
@@ -73,7 +74,7 @@ def test_an_instance_runs_its_predictors_on_one_compute_stream(rec_spec, det_spe
 def test_a_batch_is_collated_into_pinned_memory_and_copied_without_blocking(rec_spec) -> None:
     log = Log()
     predictor = _loaded(rec_spec, make_fake_paddle(log))
-    lane = paddle_lane(predictor._paddle, 0)
+    lane = paddle_lane(predictor._paddle, 0, inflight_batches=2)
     slot = predictor.stage((2, 3, 48, 64))
     assert log.is_pinned(slot.input)
     slot.input[...] = _batch(1)
@@ -135,7 +136,7 @@ def test_the_recogniser_answers_argmax_pairs_reduced_on_the_gpu(rec_spec) -> Non
     assert full.shape == (3, 4, 11)
     assert pairs.shape == (3, 4, 2)
     assert np.array_equal(pairs, argmax_pairs(full))
-    compute = paddle_lane(paddle, 0).compute_stream.name
+    compute = paddle_lane(paddle, 0, inflight_batches=2).compute_stream.name
     assert [log.named(k)[0]["stream"] for k in ("argmax", "amax", "stack")] == [compute] * 3
     (download,) = log.named("Tensor.copy_")
     assert download["source"].shape == (3, 4, 2)
@@ -172,10 +173,12 @@ def test_a_device_worker_pipelines_paddle_gpu_batches(rec_spec, prefix) -> None:
     log = Log()
     paddle = make_fake_paddle(log, classes=7)
     predictor = _loaded(rec_spec, paddle)
-    engine = EngineChoice(backend="paddle", options=EngineOptions(device="gpu:0"))
+    options = EngineOptions(device="gpu:0", inflight_batches=2)
+    engine = EngineChoice(backend="paddle", options=options)
     spec = DeviceSpec(name="gpu:0", device="gpu:0", stages=("rec",), engine=engine)
     ours, theirs = multiprocessing.Pipe()
-    runner = DeviceRunner(spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=ours)
+    setup = WorkerSetup(model_dirs={}, shm_prefix=prefix)
+    runner = DeviceWorkerChild(spec=spec, setup=setup, conn=ours)
     runner.use({"rec": predictor})  # asks the recogniser for argmax pairs
     batches = {10: _batch(1), 11: _batch(2)}
     log.calls.clear()
