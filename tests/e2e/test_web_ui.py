@@ -1,16 +1,19 @@
 """The web page at `/` in headless Chromium (Debian's, driven by playwright): upload a rendered
 image and a PDF, see a box per recognised line over the page and the text beside it, copy the
-text, download the JSON."""
+text, download the JSON and a searchable PDF."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from loadtest.accuracy import cer
 from tests import images
 from tests.e2e.conftest import Server
 
@@ -124,6 +127,25 @@ def test_image_upload_shows_boxes_and_text(page, tmp_path: Path) -> None:
     assert download.suggested_filename == "latin.ocr.json"
     result = json.loads(Path(download.path()).read_text())
     assert [line["text"] for line in result["pages"][0]["lines"]] == list(latin.lines)
+
+    # Download searchable PDF: made by the server; poppler reads the lines back from its text
+    # layer, over the page image at the upload's own size.
+    if shutil.which("pdftotext") is None:
+        pytest.skip("poppler-utils is not installed")
+    with page.expect_download() as info:
+        page.click("#download-pdf")
+    download = info.value
+    assert download.suggested_filename == "latin.ocr.pdf"
+    status = page.locator("#status")
+    sync_api.expect(status).to_have_text(re.compile("^Saved a searchable PDF"), timeout=TIMEOUT_MS)
+    pdf = Path(download.path())
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True)
+    assert cer("\n".join(latin.lines), text.stdout) < 0.05, text.stdout
+    images_list = subprocess.run(
+        ["pdfimages", "-list", str(pdf)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    (row,) = images_list[2:]  # after the header and its rule: one image, the page's
+    assert [int(v) for v in row.split()[3:5]] == [width, height]
 
 
 def test_pdf_pages_are_rendered_by_the_server(page, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-// The try-it page: posts the chosen file to /v1/ocr and draws each line's box over its page.
+// The try-it page: posts the chosen file to /v1/ocr and draws each line's box over its page;
+// copies its text in reading order and downloads it as JSON or as a searchable PDF.
 // Images are shown from the file itself; PDF pages are rendered by the server (/v1/render), so
 // they show exactly the pixels the boxes refer to. Plain DOM and SVG: no libraries, no network
 // beyond this server.
@@ -50,11 +51,12 @@ async function recognise(file) {
   $("#pages").dataset.state = "busy";
   $("#copy").disabled = true;
   $("#download").disabled = true;
+  $("#download-pdf").disabled = true;
   setStatus(`Recognising ${file.name}…`);
   const started = performance.now();
   let response;
   try {
-    response = await fetch("/v1/ocr", { method: "POST", body: formWith(file) });
+    response = await fetch("/v1/ocr?layout=true", { method: "POST", body: formWith(file) });
   } catch (err) {
     $("#pages").dataset.state = "error";
     setStatus(`Request failed: ${err}`, true);
@@ -75,6 +77,7 @@ async function recognise(file) {
   }
   $("#copy").disabled = false;
   $("#download").disabled = false;
+  $("#download-pdf").disabled = false;
   $("#pages").dataset.state = "done";
   const requestId = response.headers.get("X-Request-ID");
   setStatus(
@@ -151,10 +154,15 @@ async function pageView(file, page) {
   return view;
 }
 
+// In reading order: the page's blocks (columns read one after the other) when the answer has
+// them (`?layout=true`), else the lines as listed.
+function pageText(page) {
+  const order = page.blocks ? page.blocks.flatMap((block) => block.lines) : page.lines.keys();
+  return [...order].map((index) => page.lines[index].text).join("\n");
+}
+
 function allText() {
-  return state.result.pages
-    .map((page) => page.lines.map((line) => line.text).join("\n"))
-    .join("\n\n");
+  return state.result.pages.map(pageText).join("\n\n");
 }
 
 async function copyText() {
@@ -172,16 +180,45 @@ async function copyText() {
   setStatus(`Copied ${text.split("\n").filter(Boolean).length} lines of text.`);
 }
 
-function downloadJson() {
-  const blob = new Blob([JSON.stringify(state.result, null, 2)], { type: "application/json" });
+function saveBlob(blob, suffix) {
   const url = URL.createObjectURL(blob);
   const link = document.createElement("a");
   link.href = url;
-  link.download = `${state.file.name.replace(/\.[^.]*$/, "")}.ocr.json`;
+  link.download = `${state.file.name.replace(/\.[^.]*$/, "")}${suffix}`;
   document.body.append(link);
   link.click();
   link.remove();
   setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+function downloadJson() {
+  const blob = new Blob([JSON.stringify(state.result, null, 2)], { type: "application/json" });
+  saveBlob(blob, ".ocr.json");
+}
+
+// The searchable PDF is made by the server (`/v1/ocr?format=pdf`): the file is sent again, and
+// the answer keeps its page images (or a PDF's own pages) with the text as an invisible layer.
+async function downloadPdf() {
+  const button = $("#download-pdf");
+  button.disabled = true;
+  setStatus(`Making a searchable PDF of ${state.file.name}…`);
+  try {
+    const response = await fetch("/v1/ocr?format=pdf", {
+      method: "POST",
+      body: formWith(state.file),
+    });
+    if (!response.ok) {
+      setStatus(`No searchable PDF: ${await errorText(response)}`, true);
+      return;
+    }
+    const blob = await response.blob();
+    saveBlob(blob, ".ocr.pdf");
+    setStatus(`Saved a searchable PDF (${Math.ceil(blob.size / 1024)} KiB).`);
+  } catch (err) {
+    setStatus(`Request failed: ${err}`, true);
+  } finally {
+    button.disabled = false;
+  }
 }
 
 function setUp() {
@@ -202,6 +239,7 @@ function setUp() {
   });
   $("#copy").addEventListener("click", copyText);
   $("#download").addEventListener("click", downloadJson);
+  $("#download-pdf").addEventListener("click", downloadPdf);
 }
 
 setUp();
