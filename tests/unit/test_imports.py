@@ -181,6 +181,29 @@ def test_pipelines_import_no_model_code() -> None:
     assert arrows == []
 
 
+def _loadtest_tool(name: str) -> str | None:
+    """The tool of `loadtest` a module belongs to (`sim`, `soak`, `bench`, `gpu`), None for the
+    load-test client, reports and shared pieces at the top (and for modules outside loadtest)."""
+    parts = name.split(".")
+    tools = ("sim", "soak", "bench", "gpu")
+    return parts[1] if parts[0] == "loadtest" and len(parts) > 1 and parts[1] in tools else None
+
+
+def test_the_loadtest_tools_share_only_the_top_of_loadtest() -> None:
+    """`loadtest.sim`, `.soak`, `.bench` and `.gpu` import nothing from one another, and the
+    top of `loadtest` imports none of them: each tool can be read, and moved, on its own."""
+    arrows = sorted(
+        f"{name} -> {target}"
+        for name in MODULES
+        if name.startswith("loadtest")
+        for target in _ours(_imports(name, module_level=False))
+        if _loadtest_tool(target) not in (None, _loadtest_tool(name))
+    )
+    assert arrows == []
+    assert _loadtest_tool("loadtest.sim.run") == "sim"
+    assert _loadtest_tool("loadtest.run") is None
+
+
 def test_no_two_modules_import_each_other() -> None:
     assert _cycles(_graph()) == []
 
