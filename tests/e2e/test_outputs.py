@@ -18,6 +18,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from loadtest.accuracy import cer
+from pipelines.words import split_words
 from tests import images
 from tests.e2e.conftest import Server
 
@@ -54,12 +55,10 @@ def _render(
     for text, x, y, kind in lines:
         font = images._font(kind, 30)
         draw.text((x, y), text, font=font, fill=(0, 0, 0))
-        for match in re.finditer(r"\S+", text):
-            left = x + font.getlength(text[: match.start()])
-            x0, y0, x1, y1 = font.getbbox(match.group(), anchor="la")
-            words.append(
-                (match.group(), (int(left + x0), y + y0, int(left + x0 + x1 - x0), y + y1))
-            )
+        for start, end in split_words(text):  # as the server splits them: CJK runs apart
+            left = x + font.getlength(text[:start])
+            x0, y0, x1, y1 = font.getbbox(text[start:end], anchor="la")
+            words.append((text[start:end], (int(left + x0), y + y0, int(left + x1), y + y1)))
     rgb = np.asarray(page, dtype=np.uint8)
     return np.ascontiguousarray(rgb[:, :, ::-1]), words
 
@@ -131,6 +130,8 @@ def test_json_words_and_blocks(server: Server, two_columns) -> None:
                 true_boxes[word["text"]],
             )
     assert matched >= 0.9 * len(truth)
+    chinese = [w for line in page["lines"] for w in line["words"] if w["text"] in ("中文", "测试")]
+    assert len(chinese) == 2  # the CJK runs each a word, boxed where they are printed
 
 
 def _overlap(a: list[int] | tuple[int, ...], b: tuple[int, int, int, int]) -> float:
