@@ -43,10 +43,22 @@ GPU_WHEELS = (
     # tests/conftest.py imports the PostgreSQL test helper, which imports psycopg.
     "psycopg==3.3.9",
     "psycopg-binary==3.3.9",
+    # serving.inputs reads images with Pillow; serving.outputs writes searchable PDFs (fpdf2,
+    # pikepdf, and what they import); serving.batch shows progress with tqdm. Without them the
+    # server does not import (found by the dry run in a Python 3.12 venv with only the machine's
+    # packages: docs/gpus.md).
+    "pillow==13.0.0",
+    "fpdf2==2.8.9",
+    "defusedxml==0.7.1",
+    "fonttools==4.68.0",
+    "pikepdf==10.18.0",
+    "lxml==6.2.0",
+    "tqdm==4.70.1",
 )
 """Runtime packages of the server missing on the GPU machine (which has torch, onnx, numpy,
-opencv-python-headless, prometheus-client, PyYAML, httpx, anyio, psutil, pytest); pinned as in
-pyproject.toml. onnx2torch runs there on the machine's own torch and torchvision."""
+opencv-python-headless, prometheus-client, PyYAML, httpx, anyio, psutil, pytest, packaging);
+pinned as in pyproject.toml (Pillow, lxml, defusedxml and fonttools as installed with it).
+onnx2torch runs there on the machine's own torch and torchvision."""
 
 PIP_PLATFORMS = (
     "manylinux_2_28_x86_64",
