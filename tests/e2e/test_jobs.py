@@ -308,6 +308,22 @@ def test_ocr_batch_submits_to_the_server(jobs_server: Server, tmp_path: Path) ->
     assert httpx.get(f"{jobs_server.url}/v1/jobs").json()["jobs"] == jobs_before  # no job sent
     assert (out / "results.jsonl").read_bytes() == before
 
+    # The server's records keep each line's word boxes, so `--format pdf` makes a searchable PDF
+    # of each input from them with no job sent; poppler reads each page's text back.
+    assert all(line["words"] for line in records[3]["lines"])
+    pdf_run = subprocess.run(
+        [*command, "--format", "pdf"], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert pdf_run.returncode == 0, pdf_run.stdout + pdf_run.stderr
+    assert httpx.get(f"{jobs_server.url}/v1/jobs").json()["jobs"] == jobs_before
+    text = subprocess.run(
+        ["pdftotext", str(out / "doc.pdf.pdf"), "-"], capture_output=True, text=True, check=True
+    )
+    pages = text.stdout.split("\f")[:-1]
+    assert len(pages) == 3
+    for page, record in zip(pages, records[:3], strict=True):
+        assert cer("".join(t["text"] for t in record["lines"]), page) < 0.01
+
 
 def test_job_survives_kill_9_and_every_page_appears_once(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
