@@ -112,6 +112,19 @@ $(CONVERT_VENV)/.installed:
 convert: install $(CONVERT_VENV)/.installed
 	$(PY) -m serving.convert --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
 
+# int8 models for [engine] openvino_precision = "int8": NNCF quantises the conversions, calibrated
+# on pages of the Debian doc PDFs that no bench or test reads (models/quantize.py,
+# serving/calibration.py), cached like them. Apart from `convert`: it took ~7 minutes on 2 busy
+# cores. `make test` needs none (its int8 test quantises into a temporary cache).
+$(VENV)/.installed-int8: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -e '.[int8]'
+	touch $@
+
+.PHONY: convert-int8
+convert-int8: $(VENV)/.installed-int8 convert
+	bash scripts/system-deps.sh
+	$(PY) -m serving.convert --int8 --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
+
 # The CPU engines side by side: in-process engine limits (interleaved), text against Paddle's, and
 # our server at concurrency 4 on each (loadtest/bench/cpu_engines.py; docs/performance.md, CPU engines).
 .PHONY: bench-engines

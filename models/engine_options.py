@@ -14,10 +14,11 @@ DEVICE_KINDS: tuple[DeviceKind, ...] = get_args(DeviceKind)
 Precision = Literal["fp32", "fp16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
-OpenVinoPrecision = Literal["f32", "bf16"]
-"""OpenVINO's CPU inference precision: f32 keeps Paddle's text; bf16 is faster and changes it."""
+OpenVinoPrecision = Literal["f32", "bf16", "int8"]
+"""OpenVINO's CPU inference precision: f32 keeps Paddle's text; bf16 is faster and changes it;
+int8 serves NNCF's int8 models (`models.quantize`, made by `make convert-int8`)."""
 OPENVINO_PRECISIONS: tuple[OpenVinoPrecision, ...] = get_args(OpenVinoPrecision)
-OpenVinoPrecisionSetting = Literal["auto", "f32", "bf16"]
+OpenVinoPrecisionSetting = Literal["auto", "f32", "bf16", "int8"]
 """`engine.openvino_precision`: a precision, or "auto", chosen per CPU and model when a model
 loads (`models.openvino_precision.choose_precision`)."""
 OPENVINO_PRECISION_SETTINGS: tuple[OpenVinoPrecisionSetting, ...] = get_args(
@@ -71,7 +72,7 @@ class EngineOptions:
     """Where the ONNX engines find the cached conversions of Paddle models (`models.convert`)."""
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's precision on CPU: "auto" (bf16 where the CPU has it and the model was checked
-    under it, else f32), "f32" or "bf16" (`models.openvino_precision`)."""
+    under it, else f32), "f32", "bf16" or "int8" (`models.openvino_precision`)."""
 
     torch: TorchOptions = field(default_factory=TorchOptions)
     """The torch engine's compilation and shape buckets (`[engine.torch]`)."""
@@ -101,7 +102,7 @@ class EngineOptions:
             raise EngineOptionsError("fp16 and TensorRT need a GPU device ('gpu:N')")
         if self.openvino_precision not in OPENVINO_PRECISION_SETTINGS:
             raise EngineOptionsError(
-                "openvino_precision must be 'auto', 'f32' or 'bf16', "
+                "openvino_precision must be 'auto', 'f32', 'bf16' or 'int8', "
                 f"got {self.openvino_precision!r}"
             )
         for key, problem in self.torch.problems():

@@ -5,7 +5,8 @@ Serves a model directory's `inference.onnx`, or a Paddle model's cached conversi
 
 Precision follows `[engine] openvino_precision`, resolved per CPU and model when the model
 loads (`models.openvino_precision`): "auto" is bf16 where the CPU has it, faster and changing
-some recognised text, else f32; "f32" reads what Paddle reads. Threads come from
+some recognised text, else f32; "f32" reads what Paddle reads; "int8" serves NNCF's int8 form
+of each model (`models.quantize`, made offline by `make convert-int8`). Threads come from
 `[engine] cpu_threads`, one stream, the latency hint; inputs of any batch, height and width.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ import numpy as np
 from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
 from models.openvino_precision import PrecisionChoice, choose_precision
+from models.quantize import int8_model
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +45,8 @@ def compile_config(options: EngineOptions, precision: OpenVinoPrecision) -> dict
         "INFERENCE_NUM_THREADS": options.cpu_threads,
         "NUM_STREAMS": 1,
         "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": precision,
+        # An int8 model runs its quantised operations in int8 and the rest at f32.
+        "INFERENCE_PRECISION_HINT": "f32" if precision == "int8" else precision,
         "ENABLE_CPU_PINNING": False,
     }
     if options.mkldnn_cache_capacity > 0:
@@ -56,17 +60,24 @@ class OpenVinoPredictor(OnnxPredictor):
     engine = "openvino"
     precision: PrecisionChoice | None = None
     """The precision the loaded model runs at, and why; None before `load()`."""
+    model_file: Path | None = None
+    """The file the loaded model came from (the ONNX model, or its int8 form); None before
+    `load()`."""
 
     def _open(self) -> BatchRunner:
         ov = import_engine("openvino", "openvino")
         core = ov.Core()
-        model = core.read_model(str(self.onnx_file))
-        if len(model.inputs) != 1 or not model.outputs:
-            raise ValueError(f"expected one input and at least one output, got {model.inputs}")
         capabilities = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
         choice = choose_precision(
             self.options.openvino_precision, capabilities, self.spec.model_name
         )
+        path = self.onnx_file
+        if choice.precision == "int8":
+            path = int8_model(self.spec, Path(self.options.onnx_dir))
+        model = core.read_model(str(path))
+        self.model_file = path
+        if len(model.inputs) != 1 or not model.outputs:
+            raise ValueError(f"expected one input and at least one output, got {model.inputs}")
         compiled = core.compile_model(model, "CPU", compile_config(self.options, choice.precision))
         self.precision = compiled_precision(
             choice, compiled.get_property("INFERENCE_PRECISION_HINT")
@@ -74,9 +85,10 @@ class OpenVinoPredictor(OnnxPredictor):
         request = compiled.create_infer_request()
         self._release = compiled.release_memory
         logger.info(
-            "loaded %s model=%s engine=openvino %s threads=%d precision=%s (%s)",
+            "loaded %s model=%s (%s) engine=openvino %s threads=%d precision=%s (%s)",
             self.spec.kind,
             self.spec.model_name,
+            path,
             ov.get_version(),
             self.options.cpu_threads,
             self.precision.precision,
@@ -106,8 +118,11 @@ class OpenVinoPredictor(OnnxPredictor):
 def compiled_precision(choice: PrecisionChoice, hint: object) -> PrecisionChoice:
     """What a model compiled for `choice` runs at, from its INFERENCE_PRECISION_HINT (an
     `openvino.Type`, read through its name): `choice`, or, where OpenVINO compiled another
-    precision than the one chosen, that one, saying so."""
+    precision than the one chosen, that one, saying so. An int8 model's hint reads f32 (its
+    float operations'): it runs int8."""
     name = str(getattr(hint, "type_name", hint))
+    if choice.precision == "int8" and name in ("f32", "float32"):
+        return choice
     precision: OpenVinoPrecision = "bf16" if name in ("bf16", "bfloat16") else "f32"
     if precision == choice.precision:
         return choice

@@ -27,6 +27,10 @@ BF16_MAX_CER_LOSS = 0.001
 for "auto" to take bf16; `make bench` and tests/integration/test_openvino_precision_models.py
 check it."""
 
+INT8_MAX_CER_LOSS = 0.002
+"""How much higher the character error rate of NNCF's int8 models may be than f32's (0.2 CER
+points) for them to be part of "auto"; `make bench` reports it (issue 28)."""
+
 BF16_CHECKED_MODELS = frozenset({"PP-OCRv5_mobile_det", "PP-OCRv5_mobile_rec"})
 """Models whose text under bf16 is within `BF16_MAX_CER_LOSS` of f32: the default pair, on 107
 real held-out pages, CER 3.70% under bf16 against 3.79% under f32 (OpenVINO 2026.4.1, AMD EPYC
@@ -54,6 +58,10 @@ def choose_precision(
     caps = f"OpenVINO capabilities: {' '.join(capabilities) or 'none'}"
     if setting == "f32":
         return PrecisionChoice("f32", "f32 asked for (engine.openvino_precision): Paddle's text")
+    if setting == "int8":
+        return PrecisionChoice(
+            "int8", f"int8 asked for (engine.openvino_precision): NNCF's int8 model ({caps})"
+        )
     if not has_bf16(capabilities):
         if setting == "bf16":
             return PrecisionChoice("f32", f"bf16 asked for, but this CPU has no bf16 ({caps})")

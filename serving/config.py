@@ -311,8 +311,9 @@ class EngineConfig:
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's inference precision on CPU: "auto" (bf16 where the CPU computes in it and the
     model's text under bf16 was checked within 0.1 CER points of f32's, else f32; decided by each
-    worker when it loads, reported in `/readyz`), "f32" (Paddle's text, on any CPU) or "bf16"
-    (f32 where the CPU has no bf16); see `models.openvino_precision`."""
+    worker when it loads, reported in `/readyz`), "f32" (Paddle's text, on any CPU), "bf16"
+    (f32 where the CPU has no bf16) or "int8" (NNCF's int8 models, made offline by `make
+    convert-int8`: `models.quantize`); see `models.openvino_precision`."""
     batching: BatchingSetting = "auto"
     """How model inputs are padded so that work of different pages batches
     (`serving.scheduling.batch_shapes`): "exact" (PaddleOCR's padding and text: rec batches

@@ -2,21 +2,28 @@
 
 The command reads the server's config (the file, then `OCR_<SECTION>__<KEY>` variables) for the
 models and `[engine] onnx_dir`, and hands them to `models.convert.convert_models`, which does the
-work: models/ imports nothing from serving/.
+work: models/ imports nothing from serving/. With `--int8` (`make convert-int8`) it then
+quantises each converted model to int8 with NNCF (`models.quantize`), calibrated on held-out
+document pages (`serving.calibration`), for `engine.openvino_precision = "int8"`; models that
+have their int8 form already are left alone, and then no page is rendered.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from models import convert
-from models.spec import ModelKind
+from models import convert, quantize
+from models.embedded import resolve_model_dir
+from models.spec import ModelKind, ModelSpec, load_model_spec
 from serving.config import AppConfig, load_config
+
+logger = logging.getLogger(__name__)
 
 
 def configured_models(config: AppConfig) -> dict[ModelKind, str]:
@@ -34,12 +41,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, help="default: the config's [engine] onnx_dir")
     parser.add_argument("--converter", type=Path, help="paddle2onnx executable")
     parser.add_argument("--opset", type=int, default=convert.OPSET)
+    parser.add_argument(
+        "--int8", action="store_true", help="also quantise the models to int8 (NNCF)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = load_config(args.config, os.environ)
     cache_dir: Path = args.cache_dir or Path(config.engine.onnx_dir)
     converter: Path | None = args.converter or convert.default_converter()
-    return convert.convert_models(configured_models(config), cache_dir, converter, args.opset)
+    status = convert.convert_models(configured_models(config), cache_dir, converter, args.opset)
+    if status != 0 or not args.int8:
+        return status
+    return quantize_models(config, cache_dir, args.opset)
+
+
+def quantize_models(config: AppConfig, cache_dir: Path, opset: int = convert.OPSET) -> int:
+    """Quantise the configured models' ONNX conversions in `cache_dir` to int8 where they have
+    no int8 form yet, logging a line a model; exit status 0, or 1 where quantisation failed."""
+    # Imported here: it renders pages and loads the pipeline, which plain conversion needs not.
+    from serving import calibration
+
+    specs: dict[str, ModelSpec] = {}
+    for kind, ref in configured_models(config).items():
+        spec = convert.onnx_spec(load_model_spec(resolve_model_dir(ref), kind), cache_dir, opset)
+        found = quantize.find_int8(spec, cache_dir)
+        if found is None:
+            specs[kind] = spec
+        else:
+            logger.info("%s %s: %s (int8 cached)", kind, ref, found)
+    if not specs:
+        return 0
+    engine = dataclasses.replace(config.engine, onnx_dir=str(cache_dir))
+    pages = calibration.calibration_pages()
+    inputs = calibration.calibration_inputs(dataclasses.replace(config, engine=engine), pages)
+    described = calibration.describe(pages)
+    for stage, spec in specs.items():
+        try:
+            path, _ = quantize.quantize(spec, inputs.get(stage, []), cache_dir, described)
+        except convert.ModelConversionError as err:
+            logger.error("%s", err)
+            return 1
+        logger.info("%s %s: %s (int8 quantised)", stage, spec.model_name, path)
+    return 0
 
 
 if __name__ == "__main__":

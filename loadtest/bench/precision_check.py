@@ -4,7 +4,9 @@
 accuracy under bf16 was checked (`models.openvino_precision.BF16_CHECKED_MODELS`); this is that
 check, on the bench's pages: the in-process engine once at each precision, each page's CER against
 its PDF text layer. Where the CPU has no bf16 there is nothing to compare (OpenVINO would run f32
-either way), and the report says so.
+either way), and the report says so. With `int8` (where `make convert-int8` made the int8
+models) int8 runs too, and is within `INT8_MAX_CER_LOSS` of f32 or not; each run's CER is also
+given per language (the Chinese PDF's pages, the English ones'), as int8 may cost one more.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from loadtest.accuracy import pages_cer
 from models.base import PredictorError
 from models.onnx_predictor import import_engine
-from models.openvino_precision import BF16_MAX_CER_LOSS, has_bf16
+from models.openvino_precision import BF16_MAX_CER_LOSS, INT8_MAX_CER_LOSS, has_bf16
 
 
 def cpu_capabilities() -> list[str]:
@@ -44,27 +46,70 @@ def _engine_run(out: Path, precision: str, pages_dir: Path, threads: int) -> dic
     return data
 
 
-def check(out: Path, pages_dir: Path, truths: dict[str, str], threads: int) -> dict[str, Any]:
-    """The precision check's report: the CPU's capabilities and, where it has bf16, each
-    precision's CER and pages/s and whether bf16 is within `BF16_MAX_CER_LOSS` of f32."""
+def language(page: str) -> str:
+    """A bench page's language, from its name (`engine_limit.real_page_set`'s labels): "zh" for
+    the Chinese PDF's pages, else "en"."""
+    return "zh" if "zh-cn" in page else "en"
+
+
+def cer_by_language(truths: dict[str, str], texts: dict[str, list[str]]) -> dict[str, float]:
+    """CER of each language's pages together."""
+    languages = sorted({language(page) for page in truths})
+    return {
+        lang: pages_cer({p: t for p, t in truths.items() if language(p) == lang}, texts)
+        for lang in languages
+    }
+
+
+def check(
+    out: Path, pages_dir: Path, truths: dict[str, str], threads: int, *, int8: bool = False
+) -> dict[str, Any]:
+    """The precision check's report: the CPU's capabilities and, where it has bf16 (or `int8`
+    is asked), each precision's CER (all pages, and per language) and pages/s, and whether bf16
+    is within `BF16_MAX_CER_LOSS` of f32 and int8 within `INT8_MAX_CER_LOSS`."""
     capabilities = cpu_capabilities()
     report: dict[str, Any] = {"capabilities": capabilities, "cpu_bf16": has_bf16(capabilities)}
-    if not report["cpu_bf16"]:
+    precisions = ["f32"] + ["bf16"] * report["cpu_bf16"] + ["int8"] * int8
+    if len(precisions) == 1:
         return report
     runs = {}
-    for precision in ("f32", "bf16"):
+    for precision in precisions:
         run = _engine_run(out, precision, pages_dir, threads)
         runs[precision] = {
             "cer": pages_cer(truths, run["texts"]),
+            "cer_by_language": cer_by_language(truths, run["texts"]),
             "pages_per_s": run["pages_per_s"],
         }
     report["runs"] = runs
-    report["bf16_within"] = runs["bf16"]["cer"] - runs["f32"]["cer"] <= BF16_MAX_CER_LOSS
+    if "bf16" in runs:
+        report["bf16_within"] = runs["bf16"]["cer"] - runs["f32"]["cer"] <= BF16_MAX_CER_LOSS
+    if "int8" in runs:
+        report["int8_within"] = runs["int8"]["cer"] - runs["f32"]["cer"] <= INT8_MAX_CER_LOSS
     return report
 
 
+def _run_text(name: str, run: dict[str, Any]) -> str:
+    languages = ", ".join(f"{lang} {cer:.4f}" for lang, cer in run["cer_by_language"].items())
+    return f"{name} CER {run['cer']:.4f} ({languages}) at {run['pages_per_s']:.3f} pages/s"
+
+
+def int8_line(report: dict[str, Any]) -> str | None:
+    """The int8 line in the bench summary, where int8 ran."""
+    runs = report.get("runs", {})
+    if "int8" not in runs:
+        return None
+    f32, int8 = runs["f32"], runs["int8"]
+    loss = (int8["cer"] - f32["cer"]) * 100
+    verdict = "within" if report["int8_within"] else "NOT within"
+    return (
+        f"- OpenVINO int8 (in process, NNCF): {_run_text('f32', f32)}, "
+        f"{_run_text('int8', int8)}: int8 {loss:+.2f} CER points, {verdict} "
+        f"{INT8_MAX_CER_LOSS * 100:.1f}; {int8['pages_per_s'] / f32['pages_per_s']:.2f}x f32"
+    )
+
+
 def markdown_line(report: dict[str, Any]) -> str:
-    """The report's line in the bench summary."""
+    """The report's bf16 line in the bench summary."""
     caps = " ".join(report["capabilities"]) or "none"
     if not report["cpu_bf16"]:
         return (

@@ -15,6 +15,8 @@ import pytest
 
 from loadtest.bench import precision_check
 from loadtest.bench.run import markdown
+from models import quantize
+from models.base import PredictorError
 from models.bundle import load_bundle
 from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions
@@ -80,6 +82,49 @@ def test_bf16_asked_for_is_f32_where_the_cpu_has_no_bf16() -> None:
     choice = choose_precision("bf16", NO_BF16, REC)
     assert choice.precision == "f32"
     assert choice.reason.startswith("bf16 asked for, but this CPU has no bf16")
+
+
+@pytest.mark.parametrize("capabilities", [NO_BF16, WITH_BF16])
+def test_int8_asked_for_runs_int8_on_any_cpu(capabilities: tuple[str, ...]) -> None:
+    choice = choose_precision("int8", capabilities, "my_finetuned_rec")
+    assert choice.precision == "int8"
+    assert choice.reason.startswith("int8 asked for")
+
+
+def _int8_entry(spec: Any, cache: Path) -> Path:
+    """An int8 entry for `spec` in `cache`, as `models.quantize.quantize` leaves it."""
+    entry = quantize.int8_entry(spec, cache)
+    entry.mkdir(parents=True)
+    (entry / quantize.INT8_MODEL_FILE).write_text("read by the fake only")
+    (entry / "provenance.json").write_text("{}")
+    return entry / quantize.INT8_MODEL_FILE
+
+
+def test_int8_loads_the_int8_model_at_an_f32_hint_and_reports_int8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quantised operations run int8 whatever the hint; the rest stay f32. The real models:
+    tests/integration/test_int8_models.py."""
+    folder = tmp_path / REC
+    folder.mkdir()
+    shutil.copy(embedded_model_dir(REC) / "inference.yml", folder / "inference.yml")
+    (folder / "inference.onnx").write_bytes(b"read by the fake only")
+    spec = load_model_spec(folder, "rec")
+    compiled: list[dict[str, Any]] = []
+    fake = _fake_openvino(NO_BF16, compiled)
+    monkeypatch.setattr("models.openvino_backend.import_engine", lambda *_: fake)
+    options = EngineOptions(openvino_precision="int8", onnx_dir=str(tmp_path / "cache"))
+    missing = OpenVinoPredictor(spec, options)
+    with pytest.raises(PredictorError, match=r"no int8 form .*run make convert-int8"):
+        missing.load()
+    int8_file = _int8_entry(spec, tmp_path / "cache")
+    predictor = OpenVinoPredictor(spec, options)
+    predictor.load()
+    assert predictor.model_file == int8_file
+    assert compiled[-1]["INFERENCE_PRECISION_HINT"] == "f32"
+    assert predictor.precision is not None
+    assert predictor.precision.precision == "int8"
+    assert precision_report({"rec": predictor}, options)["precision"] == "int8"
 
 
 def test_a_worker_reports_one_precision_or_each_stages() -> None:
@@ -179,14 +224,14 @@ def test_other_engines_report_the_engine_precision() -> None:
     assert precision_report({"det": object()}, EngineOptions())["precision"] == "fp32"
 
 
-@pytest.mark.parametrize("setting", ["auto", "f32", "bf16"])
-def test_the_config_takes_auto_f32_and_bf16(tmp_path: Path, setting: str) -> None:
+@pytest.mark.parametrize("setting", ["auto", "f32", "bf16", "int8"])
+def test_the_config_takes_auto_f32_bf16_and_int8(tmp_path: Path, setting: str) -> None:
     path = tmp_path / "c.toml"
     path.write_text(f'[engine]\nopenvino_precision = "{setting}"\n')
     assert load_config(path, {}).engine.openvino_precision == setting
     assert AppConfig().engine.openvino_precision == "auto"
     path.write_text('[engine]\nopenvino_precision = "fp32"\n')
-    with pytest.raises(ConfigError, match=r"engine\.openvino_precision.*auto, f32 or bf16"):
+    with pytest.raises(ConfigError, match=r"engine\.openvino_precision.*auto, f32, bf16 or int8"):
         load_config(path, {})
 
 
@@ -243,3 +288,34 @@ def test_the_bench_summary_says_each_precision() -> None:
     assert "- ours, device worker cpu#0: bf16 (auto: this CPU has bf16)" in text
     assert "RapidOCR API server (OpenVINO 2026.4.1 bf16)" in text
     assert "- OpenVINO precision: this CPU has no bf16" in text
+
+
+def test_the_bench_checks_int8_per_language_where_its_models_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    truths = {"maint-guide.en-p3.png": "abcdefghij" * 100, "maint-guide.zh-cn-p3.png": "中文" * 50}
+    texts = {
+        "f32": {p: [t] for p, t in truths.items()},
+        # Two edits in the Chinese page's 100 characters: 2 / 1100 overall, 0.18 points.
+        "int8": {
+            "maint-guide.en-p3.png": ["abcdefghij" * 100],
+            "maint-guide.zh-cn-p3.png": ["文中" + "中文" * 49],
+        },
+    }
+    runs = []
+
+    def engine_run(out: Path, precision: str, pages_dir: Path, threads: int) -> dict[str, Any]:
+        runs.append(precision)
+        return {"texts": texts[precision], "pages_per_s": {"f32": 1.0, "int8": 1.5}[precision]}
+
+    monkeypatch.setattr(precision_check, "cpu_capabilities", lambda: list(NO_BF16))
+    monkeypatch.setattr(precision_check, "_engine_run", engine_run)
+    report = precision_check.check(tmp_path, tmp_path, truths, threads=1, int8=True)
+    assert runs == ["f32", "int8"]
+    assert report["runs"]["int8"]["cer_by_language"] == {"en": 0.0, "zh": pytest.approx(0.02)}
+    assert report["int8_within"] is True
+    line = precision_check.int8_line(report)
+    assert line is not None
+    assert "int8 CER 0.0018 (en 0.0000, zh 0.0200) at 1.500 pages/s" in line
+    assert "+0.18 CER points, within 0.2; 1.50x f32" in line
+    assert precision_check.int8_line({"capabilities": [], "cpu_bf16": False}) is None
