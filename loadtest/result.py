@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loadtest.client import Api, Outcome
-from loadtest.server_metrics import StageMetrics
+from loadtest.server_metrics import HostCosts, StageMetrics
 
 __all__ = ["LevelResult", "percentile", "summarize"]
 
@@ -43,6 +43,8 @@ class LevelResult:
         mean_s: Mean latency of successes.
         metrics: Per-stage ``/metrics`` deltas, ``None`` when the server has none.
         metrics_error: Why ``metrics`` is ``None``.
+        host: Core-seconds and shared-memory bytes per page (``/metrics`` deltas), ``None``
+            when the server does not export them.
     """
 
     url: str
@@ -68,6 +70,7 @@ class LevelResult:
     mean_s: float | None = None
     metrics: dict[str, StageMetrics] | None = None
     metrics_error: str | None = None
+    host: HostCosts | None = None
 
     @property
     def label(self) -> str:

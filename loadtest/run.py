@@ -14,7 +14,7 @@ from loadtest.documents import Document
 from loadtest.progress import ProgressLine
 from loadtest.result import LevelResult, summarize
 from loadtest.schedule import poisson_arrivals
-from loadtest.server_metrics import scrape_metrics, stage_metrics
+from loadtest.server_metrics import host_costs, scrape_metrics, stage_metrics
 
 __all__ = ["run_level"]
 
@@ -235,5 +235,6 @@ def _add_metrics(result: LevelResult, before: str | Exception, after: str | Exce
             return
     try:
         result.metrics = stage_metrics(str(before), str(after))
+        result.host = host_costs(str(before), str(after), result.pages)
     except ValueError as err:
         result.metrics_error = f"/metrics is not Prometheus text: {err}"

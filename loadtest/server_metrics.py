@@ -11,9 +11,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
     "BATCH_SIZE",
+    "CPU_SECONDS",
     "QUEUE_WAIT",
+    "SHM_BYTES",
     "HistogramSeries",
+    "HostCosts",
     "StageMetrics",
+    "host_costs",
     "parse_histograms",
     "scrape_metrics",
     "stage_metrics",
@@ -22,6 +26,8 @@ __all__ = [
 
 BATCH_SIZE = "ocr_batch_size"
 QUEUE_WAIT = "ocr_queue_wait_seconds"
+CPU_SECONDS = "ocr_process_cpu_seconds"
+SHM_BYTES = "ocr_shm_bytes"
 
 Labels = tuple[tuple[str, str], ...]
 SeriesKey = tuple[str, Labels]
@@ -155,6 +161,65 @@ def stage_metrics(before_text: str, after_text: str) -> dict[str, StageMetrics]:
             mean_queue_wait_s=wait_sum / waited if waited else None,
         )
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class HostCosts:
+    """What a run's pages cost the server's host, per page (issue 31: the CPU-side limit).
+
+    Attributes:
+        core_s: CPU core-seconds a page in each group of processes: ``main``, ``cpu_workers``,
+            ``devices`` (every device worker; the engines' own threads count here).
+        shm_bytes: Bytes a page moved through shared memory between the CPU and device
+            workers, by ``<stage> <direction>`` (``to_device``, ``from_device``), and ``total``.
+    """
+
+    core_s: dict[str, float]
+    shm_bytes: dict[str, float]
+
+
+def _samples(text: str, names: Collection[str]) -> dict[SeriesKey, float]:
+    values: dict[SeriesKey, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in names:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            values[(family.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return values
+
+
+def host_costs(before_text: str, after_text: str, pages: int) -> HostCosts | None:
+    """Core-seconds and shared-memory bytes per page between two ``/metrics`` scrapes
+    (``ocr_process_cpu_seconds``, ``ocr_shm_bytes``); None without pages or those metrics (an
+    older server). A process restarted meanwhile counts from 0.
+
+    Raises:
+        ValueError: A scrape is not in the Prometheus format.
+    """
+    names = (CPU_SECONDS, SHM_BYTES)
+    before, after = _samples(before_text, names), _samples(after_text, names)
+    if pages <= 0 or not any(name == CPU_SECONDS for name, _ in after):
+        return None
+    core_s: dict[str, float] = {}
+    shm_bytes: dict[str, float] = {}
+    for (name, labels), value in after.items():
+        then = before.get((name, labels), 0.0)
+        delta = value - then if value >= then else value
+        tags = dict(labels)
+        if name == CPU_SECONDS:
+            process = tags.get("process", "")
+            group = process if process in ("main", "cpu_workers") else "devices"
+            core_s[group] = core_s.get(group, 0.0) + delta / pages
+        else:
+            key = f"{tags.get('stage', '')} {tags.get('direction', '')}"
+            shm_bytes[key] = shm_bytes.get(key, 0.0) + delta / pages
+    shm_bytes["total"] = sum(shm_bytes.values())
+    return HostCosts(
+        core_s={k: round(v, 4) for k, v in sorted(core_s.items())},
+        shm_bytes={k: round(v) for k, v in sorted(shm_bytes.items())},
+    )
 
 
 async def scrape_metrics(client: httpx.AsyncClient, *, timeout_s: float) -> str:

@@ -76,6 +76,13 @@ class Metrics:
             registry=r,
         )
         self.pages = Counter("ocr_pages", "Pages recognised.", registry=r)
+        self.shm_bytes = Counter(
+            "ocr_shm_bytes",
+            "Bytes moved through shared memory between the CPU workers and the device workers: "
+            "model inputs to the devices (uint8 pixels), detection maps back (float16).",
+            ["stage", "direction"],
+            registry=r,
+        )
         self.worker_restarts = Counter(
             "ocr_worker_restarts", "Worker processes restarted after dying.", ["kind"], registry=r
         )
@@ -144,6 +151,15 @@ class Metrics:
         )
         for name, pids in processes.items():
             gauge.labels(process=name).set_function(functools.partial(_resident_bytes, pids))
+        cpu = Gauge(
+            "ocr_process_cpu_seconds",
+            "CPU time (user + system) of the server's live processes, by the same groups: what "
+            "a page costs each, over a run (a worker restarted starts again from 0).",
+            ["process"],
+            registry=self.registry,
+        )
+        for name, pids in processes.items():
+            cpu.labels(process=name).set_function(functools.partial(_cpu_seconds, pids))
 
     def track_queue_depth(self, stage: str, depth: Callable[[], int]) -> None:
         """Report a queue's depth when scraped."""
@@ -152,6 +168,15 @@ class Metrics:
     def render(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)
+
+
+def _cpu_seconds(pids: Callable[[], Iterable[int]]) -> float:
+    total = 0.0
+    for pid in pids():
+        with contextlib.suppress(psutil.Error):  # it exited since: a restart is under way
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def _resident_bytes(pids: Callable[[], Iterable[int]]) -> float:

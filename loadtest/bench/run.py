@@ -406,6 +406,20 @@ def _baseline_ratio(
     ]
 
 
+def _host_line(level: dict[str, Any]) -> str:
+    """The CPU side of one of our levels, per page: core-seconds by process group, and the bytes
+    moved through shared memory (issue 31)."""
+    host = level["host"]
+    core = ", ".join(f"{group} {seconds:.3f}" for group, seconds in host["core_s"].items())
+    moved = ", ".join(
+        f"{key} {size / 2**20:.2f}" for key, size in host["shm_bytes"].items() if key != "total"
+    )
+    return (
+        f"- ours at concurrency {level['concurrency']}, per page: core-s {core}; shared memory "
+        f"{host['shm_bytes']['total'] / 2**20:.2f} MiB ({moved})"
+    )
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The summary table, with ratios."""
     engine = report["engine"]
@@ -445,6 +459,7 @@ def markdown(report: dict[str, Any]) -> str:
         for key, run in baselines.items()
     ]
     lines.append(f"- CER on the page set: {', '.join(cers)}")
+    lines += [_host_line(level) for level in report.get("ours_levels", []) if level.get("host")]
     if "precision_check" in report:
         lines.append(precision_check.markdown_line(report["precision_check"]))
     for worker, precision in report.get("ours_precision", {}).items():

@@ -22,6 +22,7 @@ from serving.config import StageLimits
 from serving.errors import OcrError, WorkerUnavailable
 from serving.metrics import Metrics
 from serving.scheduling.batching import Scheduler, WorkItem
+from serving.workers import shm
 from serving.workers.device_worker import (
     DEVICE_FAULT_EXIT_CODE,
     DeviceSpec,
@@ -283,6 +284,8 @@ class DevicePool:
             rows,
         )
         self.metrics.batch_size.labels(stage=stage, device=worker.spec.name).observe(rows)
+        sent = sum(item.payload.nbytes for item in batch if isinstance(item.payload, shm.ShmRef))
+        self.metrics.shm_bytes.labels(stage=stage, direction="to_device").inc(sent)
         pages = {item.page for item in batch if item.page is not None}
         if pages:
             self.metrics.batch_pages.labels(stage=stage, device=worker.spec.name).observe(
@@ -296,6 +299,12 @@ class DevicePool:
         if len(outcomes) != len(batch):
             error = OcrError(f"worker returned {len(outcomes)} results for {len(batch)} items")
             outcomes = [ItemFailed(error)] * len(batch)
+        back = [o.value for o in outcomes if isinstance(o, ItemOk)]
+        back_bytes = sum(ref.nbytes for ref in back if isinstance(ref, shm.ShmRef))
+        if back_bytes:
+            self.metrics.shm_bytes.labels(stage=batch[0].stage, direction="from_device").inc(
+                back_bytes
+            )
         for item, outcome in zip(batch, outcomes, strict=True):
             discard_payload(item)
             if item.future.done():
