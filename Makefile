@@ -132,6 +132,13 @@ bench-engines: install-test convert
 	bash scripts/system-deps.sh
 	$(PY) -m loadtest.bench.cpu_engines --out bench-out/engines $(BENCH_ENGINES_ARGS)
 
+# Searchable PDFs side by side with OCRmyPDF (Tesseract, English) on the same scanned pages: CER of
+# pdftotext on each PDF, pages/s, output size (loadtest/bench/ocrmypdf_compare.py; docs/jobs.md).
+.PHONY: bench-ocrmypdf
+bench-ocrmypdf: install-test convert
+	bash scripts/system-deps.sh
+	$(PY) -m loadtest.bench.ocrmypdf_compare --pages 12 --out bench-out/ocrmypdf $(BENCH_OCRMYPDF_ARGS)
+
 # Side by side on one page set: the offline engine limit, our server, PaddleX basic serving.
 bench: install-bench
 	bash scripts/system-deps.sh
