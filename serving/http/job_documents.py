@@ -28,6 +28,7 @@ from serving.errors import OcrError, PayloadTooLarge
 from serving.http.zip_stream import ZipStream
 from serving.jobs.document_files import StoredDocument, write_stored
 from serving.jobs.runner import JobRunner
+from serving.jobs.store import JobStore
 from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo
 from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format
 from serving.runtime import Runtime
@@ -86,9 +87,9 @@ class DocumentState:
         }
 
 
-async def document_states(runner: JobRunner, info: JobInfo) -> list[DocumentState]:
+async def document_states(store: JobStore, info: JobInfo) -> list[DocumentState]:
     """Every document of the job, with its pages done and failed."""
-    _, finished = await asyncio.to_thread(runner.store.finished_pages, info.id)
+    _, finished = await asyncio.to_thread(store.finished_pages, info.id)
     done = [0] * len(info.files)
     failed = [0] * len(info.files)
     for page in finished:

@@ -198,7 +198,7 @@ async def list_documents(request: Request) -> Response:
     """`GET /v1/jobs/{id}/documents`: each uploaded document with its pages and status."""
     runner = _runner(request)
     info = await _visible(request, runner, request.path_params["job_id"])
-    return JSONResponse(list_body(info, await document_states(runner, info)))
+    return JSONResponse(list_body(info, await document_states(runner.store, info)))
 
 
 async def get_document(request: Request) -> Response:
@@ -207,7 +207,7 @@ async def get_document(request: Request) -> Response:
     runner = _runner(request)
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = negotiate(request.query_params.get("format"), request.headers.get("accept"))
-    state = pick(await document_states(runner, info), request.path_params["index"])
+    state = pick(await document_states(runner.store, info), request.path_params["index"])
     return await document_response(runtime_of(request), runner, info, state, fmt)
 
 
@@ -217,7 +217,7 @@ async def job_archive(request: Request) -> Response:
     runner = _runner(request)
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = parse_format(request.query_params.get("format", "json"))
-    states = await document_states(runner, info)
+    states = await document_states(runner.store, info)
     return archive_response(runtime_of(request), runner, info, states, fmt)
 
 
