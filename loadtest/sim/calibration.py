@@ -13,12 +13,15 @@ table "Why Paddle 3.2.2" (`loadtest/bench/engine_variants.py`, median ms, 2026-1
   (`loadtest/engine_limit.py`, README table); `BENCH_PAGES` below, run through these models,
   gives its own figure to compare (`python -m loadtest.sim --config cpu`).
 
-CPU workers (single-threaded calls), measured on this machine on 2026-12-03 on the bench's 8 pages
-with the committed stage functions (decode 27-45 ms, det preprocess 11-16 ms, DB postprocess and
-crops 17-51 ms, rec preprocessing 8-30 ms, CTC decode and assembly 1-5 ms per page; the machine
-was shared, so the smaller figures are used), plus shared memory: "a page's arrays ... about
-83 MiB ... cost about 150 ms of copying and page faults" (README), split by the bytes each call
-writes or reads.
+CPU workers (single-threaded calls), measured on 2026-12-05 with `python -m loadtest.bench.cpu_cost
+--pages 4` (CPU time of the calling thread, on a shared 2-core machine; bench pages at 150 dpi,
+2.2 Mpx, 29 lines): since issue 31 pixels cross shared memory as uint8 (22.6 MB a page, from
+62.7 MB as float32), the detection map comes back as float16, and the CPU worker reads the page,
+map and crops in place. Per page: prepare (decode, det resize, page and pixels into shared
+memory) 55 ms (77 ms before), after_det (DB postprocess, crops, rec resize) 49 ms (73 ms), finish
+(CTC decode, word boxes, assembly) 20 ms. The device worker's host side of a detection batch
+(collate, normalise, the map out as float16): 30 ms a page (19 ms before, when the CPU workers
+normalised).
 
 GPU: no GPU was measured here. Its latencies are parameters (`GpuAssumptions`): by default one
 page's detection 30x and one 6-crop chunk's recognition 10x faster than on the 2-thread CPU
@@ -40,7 +43,10 @@ CPU_DET = Latency(per_unit_s=1.690e-7, per_unit_sq_s=9.016e-14)
 CPU_REC = Latency(per_unit_s=4.670e-5, per_unit_sq_s=2.333e-8)
 """2-thread CPU device, recognition: README 104 ms at 6x48x320 and 398 ms at 6x48x960."""
 CPU_TRANSFER = Latency(fixed_s=0.0005, per_unit_s=3e-9)
-"""The device worker's side of shared memory and the pipe (part of the README's 150 ms/page)."""
+"""The device worker's side of shared memory and the pipe, for a rec batch."""
+CPU_DET_TRANSFER = Latency(fixed_s=0.0005, per_unit_s=1.2e-8)
+"""The device worker's side of a det batch: uint8 pixels collated and normalised, the map out as
+float16 (30 ms for a 2.2 Mpx page, `loadtest.bench.cpu_cost`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,10 +83,10 @@ def gpu_latency(
     return Latency(fixed_s=fixed_share * single, per_unit_s=(1 - fixed_share) * single / cost)
 
 
-DET_BYTES_PER_UNIT = 16
-"""float32 detector input (12 bytes a pixel) and probability map back (4)."""
-REC_BYTES_PER_UNIT = 3 * 48 * 4
-"""float32 crops of height 48: per unit of padded width x rows."""
+DET_BYTES_PER_UNIT = 7
+"""uint8 detector input (3 bytes a pixel, normalised on the GPU) and float32 map back (4)."""
+REC_BYTES_PER_UNIT = 3 * 48
+"""uint8 crops of height 48: per unit of padded width x rows."""
 
 
 def cpu_device(
@@ -94,7 +100,7 @@ def cpu_device(
         stages=("det", "rec"),
         limits=_limits(kind),
         latency={"det": CPU_DET, "rec": CPU_REC},
-        transfer={"det": CPU_TRANSFER, "rec": CPU_TRANSFER},
+        transfer={"det": CPU_DET_TRANSFER, "rec": CPU_TRANSFER},
         inflight_batches=kind.inflight_batches,
         threads=threads,
         jitter=0.1,
@@ -136,14 +142,14 @@ def cpu_workers(workers: int, *, priority: bool = True) -> CpuModel:
         workers=workers,
         # Reading a page size from the headers: not measured, assumed small.
         sizes=CpuStep(fixed_s=0.002),
-        # Decode ~30 ms + det preprocess ~15 ms for ~2.1 Mpx; image + det input into shared
-        # memory (33 of the page's 83 MiB: ~60 ms).
-        prepare=CpuStep(fixed_s=0.005, per_mpx_s=0.049),
-        # Map and image out of shared memory (~27 ms), DB postprocess and crops (~1 ms a line),
-        # rec preprocessing (~0.4 ms a line), chunks into shared memory (~1 ms a line).
-        after_det=CpuStep(fixed_s=0.005, per_mpx_s=0.013, per_line_s=0.0024),
-        # CTC decode and assembly: 1-5 ms a page.
-        finish=CpuStep(fixed_s=0.001, per_line_s=0.00006),
+        # Decode, det resize, the page and its uint8 pixels into shared memory: 55 ms for
+        # 2.2 Mpx (`loadtest.bench.cpu_cost`).
+        prepare=CpuStep(fixed_s=0.005, per_mpx_s=0.023),
+        # Map and page read in place, DB postprocess and crops, rec resize, uint8 chunks into
+        # shared memory: 49 ms for 2.2 Mpx and 29 lines.
+        after_det=CpuStep(fixed_s=0.005, per_mpx_s=0.006, per_line_s=0.0011),
+        # CTC decode, word boxes and assembly: 20 ms for 29 lines.
+        finish=CpuStep(fixed_s=0.001, per_line_s=0.00066),
         priority=priority,
     )
 
