@@ -11,8 +11,9 @@ the order `pdftotext -raw` reads them.
   stays a JPEG, DCT-encoded, never recompressed; PNG goes in as Flate, as fpdf2 does), else
   (TIFF, WebP, BMP, GIF, a multi-frame file's frames, a JPEG rotated by its EXIF orientation)
   losslessly as Flate; the page is the image's size at its resolution (300 dpi when it has none).
-- PDF uploads: the original pages are kept as they are and the text layer is grafted on as an
-  overlay (pikepdf, as OCRmyPDF grafts its layer), never re-rasterised.
+- PDF uploads: the original pages are kept as they are and the text layer is grafted on as a
+  form XObject drawn over each page's content (pikepdf, as OCRmyPDF grafts its layer), turned to
+  match the page's /Rotate (the OCR read the page as shown); never re-rasterised.
 - No source: blank pages of the OCR pages' size with the text layer (a stored job whose upload
   is gone).
 """
@@ -24,6 +25,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import cv2
 import numpy as np
@@ -198,19 +200,50 @@ def _graft_onto(document: Document, opened: pikepdf.Pdf) -> bytes:
         if any(page.index >= len(pdf.pages) for page in document.pages):
             raise ValueError(f"the PDF has {len(pdf.pages)} pages; the OCR has more")
         layer = _new_pdf(document)
-        boxes = []
+        shown = []
         for page in document.pages:
-            box = pikepdf.Rectangle(pdf.pages[page.index].cropbox)
-            rotate = int(pdf.pages[page.index].obj.get("/Rotate", 0)) % 180
-            width, height = (box.height, box.width) if rotate else (box.width, box.height)
+            target = pdf.pages[page.index]
+            box = pikepdf.Rectangle(target.cropbox)
+            rotate = int(target.obj.get("/Rotate", 0)) % 360
+            # The OCR read the page as shown (pdfium turns it by /Rotate): the layer is set in
+            # that orientation and turned back onto the page.
+            width, height = (box.height, box.width) if rotate % 180 else (box.width, box.height)
             placement = _Placement(float(width), float(height))
             layer.add_page(format=(placement.width_pt, placement.height_pt))
             _text_layer(layer, page, placement)
-            boxes.append(box)
+            shown.append((target, box, rotate, placement))
         with pikepdf.open(io.BytesIO(bytes(layer.output()))) as text:
-            for page, text_page, box in zip(document.pages, text.pages, boxes, strict=True):
-                target = pdf.pages[page.index]
-                target.add_overlay(pdf.copy_foreign(text_page.as_form_xobject()), box)
+            for text_page, (target, box, rotate, placement) in zip(text.pages, shown, strict=True):
+                form = pdf.copy_foreign(text_page.as_form_xobject())
+                name = target.add_resource(form, pikepdf.Name.XObject, prefix="OcrText")
+                # Centre the layer on the origin, turn it counter-clockwise by the page's /Rotate
+                # (which a viewer turns clockwise to show it), and centre it on the crop box.
+                matrix = (
+                    pikepdf.Matrix().translated(-placement.width_pt / 2, -placement.height_pt / 2)
+                    @ pikepdf.Matrix().rotated(rotate)
+                    @ pikepdf.Matrix().translated(
+                        float(box.llx) + float(box.width) / 2,
+                        float(box.lly) + float(box.height) / 2,
+                    )
+                )  # applied left to right
+                # The page's own content in its own graphics state, then the layer on top.
+                target.contents_add(
+                    pikepdf.unparse_content_stream([([], pikepdf.Operator("q"))]), prepend=True
+                )
+                target.contents_add(
+                    pikepdf.unparse_content_stream(
+                        [
+                            ([], pikepdf.Operator("Q")),
+                            ([], pikepdf.Operator("q")),
+                            (
+                                cast(list[pikepdf.Object], list(matrix.shorthand)),
+                                pikepdf.Operator("cm"),
+                            ),
+                            ([name], pikepdf.Operator("Do")),
+                            ([], pikepdf.Operator("Q")),
+                        ]
+                    )
+                )
             out = io.BytesIO()
             pdf.save(out)
     return out.getvalue()

@@ -327,3 +327,34 @@ def test_pdf_of_an_image_pillow_refuses_embeds_what_opencv_decoded(
 def test_pdf_of_a_pdf_qpdf_cannot_read_is_invalid_input() -> None:
     with pytest.raises(InvalidInput):
         render_bytes(two_columns(Source("application/pdf", b"%PDF-1.4 not really")), "pdf")
+
+
+@needs_poppler
+@pytest.mark.parametrize("rotate", [90, 180, 270])
+def test_pdf_of_a_rotated_pdf_page_puts_the_words_where_they_are_shown(rotate: int) -> None:
+    # The page as stored is 192 x 288 pt (or 288 x 192), shown turned by /Rotate: 288 x 192 pt,
+    # as pdfium renders it for the OCR (1200 x 800 px at 300 dpi).
+    stored = (192, 288) if rotate % 180 else (288, 192)
+    original = FPDF(unit="pt", format=stored)
+    original.add_page()
+    original.rect(10, 10, 50, 50)
+    with pikepdf.open(io.BytesIO(bytes(original.output()))) as pdf:
+        pdf.pages[0].obj.Rotate = rotate
+        buffer = io.BytesIO()
+        pdf.save(buffer)
+    document = two_columns(Source("application/pdf", buffer.getvalue()))
+    pdf_bytes = render_bytes(document, "pdf")
+    assert [line for line in _pdftotext(pdf_bytes, "-raw").splitlines() if line.strip()] == (
+        EXPECTED_LINES
+    )
+    found = re.findall(
+        r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">(.*?)</word>',
+        _pdftotext(pdf_bytes, "-bbox"),
+    )
+    scale = 72 / 300
+    boxes = {w.text: w.box for line in document.pages[0].lines for w in line.words}
+    for x0, _y0, _x1, y1, text in found:
+        if text in ("Two", "columns", "结束"):  # words that occur once
+            b = boxes[text]
+            assert abs(float(x0) - b[0] * scale) < 1.5, (text, x0, b)
+            assert abs(float(y1) - b[3] * scale) < 1.5, (text, y1, b)
