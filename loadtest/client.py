@@ -48,12 +48,15 @@ class Outcome:
         latency_s: From sending the request to having read the whole response.
         error: Why it failed: ``http_<status>``, ``errorCode_<code>`` (PaddleX envelope),
             ``invalid_body``, or the exception's type name (``ConnectError``, ``TimeoutError``).
+        texts: A success's recognised lines (``response_texts``), to compare answers with the
+            server's own answer to a lone request; ``None`` for a failure.
     """
 
     ok: bool
     pages: int
     latency_s: float
     error: str | None = None
+    texts: tuple[str, ...] | None = None
 
 
 def prepare_request(api: Api, document: Document) -> PreparedRequest:
@@ -141,4 +144,10 @@ async def send(
     except (json.JSONDecodeError, UnicodeDecodeError):
         return Outcome(False, 0, latency_s, "invalid_body")
     pages, error = count_pages(api, response.status_code, body)
-    return Outcome(error is None, pages, latency_s, error)
+    if error is not None:
+        return Outcome(False, pages, latency_s, error)
+    try:
+        texts = tuple(response_texts(api, body))
+    except (KeyError, TypeError, ValueError, IndexError):
+        texts = None
+    return Outcome(True, pages, latency_s, None, texts)

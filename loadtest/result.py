@@ -11,7 +11,7 @@ import numpy as np
 from loadtest.client import Api, Outcome
 from loadtest.server_metrics import HostCosts, StageMetrics
 
-__all__ = ["LevelResult", "percentile", "summarize"]
+__all__ = ["LevelResult", "count_changed", "percentile", "summarize"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -71,6 +71,11 @@ class LevelResult:
     metrics: dict[str, StageMetrics] | None = None
     metrics_error: str | None = None
     host: HostCosts | None = None
+    changed: int | None = None
+    """Successes whose text differs from the server's own answer to a lone request (`run_level`'s
+    `reference`); ``None`` without a reference."""
+    correct_pages_s: float | None = None
+    """Pages per second of the successes with the reference's text: what a client can use."""
 
     @property
     def label(self) -> str:
@@ -83,6 +88,26 @@ class LevelResult:
     def error_count(self) -> int:
         """Failed requests, all causes."""
         return sum(self.errors.values())
+
+
+def count_changed(
+    result: LevelResult,
+    outcomes: Sequence[Outcome],
+    documents: Sequence[int],
+    reference: Sequence[Sequence[str]],
+) -> None:
+    """Fill ``result.changed`` and ``result.correct_pages_s``: each success's text against
+    ``reference[document]``, the text the same server gave that document alone."""
+    correct_pages = changed = 0
+    for outcome, document in zip(outcomes, documents, strict=True):
+        if not outcome.ok:
+            continue
+        if outcome.texts is not None and list(outcome.texts) == list(reference[document]):
+            correct_pages += outcome.pages
+        else:
+            changed += 1
+    result.changed = changed
+    result.correct_pages_s = correct_pages / result.wall_s if result.wall_s > 0 else 0.0
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

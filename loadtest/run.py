@@ -12,7 +12,7 @@ import httpx
 from loadtest.client import API_NAMES, Api, Outcome, PreparedRequest, prepare_request, send
 from loadtest.documents import Document
 from loadtest.progress import ProgressLine
-from loadtest.result import LevelResult, summarize
+from loadtest.result import LevelResult, count_changed, summarize
 from loadtest.schedule import poisson_arrivals
 from loadtest.server_metrics import host_costs, scrape_metrics, stage_metrics
 
@@ -39,6 +39,8 @@ class _Traffic:
         self._timeout_s = timeout_s
         self.progress: ProgressLine | None = None
         self.outcomes: list[Outcome] = []
+        self.documents: list[int] = []
+        """Which document each outcome's request sent (an index into the documents)."""
         self.in_flight = 0
         self.dropped = 0
         self.pages = 0
@@ -53,6 +55,7 @@ class _Traffic:
         outcome = await send(self._client, self._api, request, timeout_s=self._timeout_s)
         self.in_flight -= 1
         self.outcomes.append(outcome)
+        self.documents.append(index % len(self._requests))
         self.pages += outcome.pages
         self.errors += not outcome.ok
         if self.progress is not None:
@@ -147,6 +150,7 @@ async def run_level(
     max_outstanding: int = 256,
     max_time_s: float | None = None,
     progress: bool = False,
+    reference: Sequence[Sequence[str]] | None = None,
 ) -> LevelResult:
     """Run one load level and measure it.
 
@@ -223,6 +227,8 @@ async def run_level(
     if measured.progress is not None:
         measured.progress.finish(len(measured.outcomes), measured.pages, measured.errors)
     summarize(result, measured.outcomes, wall_s)
+    if reference is not None:
+        count_changed(result, measured.outcomes, measured.documents, reference)
     result.dropped = measured.dropped
     _add_metrics(result, before, after)
     return result

@@ -199,32 +199,33 @@ def start_paddlex(
 
 
 # rapidocr_api builds its engine from three model paths only; the bench needs the other settings
-# too, so this swaps in an engine built from RAPIDOCR_PARAMS and then runs rapidocr_api's own
-# FastAPI app and command line. Models load lazily, so the first engine downloads nothing.
-# RapidOCR passes OpenVINO no precision: on CPUs with bf16 OpenVINO would then run bf16, so its
-# CPU settings gain the precision ours runs at (RAPIDOCR_OPENVINO_PRECISION; "auto" is bf16 there,
-# models/openvino_precision.py), and the rows compare like with like.
-RAPIDOCR_LAUNCH = """
-import json, os, sys
+# too, so its app is served from a module (RAPIDOCR_APP, written beside the log) that swaps in an
+# engine built from RAPIDOCR_PARAMS when it is imported: Uvicorn's worker processes each import
+# the app by name, so with `--workers N` every worker gets the engine. Models load lazily, so
+# rapidocr_api's own first engine downloads nothing. RapidOCR passes OpenVINO no precision, so
+# OpenVINO chooses (bf16 where the CPU has it), which is what its users get; only where
+# RAPIDOCR_OPENVINO_PRECISION is set do its CPU settings gain that precision.
+RAPIDOCR_APP = """
+import json, os
 import rapidocr_api.main as api
 from rapidocr import EngineType, RapidOCR
 try:
     from rapidocr.inference_engine.openvino import device_config
 except ImportError:  # OpenVINO not installed: the ONNX Runtime row only
     device_config = None
-if device_config is not None:
+if device_config is not None and os.environ.get("RAPIDOCR_OPENVINO_PRECISION"):
     get_config = device_config.CPUConfig.get_config
     device_config.CPUConfig.get_config = lambda self: {
         **get_config(self),
-        "INFERENCE_PRECISION_HINT": os.environ.get("RAPIDOCR_OPENVINO_PRECISION", "f32"),
+        "INFERENCE_PRECISION_HINT": os.environ["RAPIDOCR_OPENVINO_PRECISION"],
     }
 params = json.loads(os.environ["RAPIDOCR_PARAMS"])
 for key in [k for k in params if k.endswith(".engine_type")]:  # RapidOCR wants its enum
     params[key] = EngineType(params[key])
 api.processor.ocr = RapidOCR(params=params)
-sys.argv = ["rapidocr_api", *sys.argv[1:]]
-api.main()
+app = api.app
 """
+RAPIDOCR_APP_MODULE = "rapidocr_bench_app"
 
 RAPIDOCR_ENGINES = ("onnxruntime", "openvino")
 """The RapidOCR engines the bench runs (`rapidocr_params`' `engine`)."""
@@ -284,12 +285,19 @@ def start_rapidocr(
     venv: Path,
     params: dict[str, object],
     name: str = "rapidocr",
-    openvino_precision: str = "f32",
+    openvino_precision: str | None = None,
+    *,
+    workers: int = 1,
 ) -> ServerProcess:
-    """RapidOCR's API server (`rapidocr_api`) from `venv` with `params`, on a free loopback
-    port; on OpenVINO at `openvino_precision` ("f32" or "bf16")."""
+    """RapidOCR's API server (`rapidocr_api`'s app under Uvicorn, `workers` worker processes)
+    from `venv` with `params`, on a free loopback port; on OpenVINO at `openvino_precision`
+    ("f32" or "bf16"), or, with None, at the precision OpenVINO chooses."""
     port = free_port()
-    argv = [str(venv / "bin" / "python"), "-c", RAPIDOCR_LAUNCH, "-ip", "127.0.0.1"]
-    argv += ["-p", str(port)]
-    env = {"RAPIDOCR_PARAMS": json.dumps(params), "RAPIDOCR_OPENVINO_PRECISION": openvino_precision}
+    (out / f"{RAPIDOCR_APP_MODULE}.py").write_text(RAPIDOCR_APP)
+    argv = [str(venv / "bin" / "python"), "-m", "uvicorn", f"{RAPIDOCR_APP_MODULE}:app"]
+    argv += ["--app-dir", str(out), "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--workers", str(workers), "--log-level", "warning"]
+    env = {"RAPIDOCR_PARAMS": json.dumps(params)}
+    if openvino_precision is not None:
+        env["RAPIDOCR_OPENVINO_PRECISION"] = openvino_precision
     return start(name, argv, port, out / f"{name}.log", env)

@@ -41,8 +41,10 @@ from loadtest.servers import (
     start_rapidocr,
 )
 from models.bundle import load_bundle
+from models.convert import find_onnx
 from models.embedded import embedded_model_dir
 from models.paddle_predictor import onednn_fails_on_det
+from models.quantize import find_int8
 from serving.config import AppConfig, WorkersConfig
 from serving.request_options import ocr_options
 
@@ -85,7 +87,10 @@ def _levels(
     levels: Sequence[int],
     requests: int,
     max_time_s: float,
+    reference: Sequence[Sequence[str]] | None = None,
 ) -> list[LevelResult]:
+    """Each closed-loop level; with `reference` (each document's text as the server gave it to
+    a lone request) each level also counts the answers that changed text."""
     results = []
     for concurrency in levels:
         result = asyncio.run(
@@ -99,15 +104,23 @@ def _levels(
                 timeout_s=600,
                 max_time_s=max_time_s,
                 progress=True,
+                reference=reference,
             )
         )
         print(
             f"  {server.name} c={concurrency}: {result.throughput_pages_s:.3f} pages/s "
-            f"p50 {result.p50_s} s errors {result.errors}",
+            f"p50 {result.p50_s} s errors {result.errors} changed text {result.changed}",
             file=sys.stderr,
         )
         results.append(result)
     return results
+
+
+def _reference(server: ServerProcess, api: Api, documents: Sequence[Document]) -> list[list[str]]:
+    """Each document's text as `server` gives it to a lone request (concurrency 1): what its
+    answers under load are compared with."""
+    texts = asyncio.run(_read_all(server, api, documents, 1))
+    return [texts[Path(doc.name).name] for doc in documents]
 
 
 def _level_dict(result: LevelResult) -> dict[str, Any]:
@@ -163,7 +176,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     engine["cer"] = pages_cer(truths, engine.pop("texts"))
     report["engine"] = engine
     print("OpenVINO precision check (f32 and bf16, in process)...", file=sys.stderr)
-    report["precision_check"] = precision_check.check(out, out / "pages", truths, threads)
+    int8 = _int8_ready()
+    report["precision_check"] = precision_check.check(
+        out, out / "pages", truths, threads, int8=int8
+    )
     if not args.skip_batching:
         report["batching"] = batching.measure(out / "batching", page_set, documents, args)
 
@@ -181,9 +197,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         ours.wait_ready("/readyz")
         report["ours_precision"] = _worker_precisions(ours)
+        reference = _reference(ours, "v1", documents)
         report["ours_levels"] = [
             _level_dict(r)
-            for r in _levels(ours, "v1", documents, args.levels, requests, args.max_time_s)
+            for r in _levels(
+                ours, "v1", documents, args.levels, requests, args.max_time_s, reference
+            )
         ]
         concurrent = asyncio.run(_read_all(ours, "v1", documents, max(args.levels)))
         report["ours_cer"] = pages_cer(truths, concurrent)
@@ -200,6 +219,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         report["ours_peak_rss_mb"] = round(ours.memory.peak_bytes / 2**20)
     finally:
         ours.stop()
+
+    for precision in args.ours_precisions:
+        if precision == "int8" and not int8:
+            print("ours at int8: no int8 models (make convert-int8); skipped", file=sys.stderr)
+            continue
+        print(f"our server at openvino_precision = {precision!r}...", file=sys.stderr)
+        report.setdefault("ours_precisions", {})[precision] = _measure_ours_at(
+            out, precision, documents, args, requests
+        )
 
     default = AppConfig().engine.cpu_backend
     others = [b for b in CPU_ENGINES if b != default]
@@ -221,11 +249,58 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for engine in args.rapidocr_engines:
             print(f"RapidOCR's API server on {engine}...", file=sys.stderr)
             key = RAPIDOCR_KEYS[engine]
-            precision = "bf16" if report["precision_check"]["cpu_bf16"] else "f32"  # as ours
+            # What OpenVINO picks unhinted: bf16 where the CPU computes in it.
+            chosen = "bf16" if report["precision_check"]["cpu_bf16"] else "f32"
             report[key] = _measure_rapidocr(
-                out, threads, documents, truths, args, requests, engine, precision
+                out, threads, documents, truths, args, requests, engine, chosen
             )
     return report
+
+
+def _int8_ready() -> bool:
+    """Whether the configured models have their int8 forms (`make convert-int8`)."""
+    config = AppConfig()
+    bundle = load_bundle(config.models.det, config.models.rec)
+    cache = Path(config.engine.onnx_dir)
+    for spec in (bundle.det, bundle.rec):
+        found = find_onnx(spec, cache)
+        if found is None or find_int8(found, cache) is None:
+            return False
+    return True
+
+
+def _measure_ours_at(
+    out: Path,
+    precision: str,
+    documents: Sequence[Document],
+    args: argparse.Namespace,
+    requests: int,
+) -> dict[str, Any]:
+    """Our server at `openvino_precision = precision`, at the baselines' levels, its answers
+    under load compared with its own to lone requests."""
+    folder = out / f"ours-{precision}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = OURS_CONFIG.format(
+        cpu_workers=args.cpu_workers,
+        cpu_instances=args.cpu_instances,
+        ours_threads=args.cpu_threads,
+        jobs_dir=folder / "jobs",
+    )
+    server = start_ours(folder, config + f'openvino_precision = "{precision}"\n')
+    try:
+        server.wait_ready("/readyz")
+        precisions = _worker_precisions(server)
+        reference = _reference(server, "v1", documents)
+        levels = _levels(
+            server, "v1", documents, args.paddlex_levels, requests, args.max_time_s, reference
+        )
+        return {
+            "precision": precisions,
+            "levels": [_level_dict(r) for r in levels],
+            "peak_rss_mb": round(server.memory.peak_bytes / 2**20),
+        }
+    finally:
+        server.stop()
 
 
 def _worker_precisions(server: ServerProcess) -> dict[str, str]:
@@ -270,10 +345,12 @@ def _measure_rapidocr(
     args: argparse.Namespace,
     requests: int,
     engine: str,
-    openvino_precision: str,
+    openvino_default: str,
 ) -> dict[str, Any]:
     """RapidOCR's API server on `engine` ("onnxruntime" or "openvino"), on our models converted
-    to ONNX, with our detection settings; OpenVINO at `openvino_precision`, as ours runs."""
+    to ONNX, with our detection settings, as its users run it: as many Uvicorn workers as ours
+    has device workers, the cores split among them as ours splits them, and OpenVINO at the
+    precision OpenVINO chooses (bf16 where the CPU has it)."""
     venv: Path = args.rapidocr_venv
     config = AppConfig()
     bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
@@ -283,10 +360,13 @@ def _measure_rapidocr(
         engine: _package_version(venv, engine),
         "rapidocr": _package_version(venv, "rapidocr"),
     }
-    params = rapidocr_params(options, models, threads, engine)
+    workers = args.cpu_instances
+    per_worker = args.cpu_threads or max(1, threads // workers)
+    params = rapidocr_params(options, models, per_worker, engine)
+    facts["workers"] = f"{workers} x {per_worker} threads"
     if engine == "openvino":
-        facts["precision"] = openvino_precision
-    server = start_rapidocr(out, venv, params, RAPIDOCR_KEYS[engine], openvino_precision)
+        facts["precision"] = f"{openvino_default}, its default"
+    server = start_rapidocr(out, venv, params, RAPIDOCR_KEYS[engine], None, workers=workers)
     return _measure_baseline(server, "rapidocr", "/", facts, documents, truths, args, requests)
 
 
@@ -334,11 +414,16 @@ def _measure_baseline(
     """A started baseline server's levels, CER and peak memory, after `facts`; stops it."""
     try:
         server.wait_ready(ready_path)
-        levels = _levels(server, api, documents, args.paddlex_levels, requests, args.max_time_s)
+        reference = _reference(server, api, documents)
+        levels = _levels(
+            server, api, documents, args.paddlex_levels, requests, args.max_time_s, reference
+        )
+        names = [Path(doc.name).name for doc in documents]
+        alone = dict(zip(names, reference, strict=True))
         return {
             **facts,
             "levels": [_level_dict(r) for r in levels],
-            "cer": pages_cer(truths, asyncio.run(_read_all(server, api, documents, 1))),
+            "cer": pages_cer(truths, alone),
             "peak_rss_mb": round(server.memory.peak_bytes / 2**20),
         }
     finally:
@@ -373,18 +458,55 @@ def _engine(run: dict[str, Any]) -> str:
 
 
 def _level_row(name: str, level: dict[str, Any], limit: float) -> str:
+    changed = level.get("changed")
+    correct = level.get("correct_pages_s")
     return (
         f"| {name} | {level['concurrency']} | {level['throughput_pages_s']:.3f} | "
         f"{level['throughput_pages_s'] / limit:.2f} | {level['p50_s'] or 0:.2f} | "
-        f"{level['p95_s'] or 0:.2f} | {sum(level['errors'].values())} |"
+        f"{level['p95_s'] or 0:.2f} | {sum(level['errors'].values())} | "
+        f"{'' if changed is None else changed} | {'' if correct is None else f'{correct:.3f}'} |"
     )
+
+
+def _correct_ratio(
+    label: str, ours: dict[int, dict[str, Any]], levels: list[dict[str, Any]]
+) -> list[str] | None:
+    """Ours at concurrency 4 against a baseline at 4, each counting only its correct pages (an
+    answer with the text the same server gives that page alone), with how many of the
+    baseline's requests failed or changed text; None where either side has no such count."""
+    theirs = [lv for lv in levels if lv["concurrency"] == 4]
+    if 4 not in ours or ours[4].get("correct_pages_s") is None or not theirs:
+        return None
+    other = theirs[0]
+    if not other.get("correct_pages_s"):
+        return None
+    ratio = ours[4]["correct_pages_s"] / other["correct_pages_s"]
+    raw = ours[4]["throughput_pages_s"] / other["throughput_pages_s"]
+    lines = [
+        f"- ours / {label} at concurrency 4, correct pages/s: {ratio:.2f}x "
+        f"({ours[4]['correct_pages_s']:.3f} / {other['correct_pages_s']:.3f}; all answers: "
+        f"{raw:.2f}x)"
+    ]
+    for lv in levels:
+        failed, changed = sum(lv["errors"].values()), lv.get("changed") or 0
+        if failed or changed:
+            lines.append(
+                f"- {label} at concurrency {lv['concurrency']}: of {lv.get('requests', '?')} "
+                f"requests {failed} failed ({lv['errors']}), {changed} answered with another "
+                "text than it gives the page alone"
+            )
+    return lines
 
 
 def _baseline_ratio(
     label: str, ours: dict[int, dict[str, Any]], levels: list[dict[str, Any]]
 ) -> list[str]:
-    """Ours at concurrency 4 against a baseline at 4; where the baseline failed requests there,
-    against its fastest level without errors instead, and the failures said."""
+    """Ours at concurrency 4 against a baseline at 4, in correct pages/s where both were counted
+    (`_correct_ratio`); else in pages/s, and where the baseline failed requests at 4, against its
+    fastest level without errors instead, and the failures said."""
+    correct = _correct_ratio(label, ours, levels)
+    if correct is not None:
+        return correct
     lines = [
         f"- {label} at concurrency {lv['concurrency']}: {sum(lv['errors'].values())} of "
         f"{lv.get('requests', '?')} requests failed ({lv['errors']})"
@@ -425,12 +547,16 @@ def markdown(report: dict[str, Any]) -> str:
     engine = report["engine"]
     limit = engine["pages_per_s"]
     rows = [
-        "| system | concurrency | pages/s | x engine limit | p50 s | p95 s | errors |",
-        "|---|---|---|---|---|---|---|",
+        "| system | concurrency | pages/s | x engine limit | p50 s | p95 s | errors | "
+        "changed text | correct pages/s |",
+        "|---|---|---|---|---|---|---|---|---|",
         f"| engine limit (in process) | 1 | {limit:.3f} | 1.00 | "
         f"{engine['median_page_s']:.2f} (median page) | | |",
     ]
     rows += [_level_row("ours", level, limit) for level in report.get("ours_levels", [])]
+    for precision, run in report.get("ours_precisions", {}).items():
+        name = f'ours, openvino_precision = "{precision}"'
+        rows += [_level_row(name, level, limit) for level in run["levels"]]
     for backend, levels in report.get("ours_engines", {}).items():
         rows += [_level_row(f"ours, CPU engine {backend}", level, limit) for level in levels]
     baselines = {key: report[key] for key in BASELINE_LABELS if key in report}
@@ -462,6 +588,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [_host_line(level) for level in report.get("ours_levels", []) if level.get("host")]
     if "precision_check" in report:
         lines.append(precision_check.markdown_line(report["precision_check"]))
+        int8_line = precision_check.int8_line(report["precision_check"])
+        if int8_line is not None:
+            lines.append(int8_line)
     for worker, precision in report.get("ours_precision", {}).items():
         lines.append(f"- ours, device worker {worker}: {precision}")
     impact = report.get("job_impact")
@@ -526,6 +655,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="RapidOCR's engines, a row each (default: onnxruntime,openvino)",
     )
     parser.add_argument("--skip-job-impact", action="store_true")
+    parser.add_argument(
+        "--ours-precisions",
+        type=lambda s: [x for x in s.split(",") if x],
+        default=["int8", "f32"],
+        help="also run our server at these openvino_precision settings, at --paddlex-levels "
+        "('' = none; int8 where `make convert-int8` made the models)",
+    )
     parser.add_argument(
         "--skip-batching",
         action="store_true",

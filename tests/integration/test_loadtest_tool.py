@@ -254,3 +254,23 @@ def test_max_time_cuts_a_slow_level(inputs: Path) -> None:
 
     with serving(FakeOcr(delay_s=1.5)) as served:
         asyncio.run(scenario(served.url))
+
+
+def test_answers_with_another_text_than_the_reference_are_counted(inputs: Path) -> None:
+    """The bench's correct pages/s: each success's text against what the server gave that
+    document alone; failures are neither correct nor changed."""
+
+    async def scenario(url: str) -> None:
+        docs = load_documents([inputs])  # a.png, b.pdf; the fake reads no lines on either
+        reference = [[], ["a line the fake never reads"]]
+        result = await run_level(url, "v1", docs, concurrency=1, requests=10, reference=reference)
+        # One at a time: request i sends docs[i % 2], and arrivals 5 and 10 get a 503.
+        assert result.errors == {"http_503": 2}
+        assert result.changed == 4  # b.pdf's 4 answers
+        correct_pages = 4 * PAGES_PER_RESPONSE  # a.png's 4 answers
+        assert result.correct_pages_s == pytest.approx(correct_pages / result.wall_s)
+        plain = await run_level(url, "v1", docs, concurrency=1, requests=2)
+        assert (plain.changed, plain.correct_pages_s) == (None, None)
+
+    with serving(FakeOcr(delay_s=0.01)) as served:
+        asyncio.run(scenario(served.url))

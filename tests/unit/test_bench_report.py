@@ -127,3 +127,39 @@ def test_a_baseline_that_fails_requests_is_compared_at_its_fastest_level_without
         "0.76x" in text
     )
     assert f"- {label} at concurrency 4: 15 of 16 requests failed" in text
+
+
+def test_ratios_count_correct_pages_and_say_what_failed_or_changed() -> None:
+    """Issue 28: each side's pages/s counting only answers with the text it gives a lone page."""
+    ours = [
+        _level(1, 0.5, 2.0) | {"changed": 0, "correct_pages_s": 0.5},
+        _level(4, 0.9, 4.0) | {"changed": 0, "correct_pages_s": 0.9},
+    ]
+    openvino = {"openvino": "2026.4.1", "precision": "f32, its default", "rapidocr": "3.10.0"}
+    openvino |= {"cer": 0.0085, "peak_rss_mb": 900}
+    failing = _level(4, 1.38, 3.0) | {
+        "errors": {"http_500": 3},
+        "requests": 20,
+        "changed": 3,
+        "correct_pages_s": 1.14,
+    }
+    openvino["levels"] = [_level(1, 0.97, 1.0) | {"changed": 0, "correct_pages_s": 0.97}, failing]
+    int8 = {
+        "precision": {},
+        "levels": [_level(4, 1.8, 2.0) | {"changed": 1, "correct_pages_s": 1.7}],
+    }
+    text = markdown(
+        {**REPORT, "ours_levels": ours, "rapidocr_openvino": openvino}
+        | {"ours_precisions": {"int8": int8}}
+    )
+    label = "RapidOCR API server (OpenVINO 2026.4.1 f32, its default)"
+    assert f"| {label} | 4 | 1.380 | 6.90 | 3.00 | 6.00 | 3 | 3 | 1.140 |" in text
+    assert f"- ours / {label} at concurrency 4, correct pages/s: 0.79x (0.900 / 1.140" in text
+    assert (
+        f"- {label} at concurrency 4: of 20 requests 3 failed ({{'http_500': 3}}), 3 answered "
+        "with another text than it gives the page alone"
+    ) in text
+    assert (
+        '| ours, openvino_precision = "int8" | 4 | 1.800 | 9.00 | 2.00 | 4.00 | 0 | 1 | 1.700 |'
+        in text
+    )
