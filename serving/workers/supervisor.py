@@ -128,6 +128,7 @@ class WorkerProcess:
         self._outbox: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._pending: deque[_Request] = deque()
         self._ready: asyncio.Future[Any] | None = None
+        self._reader: threading.Thread | None = None
         self._exited = False
 
     @property
@@ -224,6 +225,9 @@ class WorkerProcess:
         self.kill()
         with contextlib.suppress(ValueError):
             await asyncio.to_thread(process.join, 1.0)
+        if self._reader is not None:  # done with the pipe once the process is gone
+            await asyncio.to_thread(self._reader.join, 1.0)
+        self._closed()  # now, not when the loop may be closed: the writer ends and closes the pipe
 
     def _start_io(self, loop: asyncio.AbstractEventLoop, conn: Connection, sentinel: int) -> None:
         def to_loop(fn: Callable[..., None], *args: Any) -> None:
@@ -261,8 +265,9 @@ class WorkerProcess:
                 request.sent = True
             conn.close()
 
-        for role, fn in (("read", read), ("write", write)):
-            threading.Thread(target=fn, name=f"{self.name}-{role}", daemon=True).start()
+        self._reader = threading.Thread(target=read, name=f"{self.name}-read", daemon=True)
+        self._reader.start()
+        threading.Thread(target=write, name=f"{self.name}-write", daemon=True).start()
 
     def _received(self, message: Any) -> None:
         kind = message[0]
