@@ -3,19 +3,28 @@
 
 from __future__ import annotations
 
+import io
+import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from serving.errors import PayloadTooLarge
-from serving.outputs.document import Document, Page, group_blocks, make_line
+from serving.outputs.document import Document, Page, Source, group_blocks, make_line
 from serving.outputs.formats import render_bytes
 from serving.outputs.service import render_cost, render_document
 from serving.scheduling.memory_budget import MemoryBudget
 
 T = TypeVar("T")
+needs_poppler = pytest.mark.skipif(
+    shutil.which("pdfimages") is None, reason="poppler-utils (scripts/system-deps.sh)"
+)
 
 
 class RecordingPool:
@@ -104,3 +113,50 @@ def test_every_page_of_a_document_is_in_each_format() -> None:
     assert [p.get("PHYSICAL_IMG_NR") for p in alto.findall(".//a:Page", a)] == ["1", "2", "3"]
     text = render_bytes(document, "text").decode()
     assert text.split("\f") == [f"page {i} line\n" for i in range(3)]
+
+
+def test_a_stored_native_page_renders_as_the_result_did() -> None:
+    from pipelines.types import PageResult, TextLine, Word
+    from serving.outputs.document import page_from_json, page_from_result, page_json
+
+    poly = np.array([[10, 10], [300, 10], [300, 40], [10, 40]], np.int16)
+    words = (Word("page", (10, 10, 80, 40), 0.9), Word("line", (90, 10, 300, 40), 0.8))
+    result = PageResult(
+        width=800,
+        height=600,
+        lines=[TextLine(text="page line", score=0.85, poly=poly, words=words)],
+    )
+    stored = {"page": 2, **page_json(result, words=True, layout=True)}
+    assert page_from_json(stored) == page_from_result(result, index=2)
+    # Stored before words were kept: each line is one word on its box.
+    bare = page_from_json({"page": 0, **page_json(result)})
+    assert [w.text for w in bare.lines[0].words] == ["page line"]
+    with pytest.raises(ValueError, match="native"):
+        page_from_json({"lines": []})
+
+
+@needs_poppler
+def test_pdf_of_a_multi_frame_tiff_has_a_page_per_frame(tmp_path: Path) -> None:
+    frames = [Image.new("RGB", (400, 300), (255, 255, 255)), Image.new("L", (400, 500), 255)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="TIFF", save_all=True, append_images=frames[1:])
+    pages = tuple(
+        Page(width=w, height=h, blocks=_document(1).pages[0].blocks, index=i)
+        for i, (w, h) in enumerate([(400, 300), (400, 500)])
+    )
+    document = Document(
+        name="scan.tiff", pages=pages, source=Source("image/tiff", buffer.getvalue())
+    )
+    path = tmp_path / "out.pdf"
+    path.write_bytes(render_bytes(document, "pdf"))
+    listing = subprocess.run(
+        ["pdfimages", "-list", str(path)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()[2:]
+    assert [(row.split()[0], row.split()[3], row.split()[4]) for row in listing] == [
+        ("1", "400", "300"),
+        ("2", "400", "500"),
+    ]
+    text = subprocess.run(
+        ["pdftotext", str(path), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    assert text.count("page 0 line") == 2
