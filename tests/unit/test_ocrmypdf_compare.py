@@ -10,7 +10,14 @@ from pathlib import Path
 import cv2
 import pytest
 
-from loadtest.bench.ocrmypdf_compare import Scan, degrade, pdf_page_texts, scans_pdf, score
+from loadtest.bench.ocrmypdf_compare import (
+    Scan,
+    after_startup,
+    degrade,
+    pdf_page_texts,
+    scans_pdf,
+    score,
+)
 from serving.outputs.document import Document, Page, group_blocks, make_line
 from serving.outputs.formats import render_bytes
 from tests import images
@@ -66,3 +73,10 @@ def test_score_reads_each_page_and_groups_by_kind(tmp_path: Path) -> None:
     assert row["cer"] == round(1 / (21 + 16), 4)  # characters without spaces
     assert row["pages_per_s"] == 0.5
     assert row["output_bytes"] == pdf.stat().st_size
+
+
+def test_the_rate_after_start_up_counts_the_pages_after_the_first() -> None:
+    assert after_startup(12, wall_s=40.0, first_page_s=18.0) == round(11 / 22.0, 3)
+    assert after_startup(12, wall_s=40.0, first_page_s=None) is None
+    assert after_startup(12, wall_s=18.0, first_page_s=20.0) is None  # noise: no rate
+    assert after_startup(1, wall_s=20.0, first_page_s=10.0) is None
