@@ -363,7 +363,7 @@ def _measure_rapidocr(
     workers = args.cpu_instances
     per_worker = args.cpu_threads or max(1, threads // workers)
     params = rapidocr_params(options, models, per_worker, engine)
-    facts["workers"] = f"{workers} x {per_worker} threads"
+    facts["workers"] = f"{workers} workers x {per_worker} threads"
     if engine == "openvino":
         facts["precision"] = f"{openvino_default}, its default"
     server = start_rapidocr(out, venv, params, RAPIDOCR_KEYS[engine], None, workers=workers)
@@ -449,10 +449,11 @@ BASELINE_LABELS = {
 
 
 def _engine(run: dict[str, Any]) -> str:
+    workers = f"; {run['workers']}" if "workers" in run else ""
     if "onnxruntime" in run:
-        return f"ONNX Runtime {run['onnxruntime']}"
+        return f"ONNX Runtime {run['onnxruntime']}{workers}"
     if "openvino" in run:
-        return f"OpenVINO {run['openvino']} {run.get('precision', 'f32')}"
+        return f"OpenVINO {run['openvino']} {run.get('precision', 'f32')}{workers}"
     onednn = "oneDNN" if run.get("run_mode", "mkldnn").startswith("mkldnn") else "oneDNN off"
     return f"Paddle {run['paddle']}, {onednn}"
 
@@ -551,7 +552,7 @@ def markdown(report: dict[str, Any]) -> str:
         "changed text | correct pages/s |",
         "|---|---|---|---|---|---|---|---|---|",
         f"| engine limit (in process) | 1 | {limit:.3f} | 1.00 | "
-        f"{engine['median_page_s']:.2f} (median page) | | |",
+        f"{engine['median_page_s']:.2f} (median page) | | | | |",
     ]
     rows += [_level_row("ours", level, limit) for level in report.get("ours_levels", [])]
     for precision, run in report.get("ours_precisions", {}).items():
