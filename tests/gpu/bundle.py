@@ -43,7 +43,7 @@ GPU_WHEELS = (
     # tests/conftest.py imports the PostgreSQL test helper, which imports psycopg.
     "psycopg==3.3.9",
     "psycopg-binary==3.3.9",
-    # serving.inputs reads images with Pillow; serving.outputs writes searchable PDFs (fpdf2,
+    # serving.decode reads images with Pillow; serving.outputs writes searchable PDFs (fpdf2,
     # pikepdf, and what they import); serving.batch shows progress with tqdm. Without them the
     # server does not import (found by the dry run in a Python 3.12 venv with only the machine's
     # packages: docs/gpus.md).
@@ -54,10 +54,16 @@ GPU_WHEELS = (
     "pikepdf==10.18.0",
     "lxml==6.2.0",
     "tqdm==4.70.1",
+    # uvicorn's command line imports click; tests/conftest.py imports hypothesis; the check's
+    # per-test limit (GPU_TEST_TIMEOUT_S) is pytest-timeout's.
+    "click==8.5.1",
+    "hypothesis==6.170.17",
+    "sortedcontainers==2.4.0",
+    "pytest-timeout==2.4.0",
 )
 """Runtime packages of the server missing on the GPU machine (which has torch, onnx, numpy,
-opencv-python-headless, prometheus-client, PyYAML, httpx, anyio, psutil, pytest, packaging);
-pinned as in pyproject.toml (Pillow, lxml, defusedxml and fonttools as installed with it).
+opencv-python-headless, prometheus-client, PyYAML, httpx with h11, anyio, psutil, pytest,
+packaging); pinned as in pyproject.toml (the packages they import as installed with it).
 onnx2torch runs there on the machine's own torch and torchvision."""
 
 PIP_PLATFORMS = (
@@ -75,8 +81,8 @@ def render_pages(real_pages: int = 1) -> Pages:
     """Synthetic pages, the warm-up page and `real_pages` real document pages, with the texts
     Paddle reads on them on the CPU (Paddle must be installed)."""
     from loadtest import pages as pdf_pages
-    from serving.local_engine import LocalEngine
-    from serving.warmup import warmup_image
+    from serving.engine.local import LocalEngine
+    from serving.engine.warmup import warmup_image
     from tests import images
 
     chosen = {
