@@ -160,3 +160,17 @@ def test_pdf_of_a_multi_frame_tiff_has_a_page_per_frame(tmp_path: Path) -> None:
         ["pdftotext", str(path), "-"], capture_output=True, text=True, check=True
     ).stdout
     assert text.count("page 0 line") == 2
+
+
+def test_a_page_decoded_smaller_is_rendered_in_the_pixels_it_was_sent_in() -> None:
+    from pipelines.types import PageResult, TextLine, Word
+    from serving.outputs.document import page_from_result
+
+    poly = np.array([[10, 10], [300, 10], [300, 40], [10, 40]], np.int16)
+    line = TextLine(text="x", score=0.9, poly=poly, words=(Word("x", (10, 10, 300, 40), 0.9),))
+    page = page_from_result(PageResult(width=800, height=600, lines=[line]), sent=(1600, 1200))
+    assert (page.width, page.height) == (1600, 1200)
+    (scaled,) = page.lines
+    assert scaled.box == scaled.words[0].box == (20, 20, 600, 80)
+    assert scaled.poly[2] == (600, 80)
+    assert page.blocks[0].box == (20, 20, 600, 80)
