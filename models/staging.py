@@ -98,16 +98,23 @@ class Slot:
         self._in_buffer = np.empty(0, dtype=np.uint8)
         self._out_buffer = np.empty(0, dtype=np.uint8)
         self.input: np.ndarray = np.empty(0, dtype=np.float32)
-        """The batch input (float32), a view into page-locked memory: collate into it."""
+        """The batch input (float32, or uint8 pixels), a view into page-locked memory: collate
+        into it."""
+        self.sizes: tuple[tuple[int, int], ...] = ()
+        """With uint8 pixels: each row's (height, width) of pixels, the rest padding
+        (`pipelines.pixels.Pixels.sizes`); set by whoever collates."""
         self._output: np.ndarray | None = None
         self._done: Event | None = None
         self._device_refs: tuple[Any, ...] = ()
 
-    def shape_input(self, shape: tuple[int, ...]) -> np.ndarray:
-        nbytes = int(np.prod(shape)) * 4
+    def shape_input(
+        self, shape: tuple[int, ...], dtype: type[np.generic] = np.float32
+    ) -> np.ndarray:
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         if self._in_buffer.nbytes < nbytes:
             self._in_buffer = self._lane.ops.pinned_host(_grown(nbytes))
-        self.input = self._in_buffer[:nbytes].view(np.float32).reshape(shape)
+        self.input = self._in_buffer[:nbytes].view(dtype).reshape(shape)
+        self.sizes = ()
         self._output = None
         self._done = None
         return self.input
@@ -183,8 +190,8 @@ class Lane:
         """Slots created so far (each holds page-locked memory)."""
         return len(self._slots)
 
-    def stage(self, shape: tuple[int, ...]) -> Slot:
-        """A free slot whose `input` has `shape` (float32).
+    def stage(self, shape: tuple[int, ...], dtype: type[np.generic] = np.float32) -> Slot:
+        """A free slot whose `input` has `shape` and `dtype` (float32, or uint8 pixels).
 
         Raises:
             LaneError: `max_slots` slots are already staged or in flight.
@@ -196,7 +203,7 @@ class Lane:
             self._slots.append(slot)
         else:
             raise LaneError(f"all {self.max_slots} slots are in use")
-        slot.shape_input(tuple(shape))
+        slot.shape_input(tuple(shape), dtype)
         return slot
 
     def launch(self, slot: Slot, fn: Callable[[Any], Any]) -> None:
@@ -237,4 +244,16 @@ class StagedPredictor(Protocol):
 
     def launch(self, slot: Slot) -> None:
         """Issue the slot's batch; returns without waiting for it."""
+        ...
+
+
+@runtime_checkable
+class PixelInput(Protocol):
+    """A staged predictor that takes uint8 pixels and normalises them on its device
+    (`pipelines.pixels`): a device worker collates pixels into `stage_pixels(shape).input`, sets
+    the slot's `sizes`, and launches it; a quarter of the bytes of float32 in page-locked memory
+    and over the host-to-device copy."""
+
+    def stage_pixels(self, shape: tuple[int, ...]) -> Slot:
+        """A slot whose `input` is uint8 of `shape` (n, 3, h, w)."""
         ...

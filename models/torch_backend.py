@@ -10,7 +10,10 @@ padded up to shape buckets (`[engine.torch] shapes`, `models.torch_options`). On
 runs on CUDA with the worker's `models.staging.Lane`: batches are collated straight into
 page-locked slots, copied with `non_blocking=True` on the lane's upload stream, computed on its
 compute stream, copied back once on its download stream, and several batches may be in flight.
-On "cpu" the same code runs synchronously (so CI proves the conversion without a GPU). A
+On "cpu" the same code runs synchronously (so CI proves the conversion without a GPU). Batches
+arrive as uint8 pixels (`stage_pixels`: a quarter of float32's page-locked bytes and copy) and
+are normalised on the device by a gather from `pipelines.pixels.lookup_table`, which gives the
+host's float32 values bit for bit (`normalize_pixels`). A
 recogniser answers with each step's best class and its probability, computed on the device
 (`output_argmax`, which the server asks for), not with every class's probability.
 
@@ -39,9 +42,10 @@ from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
 from models.lane_predictor import LanePredictor
 from models.spec import ModelSpec
-from models.staging import Lane, lane_slots
+from models.staging import Lane, Slot, lane_slots
 from models.torch_graph import UnsupportedGraph, host_shapes
 from models.torch_options import bucket_shape, rec_buckets
+from pipelines.pixels import lookup_table
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +106,21 @@ def worker_lane(device: str, *, inflight_batches: int) -> Lane:
     return Lane(ops, max_slots=lane_slots(inflight_batches))
 
 
+def normalize_pixels(
+    torch: Any, x: Any, table: Any, sizes: tuple[tuple[int, int], ...] = ()
+) -> Any:
+    """uint8 (n, 3, h, w) pixels on a device -> the float32 model input, where they are: each
+    value read from `table` (`pipelines.pixels.lookup_table`, on the device) by channel and
+    pixel, then 0.0 outside each row's (height, width) of `sizes` (empty: all pixels). Equal to
+    `pipelines.pixels.normalize` bit for bit: a lookup rounds nothing."""
+    channels = torch.arange(3, device=x.device).view(1, 3, 1, 1)
+    out = table[channels, x.long()]
+    for row, (height, width) in enumerate(sizes):
+        out[row, :, height:, :] = 0.0
+        out[row, :, :height, width:] = 0.0
+    return out
+
+
 class TorchPredictor(LanePredictor):
     """One converted model (the ONNX form of `spec`) on one device; see
     `models.lane_predictor.LanePredictor`."""
@@ -115,6 +134,7 @@ class TorchPredictor(LanePredictor):
         self._eager: Any = None
         self.host_reads_free = False
         """Whether `models.torch_graph` kept every shape value on the host (set by `load`)."""
+        self._table: Any = None
 
     @property
     def torch_device(self) -> str:
@@ -146,6 +166,7 @@ class TorchPredictor(LanePredictor):
                 f"cannot load {self._spec.kind} model {self._spec.onnx_file} on {device}: {err}"
             ) from err
         self._torch = torch
+        self._table = torch.from_numpy(lookup_table(self._spec.kind)).to(device)
         self._eager = module
         self._module = self._compiled(module)
         self._lane = worker_lane(device, inflight_batches=self._options.inflight_batches)
@@ -186,6 +207,30 @@ class TorchPredictor(LanePredictor):
         return self._torch.compile(module, fullgraph=True, mode=mode)
 
     def _forward(self, x: Any) -> Any:
+        return self.forward(x)
+
+    def stage_pixels(self, shape: tuple[int, ...]) -> Slot:
+        """A page-locked slot to collate uint8 pixels (n, 3, h, w) into, with their `sizes`;
+        `launch` normalises them on the device (`models.staging.PixelInput`)."""
+        if len(shape) != 4:
+            raise ValueError(f"expected an NCHW batch, got shape {shape}")
+        return self._ready_lane().stage(shape, np.uint8)
+
+    def launch(self, slot: Slot) -> None:
+        """Issue the slot's copy in, the model (pixels normalised first, on the device) and the
+        copy out; returns without waiting."""
+        if slot.input.dtype != np.uint8:
+            super().launch(slot)
+            return
+        lane = self._ready_lane()
+        try:
+            lane.launch(slot, functools.partial(self._forward_pixels, slot.sizes))
+        except Exception as err:
+            raise self._failed(slot.input.shape, err) from err
+
+    def _forward_pixels(self, sizes: tuple[tuple[int, int], ...], x: Any) -> Any:
+        with self._torch.inference_mode():
+            x = normalize_pixels(self._torch, x, self._table, sizes)
         return self.forward(x)
 
     def forward(self, x: Any) -> Any:
@@ -246,6 +291,7 @@ class TorchPredictor(LanePredictor):
         """Drop the module (its device memory returns to torch's cache)."""
         self._module = None
         self._eager = None
+        self._table = None
         self._lane = None
 
 

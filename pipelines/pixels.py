@@ -96,6 +96,16 @@ def normalize(
     return out
 
 
+def lookup_table(stage: Stage) -> np.ndarray:
+    """Every value `normalize` gives a uint8 pixel, by channel: float32 (3, 256), computed by
+    `normalize` itself. An engine that normalises on its device indexes it with the pixels (a
+    gather, then the padding zeroed), which gives `normalize`'s values bit for bit whatever that
+    device's arithmetic would round."""
+    values = np.broadcast_to(np.arange(256, dtype=np.uint8), (1, 3, 1, 256))
+    table: np.ndarray = normalize(stage, np.ascontiguousarray(values))[0, :, 0, :]
+    return np.ascontiguousarray(table)
+
+
 def row_sizes(
     shapes: Sequence[tuple[int, ...]], sizes: Sequence[Sequence[tuple[int, int]]]
 ) -> tuple[tuple[int, int], ...]:

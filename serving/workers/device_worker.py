@@ -30,10 +30,10 @@ from models.bundle import load_bundle
 from models.device_faults import is_device_fault
 from models.engine_options import device_kind
 from models.registry import EngineChoice
-from models.staging import Slot, StagedPredictor
+from models.staging import PixelInput, Slot, StagedPredictor
 from pipelines.pixels import normalize, row_sizes
 from pipelines.stages import ModelStage, Stage
-from serving.engine import model_stages, precision_report
+from serving.engine.choice import model_stages, precision_report
 from serving.errors import OcrError, PredictorFailed
 from serving.workers import shm
 from serving.workers.completions import Completions
@@ -67,7 +67,7 @@ class DeviceSpec:
     max_rows: dict[str, int] = field(default_factory=dict)
     """Largest batch (rows) this worker pulls per stage; sizes GPU TensorRT profiles."""
     engine: EngineChoice
-    """Backend and options, built for this worker's own device (`serving.engine`)."""
+    """Backend and options, built for this worker's own device (`serving.engine.choice`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,13 +110,13 @@ class DeviceWorkerChild:
     conn: Connection
     predictors: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, ModelStage[Any]] = field(default_factory=dict)
-    """How each stage reads its predictor's answers (`serving.engine.model_stages`)."""
+    """How each stage reads its predictor's answers (`serving.engine.choice.model_stages`)."""
     release_pending: bool = False
     """A detector batch over `release_above_px` ran since the engine last freed its memory."""
     release_above_px: int = 0
     """Detector-input pixels (a batch's, all rows) beyond which the engine is asked to free the
-    working memory it keeps for that shape (`serving.warmup.release_engine_memory`), which the
-    memory budget charged for the page only while it was in flight: `engine_retain_bytes` over
+    working memory it keeps for that shape (`serving.engine.warmup.release_engine_memory`), which
+    the memory budget charged for the page only while it was in flight: `engine_retain_bytes` over
     the bytes per pixel measured at warm-up. 0 (before warm-up): after every detector batch."""
 
     def load(self) -> None:
@@ -137,7 +137,7 @@ class DeviceWorkerChild:
         self.stages = model_stages(self.predictors)
 
     def warm_up(self) -> dict[str, Any]:
-        from serving.warmup import check_warmup_texts, warm_up_page
+        from serving.engine.warmup import check_warmup_texts, warm_up_page
 
         started = time.monotonic()
         texts = warm_up_page(self.predictors, self.setup.model_dirs)
@@ -152,11 +152,11 @@ class DeviceWorkerChild:
         """This worker's bytes per detector-input pixel (`page_memory.ENGINE_BYTES_KEY`), what
         the memory budget charges a page's detector input; nothing where it runs no detector or
         cannot read its peak memory."""
+        from serving.engine.warmup import measure_det_bytes_per_px
         from serving.scheduling.page_memory import (
             DEFAULT_ENGINE_BYTES_PER_DET_PX,
             ENGINE_BYTES_KEY,
         )
-        from serving.warmup import measure_det_bytes_per_px
 
         if "det" not in self.predictors:
             return {}
@@ -209,7 +209,7 @@ class DeviceWorkerChild:
         # Never while the engine runs a batch: a batch of a predictor that is not staged ran
         # to its end in `start_batch`.
         if self.release_pending and all(other.slot is None for _, other in running):
-            from serving.warmup import release_engine_memory
+            from serving.engine.warmup import release_engine_memory
 
             release_engine_memory(self.predictors["det"])
             self.release_pending = False
@@ -226,14 +226,24 @@ class DeviceWorkerChild:
         if not isinstance(predictor, StagedPredictor):
             return RunningBatch(outcomes=self.run_batch(stage, refs))
         rows = [ref.shape[0] for ref in refs]
+        shape = (sum(rows), *refs[0].shape[1:])
+        # An engine that normalises on its device gets the pixels as they are (a quarter of the
+        # bytes in page-locked memory and over the copy); others get them normalised here.
+        pixel_input = predictor if isinstance(predictor, PixelInput) else None
+        if any(np.dtype(ref.dtype) != np.uint8 for ref in refs):
+            pixel_input = None
+        on_device = pixel_input is not None
         try:
-            slot = predictor.stage((sum(rows), *refs[0].shape[1:]))
+            slot = pixel_input.stage_pixels(shape) if pixel_input else predictor.stage(shape)
         except Exception:
             logger.exception("cannot stage a %s batch on %s", stage, self.spec.name)
             return RunningBatch(outcomes=self.run_batch(stage, refs))
         try:
-            # From shared memory into page-locked memory, normalised on the way.
-            collate(stage, refs, slot.input)
+            if on_device:  # straight from shared memory into page-locked memory
+                shm.take_into(refs, slot.input, unlink=False)
+                slot.sizes = row_sizes([ref.shape for ref in refs], [ref.sizes for ref in refs])
+            else:  # normalised on the way
+                collate(stage, refs, slot.input)
         except (OSError, ValueError) as err:
             slot.release()
             logger.exception("cannot collate a %s batch", stage)
