@@ -114,7 +114,7 @@ convert: install $(CONVERT_VENV)/.installed
 
 # int8 models for [engine] openvino_precision = "int8": NNCF quantises the conversions, calibrated
 # on pages of the Debian doc PDFs that no bench or test reads (models/quantize.py,
-# serving/calibration.py), cached like them. Apart from `convert`: it took ~7 minutes on 2 busy
+# serving/convert/calibration.py), cached like them. Apart from `convert`: it took ~7 minutes on 2 busy
 # cores. `make test` needs none (its int8 test quantises into a temporary cache).
 $(VENV)/.installed-int8: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install -e '.[int8]'

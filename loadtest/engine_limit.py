@@ -21,7 +21,7 @@ import numpy as np
 
 from loadtest import pages as pdf_pages
 from serving.config import load_config
-from serving.local_engine import LocalEngine
+from serving.engine.local import LocalEngine
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ import functools
 import numpy as np
 
 from serving.config import AppConfig
-from serving.local_engine import LocalEngine
+from serving.engine.local import LocalEngine
 
 
 @functools.cache

@@ -46,7 +46,7 @@ class FakePredictor:
     """
 
     reads_text = False
-    """Model-free: the server does not check its warm-up page's text (`serving.warmup`)."""
+    """Model-free: the server does not check its warm-up page's text (`serving.engine.warmup`)."""
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 `engine.openvino_precision = "int8"` serves each model's int8 form, which `make convert-int8`
 (`python -m serving.convert --int8`) makes once from the model's ONNX conversion and a
-calibration set of rendered document pages (`serving.calibration`): NNCF's `quantize` on the
+calibration set of rendered document pages (`serving.convert.calibration`): NNCF's `quantize` on the
 OpenVINO model, saved as OpenVINO IR. Nothing quantises at request time or at server start.
 
 Each int8 model lands in `<onnx_dir>/int8/<key>/` (`inference.xml`, `inference.bin`, the

@@ -6,7 +6,7 @@ Each step takes the page's state and the outputs of the model calls that state w
 `pipelines.stages` reduces them), and returns the next state with the inputs of the next model
 calls. Steps are pure: arrays in, arrays out. `pipelines.ocr.run_page` drives them in one process;
 the server drives the same steps in its CPU workers, with inference in device workers in between
-(`serving.workers.cpu_stages`, `serving.ocr_service`).
+(`serving.workers.cpu_stages`, `serving.service.ocr`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from serving.http.routes import ROUTES
 from serving.http.security_headers import SecurityHeadersMiddleware
 from serving.http.upload_timeout import UploadTimeoutMiddleware
 from serving.metrics import Metrics
-from serving.runtime import Runtime
+from serving.service.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from serving.app import build_app
 from serving.config import AppConfig, describe, load_config
 from serving.errors import ConfigError
 from serving.log_config import configure_logging
-from serving.runtime import Runtime
 from serving.server import GracefulServer, ShutdownPlan
+from serving.service.runtime import Runtime
 
 logger = logging.getLogger("serving")
 

@@ -281,8 +281,8 @@ class PipelineConfig:
 class EngineConfig:
     """Which engine backend each kind of device worker runs, and the engine settings.
 
-    Options are built for each worker's own device (`serving.engine.engine_options`): fp16 and
-    TensorRT reach GPU workers only, oneDNN CPU workers only.
+    Options are built for each worker's own device (`serving.engine.choice.engine_options`): fp16
+    and TensorRT reach GPU workers only, oneDNN CPU workers only.
     """
 
     cpu_backend: str = "openvino"

@@ -1,12 +1,12 @@
-"""A document's pages read as a request reads them (`serving.ocr_service`): all of them planned
+"""A document's pages read as a request reads them (`serving.service.ocr`): all of them planned
 from the headers first, every limit checked there, then each page decoded alone."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from serving.documents import decode_page, page_plans
-from serving.inputs import DecodeLimits, FileKind
+from serving.decode.documents import decode_page, page_plans
+from serving.decode.readers import DecodeLimits, FileKind
 
 
 def read_pages(data: bytes, kind: FileKind, limits: DecodeLimits) -> list[np.ndarray]:

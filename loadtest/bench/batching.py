@@ -36,7 +36,7 @@ from loadtest.run import run_level
 from loadtest.server_metrics import format_le, parse_histograms, scrape_metrics, subtract
 from loadtest.servers import OURS_CPU_TOML, start_ours
 from serving.config import AppConfig, WorkersConfig
-from serving.local_engine import LocalEngine
+from serving.engine.local import LocalEngine
 from serving.request_options import ocr_options
 from serving.scheduling.batch_shapes import BatchingMode, BatchShapes
 

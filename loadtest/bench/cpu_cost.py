@@ -31,8 +31,8 @@ import numpy as np
 from loadtest.engine_limit import real_page_set
 from models.bundle import load_bundle
 from serving.config import AppConfig
-from serving.engine import engine_choice
-from serving.inputs import DecodeLimits
+from serving.decode.readers import DecodeLimits
+from serving.engine.choice import engine_choice
 from serving.request_options import ocr_options
 from serving.workers import cpu_stages, device_worker, shm
 from serving.workers.device_worker import ItemOk, WorkerSetup

@@ -36,7 +36,7 @@ from loadtest.report import save_report
 from loadtest.run import run_level
 from loadtest.servers import OURS_CPU_TOML, start_ours
 from serving.config import AppConfig, build
-from serving.local_engine import LocalEngine
+from serving.engine.local import LocalEngine
 
 
 @dataclass(frozen=True, slots=True)

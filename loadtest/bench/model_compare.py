@@ -33,7 +33,7 @@ from loadtest.engine_limit import real_page_set, write_page_set
 from loadtest.run import run_level
 from loadtest.servers import start_ours
 from serving.config import load_config
-from serving.local_engine import LocalEngine
+from serving.engine.local import LocalEngine
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,7 @@ from models.fake_predictor import FakePredictor
 from models.spec import MODEL_FORMATS, ModelSpec
 from models.torch_options import TORCH_COMPILE_MODES, TORCH_SHAPES, TorchCompile, TorchOptions
 from serving.config import AppConfig, EngineConfig, ModelsConfig, PaddlexConfig, WorkersConfig
-from serving.local_engine import LocalEngine
+from serving.engine.local import LocalEngine
 
 READ_WITH_FILE = "read-with.json"
 """Beside the bundle's expected.json: the versions of Paddle, OpenCV and numpy that read it."""
@@ -87,7 +87,7 @@ class ReplayDet:
     """Answers each det batch with a recorded real map for the same input shape (nearest shape
     otherwise), so the CPU stages see real boxes, at no device cost."""
 
-    reads_text = False  # the warm-up page's text is not checked (`serving.warmup`)
+    reads_text = False  # the warm-up page's text is not checked (`serving.engine.warmup`)
 
     def __init__(self, maps: dict[tuple[int, int], np.ndarray]) -> None:
         self.maps = maps

@@ -1,4 +1,4 @@
-"""A request's path through the simulated server, as `serving.ocr_service.OcrService` takes it.
+"""A request's path through the simulated server, as `serving.service.ocr.OcrService` takes it.
 
 Admission (`Admission.admit`, 503 when shed) -> CPU `page_sizes` -> `grow_to` the request's
 pages (503 when shed) -> per page: CPU `prepare_page_of` -> det item -> CPU `after_det` -> one rec

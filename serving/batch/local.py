@@ -32,7 +32,8 @@ async def run_local(
     progress: Progress,
 ) -> dict[PageKey, dict[str, Any]]:
     """OCR `todo` with an in-process runtime; returns the pages that failed, with their errors."""
-    from serving.runtime import Runtime  # the server's parts: loaded only for in-process runs
+    # The server's parts: loaded only for in-process runs.
+    from serving.service.runtime import Runtime
 
     failures: dict[PageKey, dict[str, Any]] = {}
     runtime = Runtime.build(config, jobs=False)

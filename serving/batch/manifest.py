@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Literal
 
-from serving.inputs import FileKind
+from serving.decode.readers import FileKind
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from serving.batch.manifest import BatchDocument, Manifest, PageKey, file_sha256
-from serving.documents import count_pages
+from serving.decode.documents import count_pages
+from serving.decode.readers import FileKind, sniff_kind
 from serving.errors import OcrError
-from serving.inputs import FileKind, sniff_kind
 
 SUFFIXES = frozenset((".pdf", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif"))
 """What a directory walk picks up; files named explicitly are recognised by content."""

@@ -45,7 +45,7 @@ from serving.batch.outputs import BatchFormat, write_outputs
 from serving.batch.plan import BatchError, PageTodo, open_plan
 from serving.batch.ray_stages import ModelActor, PageSettings, Row
 from serving.config import AppConfig, load_config
-from serving.inputs import DecodeLimits
+from serving.decode.readers import DecodeLimits
 from serving.jobs.options import parse_options
 from serving.request_options import ocr_options, overrides
 

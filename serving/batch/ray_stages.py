@@ -28,10 +28,10 @@ from pipelines import page as pipeline
 from pipelines.page import Step
 from pipelines.stages import Stage
 from serving.config import AppConfig
-from serving.documents import decode_page
-from serving.engine import engine_choice, model_stages
+from serving.decode.documents import decode_page
+from serving.decode.readers import DecodeLimits
+from serving.engine.choice import engine_choice, model_stages
 from serving.errors import OcrError
-from serving.inputs import DecodeLimits
 from serving.jobs.options import page_record
 from serving.request_options import OcrOptions
 
@@ -69,8 +69,8 @@ def page_row(name: str, sha256: str, path: str, kind: str, page: int) -> Row:
 
 
 def decode(row: Row, settings: PageSettings) -> Row:
-    """Decode the page as the server does (`serving.documents.decode_page`) and prepare it for
-    detection (`pipelines.page.prepare`)."""
+    """Decode the page as the server does (`serving.decode.documents.decode_page`) and prepare
+    it for detection (`pipelines.page.prepare`)."""
 
     def step(row: Row) -> Row:
         image = decode_page(row["path"], row["kind"], row["page"], settings.limits)

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from serving.errors import ClientGone, ValidationFailed
-from serving.runtime import Runtime
+from serving.service.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 

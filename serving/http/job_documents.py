@@ -31,8 +31,8 @@ from serving.jobs.runner import JobRunner
 from serving.jobs.store import JobStore
 from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo
 from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format
-from serving.runtime import Runtime
 from serving.scheduling.priorities import BACKGROUND
+from serving.service.runtime import Runtime
 
 DocumentStatus = Literal["pending", "succeeded", "failed", "incomplete"]
 """pending: pages still to run; succeeded: every page done; failed: every page ended and some

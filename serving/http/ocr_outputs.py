@@ -10,13 +10,13 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from serving.decode.readers import FileKind
 from serving.http import request_id
-from serving.inputs import FileKind
-from serving.ocr_service import PageOutput
 from serving.outputs.document import Document, Source, media_type_of, page_from_result, page_json
 from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format, negotiate
 from serving.outputs.service import render_document
-from serving.runtime import Runtime
+from serving.service.ocr import PageOutput
+from serving.service.runtime import Runtime
 
 
 @dataclass(frozen=True, slots=True)

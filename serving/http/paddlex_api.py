@@ -12,11 +12,11 @@ from typing import Any
 from pipelines.crop import boxes_from_polys
 from pipelines.types import LIMIT_TYPES, PageResult
 from serving.config import choices_text
+from serving.decode.readers import FileKind
 from serving.errors import InvalidInput, ValidationFailed
-from serving.inputs import FileKind
-from serving.ocr_service import PageOutput
 from serving.outputs.document import make_line
 from serving.request_options import OcrOptions
+from serving.service.ocr import PageOutput
 
 # Request field -> (accepted JSON types, OcrOptions override name).
 _OPTIONAL_FIELDS: dict[str, tuple[tuple[type, ...], str | None]] = {

@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from serving.config import AppConfig
+from serving.decode.readers import FileKind, frames_type
 from serving.errors import InvalidInput
 from serving.http import ocr_outputs, paddlex_api, request_id, url_fetch
 from serving.http.auth import identity_of
@@ -22,7 +23,6 @@ from serving.http.endpoints import (
 from serving.http.exceptions import native_errors, paddlex_error
 from serving.http.jobs import job_routes
 from serving.http.uploads import read_body, read_document
-from serving.inputs import FileKind, frames_type
 from serving.request_options import NO_CLASSIFIER, query_overrides
 
 

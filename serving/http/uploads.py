@@ -10,6 +10,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 
+from serving.decode.readers import FileKind, sniff_kind
 from serving.errors import (
     ClientGone,
     InvalidInput,
@@ -18,7 +19,6 @@ from serving.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-from serving.inputs import FileKind, sniff_kind
 
 logger = logging.getLogger(__name__)
 

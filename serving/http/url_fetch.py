@@ -12,8 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from serving.decode.readers import FileKind
 from serving.errors import InvalidInput, PayloadTooLarge
-from serving.inputs import FileKind
 
 logger = logging.getLogger(__name__)
 

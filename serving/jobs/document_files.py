@@ -22,9 +22,9 @@ from typing import Any
 from PIL import Image
 
 from pipelines.layout import reading_order
-from serving import documents
 from serving.config import InputConfig
-from serving.inputs import DecodeLimits, FileKind
+from serving.decode import documents
+from serving.decode.readers import DecodeLimits, FileKind
 from serving.outputs.document import Document, Page, Source, page_from_json
 from serving.outputs.formats import Format, render
 

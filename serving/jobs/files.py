@@ -1,9 +1,9 @@
 """A job's files: uploads staged into the job's folder (zips unpacked, limits checked on the way).
 
 The server never parses a document itself: each stored file's pages are counted (and an animated
-image decoded once into a multi-page TIFF) by `serving.documents.stage_document` in a CPU worker
-process (`worker_page_counter`), so a pdfium crash or a slow xref rebuild costs a worker, not the
-server (issue 26).
+image decoded once into a multi-page TIFF) by `serving.decode.documents.stage_document` in a CPU
+worker process (`worker_page_counter`), so a pdfium crash or a slow xref rebuild costs a worker,
+not the server (issue 26).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from serving.decode.readers import DecodeLimits, FileKind, sniff_kind
 from serving.errors import (
     DeadlineExceeded,
     InvalidInput,
@@ -23,13 +24,12 @@ from serving.errors import (
     PayloadTooLarge,
     ValidationFailed,
 )
-from serving.inputs import DecodeLimits, FileKind, sniff_kind
 from serving.jobs.zip_entries import count_entries
 from serving.workers import cpu_stages
 from serving.workers.cpu_pool import CpuPool
 
 PageCounter = Callable[[Path, FileKind], int]
-"""Readies a stored document and returns its page count (`serving.documents.stage_document`);
+"""Readies a stored document and returns its page count (`serving.decode.documents.stage_document`);
 called on the staging thread.
 
 Raises:

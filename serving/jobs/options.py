@@ -9,7 +9,13 @@ from typing import Any
 
 from pipelines.types import PageResult, TextLine
 from serving.errors import ValidationFailed
-from serving.request_options import CHOICES, OPTIONS, check_choice, check_overrides, overrides
+from serving.request_options import (
+    CHOICES,
+    OPTIONS,
+    check_choice,
+    check_overrides,
+    overrides,
+)
 
 
 def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,9 +29,9 @@ from serving.jobs.options import page_record
 from serving.jobs.store import JobStore, build_store
 from serving.jobs.store.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
 from serving.metrics import Metrics
-from serving.ocr_service import OcrService
 from serving.request_options import ocr_options, overrides
 from serving.scheduling.priorities import BACKGROUND
+from serving.service.ocr import OcrService
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ the image's headers, and the detector's input size, `det_input_size`):
 (1) for a page covered with lines at the recogniser's 48 px height: an estimate, since the lines
 are found only after detection. (2) the engine's working memory for the input's shape.
 
-The device worker's share is measured at warm-up on each engine (`serving.warmup`): the growth of
-the worker's peak resident memory while it runs the detector on one larger input, per input
-pixel. Until a worker reports it, `DEFAULT_ENGINE_BYTES_PER_DET_PX` stands in.
+The device worker's share is measured at warm-up on each engine (`serving.engine.warmup`): the
+growth of the worker's peak resident memory while it runs the detector on one larger input, per
+input pixel. Until a worker reports it, `DEFAULT_ENGINE_BYTES_PER_DET_PX` stands in.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 
 from pipelines.det_preprocess import det_input_size
 from pipelines.types import DetParams
-from serving.documents import PagePlan
-from serving.inputs import FileKind, fit_side
+from serving.decode.documents import PagePlan
+from serving.decode.readers import FileKind, fit_side
 
 DEFAULT_ENGINE_BYTES_PER_DET_PX = 200.0
 """A device worker's bytes per detector-input pixel when none was measured: OpenVINO's CPU
@@ -119,7 +119,7 @@ class PageCosts:
     def det_bytes(self, width: int, height: int, det: DetParams) -> int:
         """Of a page decoded at `width` x `height`, what its detection holds (the rows with
         "detector px" in the module doc): given back once detection is done
-        (`serving.ocr_service`), since the crops and the recogniser's inputs are charged apart."""
+        (`serving.service.ocr`), since the crops and the recogniser's inputs are charged apart."""
         det_h, det_w = det_input_size(height, width, det)
         return math.ceil((DET_BYTES_PER_PX + self.engine_bytes_per_det_px) * det_h * det_w)
 

@@ -24,8 +24,8 @@ from pipelines import page as pipeline
 from pipelines.page import PageState, Step
 from pipelines.rec_postprocess import build_charset
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
-from serving import documents
-from serving.inputs import DecodeLimits, FileKind
+from serving.decode import documents
+from serving.decode.readers import DecodeLimits, FileKind
 from serving.workers import shm
 from serving.workers.proc import die_with_parent
 
@@ -98,19 +98,19 @@ def page_sizes(
     source: shm.ShmRef | bytes | str, kind: FileKind, limits: DecodeLimits, index: int | None
 ) -> list[tuple[int, int]]:
     """(width, height) of every page of a document, or of page `index`, from its headers: what
-    the memory budget charges before any page is decoded (`serving.documents.page_sizes`)."""
+    the memory budget charges before any page is decoded (`serving.decode.documents.page_sizes`)."""
     return documents.page_sizes(_bytes_or_path(source), kind, limits, index=index)
 
 
 def page_plans(
     source: shm.ShmRef | bytes | str, kind: FileKind, limits: DecodeLimits, index: int | None
 ) -> list[documents.PagePlan]:
-    """`page_sizes` with each page's size as sent (`serving.documents.page_plans`)."""
+    """`page_sizes` with each page's size as sent (`serving.decode.documents.page_plans`)."""
     return documents.page_plans(_bytes_or_path(source), kind, limits, index=index)
 
 
 def stage_document(path: str, kind: FileKind, limits: DecodeLimits) -> int:
-    """A job's stored document counted and readied (`serving.documents.stage_document`): the
+    """A job's stored document counted and readied (`serving.decode.documents.stage_document`): the
     server hands its path to a worker rather than parse an untrusted file itself."""
     return documents.stage_document(path, kind, limits)
 

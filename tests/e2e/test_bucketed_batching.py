@@ -17,7 +17,7 @@ from loadtest.accuracy import char_edits
 from models import convert
 from models.bundle import load_bundle
 from serving.config import AppConfig, EngineConfig
-from serving.local_engine import LocalEngine
+from serving.engine.local import LocalEngine
 from tests import images
 from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
 

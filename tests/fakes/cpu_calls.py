@@ -56,7 +56,7 @@ CRASH_MARK = b"%PDF-1.7 crash"
 def init_crash_on_mark() -> None:
     """Worker initializer: reading a stored document that starts with `CRASH_MARK` kills the
     worker, as a pdfium crash would; other documents are read for real."""
-    from serving import documents
+    from serving.decode import documents
 
     real = documents.stage_document
 

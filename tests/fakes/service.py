@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pipelines.stages import MODEL_STAGES
-from serving.inputs import DecodeLimits
-from serving.ocr_service import OcrService
+from serving.decode.readers import DecodeLimits
 from serving.scheduling.admission import Admission
 from serving.scheduling.batching import WorkItem
 from serving.scheduling.memory_budget import MemoryBudget
+from serving.service.ocr import OcrService
 from serving.workers import cpu_stages, shm
 from serving.workers.device_worker import collate, item_outcomes
 

@@ -43,7 +43,7 @@ GPU_WHEELS = (
     # tests/conftest.py imports the PostgreSQL test helper, which imports psycopg.
     "psycopg==3.3.9",
     "psycopg-binary==3.3.9",
-    # serving.inputs reads images with Pillow; serving.outputs writes searchable PDFs (fpdf2,
+    # serving.decode reads images with Pillow; serving.outputs writes searchable PDFs (fpdf2,
     # pikepdf, and what they import); serving.batch shows progress with tqdm. Without them the
     # server does not import (found by the dry run in a Python 3.12 venv with only the machine's
     # packages: docs/gpus.md).
@@ -81,8 +81,8 @@ def render_pages(real_pages: int = 1) -> Pages:
     """Synthetic pages, the warm-up page and `real_pages` real document pages, with the texts
     Paddle reads on them on the CPU (Paddle must be installed)."""
     from loadtest import pages as pdf_pages
-    from serving.local_engine import LocalEngine
-    from serving.warmup import warmup_image
+    from serving.engine.local import LocalEngine
+    from serving.engine.warmup import warmup_image
     from tests import images
 
     chosen = {

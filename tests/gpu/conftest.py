@@ -97,7 +97,7 @@ def cpu_texts(gpu_models: ModelsConfig, gpu_pages: Pages) -> dict[str, list[str]
     angle 90 degrees off; their corners differ by 1e-4 px, the line crops by up to 7 grey
     levels, enough to tip one borderline character."""
     from serving.config import EngineConfig
-    from serving.local_engine import LocalEngine
+    from serving.engine.local import LocalEngine
 
     engine = EngineConfig()
     config = AppConfig(

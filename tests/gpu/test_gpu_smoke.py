@@ -7,10 +7,10 @@ import pytest
 
 from models.staging import StagedPredictor
 from serving.config import AppConfig
-from serving.engine import engine_choice
-from serving.local_engine import LocalEngine, ocr_page
+from serving.engine.choice import engine_choice
+from serving.engine.local import LocalEngine, ocr_page
+from serving.engine.warmup import WARMUP_TEXT, warmup_image
 from serving.request_options import ocr_options
-from serving.warmup import WARMUP_TEXT, warmup_image
 
 
 def _gpu_count() -> int:

@@ -29,8 +29,8 @@ from serving.config import (
     QueueConfig,
     WorkersConfig,
 )
-from serving.local_engine import LocalEngine
-from serving.runtime import Runtime
+from serving.engine.local import LocalEngine
+from serving.service.runtime import Runtime
 from tests.gpu.conftest import DEVICE as MAYBE_DEVICE
 from tests.gpu.conftest import Pages, requires_cuda
 from tests.integration.conftest import wait_ready

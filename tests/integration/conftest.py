@@ -14,7 +14,7 @@ from models import convert
 from models.bundle import load_bundle
 from serving.app import build_app
 from serving.config import AppConfig, EngineConfig, PaddlexConfig, WorkersConfig
-from serving.runtime import Runtime
+from serving.service.runtime import Runtime
 from tests.local_client import local_client
 
 

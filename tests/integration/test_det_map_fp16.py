@@ -22,7 +22,7 @@ from pipelines.page import prepare
 from pipelines.stages import DET
 from pipelines.types import DetParams
 from serving.config import AppConfig
-from serving.engine import engine_choice
+from serving.engine.choice import engine_choice
 from tests import images
 
 PAGES: dict[str, Callable[[], np.ndarray]] = {

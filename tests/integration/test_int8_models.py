@@ -2,8 +2,8 @@
 cache and provenance, and the int8 models served by OpenVINO reading real pages.
 
 The models are quantised here into a temporary cache, calibrated on one held-out page of each
-Debian doc PDF (`make convert-int8` calibrates on more: `serving.calibration`), so `make test`
-needs no int8 conversion of its own. The choice of precision, for any CPU:
+Debian doc PDF (`make convert-int8` calibrates on more: `serving.convert.calibration`), so
+`make test` needs no int8 conversion of its own. The choice of precision, for any CPU:
 tests/unit/test_openvino_precision.py.
 """
 
@@ -25,10 +25,10 @@ from models.embedded import resolve_model_dir
 from models.openvino_backend import OpenVinoPredictor
 from models.packaged import file_sha256
 from models.spec import ModelSpec, load_model_spec
-from serving import calibration
-from serving import convert as convert_command
 from serving.config import AppConfig, EngineConfig
-from serving.local_engine import LocalEngine
+from serving.convert import calibration
+from serving.convert import run as convert_command
+from serving.engine.local import LocalEngine
 
 ov: Any = pytest.importorskip("openvino")
 nncf: Any = pytest.importorskip("nncf")

@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 from loadtest import pages
 from serving.app import build_app
 from serving.config import AppConfig, EngineConfig, PaddlexConfig, WorkersConfig
-from serving.local_engine import LocalEngine
-from serving.runtime import Runtime
+from serving.engine.local import LocalEngine
+from serving.service.runtime import Runtime
 from tests import images
 from tests.integration.conftest import wait_ready
 from tests.local_client import local_client

@@ -21,8 +21,8 @@ from models.engine_options import EngineOptions, OpenVinoPrecisionSetting
 from models.openvino_backend import OpenVinoPredictor, compile_config
 from models.openvino_precision import BF16_MAX_CER_LOSS, has_bf16
 from serving.config import AppConfig, EngineConfig
-from serving.engine import engine_options, precision_report
-from serving.local_engine import LocalEngine
+from serving.engine.choice import engine_options, precision_report
+from serving.engine.local import LocalEngine
 
 ov: Any = pytest.importorskip("openvino")
 

@@ -12,9 +12,9 @@ from models.bundle import load_bundle
 from serving.batch import ray_stages
 from serving.batch.ray_stages import ModelActor, PageSettings, Row
 from serving.config import AppConfig
-from serving.documents import decode_page
-from serving.inputs import DecodeLimits
-from serving.local_engine import LocalEngine
+from serving.decode.documents import decode_page
+from serving.decode.readers import DecodeLimits
+from serving.engine.local import LocalEngine
 from serving.request_options import ocr_options
 from tests import images
 

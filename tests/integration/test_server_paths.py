@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from models.embedded import embedded_model_dir
 from serving.app import build_app
 from serving.config import AppConfig, ModelsConfig, PaddlexConfig, PipelineConfig, WorkersConfig
-from serving.runtime import Runtime
+from serving.service.runtime import Runtime
 from tests import images
 from tests.integration.conftest import wait_ready
 from tests.local_client import local_client

@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 from models.base import ArgmaxOutput
 from serving.app import build_app
 from serving.config import AppConfig, DeviceClassConfig, EngineConfig, PaddlexConfig, WorkersConfig
-from serving.local_engine import LocalEngine
-from serving.runtime import Runtime
+from serving.engine.local import LocalEngine
+from serving.service.runtime import Runtime
 from tests import images
 from tests.integration.conftest import wait_ready
 

@@ -1,4 +1,5 @@
-"""Bad and unusual input for serving/inputs.py: each class is decoded right or refused with 422.
+"""Bad and unusual input for serving/decode/readers.py: each class is decoded right or refused
+with 422.
 
 Every input is built here (PIL, numpy, pypdfium2); no files are committed.
 """
@@ -20,12 +21,12 @@ from pipelines.det_preprocess import preprocess_det
 from pipelines.ocr import run_page
 from pipelines.rec_postprocess import build_charset
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
-from serving.documents import count_pages, decode_page
+from serving.decode.documents import count_pages, decode_page
+from serving.decode.readers import DecodeLimits, decode_image, frames_type
 from serving.errors import InvalidInput
 from serving.http.paddlex_api import infer_result
-from serving.inputs import DecodeLimits, decode_image, frames_type
-from serving.ocr_service import PageOutput
 from serving.request_options import OcrOptions
+from serving.service.ocr import PageOutput
 from tests.pages import read_pages
 
 LIMITS = DecodeLimits(max_pdf_pages=10, pdf_render_scale=2.0, max_image_pixels=178_956_970)

@@ -18,8 +18,8 @@ from serving.jobs.runner import JobRunner
 from serving.jobs.store.sqlite import SqliteJobStore as JobStore
 from serving.jobs.store.types import PageTask
 from serving.metrics import Metrics
-from serving.runtime import Runtime
 from serving.scheduling.memory_budget import MemoryBudget
+from serving.service.runtime import Runtime
 
 PNG_HEAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 MULTIPART = "multipart/form-data; boundary=xyz"

@@ -14,8 +14,8 @@ import pytest
 
 from serving.config import AppConfig
 from serving.errors import InvalidInput, ShuttingDown, WorkerUnavailable
-from serving.runtime import Runtime
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
+from serving.service.runtime import Runtime
 from serving.workers import cpu_stages, supervisor
 from serving.workers.cpu_pool import CpuPool
 from tests.fakes import cpu_calls

@@ -8,7 +8,8 @@ import pytest
 
 from serving.config import AppConfig, build
 from serving.errors import ConfigError
-from serving.runtime import Runtime, device_specs
+from serving.service.devices import device_specs
+from serving.service.runtime import Runtime
 
 
 def _specs(workers: dict[str, Any], gpus: int) -> list[tuple[str, str]]:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from serving.documents import count_pages, decode_page, page_sizes, stage_document
+from serving.decode.documents import count_pages, decode_page, page_sizes, stage_document
+from serving.decode.readers import DecodeLimits
 from serving.errors import InvalidInput
-from serving.inputs import DecodeLimits
 from tests import images
 from tests.pages import read_pages
 

@@ -11,7 +11,7 @@ import numpy as np
 from models.engine_options import EngineOptions
 from models.registry import EngineChoice
 from pipelines.stages import DET
-from serving.warmup import measure_det_bytes_per_px
+from serving.engine.warmup import measure_det_bytes_per_px
 from serving.workers import shm
 from serving.workers.device_worker import DeviceSpec, DeviceWorkerChild, WorkerSetup
 

@@ -8,7 +8,7 @@ import pytest
 
 from models.engine_options import EngineOptions, EngineOptionsError, device_kind
 from serving.config import AppConfig, build
-from serving.engine import engine_choice, engine_options
+from serving.engine.choice import engine_choice, engine_options
 
 pytestmark = pytest.mark.unit
 

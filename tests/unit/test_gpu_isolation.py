@@ -9,7 +9,7 @@ import pytest
 
 from models.engine_options import EngineOptions
 from models.registry import EngineChoice
-from serving import runtime
+from serving.service import devices
 from serving.workers.device_worker import DeviceSpec, isolate_gpu
 
 
@@ -42,9 +42,9 @@ def test_unused_gpus_are_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "0000:01:00.0").mkdir()
-    assert runtime.nvidia_gpus_present(tmp_path) == 1
-    assert runtime.nvidia_gpus_present(tmp_path / "absent") == 0
-    monkeypatch.setattr(runtime, "nvidia_gpus_present", lambda: 1)
+    assert devices.nvidia_gpus_present(tmp_path) == 1
+    assert devices.nvidia_gpus_present(tmp_path / "absent") == 0
+    monkeypatch.setattr(devices, "nvidia_gpus_present", lambda: 1)
     with caplog.at_level(logging.WARNING):
-        assert runtime.visible_gpus("no-such-backend") == 0
+        assert devices.visible_gpus("no-such-backend") == 0
     assert 'gpu_backend = "torch"' in caplog.text

@@ -204,6 +204,66 @@ def test_the_loadtest_tools_share_only_the_top_of_loadtest() -> None:
     assert _loadtest_tool("loadtest.run") is None
 
 
+SERVING_ALLOWED: dict[str, tuple[str, ...]] = {
+    "serving.decode": ("serving.errors", "serving.config"),
+    "serving.engine": (
+        "serving.config",
+        "serving.errors",
+        "serving.request_options",
+        "serving.workers.proc",
+    ),
+    "serving.convert": ("serving.config", "serving.errors", "serving.engine"),
+    "serving.scheduling": (
+        "serving.config",
+        "serving.errors",
+        "serving.decode",
+        "serving.request_options",
+    ),
+}
+"""What each lower package of serving/ may import of serving/ (itself aside): decoding needs only
+the config and errors; the engine in one process no HTTP, queues, service or jobs; the model
+conversion the engine; the scheduling's policy a page's sizes and options."""
+
+SERVICE_USERS = ("serving.service", "serving.http", "serving.jobs", "serving.batch")
+"""The packages that may import `serving.service` (besides the frame: app, cli)."""
+
+FRAME_ENTRIES = ("serving.app", "serving.cli", "serving.server", "serving.__main__")
+"""The program's frame that starts the server: no package below imports it."""
+
+
+def _within(name: str, prefixes: Iterable[str]) -> bool:
+    return any(name == p or name.startswith(f"{p}.") for p in prefixes)
+
+
+@pytest.mark.parametrize("package", sorted(SERVING_ALLOWED))
+def test_the_lower_serving_packages_import_only_what_is_below_them(package: str) -> None:
+    allowed = (package, *SERVING_ALLOWED[package])
+    arrows = sorted(
+        f"{name} -> {target}"
+        for name in MODULES
+        if _within(name, [package])
+        for target in _ours(_imports(name, module_level=False))
+        if target.startswith("serving") and target != "serving" and not _within(target, allowed)
+    )
+    assert arrows == []
+
+
+def test_only_the_layers_above_the_service_use_it() -> None:
+    """Decoding, the engine, the workers, the queues and the outputs run the service's parts;
+    they never reach up into `serving.service`, nor into the frame that starts the server."""
+    arrows = sorted(
+        f"{name} -> {target}"
+        for name in MODULES
+        if name.startswith("serving.") and not _within(name, FRAME_ENTRIES)
+        for target in _ours(_imports(name, module_level=False))
+        if (_within(target, ["serving.service"]) and not _within(name, SERVICE_USERS))
+        or _within(target, FRAME_ENTRIES)
+    )
+    assert arrows == []
+    assert _within("serving.service.ocr", SERVICE_USERS)
+    assert not _within("serving.services", ["serving.service"])
+
+
 def test_no_two_modules_import_each_other() -> None:
     assert _cycles(_graph()) == []
 

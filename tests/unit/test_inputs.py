@@ -1,4 +1,5 @@
-"""Unit tests for serving/inputs.py: magic-byte sniffing, image decoding and PDF rendering."""
+"""Unit tests for serving/decode/readers.py: magic-byte sniffing, image decoding and PDF
+rendering."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 from PIL import Image
 from starlette.requests import Request
 
+from serving.decode.readers import DecodeLimits, decode_image, sniff_kind
 from serving.errors import InvalidInput
 from serving.http.uploads import read_document
-from serving.inputs import DecodeLimits, decode_image, sniff_kind
 from tests.images import encode_jpeg, encode_png, make_pdf
 from tests.pages import read_pages
 
@@ -305,7 +306,7 @@ def test_an_image_pil_cannot_size_is_refused_before_opencv_sees_it(monkeypatch) 
     def imdecode(*args: object) -> None:
         raise AssertionError("OpenCV decoded an image whose size was never checked")
 
-    monkeypatch.setattr("serving.inputs.cv2.imdecode", imdecode)
+    monkeypatch.setattr("serving.decode.readers.cv2.imdecode", imdecode)
     for decode in (decode_image, read_image_pages):
         with pytest.raises(InvalidInput, match=r"input\.max_image_pixels") as info:
             decode(data, LIMITS)

@@ -15,15 +15,15 @@ import pytest
 
 from serving.app import build_app
 from serving.config import AppConfig, JobsConfig
-from serving.inputs import DecodeLimits
+from serving.decode.readers import DecodeLimits
 from serving.jobs.files import Document
 from serving.jobs.runner import JobRunner
 from serving.jobs.store.job_dirs import ORPHAN_MIN_AGE_S
 from serving.jobs.store.sqlite import SqliteJobStore
 from serving.jobs.store.types import JobStoreUnavailable, PageTask
 from serving.metrics import Metrics
-from serving.runtime import Runtime
 from serving.scheduling.memory_budget import MemoryBudget
+from serving.service.runtime import Runtime
 from tests import images
 from tests.fakes.service import InlineCpuPool
 

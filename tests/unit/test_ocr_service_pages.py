@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from serving.decode.readers import DecodeLimits
 from serving.errors import InvalidInput
-from serving.inputs import DecodeLimits
-from serving.ocr_service import OcrService, PageCharge, PageOutput, all_or_none
 from serving.scheduling.admission import Admission
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.scheduling.priorities import INTERACTIVE
+from serving.service.ocr import OcrService, PageCharge, PageOutput, all_or_none
 
 
 def test_a_failing_page_cancels_its_siblings_before_the_error_propagates() -> None:

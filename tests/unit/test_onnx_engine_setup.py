@@ -25,11 +25,11 @@ from models.openvino_backend import OPENVINO, OpenVinoPredictor, compile_config
 from models.packaged import file_sha256
 from models.registry import BACKENDS, backend_names
 from models.spec import ModelSpec, load_model_spec
-from serving import convert as convert_command
 from serving.config import AppConfig, EngineConfig, WorkersConfig, load_config
-from serving.engine import engine_options
+from serving.convert import run as convert_command
+from serving.engine.choice import engine_options
 from serving.errors import ConfigError
-from serving.runtime import Runtime
+from serving.service.runtime import Runtime
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from serving.app import build_app
 from serving.config import AppConfig
 from serving.http import openapi
 from serving.metrics import Metrics
-from serving.runtime import Runtime
+from serving.service.runtime import Runtime
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from models.openvino_precision import (
 )
 from models.spec import load_model_spec
 from serving.config import AppConfig, ConfigError, load_config
-from serving.engine import precision_report
+from serving.engine.choice import precision_report
 
 pytestmark = pytest.mark.unit
 

@@ -24,8 +24,8 @@ from serving.http.paddlex_api import (
     parse_request,
     pruned_result,
 )
-from serving.ocr_service import PageOutput
 from serving.request_options import OcrOptions, check_overrides
+from serving.service.ocr import PageOutput
 
 PRUNED_KEYS = [
     "model_settings",

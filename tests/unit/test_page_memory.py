@@ -9,9 +9,9 @@ import pytest
 
 from loadtest.bench.memory_peak import hostile_pdf
 from pipelines.types import DetParams
-from serving.documents import PagePlan, decode_page, page_plans, page_sizes
+from serving.decode.documents import PagePlan, decode_page, page_plans, page_sizes
+from serving.decode.readers import DecodeLimits, fit_side
 from serving.errors import InvalidInput
-from serving.inputs import DecodeLimits, fit_side
 from serving.scheduling.page_memory import (
     DEFAULT_ENGINE_BYTES_PER_DET_PX,
     ENGINE_BYTES_KEY,

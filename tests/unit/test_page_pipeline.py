@@ -15,7 +15,7 @@ from pipelines.pixels import normalize
 from pipelines.rec_postprocess import build_charset
 from pipelines.stages import CLS, DET, REC, Stage
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
-from serving.inputs import DecodeLimits
+from serving.decode.readers import DecodeLimits
 from serving.workers import cpu_stages, shm
 from tests.fakes.service import InlineScheduler, run_inline
 from tests.images import encode_png

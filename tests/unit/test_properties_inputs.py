@@ -15,9 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from serving.documents import count_pages, decode_page, page_sizes
-from serving.errors import InvalidInput, OcrError
-from serving.inputs import (
+from serving.decode.documents import count_pages, decode_page, page_sizes
+from serving.decode.readers import (
     DecodeLimits,
     FileKind,
     decode_image_page,
@@ -25,6 +24,7 @@ from serving.inputs import (
     image_page_count,
     sniff_kind,
 )
+from serving.errors import InvalidInput, OcrError
 from tests.images import make_pdf
 from tests.pages import read_pages
 from tests.properties import assert_bgr_image, counted, outcome

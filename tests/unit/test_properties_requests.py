@@ -28,13 +28,19 @@ from pipelines.det_postprocess import postprocess_det
 from pipelines.det_preprocess import preprocess_det
 from pipelines.types import ClsParams, DetParams, RecParams
 from serving.config import AppConfig, PaddlexConfig, PipelineConfig, build, describe, load_config
+from serving.decode.readers import DecodeLimits, FileKind, frames_type
 from serving.errors import ConfigError, OcrError, ValidationFailed
 from serving.http import paddlex_api
-from serving.inputs import DecodeLimits, FileKind, frames_type
 from serving.jobs.options import parse_options
-from serving.ocr_service import PageOutput
-from serving.request_options import OPTIONS, OcrOptions, ocr_options, overrides, request_options
+from serving.request_options import (
+    OPTIONS,
+    OcrOptions,
+    ocr_options,
+    overrides,
+    request_options,
+)
 from serving.scheduling.priorities import BACKGROUND
+from serving.service.ocr import PageOutput
 from tests.fakes.service import Model, run_inline
 from tests.images import encode_png
 from tests.properties import counted, outcome, prob_map

@@ -7,13 +7,13 @@ import pickle
 
 import pytest
 
+from serving.decode.readers import DecodeLimits
 from serving.errors import Overloaded, QuotaExceeded
 from serving.http.keys import Identity
-from serving.inputs import DecodeLimits
-from serving.ocr_service import OcrService
 from serving.scheduling.admission import Admission
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.scheduling.quotas import KeyPages, KeyQuota, RateLimits, TokenBucket
+from serving.service.ocr import OcrService
 
 
 def test_bucket_takes_a_token_and_says_when_the_next_comes() -> None:

@@ -18,7 +18,7 @@ from serving.config import AppConfig, AuthConfig
 from serving.errors import NotReady
 from serving.http.keys import hash_key
 from serving.http.routes import readyz
-from serving.runtime import Runtime
+from serving.service.runtime import Runtime
 
 DETAIL: dict[str, Any] = {
     "ready": False,

@@ -15,9 +15,9 @@ from models.gpu_predictor import GpuPredictor
 from models.paddle_predictor import PaddlePredictor
 from models.registry import BACKENDS, EngineChoice, backend_names, get_backend
 from serving.config import AppConfig, ModelsConfig
-from serving.engine import engine_choice
-from serving.local_engine import LocalEngine
-from serving.warmup import warm_up_page, warmup_image
+from serving.engine.choice import engine_choice
+from serving.engine.local import LocalEngine
+from serving.engine.warmup import warm_up_page, warmup_image
 from tests.fakes.predictors import SLOW_FAKE
 
 pytestmark = pytest.mark.unit

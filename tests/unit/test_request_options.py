@@ -1,5 +1,5 @@
-"""Unit tests for serving/request_options.py: the native API's option names, `/v1/ocr`'s query
-parameters and the classifier check."""
+"""Unit tests for serving/request_options.py: the native API's option names, `/v1/ocr`'s
+query parameters and the classifier check."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.fake_predictor import FakePredictor
-from serving.warmup import WARMUP_TEXT, WarmupMismatch, check_warmup_texts
+from serving.engine.warmup import WARMUP_TEXT, WarmupMismatch, check_warmup_texts
 
 REAL = {"det": object(), "rec": object()}
 

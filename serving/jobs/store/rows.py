@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from serving.inputs import FileKind
+from serving.decode.readers import FileKind
 from serving.jobs.files import Document
 from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo, PageError, PageTask
 

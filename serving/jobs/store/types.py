@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from serving.decode.readers import FileKind
 from serving.errors import OcrError
-from serving.inputs import FileKind
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 ACTIVE: tuple[JobStatus, ...] = ("queued", "running")

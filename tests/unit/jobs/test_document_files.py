@@ -14,7 +14,7 @@ import pikepdf
 import pytest
 from lxml import etree
 
-from serving.inputs import DecodeLimits
+from serving.decode.readers import DecodeLimits
 from serving.jobs.document_files import write_document
 from tests import images
 

@@ -13,8 +13,8 @@ import pypdfium2
 import pytest
 from PIL import Image
 
+from serving.decode.readers import DecodeLimits, FileKind
 from serving.errors import InvalidInput, WorkerUnavailable
-from serving.inputs import DecodeLimits, FileKind
 from serving.jobs.files import BatchLimits, stage_uploads, worker_page_counter
 from serving.workers.cpu_pool import CpuPool
 from tests import images

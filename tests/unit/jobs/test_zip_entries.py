@@ -9,9 +9,9 @@ from typing import IO
 
 import pytest
 
-from serving.documents import stage_document
+from serving.decode.documents import stage_document
+from serving.decode.readers import DecodeLimits, FileKind
 from serving.errors import ValidationFailed
-from serving.inputs import DecodeLimits, FileKind
 from serving.jobs.files import BatchLimits, stage_uploads
 from serving.jobs.zip_entries import count_entries
 from tests import images

@@ -12,7 +12,7 @@ from models.bundle import load_bundle
 from pipelines.ocr import run_page
 from pipelines.types import ClsParams, PageResult
 from serving.config import AppConfig
-from serving.engine import engine_choice, model_stages
+from serving.engine.choice import engine_choice, model_stages
 from serving.request_options import OcrOptions, ocr_options
 
 

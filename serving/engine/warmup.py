@@ -11,7 +11,7 @@ import numpy as np
 
 from models.bundle import load_bundle
 from serving.config import PipelineConfig
-from serving.local_engine import ocr_page
+from serving.engine.local import ocr_page
 from serving.request_options import ocr_options
 from serving.workers.proc import release_free_heap
 

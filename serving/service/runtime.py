@@ -7,29 +7,27 @@ import dataclasses
 import functools
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from models.bundle import ModelBundle, load_bundle
 from models.engine_options import device_kind
 from models.registry import get_backend
 from serving.config import STAGES, AppConfig
-from serving.engine import PRECISION_KEYS, engine_choice
+from serving.decode.readers import DecodeLimits
+from serving.engine.choice import PRECISION_KEYS
 from serving.errors import NotReady, ShuttingDown
-from serving.inputs import DecodeLimits
 from serving.jobs.runner import JobRunner
 from serving.metrics import Metrics
-from serving.ocr_service import OcrService
 from serving.request_options import OcrOptions, request_options
 from serving.scheduling.admission import Admission
 from serving.scheduling.batch_shapes import BatchShapes, batching_mode
 from serving.scheduling.batching import Scheduler
 from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
+from serving.service.devices import check_engines, device_specs
+from serving.service.ocr import OcrService
 from serving.workers import shm
 from serving.workers.cpu_pool import CpuPool
 from serving.workers.cpu_stages import init_cpu_worker
@@ -43,99 +41,6 @@ from serving.workers.device_worker import DeviceSpec, WorkerSetup
 from serving.workers.watchdog import LoopWatchdog
 
 logger = logging.getLogger(__name__)
-
-
-GPU_COUNT_CODE = {
-    "paddle": (
-        "import paddle\n"
-        "print(paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0)"
-    ),
-    "torch": "import torch\nprint(torch.cuda.device_count() if torch.cuda.is_available() else 0)",
-}
-"""How each GPU engine counts the GPUs it can use (asked in a child process)."""
-
-
-def nvidia_gpus_present(driver_dir: Path = Path("/proc/driver/nvidia/gpus")) -> int:
-    """NVIDIA GPUs the kernel driver lists, whatever any engine can use."""
-    try:
-        return sum(1 for _ in driver_dir.iterdir())
-    except OSError:
-        return 0
-
-
-def visible_gpus(backend: str = "paddle") -> int:
-    """GPUs the GPU engine `backend` can use, asked in a child process so this one imports no
-    engine. On a host with NVIDIA GPUs that the engine cannot use (Paddle's CPU build, torch
-    missing), says what it found and what to install."""
-    code = GPU_COUNT_CODE.get(backend)
-    count = 0
-    if code is not None:
-        try:
-            out = subprocess.run(
-                [sys.executable, "-c", code],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=True,
-            )
-            count = int(out.stdout.strip().splitlines()[-1])
-        except (subprocess.SubprocessError, ValueError, IndexError, OSError):
-            logger.warning("%s could not count GPUs", backend)
-    present = nvidia_gpus_present()
-    if count == 0 and present:
-        logger.warning(
-            "found %d NVIDIA GPU(s) but engine.gpu_backend = %r cannot use them, so devices = "
-            "'auto' serves on the CPU. To serve on them: pip install -e '.[torch]', make convert, "
-            'and set [engine] gpu_backend = "torch" (README: GPUs)',
-            present,
-            backend,
-        )
-    return count
-
-
-def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[DeviceSpec]:
-    """Resolve `workers.devices` into one spec per device worker process."""
-    workers = config.workers
-    devices: list[str] = []
-    for entry in workers.devices:
-        if entry == "auto":
-            backend = config.engine.gpu_backend
-            count = visible_gpus(backend) if gpu_count is None else gpu_count
-            devices.extend([f"gpu:{i}" for i in range(count)] or ["cpu"])
-        else:
-            devices.append(entry)
-    specs = []
-    for device in dict.fromkeys(devices):
-        kind = workers.gpu if device.startswith("gpu:") else workers.cpu
-        instances = workers.gpu_instances if device.startswith("gpu:") else workers.cpu_instances
-        for i in range(instances):
-            name = device if instances == 1 else f"{device}#{i}"
-            max_rows = {stage: kind.limits(stage).max_batch_size for stage in STAGES}
-            specs.append(
-                DeviceSpec(
-                    name=name,
-                    device=device,
-                    stages=kind.stages,
-                    max_rows=max_rows,
-                    engine=engine_choice(config, device),
-                )
-            )
-    return specs
-
-
-def check_engines(bundle: ModelBundle, specs: list[DeviceSpec]) -> None:
-    """Fail before any process starts when a device's engine cannot serve a model it is given,
-    e.g. an ONNX engine with no conversion of a Paddle model (the message says what to run).
-
-    Raises:
-        EngineBackendError: a backend is unknown, or has no form of a model that it reads.
-    """
-    models = bundle.specs
-    for device in specs:
-        backend = get_backend(device.engine.backend)
-        for stage in device.stages:
-            if stage in models:
-                backend.resolve(models[stage], device.engine.options)
 
 
 @dataclass
@@ -346,7 +251,7 @@ class Runtime:
             self.watchdog.start()
         # OpenCV reads its own pixel cap (2^30 by default) once, as a process imports it: the CPU
         # workers, spawned from here on, inherit this one. Images are sized from their headers
-        # first (`serving.inputs`); this holds should a header and its pixels disagree.
+        # first (`serving.decode.readers`); this holds should a header and its pixels disagree.
         os.environ["OPENCV_IO_MAX_IMAGE_PIXELS"] = str(self.config.input.max_image_pixels)
         try:
             self.cpu.start()

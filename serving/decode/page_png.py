@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import cv2
 
-from serving.documents import decode_page
+from serving.decode.documents import decode_page
+from serving.decode.readers import DecodeLimits, FileKind
 from serving.errors import InvalidInput
-from serving.inputs import DecodeLimits, FileKind
 
 
 def page_png(data: bytes, kind: FileKind, index: int, limits: DecodeLimits) -> bytes:

@@ -4,8 +4,8 @@ The command reads the server's config (the file, then `OCR_<SECTION>__<KEY>` var
 models and `[engine] onnx_dir`, and hands them to `models.convert.convert_models`, which does the
 work: models/ imports nothing from serving/. With `--int8` (`make convert-int8`) it then
 quantises each converted model to int8 with NNCF (`models.quantize`), calibrated on held-out
-document pages (`serving.calibration`), for `engine.openvino_precision = "int8"`; models that
-have their int8 form already are left alone, and then no page is rendered.
+document pages (`serving.convert.calibration`), for `engine.openvino_precision = "int8"`; models
+that have their int8 form already are left alone, and then no page is rendered.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import logging
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -59,7 +58,7 @@ def quantize_models(config: AppConfig, cache_dir: Path, opset: int = convert.OPS
     """Quantise the configured models' ONNX conversions in `cache_dir` to int8 where they have
     no int8 form yet, logging a line a model; exit status 0, or 1 where quantisation failed."""
     # Imported here: it renders pages and loads the pipeline, which plain conversion needs not.
-    from serving import calibration
+    from serving.convert import calibration
 
     specs: dict[str, ModelSpec] = {}
     for kind, ref in configured_models(config).items():
@@ -83,7 +82,3 @@ def quantize_models(config: AppConfig, cache_dir: Path, opset: int = convert.OPS
             return 1
         logger.info("%s %s: %s (int8 quantised)", stage, spec.model_name, path)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

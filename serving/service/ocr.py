@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pipelines.types import DetParams, PageResult
-from serving.documents import PagePlan
+from serving.decode.documents import PagePlan
+from serving.decode.page_png import page_png
+from serving.decode.readers import DecodeLimits, FileKind, fit_side
 from serving.errors import DeadlineExceeded
-from serving.inputs import DecodeLimits, FileKind, fit_side
-from serving.page_image import page_png
 from serving.request_options import OcrOptions
 from serving.scheduling.admission import Admission
 from serving.scheduling.batch_shapes import BatchShapes

@@ -25,7 +25,7 @@ import numpy as np
 
 from loadtest import pages as pdf_pages
 from serving.config import AppConfig
-from serving.local_engine import LocalEngine
+from serving.engine.local import LocalEngine
 
 HELD_OUT_UP_TO = 10
 """Pages per PDF up to which the bench's and tests' picks are kept out of calibration."""

@@ -9,10 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from serving.errors import InvalidInput
-
-# pdfium is process-global and not thread-safe: share the lock `serving.inputs` renders under.
-from serving.inputs import (
+# pdfium is process-global and not thread-safe: share the lock `readers` renders under.
+from serving.decode.readers import (
     PDFIUM_LOCK,
     DecodeLimits,
     FileKind,
@@ -27,6 +25,7 @@ from serving.inputs import (
     pdf_page_size,
     render_pdf_page,
 )
+from serving.errors import InvalidInput
 
 
 def count_pages(source: bytes | str | Path, kind: FileKind) -> int:

@@ -1,0 +1,111 @@
+"""The device workers the config names: `workers.devices` resolved into one spec per process
+("auto" counts the GPUs the GPU engine can use, in a child process so this one imports no engine),
+and each device's engine checked against the models before any process starts."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+from models.bundle import ModelBundle
+from models.registry import get_backend
+from serving.config import STAGES, AppConfig
+from serving.engine.choice import engine_choice
+from serving.workers.device_worker import DeviceSpec
+
+logger = logging.getLogger(__name__)
+
+
+GPU_COUNT_CODE = {
+    "paddle": (
+        "import paddle\n"
+        "print(paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0)"
+    ),
+    "torch": "import torch\nprint(torch.cuda.device_count() if torch.cuda.is_available() else 0)",
+}
+"""How each GPU engine counts the GPUs it can use (asked in a child process)."""
+
+
+def nvidia_gpus_present(driver_dir: Path = Path("/proc/driver/nvidia/gpus")) -> int:
+    """NVIDIA GPUs the kernel driver lists, whatever any engine can use."""
+    try:
+        return sum(1 for _ in driver_dir.iterdir())
+    except OSError:
+        return 0
+
+
+def visible_gpus(backend: str = "paddle") -> int:
+    """GPUs the GPU engine `backend` can use, asked in a child process so this one imports no
+    engine. On a host with NVIDIA GPUs that the engine cannot use (Paddle's CPU build, torch
+    missing), says what it found and what to install."""
+    code = GPU_COUNT_CODE.get(backend)
+    count = 0
+    if code is not None:
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            )
+            count = int(out.stdout.strip().splitlines()[-1])
+        except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+            logger.warning("%s could not count GPUs", backend)
+    present = nvidia_gpus_present()
+    if count == 0 and present:
+        logger.warning(
+            "found %d NVIDIA GPU(s) but engine.gpu_backend = %r cannot use them, so devices = "
+            "'auto' serves on the CPU. To serve on them: pip install -e '.[torch]', make convert, "
+            'and set [engine] gpu_backend = "torch" (README: GPUs)',
+            present,
+            backend,
+        )
+    return count
+
+
+def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[DeviceSpec]:
+    """Resolve `workers.devices` into one spec per device worker process."""
+    workers = config.workers
+    devices: list[str] = []
+    for entry in workers.devices:
+        if entry == "auto":
+            backend = config.engine.gpu_backend
+            count = visible_gpus(backend) if gpu_count is None else gpu_count
+            devices.extend([f"gpu:{i}" for i in range(count)] or ["cpu"])
+        else:
+            devices.append(entry)
+    specs = []
+    for device in dict.fromkeys(devices):
+        kind = workers.gpu if device.startswith("gpu:") else workers.cpu
+        instances = workers.gpu_instances if device.startswith("gpu:") else workers.cpu_instances
+        for i in range(instances):
+            name = device if instances == 1 else f"{device}#{i}"
+            max_rows = {stage: kind.limits(stage).max_batch_size for stage in STAGES}
+            specs.append(
+                DeviceSpec(
+                    name=name,
+                    device=device,
+                    stages=kind.stages,
+                    max_rows=max_rows,
+                    engine=engine_choice(config, device),
+                )
+            )
+    return specs
+
+
+def check_engines(bundle: ModelBundle, specs: list[DeviceSpec]) -> None:
+    """Fail before any process starts when a device's engine cannot serve a model it is given,
+    e.g. an ONNX engine with no conversion of a Paddle model (the message says what to run).
+
+    Raises:
+        EngineBackendError: a backend is unknown, or has no form of a model that it reads.
+    """
+    models = bundle.specs
+    for device in specs:
+        backend = get_backend(device.engine.backend)
+        for stage in device.stages:
+            if stage in models:
+                backend.resolve(models[stage], device.engine.options)
