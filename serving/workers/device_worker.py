@@ -33,7 +33,7 @@ from models.registry import EngineChoice
 from models.staging import PixelInput, Slot, StagedPredictor
 from pipelines.pixels import normalize, row_sizes
 from pipelines.stages import ModelStage, Stage
-from serving.engine import model_stages, precision_report
+from serving.engine.choice import model_stages, precision_report
 from serving.errors import OcrError, PredictorFailed
 from serving.workers import shm
 from serving.workers.completions import Completions
@@ -67,7 +67,7 @@ class DeviceSpec:
     max_rows: dict[str, int] = field(default_factory=dict)
     """Largest batch (rows) this worker pulls per stage; sizes GPU TensorRT profiles."""
     engine: EngineChoice
-    """Backend and options, built for this worker's own device (`serving.engine`)."""
+    """Backend and options, built for this worker's own device (`serving.engine.choice`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,13 +110,13 @@ class DeviceWorkerChild:
     conn: Connection
     predictors: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, ModelStage[Any]] = field(default_factory=dict)
-    """How each stage reads its predictor's answers (`serving.engine.model_stages`)."""
+    """How each stage reads its predictor's answers (`serving.engine.choice.model_stages`)."""
     release_pending: bool = False
     """A detector batch over `release_above_px` ran since the engine last freed its memory."""
     release_above_px: int = 0
     """Detector-input pixels (a batch's, all rows) beyond which the engine is asked to free the
-    working memory it keeps for that shape (`serving.warmup.release_engine_memory`), which the
-    memory budget charged for the page only while it was in flight: `engine_retain_bytes` over
+    working memory it keeps for that shape (`serving.engine.warmup.release_engine_memory`), which
+    the memory budget charged for the page only while it was in flight: `engine_retain_bytes` over
     the bytes per pixel measured at warm-up. 0 (before warm-up): after every detector batch."""
 
     def load(self) -> None:
@@ -137,7 +137,7 @@ class DeviceWorkerChild:
         self.stages = model_stages(self.predictors)
 
     def warm_up(self) -> dict[str, Any]:
-        from serving.warmup import check_warmup_texts, warm_up_page
+        from serving.engine.warmup import check_warmup_texts, warm_up_page
 
         started = time.monotonic()
         texts = warm_up_page(self.predictors, self.setup.model_dirs)
@@ -152,11 +152,11 @@ class DeviceWorkerChild:
         """This worker's bytes per detector-input pixel (`page_memory.ENGINE_BYTES_KEY`), what
         the memory budget charges a page's detector input; nothing where it runs no detector or
         cannot read its peak memory."""
+        from serving.engine.warmup import measure_det_bytes_per_px
         from serving.scheduling.page_memory import (
             DEFAULT_ENGINE_BYTES_PER_DET_PX,
             ENGINE_BYTES_KEY,
         )
-        from serving.warmup import measure_det_bytes_per_px
 
         if "det" not in self.predictors:
             return {}
@@ -209,7 +209,7 @@ class DeviceWorkerChild:
         # Never while the engine runs a batch: a batch of a predictor that is not staged ran
         # to its end in `start_batch`.
         if self.release_pending and all(other.slot is None for _, other in running):
-            from serving.warmup import release_engine_memory
+            from serving.engine.warmup import release_engine_memory
 
             release_engine_memory(self.predictors["det"])
             self.release_pending = False
