@@ -19,7 +19,7 @@ from starlette.types import Message
 
 from serving.config import AppConfig
 from serving.errors import PayloadTooLarge
-from serving.http.endpoints import Handler, runtime_of
+from serving.http.endpoints import Handler, budget_of, config_of
 from serving.scheduling.memory_budget import BodyCharge
 
 
@@ -58,9 +58,8 @@ def limit_body(limit: BodyLimit, handler: Handler) -> Handler:
     end closes the connection: Uvicorn would otherwise read (and drop) the rest of the body."""
 
     async def wrapper(request: Request) -> Response:
-        runtime = runtime_of(request)
-        with BodyCharge(runtime.service.budget, copies=limit.copies) as charge:
-            meter = _Meter(request, limit.max_bytes(runtime.config), limit.setting, charge)
+        with BodyCharge(budget_of(request), copies=limit.copies) as charge:
+            meter = _Meter(request, limit.max_bytes(config_of(request)), limit.setting, charge)
             response = await handler(Request(request.scope, meter.receive))
         if not meter.finished:
             response.headers["Connection"] = "close"

@@ -1,5 +1,6 @@
-"""What every endpoint shares: the runtime it serves, its metrics, and giving up on work when the
-client goes away."""
+"""What every endpoint shares: the narrow services it is given (each endpoint reads only what it
+uses: `build_app` puts them in the app's state), its metrics, and giving up on work when the client
+goes away."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
+from serving.config import AppConfig
 from serving.errors import ClientGone, ValidationFailed
+from serving.metrics import Metrics
+from serving.scheduling.memory_budget import MemoryBudget
+from serving.service.requests import OcrRequests, Readiness, Renderer
 from serving.service.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -24,9 +29,45 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def runtime_of(request: Request) -> Runtime:
-    """The runtime the app serves (`build_app` puts it in the app's state)."""
+    """The runtime the app serves, for the jobs' endpoints (the others read the services below)."""
     runtime: Runtime = request.app.state.runtime
     return runtime
+
+
+def config_of(request: Request) -> AppConfig:
+    """The server's configuration."""
+    config: AppConfig = request.app.state.services.config
+    return config
+
+
+def metrics_of(request: Request) -> Metrics:
+    """The server's metrics."""
+    metrics: Metrics = request.app.state.services.metrics
+    return metrics
+
+
+def budget_of(request: Request) -> MemoryBudget:
+    """The memory budget request bodies and pages are charged to."""
+    budget: MemoryBudget = request.app.state.services.budget
+    return budget
+
+
+def readiness_of(request: Request) -> Readiness:
+    """Whether the server is ready, and the state of its parts (`/readyz`)."""
+    readiness: Readiness = request.app.state.services.readiness
+    return readiness
+
+
+def ocr_of(request: Request) -> OcrRequests:
+    """What the OCR endpoints run a document with."""
+    ocr: OcrRequests = request.app.state.services.ocr
+    return ocr
+
+
+def renderer_of(request: Request) -> Renderer:
+    """What renders a document answer (text, hOCR, ALTO, PDF)."""
+    renderer: Renderer = request.app.state.services.renderer
+    return renderer
 
 
 def from_loopback(request: Request) -> bool:
@@ -75,7 +116,7 @@ def observed(endpoint: str, handler: Handler) -> Handler:
     """Count and time an endpoint's answers in `ocr_requests_total` and `ocr_request_seconds`."""
 
     async def wrapper(request: Request) -> Response:
-        metrics = runtime_of(request).metrics
+        metrics = metrics_of(request)
         started = time.monotonic()
         response = await handler(request)
         metrics.request_seconds.labels(endpoint=endpoint).observe(time.monotonic() - started)

@@ -23,7 +23,7 @@ from starlette.types import Send
 from serving.config import ServerConfig
 from serving.errors import OcrError, Overloaded, QuotaExceeded
 from serving.http import paddlex_api, request_id
-from serving.http.endpoints import Handler, runtime_of
+from serving.http.endpoints import Handler, config_of
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +121,6 @@ def native_errors(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except Exception as exc:  # the HTTP boundary: every failure is answered as JSON
-            return native_error(exc, runtime_of(request).config.server)
+            return native_error(exc, config_of(request).server)
 
     return wrapper

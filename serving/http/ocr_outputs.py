@@ -14,9 +14,8 @@ from serving.decode.readers import FileKind
 from serving.http import request_id
 from serving.outputs.document import Document, Source, media_type_of, page_from_result, page_json
 from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format, negotiate
-from serving.outputs.service import render_document
 from serving.service.ocr import PageOutput
-from serving.service.runtime import Runtime
+from serving.service.requests import Renderer
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +63,7 @@ def json_body(pages: list[PageOutput], want: Wanted) -> dict[str, Any]:
 
 
 async def answer(
-    runtime: Runtime, pages: list[PageOutput], data: bytes, kind: FileKind, want: Wanted
+    renderer: Renderer, pages: list[PageOutput], data: bytes, kind: FileKind, want: Wanted
 ) -> Response:
     """The answer in the wanted format; a rendered one is made in a CPU worker and streamed."""
     headers = {request_id.HEADER: request_id.current_or_new()}
@@ -78,9 +77,7 @@ async def answer(
         ),
         source=Source(media_type_of(data, pdf=kind == "pdf"), data),
     )
-    stream = await render_document(
-        runtime.cpu, runtime.service.budget, document, want.format, source_bytes=len(data)
-    )
+    stream = await renderer.render(document, want.format, source_bytes=len(data))
     headers["Content-Length"] = str(stream.size)
     return StreamingResponse(
         stream,

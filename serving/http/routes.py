@@ -14,9 +14,13 @@ from serving.http import ocr_outputs, paddlex_api, request_id, url_fetch
 from serving.http.auth import identity_of
 from serving.http.body_limit import PADDLEX, RAW, limit_body
 from serving.http.endpoints import (
+    config_of,
     from_loopback,
+    metrics_of,
     observed,
-    runtime_of,
+    ocr_of,
+    readiness_of,
+    renderer_of,
     timeout_of,
     until_disconnect,
 )
@@ -28,7 +32,8 @@ from serving.request_options import NO_CLASSIFIER, query_overrides
 
 async def paddlex_ocr(request: Request) -> Response:
     """`POST /ocr`: PaddleX basic serving's OCR endpoint."""
-    runtime = runtime_of(request)
+    config = config_of(request)
+    ocr = ocr_of(request)
     log_id = request_id.current_or_new()
     try:
         raw = await read_body(request)
@@ -36,19 +41,17 @@ async def paddlex_ocr(request: Request) -> Response:
         del raw  # not held while the document runs (`body_limit.PADDLEX` counts what is)
         log_id = paddlex_api.log_id_of(body, default=log_id)
         parsed = paddlex_api.parse_request(body)
-        timeout_s = timeout_of(request, runtime.config.server.request_timeout_s)
-        runtime.check_ready()
-        data, kind = await _paddlex_file(parsed, runtime.config)
-        options = runtime.request_options(
+        timeout_s = timeout_of(request, config.server.request_timeout_s)
+        ocr.check_ready()
+        data, kind = await _paddlex_file(parsed, config)
+        options = ocr.options(
             paddlex_api.effective_overrides(parsed.overrides),
             no_classifier=paddlex_api.NO_CLASSIFIER,
         )
-        visualize = (
-            runtime.config.paddlex.visualize if parsed.visualize is None else parsed.visualize
-        )
+        visualize = config.paddlex.visualize if parsed.visualize is None else parsed.visualize
         pages = await until_disconnect(
             request,
-            runtime.service.ocr(
+            ocr.ocr(
                 data,
                 kind,
                 options,
@@ -57,7 +60,6 @@ async def paddlex_ocr(request: Request) -> Response:
                 tenant=identity_of(request),
             ),
         )
-        runtime.metrics.pages.inc(len(pages))
         result = paddlex_api.infer_result(
             pages,
             kind,
@@ -68,7 +70,7 @@ async def paddlex_ocr(request: Request) -> Response:
         )
         return JSONResponse(paddlex_api.envelope(log_id, result))
     except Exception as exc:  # the HTTP boundary: every failure is answered in the envelope
-        return paddlex_error(exc, log_id, runtime.config.server)
+        return paddlex_error(exc, log_id, config.server)
 
 
 async def _paddlex_file(
@@ -94,25 +96,21 @@ async def _paddlex_file(
 async def v1_ocr(request: Request) -> Response:
     """`POST /v1/ocr`: multipart `file`, or a raw image or PDF body; answered as JSON, text,
     hOCR, ALTO or a searchable PDF (`?format=` or `Accept`: `serving.http.ocr_outputs`)."""
-    runtime = runtime_of(request)
+    ocr = ocr_of(request)
     want = ocr_outputs.wanted(request)
-    timeout_s = timeout_of(request, runtime.config.server.request_timeout_s)
-    runtime.check_ready()
+    timeout_s = timeout_of(request, config_of(request).server.request_timeout_s)
+    ocr.check_ready()
     data, kind = await read_document(request)
-    options = runtime.request_options(
-        query_overrides(request.query_params), no_classifier=NO_CLASSIFIER
-    )
+    options = ocr.options(query_overrides(request.query_params), no_classifier=NO_CLASSIFIER)
     pages = await until_disconnect(
-        request,
-        runtime.service.ocr(data, kind, options, timeout_s=timeout_s, tenant=identity_of(request)),
+        request, ocr.ocr(data, kind, options, timeout_s=timeout_s, tenant=identity_of(request))
     )
-    runtime.metrics.pages.inc(len(pages))
-    return await ocr_outputs.answer(runtime, pages, data, kind, want)
+    return await ocr_outputs.answer(renderer_of(request), pages, data, kind, want)
 
 
 async def metrics(request: Request) -> Response:
     """`GET /metrics`: Prometheus text format."""
-    return Response(runtime_of(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(metrics_of(request).render(), media_type=CONTENT_TYPE_LATEST)
 
 
 async def health(request: Request) -> Response:
@@ -133,12 +131,12 @@ async def readyz(request: Request) -> Response:
     and to an admin key's; anyone else, the kubelet's probes and user keys included, gets
     `{"ready": ...}` and the status.
     """
-    runtime = runtime_of(request)
-    status = 200 if runtime.ready else 503
+    readiness = readiness_of(request)
+    status = 200 if readiness.ready else 503
     identity = identity_of(request)
     if from_loopback(request) or (identity is not None and identity.role == "admin"):
-        return JSONResponse(runtime.describe(), status_code=status)
-    return JSONResponse({"ready": runtime.ready}, status_code=status)
+        return JSONResponse(readiness.describe(), status_code=status)
+    return JSONResponse({"ready": readiness.ready}, status_code=status)
 
 
 ROUTES = [

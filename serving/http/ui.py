@@ -12,7 +12,7 @@ from starlette.staticfiles import StaticFiles
 from serving.errors import ValidationFailed
 from serving.http.auth import identity_of
 from serving.http.body_limit import RAW, limit_body
-from serving.http.endpoints import observed, runtime_of, until_disconnect
+from serving.http.endpoints import config_of, observed, ocr_of, until_disconnect
 from serving.http.exceptions import native_errors
 from serving.http.uploads import read_document
 
@@ -26,19 +26,19 @@ async def index(request: Request) -> Response:
 
 async def render(request: Request) -> Response:
     """`POST /v1/render?page=N`: page N of the posted document as PNG (body as `/v1/ocr`)."""
-    runtime = runtime_of(request)
-    runtime.check_ready()
+    ocr = ocr_of(request)
+    ocr.check_ready()
     page_text = request.query_params.get("page", "0")
     if not page_text.isdigit() or len(page_text) > 6:
         raise ValidationFailed("page must be a page number counted from 0")
     data, kind = await read_document(request)
     png = await until_disconnect(
         request,
-        runtime.service.render_page(
+        ocr.render_page(
             data,
             kind,
             int(page_text),
-            timeout_s=runtime.config.server.request_timeout_s,
+            timeout_s=config_of(request).server.request_timeout_s,
             tenant=identity_of(request),
         ),
     )

@@ -28,6 +28,7 @@ from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
 from serving.service.devices import check_engines, device_specs
 from serving.service.ocr import OcrService
+from serving.service.requests import EndpointServices, OcrRequests, Renderer
 from serving.workers import shm
 from serving.workers.cpu_pool import CpuPool
 from serving.workers.cpu_stages import init_cpu_worker
@@ -196,6 +197,24 @@ class Runtime:
             # Why it failed is in the log and in `/readyz` for loopback callers, never in an
             # answer any client gets (it names paths, devices and libraries).
             raise NotReady("Start-up failed; see the server's log" if self.startup_error else None)
+
+    def endpoint_services(self) -> EndpointServices:
+        """The narrow services the HTTP endpoints are given (`serving.service.requests`)."""
+        ocr = OcrRequests(
+            check_ready=self.check_ready,
+            bundle=self.bundle,
+            pipeline=self.config.pipeline,
+            service=self.service,
+            pages=self.metrics.pages,
+        )
+        return EndpointServices(
+            config=self.config,
+            metrics=self.metrics,
+            budget=self.service.budget,
+            readiness=self,
+            ocr=ocr,
+            renderer=Renderer(self.cpu, self.service.budget),
+        )
 
     def request_options(self, overrides: Mapping[str, Any], *, no_classifier: str) -> OcrOptions:
         """A request's options over the served models and the config's pipeline defaults.

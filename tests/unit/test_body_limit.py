@@ -28,9 +28,8 @@ def _app(budget: MemoryBudget, seen: dict[str, int]) -> Starlette:
         return JSONResponse({"size": len(body)})
 
     app = Starlette(routes=[Route("/", limit_body(RAW, handler), methods=["POST"])])
-    app.state.runtime = types.SimpleNamespace(
-        config=AppConfig(server=ServerConfig(max_body_bytes=100)),
-        service=types.SimpleNamespace(budget=budget),
+    app.state.services = types.SimpleNamespace(
+        config=AppConfig(server=ServerConfig(max_body_bytes=100)), budget=budget
     )
     return app
 

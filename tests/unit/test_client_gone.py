@@ -37,14 +37,22 @@ def _runtime(tmp_path: Path) -> Runtime:
     # Only what the endpoints touch before and while they read the body; no worker starts.
     store = JobStore(tmp_path / "jobs")
     runner = JobRunner(store=store, ocr=_never, config=JobsConfig())  # type: ignore[arg-type]
+    config, metrics, budget = AppConfig(), Metrics(), MemoryBudget(1 << 30)  # bodies are charged
+    services = types.SimpleNamespace(
+        config=config,
+        metrics=metrics,
+        budget=budget,
+        ocr=types.SimpleNamespace(check_ready=lambda: None),
+    )
     return cast(
         Runtime,
         types.SimpleNamespace(
-            config=AppConfig(),
-            metrics=Metrics(),
+            config=config,
+            metrics=metrics,
             check_ready=lambda: None,
             jobs=runner,
-            service=types.SimpleNamespace(budget=MemoryBudget(1 << 30)),  # bodies are charged
+            service=types.SimpleNamespace(budget=budget),
+            endpoint_services=lambda: services,
         ),
     )
 

@@ -36,15 +36,18 @@ async def _never(task: PageTask) -> object:
 
 def _runtime(store: SqliteJobStore) -> Runtime:
     runner = JobRunner(store=store, ocr=_never, config=JobsConfig())  # type: ignore[arg-type]
+    config, metrics, budget = AppConfig(), Metrics(), MemoryBudget(1 << 30)
+    services = types.SimpleNamespace(config=config, metrics=metrics, budget=budget)
     return cast(
         Runtime,
         types.SimpleNamespace(
-            config=AppConfig(),
-            metrics=Metrics(),
+            config=config,
+            metrics=metrics,
             check_ready=lambda: None,
             jobs=runner,
+            endpoint_services=lambda: services,
             service=types.SimpleNamespace(
-                budget=MemoryBudget(1 << 30),
+                budget=budget,
                 limits=DecodeLimits(
                     max_pdf_pages=10, pdf_render_scale=2.0, max_image_pixels=1 << 26
                 ),

@@ -21,7 +21,9 @@ from serving.service.runtime import Runtime
 def app() -> Starlette:
     # The routes do not touch the runtime until a request comes, and no lifespan runs here; the
     # middleware reads only its configuration and metrics.
-    runtime = types.SimpleNamespace(config=AppConfig(), metrics=Metrics())
+    runtime = types.SimpleNamespace(
+        config=AppConfig(), metrics=Metrics(), endpoint_services=lambda: None
+    )
     return build_app(cast(Runtime, runtime), environ={})
 
 

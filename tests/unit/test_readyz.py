@@ -31,7 +31,8 @@ DETAIL: dict[str, Any] = {
 def _client(address: str, *, ready: bool = False, config: AppConfig | None = None) -> TestClient:
     stack = [] if config is None else middleware(config, {})
     app = Starlette(routes=[Route("/readyz", readyz)], middleware=stack)
-    app.state.runtime = types.SimpleNamespace(ready=ready, describe=lambda: DETAIL)
+    readiness = types.SimpleNamespace(ready=ready, describe=lambda: DETAIL)
+    app.state.services = types.SimpleNamespace(readiness=readiness)
     return TestClient(app, client=(address, 40000))
 
 

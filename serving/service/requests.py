@@ -1,0 +1,109 @@
+"""The narrow services the HTTP handlers are given, each what one kind of endpoint uses: the OCR
+endpoints run a document with `OcrRequests` and render a document answer with `Renderer`, and
+`/readyz` reads a `Readiness`. `serving.app.build_app` puts them in the app's state
+(`EndpointServices`), and each handler takes only the one it uses (`serving.http.endpoints`), so
+none reaches through the runtime's parts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from prometheus_client import Counter
+
+from models.bundle import ModelBundle
+from serving.config import AppConfig, PipelineConfig
+from serving.decode.readers import FileKind
+from serving.metrics import Metrics
+from serving.outputs.document import Document
+from serving.outputs.formats import Format
+from serving.outputs.service import OutputStream, render_document
+from serving.request_options import OcrOptions, request_options
+from serving.scheduling.memory_budget import MemoryBudget
+from serving.scheduling.quotas import Tenant
+from serving.service.ocr import OcrService, PageOutput
+from serving.workers.cpu_pool import CpuPool
+
+
+class Readiness(Protocol):
+    """What `/readyz` reads: whether the server is ready, and the state of every part."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OcrRequests:
+    """What the OCR endpoints (`/ocr`, `/v1/ocr`, `/v1/render`) use: the start-up check, a
+    request's options over the served models, the OCR of its document (its pages counted in
+    `ocr_pages_total`) and a page rendered as the pipeline sees it."""
+
+    check_ready: Callable[[], None]
+    """Raises NotReady (503) until start-up has finished (`Runtime.check_ready`)."""
+    bundle: ModelBundle
+    pipeline: PipelineConfig
+    service: OcrService
+    pages: Counter
+
+    def options(self, overrides: Mapping[str, Any], *, no_classifier: str) -> OcrOptions:
+        """A request's options over the served models and the config's pipeline defaults.
+
+        Raises:
+            ValidationFailed: the request asks for the classifier and none is configured (the
+                API's `no_classifier` message), or an override is out of range.
+        """
+        return request_options(self.bundle, self.pipeline, overrides, no_classifier=no_classifier)
+
+    async def ocr(
+        self,
+        data: bytes,
+        kind: FileKind,
+        options: OcrOptions,
+        *,
+        timeout_s: float,
+        tenant: Tenant | None,
+        visualize: bool = False,
+    ) -> list[PageOutput]:
+        """OCR every page of the document (`OcrService.ocr`), and count them once answered."""
+        pages = await self.service.ocr(
+            data, kind, options, visualize=visualize, timeout_s=timeout_s, tenant=tenant
+        )
+        self.pages.inc(len(pages))
+        return pages
+
+    async def render_page(
+        self, data: bytes, kind: FileKind, index: int, *, timeout_s: float, tenant: Tenant | None
+    ) -> bytes:
+        """Page `index` of the document as PNG (`OcrService.render_page`)."""
+        return await self.service.render_page(data, kind, index, timeout_s=timeout_s, tenant=tenant)
+
+
+@dataclass(frozen=True, slots=True)
+class Renderer:
+    """Renders a document answer (text, hOCR, ALTO, PDF) in a CPU worker, its bytes charged to
+    the memory budget while they are streamed (`serving.outputs.service`)."""
+
+    cpu: CpuPool
+    budget: MemoryBudget
+
+    async def render(self, document: Document, fmt: Format, *, source_bytes: int) -> OutputStream:
+        """The rendered document, to stream."""
+        return await render_document(
+            self.cpu, self.budget, document, fmt, source_bytes=source_bytes
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointServices:
+    """What the HTTP endpoints (but the jobs') are given, built by `Runtime.endpoint_services`."""
+
+    config: AppConfig
+    metrics: Metrics
+    budget: MemoryBudget
+    """What request bodies are charged to while they arrive (`serving.http.body_limit`)."""
+    readiness: Readiness
+    ocr: OcrRequests
+    renderer: Renderer
