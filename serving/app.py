@@ -112,6 +112,5 @@ def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Sta
         ),
         lifespan=lifespan,
     )
-    app.state.runtime = runtime  # the jobs' endpoints
-    app.state.services = runtime.endpoint_services()  # the others' (`serving.http.endpoints`)
+    app.state.services = runtime.endpoint_services()  # read by `serving.http.endpoints`
     return app

@@ -19,19 +19,12 @@ from serving.config import AppConfig
 from serving.errors import ClientGone, ValidationFailed
 from serving.metrics import Metrics
 from serving.scheduling.memory_budget import MemoryBudget
-from serving.service.requests import OcrRequests, Readiness, Renderer
-from serving.service.runtime import Runtime
+from serving.service.requests import JobRequests, OcrRequests, Readiness, Renderer
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-def runtime_of(request: Request) -> Runtime:
-    """The runtime the app serves, for the jobs' endpoints (the others read the services below)."""
-    runtime: Runtime = request.app.state.runtime
-    return runtime
 
 
 def config_of(request: Request) -> AppConfig:
@@ -68,6 +61,12 @@ def renderer_of(request: Request) -> Renderer:
     """What renders a document answer (text, hOCR, ALTO, PDF)."""
     renderer: Renderer = request.app.state.services.renderer
     return renderer
+
+
+def jobs_of(request: Request) -> JobRequests:
+    """What the jobs' endpoints use."""
+    jobs: JobRequests = request.app.state.services.jobs
+    return jobs
 
 
 def from_loopback(request: Request) -> bool:

@@ -32,7 +32,7 @@ from serving.jobs.store import JobStore
 from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo
 from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format
 from serving.scheduling.priorities import BACKGROUND
-from serving.service.runtime import Runtime
+from serving.service.requests import JobRequests
 
 DocumentStatus = Literal["pending", "succeeded", "failed", "incomplete"]
 """pending: pages still to run; succeeded: every page done; failed: every page ended and some
@@ -134,7 +134,7 @@ def pick(states: list[DocumentState], index_text: str) -> DocumentState:
 
 
 async def document_response(
-    runtime: Runtime, runner: JobRunner, info: JobInfo, state: DocumentState, fmt: Format
+    jobs: JobRequests, runner: JobRunner, info: JobInfo, state: DocumentState, fmt: Format
 ) -> Response:
     """One document in `fmt`, as a download.
 
@@ -148,7 +148,7 @@ async def document_response(
             f"{state.file.pages} pages finished; ask again when `GET /v1/jobs/{info.id}/documents` "
             "says it is not pending"
         )
-    path = await rendered(runtime, runner, info.id, state, fmt)
+    path = await rendered(jobs, runner, info.id, state, fmt)
     return FileResponse(
         path,
         media_type=_content_type(fmt),
@@ -158,7 +158,7 @@ async def document_response(
 
 
 def archive_response(
-    runtime: Runtime, runner: JobRunner, info: JobInfo, states: list[DocumentState], fmt: Format
+    jobs: JobRequests, runner: JobRunner, info: JobInfo, states: list[DocumentState], fmt: Format
 ) -> Response:
     """Every document of the finished job in `fmt`, as one zip streamed as it is made.
 
@@ -171,21 +171,21 @@ def archive_response(
             f"{info.pages_total} pages finished); its archive is made once it ends"
         )
     return StreamingResponse(
-        _archive(runtime, runner, info.id, states, fmt),
+        _archive(jobs, runner, info.id, states, fmt),
         media_type="application/zip",
         headers={"Content-Disposition": f'attachment; filename="job-{info.id}-{fmt}.zip"'},
     )
 
 
 async def _archive(
-    runtime: Runtime, runner: JobRunner, job_id: str, states: list[DocumentState], fmt: Format
+    jobs: JobRequests, runner: JobRunner, job_id: str, states: list[DocumentState], fmt: Format
 ) -> AsyncIterator[bytes]:
     stream = ZipStream()
     names: set[str] = set()
     for state in states:
         name = _member_name(state.file, fmt, names)
         try:
-            path = await rendered(runtime, runner, job_id, state, fmt)
+            path = await rendered(jobs, runner, job_id, state, fmt)
         except OcrError as err:  # one document's failure is reported in the archive, not fatal
             error = {"code": err.code, "message": err.message}
             body = json.dumps({"name": state.file.name, "error": error}).encode()
@@ -205,7 +205,7 @@ def _file_chunks(path: Path) -> Iterator[bytes]:
 
 
 async def rendered(
-    runtime: Runtime, runner: JobRunner, job_id: str, state: DocumentState, fmt: Format
+    jobs: JobRequests, runner: JobRunner, job_id: str, state: DocumentState, fmt: Format
 ) -> Path:
     """The document's file in `fmt`, rendered by a CPU worker unless it was already.
 
@@ -226,7 +226,7 @@ async def rendered(
         cost = RENDER_COPIES * records_bytes + (1 << 20)
         if fmt == "pdf":  # the upload read and parsed, a frame decoded where it is re-encoded
             cost += 3 * state.file.size_bytes + 4 * largest_px
-        budget = runtime.service.budget
+        budget = jobs.budget
         if cost > budget.total_bytes:
             raise PayloadTooLarge(
                 f"Rendering document {state.file.index} as {fmt} needs about {cost >> 20} MiB; "
@@ -241,10 +241,10 @@ async def rendered(
             records=str(records),
             dest=str(path),
             fmt=fmt,
-            limits=runtime.service.limits,
+            limits=jobs.limits,
         )
         async with budget.hold(cost):
-            await runtime.cpu.run(write_stored, task, priority=BACKGROUND)
+            await jobs.cpu.run(write_stored, task, priority=BACKGROUND)
     finally:
         await asyncio.to_thread(records.unlink, missing_ok=True)
     return path

@@ -20,7 +20,7 @@ from starlette.routing import Route
 from serving.errors import OcrError, UnsupportedMediaType, ValidationFailed
 from serving.http.auth import identity_of
 from serving.http.body_limit import JOBS, limit_body
-from serving.http.endpoints import Handler, runtime_of
+from serving.http.endpoints import Handler, jobs_of, ocr_of
 from serving.http.exceptions import native_errors
 from serving.http.job_documents import (
     archive_response,
@@ -43,7 +43,7 @@ store shared by replicas, pages other replicas finish wake nothing here: every p
 
 
 class JobsDisabled(OcrError):
-    """This runtime serves no jobs."""
+    """This server serves no jobs."""
 
     http_status = 404
     code = "jobs_disabled"
@@ -51,7 +51,7 @@ class JobsDisabled(OcrError):
 
 
 def _runner(request: Request) -> JobRunner:
-    runner = runtime_of(request).jobs
+    runner = jobs_of(request).runner
     if runner is None:
         raise JobsDisabled()
     return runner
@@ -60,8 +60,8 @@ def _runner(request: Request) -> JobRunner:
 async def create_job(request: Request) -> Response:
     """`POST /v1/jobs`: multipart, one or more `file` parts (images, PDFs, zips of them)."""
     runner = _runner(request)
-    runtime = runtime_of(request)
-    config = runtime.config.jobs
+    jobs = jobs_of(request)
+    config = jobs.config
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "multipart/form-data":
         raise UnsupportedMediaType("Send multipart/form-data with one or more `file` parts")
@@ -84,16 +84,14 @@ async def create_job(request: Request) -> Response:
                 raw_options.update(options_from_json(cast(str, form["options"])))
             options = parse_options(raw_options)
             # Refused now, not page by page once the job runs.
-            runtime.request_options(overrides(options), no_classifier=NO_CLASSIFIER)
+            ocr_of(request).options(overrides(options), no_classifier=NO_CLASSIFIER)
             uploads = [
                 (value.filename or f"file{i}", cast(IO[bytes], value.file))
                 for i, (_key, value) in enumerate(form.multi_items())
                 if isinstance(value, UploadFile)
             ]
             dest = runner.store.job_dir(job_id) / "files"
-            count = worker_page_counter(
-                runtime.cpu, runtime.service.limits, timeout_s=config.page_timeout_s
-            )
+            count = worker_page_counter(jobs.cpu, jobs.limits, timeout_s=config.page_timeout_s)
             documents = await asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
     except HTTPException as err:
         runner.store.discard(job_id)
@@ -208,7 +206,7 @@ async def get_document(request: Request) -> Response:
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = negotiate(request.query_params.get("format"), request.headers.get("accept"))
     state = pick(await document_states(runner.store, info), request.path_params["index"])
-    return await document_response(runtime_of(request), runner, info, state, fmt)
+    return await document_response(jobs_of(request), runner, info, state, fmt)
 
 
 async def job_archive(request: Request) -> Response:
@@ -218,7 +216,7 @@ async def job_archive(request: Request) -> Response:
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = parse_format(request.query_params.get("format", "json"))
     states = await document_states(runner.store, info)
-    return archive_response(runtime_of(request), runner, info, states, fmt)
+    return archive_response(jobs_of(request), runner, info, states, fmt)
 
 
 @dataclass(slots=True)

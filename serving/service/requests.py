@@ -1,8 +1,8 @@
 """The narrow services the HTTP handlers are given, each what one kind of endpoint uses: the OCR
-endpoints run a document with `OcrRequests` and render a document answer with `Renderer`, and
-`/readyz` reads a `Readiness`. `serving.app.build_app` puts them in the app's state
-(`EndpointServices`), and each handler takes only the one it uses (`serving.http.endpoints`), so
-none reaches through the runtime's parts."""
+endpoints run a document with `OcrRequests` and render a document answer with `Renderer`,
+`/readyz` reads a `Readiness`, and the jobs' endpoints use `JobRequests`. `serving.app.build_app`
+puts them in the app's state (`EndpointServices`), and each handler takes only the one it uses
+(`serving.http.endpoints`), so none reaches through the runtime's parts."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from typing import Any, Protocol
 from prometheus_client import Counter
 
 from models.bundle import ModelBundle
-from serving.config import AppConfig, PipelineConfig
-from serving.decode.readers import FileKind
+from serving.config import AppConfig, JobsConfig, PipelineConfig
+from serving.decode.readers import DecodeLimits, FileKind
+from serving.jobs.runner import JobRunner
 from serving.metrics import Metrics
 from serving.outputs.document import Document
 from serving.outputs.formats import Format
@@ -97,8 +98,21 @@ class Renderer:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobRequests:
+    """What the jobs' endpoints use besides `OcrRequests.options`: the runner (None where the
+    server serves no jobs), the jobs' settings, and the CPU pool, decode limits and memory budget
+    an upload's pages are counted and a document's answer rendered with."""
+
+    runner: JobRunner | None
+    config: JobsConfig
+    cpu: CpuPool
+    limits: DecodeLimits
+    budget: MemoryBudget
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EndpointServices:
-    """What the HTTP endpoints (but the jobs') are given, built by `Runtime.endpoint_services`."""
+    """What the HTTP endpoints are given, built by `Runtime.endpoint_services`."""
 
     config: AppConfig
     metrics: Metrics
@@ -107,3 +121,4 @@ class EndpointServices:
     readiness: Readiness
     ocr: OcrRequests
     renderer: Renderer
+    jobs: JobRequests

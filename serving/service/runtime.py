@@ -28,7 +28,7 @@ from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
 from serving.service.devices import check_engines, device_specs
 from serving.service.ocr import OcrService
-from serving.service.requests import EndpointServices, OcrRequests, Renderer
+from serving.service.requests import EndpointServices, JobRequests, OcrRequests, Renderer
 from serving.workers import shm
 from serving.workers.cpu_pool import CpuPool
 from serving.workers.cpu_stages import init_cpu_worker
@@ -214,6 +214,13 @@ class Runtime:
             readiness=self,
             ocr=ocr,
             renderer=Renderer(self.cpu, self.service.budget),
+            jobs=JobRequests(
+                runner=self.jobs,
+                config=self.config.jobs,
+                cpu=self.cpu,
+                limits=self.service.limits,
+                budget=self.service.budget,
+            ),
         )
 
     def request_options(self, overrides: Mapping[str, Any], *, no_classifier: str) -> OcrOptions:

@@ -43,16 +43,12 @@ def _runtime(tmp_path: Path) -> Runtime:
         metrics=metrics,
         budget=budget,
         ocr=types.SimpleNamespace(check_ready=lambda: None),
+        jobs=types.SimpleNamespace(runner=runner, config=config.jobs),
     )
     return cast(
         Runtime,
         types.SimpleNamespace(
-            config=config,
-            metrics=metrics,
-            check_ready=lambda: None,
-            jobs=runner,
-            service=types.SimpleNamespace(budget=budget),
-            endpoint_services=lambda: services,
+            config=config, metrics=metrics, jobs=runner, endpoint_services=lambda: services
         ),
     )
 

@@ -23,6 +23,7 @@ from serving.jobs.store.sqlite import SqliteJobStore
 from serving.jobs.store.types import JobStoreUnavailable, PageTask
 from serving.metrics import Metrics
 from serving.scheduling.memory_budget import MemoryBudget
+from serving.service.requests import JobRequests
 from serving.service.runtime import Runtime
 from tests import images
 from tests.fakes.service import InlineCpuPool
@@ -37,23 +38,24 @@ async def _never(task: PageTask) -> object:
 def _runtime(store: SqliteJobStore) -> Runtime:
     runner = JobRunner(store=store, ocr=_never, config=JobsConfig())  # type: ignore[arg-type]
     config, metrics, budget = AppConfig(), Metrics(), MemoryBudget(1 << 30)
-    services = types.SimpleNamespace(config=config, metrics=metrics, budget=budget)
+    jobs = JobRequests(
+        runner=runner,
+        config=config.jobs,
+        cpu=InlineCpuPool(),  # type: ignore[arg-type]  # counts the upload's pages in this process
+        limits=DecodeLimits(max_pdf_pages=10, pdf_render_scale=2.0, max_image_pixels=1 << 26),
+        budget=budget,
+    )
+    services = types.SimpleNamespace(
+        config=config,
+        metrics=metrics,
+        budget=budget,
+        jobs=jobs,
+        ocr=types.SimpleNamespace(options=lambda *args, **kwargs: None),
+    )
     return cast(
         Runtime,
         types.SimpleNamespace(
-            config=config,
-            metrics=metrics,
-            check_ready=lambda: None,
-            jobs=runner,
-            endpoint_services=lambda: services,
-            service=types.SimpleNamespace(
-                budget=budget,
-                limits=DecodeLimits(
-                    max_pdf_pages=10, pdf_render_scale=2.0, max_image_pixels=1 << 26
-                ),
-            ),
-            cpu=InlineCpuPool(),  # counts the upload's pages in this process
-            request_options=lambda *args, **kwargs: None,
+            config=config, metrics=metrics, jobs=runner, endpoint_services=lambda: services
         ),
     )
 
