@@ -24,8 +24,10 @@ from serving.request_options import OcrOptions, request_options
 from serving.scheduling.admission import Admission
 from serving.scheduling.batch_shapes import BatchShapes, batching_mode
 from serving.scheduling.batching import Scheduler
+from serving.scheduling.cost_model import CostModel
 from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
+from serving.scheduling.placement import Placement
 from serving.service.devices import check_engines, device_specs
 from serving.service.ocr import OcrService
 from serving.service.requests import EndpointServices, JobRequests, OcrRequests, Renderer
@@ -64,6 +66,8 @@ class Runtime:
     claim: shm.PrefixClaim | None = None
     """This server's hold on `prefix`; released once `stop()` has swept its segments."""
     budget_bytes: int = 0
+    cost_model: CostModel = field(default_factory=CostModel)
+    """The devices' measured batch costs, as placement predicts with them (`/readyz`)."""
     """The whole memory budget (`server.memory_budget_bytes` or its default): pages are charged
     against `service.budget`, its share for pages (`page_memory.pages_share_bytes`)."""
 
@@ -95,11 +99,13 @@ class Runtime:
         budget_bytes = config.server.memory_budget_bytes or default_budget_bytes()
         budget = MemoryBudget(pages_share_bytes(budget_bytes))  # the rest: engines between pages
         # Waiting for a batch to fill only helps while other pages are in flight.
+        cost_model = CostModel()  # what placement predicts each device's batches with
         scheduler = Scheduler(
             queues,
             on_drop=discard_payload,
             company_possible=lambda: admission.inflight > 1,
             background_share=config.jobs.min_share,
+            placement=Placement(model=cost_model),
         )
         specs = specs if specs is not None else device_specs(config)
         if backend is not None:
@@ -180,6 +186,7 @@ class Runtime:
             jobs=JobRunner.build(config, service, bundle, metrics) if jobs else None,
             claim=claim,
             budget_bytes=budget_bytes,
+            cost_model=cost_model,
         )
 
     @property
@@ -255,7 +262,7 @@ class Runtime:
                 "budget_bytes": self.budget_bytes,
                 **self.service.page_costs().describe(),
             },
-            "cost_model": self.scheduler.placement.model.describe(),
+            "cost_model": self.cost_model.describe(),
             "batching": "exact" if self.service.batch_shapes is None else "bucketed",
         }
         if self.startup_error:
