@@ -4,6 +4,7 @@ and each device's engine checked against the models before any process starts.""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -109,3 +110,16 @@ def check_engines(bundle: ModelBundle, specs: list[DeviceSpec]) -> None:
         for stage in device.stages:
             if stage in models:
                 backend.resolve(models[stage], device.engine.options)
+
+
+def with_backend(specs: list[DeviceSpec], backend: str) -> list[DeviceSpec]:
+    """`specs` with every device worker's engine backend replaced by `backend`, a registered name
+    or "module:attribute" naming an `EngineBackend` (tests serve with fakes).
+
+    Raises:
+        EngineBackendError: `backend` names no engine backend (here, not in every worker).
+    """
+    get_backend(backend)
+    return [
+        dataclasses.replace(s, engine=dataclasses.replace(s.engine, backend=backend)) for s in specs
+    ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import os
@@ -13,7 +12,6 @@ from typing import Any
 
 from models.bundle import ModelBundle, load_bundle
 from models.engine_options import device_kind
-from models.registry import get_backend
 from serving.config import STAGES, AppConfig
 from serving.decode.readers import DecodeLimits
 from serving.engine.choice import PRECISION_KEYS
@@ -28,7 +26,7 @@ from serving.scheduling.cost_model import CostModel
 from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
 from serving.scheduling.placement import Placement
-from serving.service.devices import check_engines, device_specs
+from serving.service.devices import check_engines, device_specs, with_backend
 from serving.service.ocr import OcrService
 from serving.service.requests import EndpointServices, JobRequests, OcrRequests, Renderer
 from serving.workers import shm
@@ -98,8 +96,8 @@ class Runtime:
         admission = Admission(max_pages=config.server.max_inflight_pages)
         budget_bytes = config.server.memory_budget_bytes or default_budget_bytes()
         budget = MemoryBudget(pages_share_bytes(budget_bytes))  # the rest: engines between pages
-        # Waiting for a batch to fill only helps while other pages are in flight.
         cost_model = CostModel()  # what placement predicts each device's batches with
+        # Waiting for a batch to fill only helps while other pages are in flight.
         scheduler = Scheduler(
             queues,
             on_drop=discard_payload,
@@ -109,11 +107,7 @@ class Runtime:
         )
         specs = specs if specs is not None else device_specs(config)
         if backend is not None:
-            get_backend(backend)  # an unknown one fails here, not in every worker
-            specs = [
-                dataclasses.replace(s, engine=dataclasses.replace(s.engine, backend=backend))
-                for s in specs
-            ]
+            specs = with_backend(specs, backend)
         check_engines(bundle, specs)
         claim = shm.claim_prefix()  # before any segment is named with it
         prefix = claim.prefix
@@ -126,20 +120,12 @@ class Runtime:
                 budget_bytes, sum("det" in spec.stages for spec in specs)
             ),
         )
-        workers = []
-        for spec in specs:
-            kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
-            limits = {stage: kind.limits(stage) for stage in STAGES}
-            workers.append(DeviceWorkerHandle(spec=spec, limits=limits, setup=setup))
         metrics = Metrics()
-        metrics.track_admission(
-            lambda: admission.inflight, lambda: admission.page_s or 0.0, budget.gauge
-        )
-        for stage in STAGES:
-            metrics.track_queue_depth(stage, functools.partial(scheduler.policy.depth, stage))
-        metrics.track_background_share("devices", scheduler.background_share)
         devices = DevicePool(
-            workers, scheduler, metrics=metrics, restart_backoff_s=config.workers.restart_backoff_s
+            _device_workers(config, specs, setup),
+            scheduler,
+            metrics=metrics,
+            restart_backoff_s=config.workers.restart_backoff_s,
         )
         cpu = CpuPool(
             config.cpu_workers,
@@ -148,26 +134,12 @@ class Runtime:
             on_restart=metrics.worker_restarts.labels(kind="cpu").inc,
             background_share=config.jobs.min_share,
         )
-        metrics.track_background_share("cpu_workers", cpu.background_share)
-        metrics.track_memory(
-            {
-                "main": lambda: [os.getpid()],
-                "cpu_workers": cpu.pids,
-                **{w.spec.name: functools.partial(_pids, w) for w in devices.workers},
-            }
-        )
-        decode_limits = DecodeLimits(
-            max_pdf_pages=config.input.max_pdf_pages,
-            pdf_render_scale=config.input.pdf_render_scale,
-            max_image_pixels=config.input.max_image_pixels,
-            max_frames_per_document=config.input.max_frames_per_document,
-            max_page_side_px=config.input.max_page_side_px,
-        )
+        _track(metrics, admission, budget, scheduler, cpu, devices)
         batching = batching_mode(config.engine.batching, (device_kind(s.device) for s in specs))
         service = OcrService(
             cpu=cpu,
             scheduler=scheduler,
-            limits=decode_limits,
+            limits=_decode_limits(config),
             admission=admission,
             budget=budget,
             prefix=prefix,
@@ -321,6 +293,56 @@ class Runtime:
         if self.claim is not None:
             self.claim.release()
         logger.info("stopped (pid %d)", os.getpid())
+
+
+def _device_workers(
+    config: AppConfig, specs: list[DeviceSpec], setup: WorkerSetup
+) -> list[DeviceWorkerHandle]:
+    """A handle per device worker, with the batch limits of its device's kind."""
+    workers = []
+    for spec in specs:
+        kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
+        limits = {stage: kind.limits(stage) for stage in STAGES}
+        workers.append(DeviceWorkerHandle(spec=spec, limits=limits, setup=setup))
+    return workers
+
+
+def _decode_limits(config: AppConfig) -> DecodeLimits:
+    """The `[input]` limits every page is decoded under."""
+    return DecodeLimits(
+        max_pdf_pages=config.input.max_pdf_pages,
+        pdf_render_scale=config.input.pdf_render_scale,
+        max_image_pixels=config.input.max_image_pixels,
+        max_frames_per_document=config.input.max_frames_per_document,
+        max_page_side_px=config.input.max_page_side_px,
+    )
+
+
+def _track(
+    metrics: Metrics,
+    admission: Admission,
+    budget: MemoryBudget,
+    scheduler: Scheduler,
+    cpu: CpuPool,
+    devices: DevicePool,
+) -> None:
+    """The gauges read from the parts when `/metrics` is scraped: admission and the memory
+    budget, each stage's queue, batch jobs' share of the devices and the CPU workers, and each
+    process's memory."""
+    metrics.track_admission(
+        lambda: admission.inflight, lambda: admission.page_s or 0.0, budget.gauge
+    )
+    for stage in STAGES:
+        metrics.track_queue_depth(stage, functools.partial(scheduler.policy.depth, stage))
+    metrics.track_background_share("devices", scheduler.background_share)
+    metrics.track_background_share("cpu_workers", cpu.background_share)
+    metrics.track_memory(
+        {
+            "main": lambda: [os.getpid()],
+            "cpu_workers": cpu.pids,
+            **{w.spec.name: functools.partial(_pids, w) for w in devices.workers},
+        }
+    )
 
 
 def _pids(worker: WorkerHandle) -> list[int]:
