@@ -5,7 +5,8 @@ device as uint8, one byte a channel, a quarter of the float32 tensor the model r
 the model (`pipelines.ocr.run_page`, a device worker: numpy on the host, or the torch engine on
 its device) turns it into that tensor with `normalize` right before inference. The float32 values
 are those PaddleX computes, bit for bit: the same float32 operations in the same order, on the same
-resized uint8 values (`tests/unit/test_pixels.py`; `tests/integration/test_stages_vs_paddlex.py`).
+resized uint8 values (`tests/unit/pipelines/test_pixels.py`;
+`tests/integration/test_stages_vs_paddlex.py`).
 
     det, cls: x * (1/255/std) + (-mean/std) per channel (ImageNet), as PaddleX's NormalizeImage
     rec:      (x / 255 - 0.5) / 0.5

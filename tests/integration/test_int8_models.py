@@ -4,7 +4,7 @@ cache and provenance, and the int8 models served by OpenVINO reading real pages.
 The models are quantised here into a temporary cache, calibrated on one held-out page of each
 Debian doc PDF (`make convert-int8` calibrates on more: `serving.convert.calibration`), so
 `make test` needs no int8 conversion of its own. The choice of precision, for any CPU:
-tests/unit/test_openvino_precision.py.
+tests/unit/models/test_openvino_precision.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ document pages: where it runs f32 the texts are f32's (which are Paddle's:
 test_onnx_engines.py), where it runs bf16 their CER is within 0.1 points of f32's. A bf16 hint
 compiles bf16 only on a CPU with bf16: elsewhere OpenVINO runs f32 without a word, and the
 predictor reports f32. The choice itself, for both kinds of CPU:
-tests/unit/test_openvino_precision.py.
+tests/unit/models/test_openvino_precision.py.
 """
 
 from __future__ import annotations

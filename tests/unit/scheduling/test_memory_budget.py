@@ -74,7 +74,7 @@ def test_a_waiter_that_goes_away_gives_its_turn_to_those_behind() -> None:
 
 
 def test_the_host_memory_is_read() -> None:
-    """What a page costs is `page_memory.PageCosts` (tests/unit/test_page_memory.py)."""
+    """What a page costs is `page_memory.PageCosts` (tests/unit/scheduling/test_page_memory.py)."""
     assert host_memory_bytes() > 0
 
 
