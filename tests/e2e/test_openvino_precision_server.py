@@ -4,6 +4,7 @@ bf16 where this machine's CPU has it, else f32."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -29,6 +30,8 @@ def test_readyz_and_the_log_say_each_workers_precision_and_why(server: Server) -
         assert " ".join(capabilities) in reason
     log = server.log.read_text()
     for stage in ("det", "rec"):
-        assert f"loaded {stage} model=PP-OCRv5_mobile_{stage} engine=openvino" in log
+        # The line names the file the model came from (the ONNX model, or its int8 form).
+        pattern = rf"loaded {stage} model=PP-OCRv5_mobile_{stage} \(\S+\.onnx\) engine=openvino "
+        assert re.search(pattern, log), stage
     assert f"precision={expected} (auto: this CPU has" in log
     assert f"'precision': '{expected}', 'precision_reason': 'auto: " in log
