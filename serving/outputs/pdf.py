@@ -35,7 +35,7 @@ from fpdf.enums import TextMode
 from PIL import Image, ImageOps
 
 from serving.errors import InvalidInput
-from serving.outputs.document import Document, Page
+from serving.outputs.document import Document, Line, Page
 
 MEDIA_TYPE = "application/pdf"
 FONT = Path(__file__).parent / "fonts" / "Occulta.ttf"
@@ -163,24 +163,56 @@ def _dpi(image: Image.Image) -> tuple[float, float]:
     return x, y
 
 
+_WORD_GAP = 0.2
+"""The least gap between two words of a line, in font heights (poppler breaks words at 0.1)."""
+
+
 def _text_layer(pdf: FPDF, page: Page, placement: _Placement) -> None:
     """The page's words, invisible, each on its box."""
     sx, sy = placement.scale(page)
     pdf.text_mode = TextMode.INVISIBLE
     for line in page.lines:
-        for word in line.words:
+        spaced = _spaced(line)
+        for word, following, space in zip(line.words, [*line.words[1:], None], spaced, strict=True):
             x0, y0, x1, y1 = word.box
             height = max(y1 - y0, 1) * sy
-            width = max(x1 - x0, 1) * sx
+            baseline = y1 * sy - _BASELINE * height
             pdf.set_font(_FONT_NAME, size=height)
-            pdf.set_stretching(100)
-            natural = pdf.get_string_width(word.text)
-            if natural <= 0:
-                continue
-            pdf.set_stretching(100 * width / natural)
-            pdf.text(x0 * sx, y1 * sy - _BASELINE * height, word.text)
+            left, right = x0 * sx, max(x1, x0 + 1) * sx
+            if following is not None and space:
+                # pdftotext breaks words where glyphs leave a gap, and recognised word boxes
+                # can touch (it read "over" "the" as "overthe"): a word ends a fifth of its
+                # height short of the next, and a space character fills that gap.
+                next_left = following.box[0] * sx
+                gap = max(_WORD_GAP * height, next_left - right)
+                right = max(min(right, next_left - gap), left + (right - left) / 2)
+            _stretched(pdf, word.text, left, baseline, right - left)
+            if following is not None and space:
+                _stretched(pdf, " ", right, baseline, max(next_left - right, 0.05 * height))
     pdf.set_stretching(100)
     pdf.text_mode = TextMode.FILL
+
+
+def _spaced(line: Line) -> list[bool]:
+    """Per word of `line`, whether the line's text has a space after it (a CJK run and the
+    Latin word right after it are two words with none between them)."""
+    spaced = []
+    position = 0
+    for word in line.words:
+        found = line.text.find(word.text, position)
+        position = position if found < 0 else found + len(word.text)
+        spaced.append(found < 0 or line.text[position : position + 1] == " ")
+    return spaced
+
+
+def _stretched(pdf: FPDF, text: str, x: float, baseline: float, width: float) -> None:
+    """`text` at (x, baseline) in the current font, stretched horizontally to `width`."""
+    pdf.set_stretching(100)
+    natural = pdf.get_string_width(text)
+    if natural <= 0:
+        return
+    pdf.set_stretching(100 * width / natural)
+    pdf.text(x, baseline, text)
 
 
 def _graft(document: Document, original: bytes) -> bytes:

@@ -217,6 +217,18 @@ def _check_pdf(path: Path) -> None:
 
 
 @needs_poppler
+def test_pdf_words_whose_boxes_touch_stay_apart_and_a_cjk_run_stays_joined() -> None:
+    # Recognised word boxes can touch: a text extractor guessing spaces from gaps read
+    # "overthe". The text layer holds the line's own spaces, and only those.
+    lines = [_line("jumps over the lazy dog", 60, 100, [120, 90, 70, 80, 70], gap=0)]
+    page = Page(width=1200, height=800, blocks=group_blocks(lines))
+    pdf = render_bytes(Document(name="touching.png", pages=(page,), source=None), "pdf")
+    assert _pdftotext(pdf, "-raw").split() == ["jumps", "over", "the", "lazy", "dog"]
+    cjk = render_bytes(two_columns(), "pdf")
+    assert "中文abc 结束" in _pdftotext(cjk, "-raw")
+
+
+@needs_poppler
 @pytest.mark.parametrize(("kind", "encoding"), [("jpg", "jpeg"), ("png", "image")])
 def test_pdf_from_an_image_keeps_it_and_its_words_sit_on_their_boxes(
     tmp_path: Path, kind: str, encoding: str
