@@ -151,30 +151,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
     }
 
-    print("engine limit (in process, page after page)...", file=sys.stderr)
-    config = out / "engine.toml"
-    config.write_text(f"[engine]\ncpu_threads = {threads}\n")
-    engine_json = out / "engine.json"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "loadtest.engine_limit",
-            "--config",
-            str(config),
-            "--pages-dir",
-            str(out / "pages"),
-            "--json",
-            str(engine_json),
-            # Each page as often as a level sends it, so medians cover the same pages.
-            "--rounds",
-            str(max(1, round(requests / len(documents)))),
-        ],
-        check=True,
-    )
-    engine = json.loads(engine_json.read_text())
-    engine["cer"] = pages_cer(truths, engine.pop("texts"))
-    report["engine"] = engine
+    # Each page as often as a level sends it, so medians cover the same pages.
+    rounds = max(1, round(requests / len(documents)))
+    print(f"engine limit (in process, page after page, {threads} threads)...", file=sys.stderr)
+    report["engine"] = _engine_limit(out, "engine", threads, rounds, truths)
+    if threads > 1:
+        # Issue 28: cores x the one-thread limit is what the machine can do with one engine
+        # per core, the bound ours at concurrency 4 is held to.
+        print("engine limit (in process, page after page, 1 thread)...", file=sys.stderr)
+        report["engine_one_thread"] = _engine_limit(out, "engine-1thread", 1, rounds, truths)
     print("OpenVINO precision check (f32 and bf16, in process)...", file=sys.stderr)
     int8 = _int8_ready()
     report["precision_check"] = precision_check.check(
@@ -255,6 +240,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out, threads, documents, truths, args, requests, engine, chosen
             )
     return report
+
+
+def _engine_limit(
+    out: Path, name: str, threads: int, rounds: int, truths: dict[str, str]
+) -> dict[str, Any]:
+    """`python -m loadtest.engine_limit` on the page set in `out / "pages"`, with `threads` CPU
+    threads, its config and result written to `out / f"{name}.toml"` and `.json`; its pages/s,
+    page times and CER."""
+    config = out / f"{name}.toml"
+    config.write_text(f"[engine]\ncpu_threads = {threads}\n")
+    result = out / f"{name}.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadtest.engine_limit",
+            "--config",
+            str(config),
+            "--pages-dir",
+            str(out / "pages"),
+            "--json",
+            str(result),
+            "--rounds",
+            str(rounds),
+        ],
+        check=True,
+    )
+    engine: dict[str, Any] = json.loads(result.read_text())
+    engine["cer"] = pages_cer(truths, engine.pop("texts"))
+    return engine
 
 
 def _int8_ready() -> bool:
@@ -543,17 +558,45 @@ def _host_line(level: dict[str, Any]) -> str:
     )
 
 
+def _threads_label(threads: int | None) -> str:
+    """The engine limit row's thread count (", 4 threads"); none where an old report has none."""
+    if not threads:
+        return ""
+    return f", {threads} thread{'' if threads == 1 else 's'}"
+
+
+def _engine_row(threads: str, engine: dict[str, Any], limit: float) -> str:
+    """An in-process engine limit's row, its pages/s against the main engine limit's."""
+    return (
+        f"| engine limit (in process{threads}) | 1 | {engine['pages_per_s']:.3f} | "
+        f"{engine['pages_per_s'] / limit:.2f} | {engine['median_page_s']:.2f} (median page) "
+        "| | | | |"
+    )
+
+
+def _one_thread_engine(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The one-thread in-process engine limit: its own run, or the main one where that ran on
+    one thread; None in reports from before issue 28 measured it."""
+    if "engine_one_thread" in report:
+        one: dict[str, Any] = report["engine_one_thread"]
+        return one
+    return report["engine"] if report.get("cpu_threads") == 1 else None
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The summary table, with ratios."""
     engine = report["engine"]
     limit = engine["pages_per_s"]
+    threads: int | None = report.get("cpu_threads")
+    one_thread = _one_thread_engine(report)
     rows = [
         "| system | concurrency | pages/s | x engine limit | p50 s | p95 s | errors | "
         "changed text | correct pages/s |",
         "|---|---|---|---|---|---|---|---|---|",
-        f"| engine limit (in process) | 1 | {limit:.3f} | 1.00 | "
-        f"{engine['median_page_s']:.2f} (median page) | | | | |",
+        _engine_row(_threads_label(threads), engine, limit),
     ]
+    if "engine_one_thread" in report:
+        rows.append(_engine_row(_threads_label(1), report["engine_one_thread"], limit))
     rows += [_level_row("ours", level, limit) for level in report.get("ours_levels", [])]
     for precision, run in report.get("ours_precisions", {}).items():
         name = f'ours, openvino_precision = "{precision}"'
@@ -569,9 +612,17 @@ def markdown(report: dict[str, Any]) -> str:
     for key, run in baselines.items():
         lines += _baseline_ratio(f"{BASELINE_LABELS[key]} ({_engine(run)})", ours, run["levels"])
     if 1 in ours and ours[1]["p50_s"]:
+        median = f"{threads}-thread in-process" if threads else "engine"
         lines.append(
-            f"- ours p50 at concurrency 1 / engine median page time: "
-            f"{ours[1]['p50_s'] / engine['median_page_s']:.2f}"
+            f"- ours p50 at concurrency 1 / {median} median page time: "
+            f"{ours[1]['p50_s'] / engine['median_page_s']:.2f} (goal <= 1.00)"
+        )
+    if 4 in ours and threads and one_thread and one_thread["pages_per_s"]:
+        machine = threads * one_thread["pages_per_s"]
+        lines.append(
+            f"- machine limit: {threads} cores x one-thread engine limit "
+            f"{one_thread['pages_per_s']:.3f} = {machine:.3f} pages/s; ours at concurrency 4 / "
+            f"machine limit: {ours[4]['throughput_pages_s'] / machine:.2f} (goal >= 0.90)"
         )
     if 1 in ours and ours[1].get("mean_s") and engine.get("mean_page_s"):
         lines.append(

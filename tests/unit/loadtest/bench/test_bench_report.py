@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from loadtest.accuracy import pages_cer
+from loadtest.bench import run as bench_run
 from loadtest.bench.run import markdown
 from loadtest.report import save_report
 
@@ -55,7 +56,7 @@ def test_rows_and_ratios_for_both_paddlex_installs() -> None:
     ) in text
     assert "ours / PaddleX basic serving (Paddle 3.2.2, oneDNN) at concurrency 4: 1.19x" in text
     assert "(Paddle 3.3.1, oneDNN off) at concurrency 4: 5.00x" in text
-    assert "ours p50 at concurrency 1 / engine median page time: 1.10" in text
+    assert "ours p50 at concurrency 1 / engine median page time: 1.10 (goal <= 1.00)" in text
     assert "ours mean latency at concurrency 1 / engine mean page time: 1.10" in text
     assert "ours at concurrency 8 0.0085" in text
     assert "PaddleX basic serving, default install (Paddle 3.3.1, oneDNN off) 1500 MiB" in text
@@ -163,3 +164,86 @@ def test_ratios_count_correct_pages_and_say_what_failed_or_changed() -> None:
         '| ours, openvino_precision = "int8" | 4 | 1.800 | 9.00 | 2.00 | 4.00 | 0 | 1 | 1.700 |'
         in text
     )
+
+
+ONE_THREAD = {"pages_per_s": 0.12, "median_page_s": 7.5, "mean_page_s": 7.6, "cer": 0.0084}
+
+
+def test_machine_limit_is_cores_times_the_one_thread_engine_limit() -> None:
+    """Issue 28: ours at concurrency 4 against cores x the one-thread in-process limit, and ours
+    p50 at concurrency 1 against the cores-thread in-process median page."""
+    text = markdown({**REPORT, "cpu_threads": 2, "engine_one_thread": ONE_THREAD})
+    rows = text.splitlines()
+    engine = rows.index(
+        "| engine limit (in process, 2 threads) | 1 | 0.200 | 1.00 | 4.00 (median page) | | | | |"
+    )
+    assert rows[engine + 1] == (
+        "| engine limit (in process, 1 thread) | 1 | 0.120 | 0.60 | 7.50 (median page) | | | | |"
+    )
+    # 2 cores x 0.12 = 0.24 pages/s; ours at concurrency 4: 0.19 pages/s, 0.19 / 0.24 = 0.79.
+    assert (
+        "- machine limit: 2 cores x one-thread engine limit 0.120 = 0.240 pages/s; "
+        "ours at concurrency 4 / machine limit: 0.79 (goal >= 0.90)"
+    ) in rows
+    # 4.4 s / 4.0 s, the two-thread engine's median page, not the one-thread one's 7.5 s.
+    assert (
+        "- ours p50 at concurrency 1 / 2-thread in-process median page time: 1.10 (goal <= 1.00)"
+    ) in rows
+
+
+def test_on_one_thread_the_engine_limit_is_the_one_thread_limit() -> None:
+    text = markdown({**REPORT, "cpu_threads": 1})
+    assert "| engine limit (in process, 1 thread) | 1 | 0.200 | 1.00 |" in text
+    assert text.count("engine limit (in process") == 1
+    assert (
+        "- machine limit: 1 cores x one-thread engine limit 0.200 = 0.200 pages/s; "
+        "ours at concurrency 4 / machine limit: 0.95 (goal >= 0.90)"
+    ) in text
+
+
+def test_reports_without_the_one_thread_engine_limit_still_render() -> None:
+    """Reports saved before issue 28 had no one-thread run, some no thread count either."""
+    text = markdown({**REPORT, "cpu_threads": 4})
+    assert "| engine limit (in process, 4 threads) | 1 | 0.200 | 1.00 |" in text
+    assert "1 thread)" not in text
+    assert "machine limit" not in text
+    assert "ours p50 at concurrency 1 / 4-thread in-process median page time: 1.10" in text
+    old = markdown(REPORT)
+    assert "| engine limit (in process) | 1 | 0.200 | 1.00 |" in old
+    assert "machine limit" not in old
+
+
+def test_no_machine_limit_line_without_ours_at_concurrency_4() -> None:
+    ours = [lv for lv in REPORT["ours_levels"] if lv["concurrency"] != 4]
+    report = {**REPORT, "cpu_threads": 2, "engine_one_thread": ONE_THREAD, "ours_levels": ours}
+    text = markdown(report)
+    assert "| engine limit (in process, 1 thread) | 1 | 0.120 |" in text
+    assert "machine limit" not in text
+
+
+def test_engine_limit_runs_the_engine_with_the_threads_and_reads_its_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+
+    def fake_run(command: list[str], check: bool) -> None:
+        assert check
+        calls.append(command)
+        config = Path(command[command.index("--config") + 1])
+        assert config.read_text() == "[engine]\ncpu_threads = 1\n"
+        result = {**ONE_THREAD, "texts": {"a.png": ["abcd"]}}
+        del result["cer"]
+        Path(command[command.index("--json") + 1]).write_text(json.dumps(result))
+
+    monkeypatch.setattr(bench_run.subprocess, "run", fake_run)
+    engine = bench_run._engine_limit(tmp_path, "engine-1thread", 1, 3, {"a.png": "abce"})
+    [command] = calls
+    assert command[1:3] == ["-m", "loadtest.engine_limit"]
+    assert command[command.index("--config") + 1] == str(tmp_path / "engine-1thread.toml")
+    assert command[command.index("--json") + 1] == str(tmp_path / "engine-1thread.json")
+    assert command[command.index("--pages-dir") + 1] == str(tmp_path / "pages")
+    assert command[command.index("--rounds") + 1] == "3"
+    assert engine["pages_per_s"] == 0.12
+    assert engine["median_page_s"] == 7.5
+    assert engine["cer"] == pytest.approx(0.25)
+    assert "texts" not in engine
