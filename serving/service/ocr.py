@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -394,12 +395,21 @@ class OcrService:
         try:
             # Names the page among the items of this stage (the metric of pages a batch).
             page = step.inputs[0].name if step.inputs else None
-            outputs = await asyncio.gather(
-                *(
-                    self._infer(step.state.awaiting, ref, deadline, priority, page)
-                    for ref in step.inputs
-                )
+            # Largest first: a lone page's chunks, spread over the free workers, then end
+            # together rather than behind its widest chunk, queued last (PaddleOCR orders
+            # them narrowest first). Submission order is the queue's order among equals.
+            order = sorted(
+                range(len(step.inputs)),
+                key=lambda i: math.prod(step.inputs[i].shape),
+                reverse=True,
             )
+            answers = await all_or_none(
+                self._infer(step.state.awaiting, step.inputs[i], deadline, priority, page)
+                for i in order
+            )
+            outputs: list[Any] = [None] * len(order)
+            for i, answer in zip(order, answers, strict=True):
+                outputs[i] = answer
             try:
                 # Every step but the last submits the page's next stage.
                 with self.scheduler.interactive_coming(BACKGROUND if last else priority):
