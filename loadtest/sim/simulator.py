@@ -116,9 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary, _ = write_run(result, args.out / name)
         summaries.append(summary)
         print(f"  done in {result.wall_s:.1f} s wall", file=sys.stderr, flush=True)
-    command = "python -m loadtest.sim " + shlex.join(
-        sys.argv[1:] if argv is None else list(argv)
-    )
+    command = "python -m loadtest.sim " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     write_overview(summaries, args.out, command)
     print(markdown_table(summaries))
     return 0
