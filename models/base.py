@@ -56,6 +56,18 @@ class ArgmaxOutput(Protocol):
         ...
 
 
+@runtime_checkable
+class AloneRunner(Protocol):
+    """A predictor that can also run a batch on more threads than its own: the device's other
+    workers are idle and nothing waits (`serving.workers.device_pool`), so a lone page's batch
+    may use the whole machine. Its answers are the model's, as `run`'s (the sums may round
+    otherwise: more threads split them differently)."""
+
+    def run_alone(self, batch: np.ndarray) -> np.ndarray:
+        """`run` on `EngineOptions.lone_threads` threads (`run` itself where it has none)."""
+        ...
+
+
 class PredictorError(RuntimeError):
     """A predictor could not be loaded or could not run a batch."""
 

@@ -46,6 +46,10 @@ class EngineOptions:
     """"cpu" or "gpu:N"."""
     cpu_threads: int = 4
     """Math-library threads of one predictor (CPU only)."""
+    lone_threads: int = 0
+    """Threads of a batch the predictor runs alone (`models.base.AloneRunner`); an engine
+    that supports it compiles its model a second time for them where they are more than
+    `cpu_threads`. 0: no such runs."""
     enable_mkldnn: bool = True
     """Use oneDNN kernels on CPU (3-6x faster than without on PP-OCRv5 mobile)."""
     mkldnn_cache_capacity: int = 10
@@ -86,6 +90,8 @@ class EngineOptions:
             raise EngineOptionsError(f"device must be 'cpu' or 'gpu:N', got {self.device!r}")
         if self.cpu_threads < 1:
             raise EngineOptionsError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
+        if self.lone_threads < 0:
+            raise EngineOptionsError(f"lone_threads must be >= 0, got {self.lone_threads}")
         if self.inflight_batches < 1:
             raise EngineOptionsError(f"inflight_batches must be >= 1, got {self.inflight_batches}")
         if self.mkldnn_cache_capacity < 0:

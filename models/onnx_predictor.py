@@ -101,11 +101,15 @@ class OnnxPredictor(SpecPredictor):
             ValueError: the batch is not 4-D.
             PredictorError: the engine failed on the batch.
         """
-        if self._run is None:
+        return self._run_with(self._run, batch)
+
+    def _run_with(self, runner: BatchRunner | None, batch: np.ndarray) -> np.ndarray:
+        """`run` with `runner` (None: not loaded)."""
+        if runner is None:
             raise not_loaded(self._spec)
         data = nchw_batch(batch)
         try:
-            return self._run(data)
+            return runner(data)
         except Exception as err:  # engines raise their own RuntimeError subclasses
             raise batch_failed(self._spec, data, err, f" ({engine_name(self)})") from err
 

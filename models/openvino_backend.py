@@ -23,6 +23,7 @@ from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
 from models.openvino_precision import PrecisionChoice, choose_precision
 from models.quantize import int8_model
+from models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,16 @@ class OpenVinoPredictor(OnnxPredictor):
     """The file the loaded model came from (the ONNX model, or its int8 form); None before
     `load()`."""
 
+    def __init__(self, spec: ModelSpec, options: EngineOptions) -> None:
+        super().__init__(spec, options)
+        self._alone: BatchRunner | None = None
+        """The model compiled for `lone_threads` (`run_alone`); None where there is none."""
+        self._releases: list[Callable[[], None]] = []
+        """Each compiled model's `release_memory`."""
+        self.threads: tuple[int, ...] = ()
+        """Each compiled model's threads, as OpenVINO reports them: `run`'s, then `run_alone`'s
+        where it has its own model; empty before `load()`."""
+
     def _open(self) -> BatchRunner:
         ov = import_engine("openvino", "openvino")
         core = ov.Core()
@@ -78,29 +89,55 @@ class OpenVinoPredictor(OnnxPredictor):
         self.model_file = path
         if len(model.inputs) != 1 or not model.outputs:
             raise ValueError(f"expected one input and at least one output, got {model.inputs}")
-        compiled = core.compile_model(model, "CPU", compile_config(self.options, choice.precision))
+        config = compile_config(self.options, choice.precision)
+        compiled = core.compile_model(model, "CPU", config)
         self.precision = compiled_precision(
             choice, compiled.get_property("INFERENCE_PRECISION_HINT")
         )
-        request = compiled.create_infer_request()
-        self._release = compiled.release_memory
+        self._releases = [compiled.release_memory]
+        self._alone = None
+        self.threads = (int(compiled.get_property("INFERENCE_NUM_THREADS")),)
+        alone = ""
+        if self.options.lone_threads > self.options.cpu_threads:
+            # The same model compiled for more threads: the weights are small (PP-OCRv5 mobile's
+            # 5 and 16 MB), working memory is allocated per input shape as the model runs.
+            wide_config = {**config, "INFERENCE_NUM_THREADS": self.options.lone_threads}
+            wide = core.compile_model(model, "CPU", wide_config)
+            self._alone = _runner(wide.create_infer_request())
+            self._releases.append(wide.release_memory)
+            self.threads += (int(wide.get_property("INFERENCE_NUM_THREADS")),)
+            alone = f" ({self.options.lone_threads} alone)"
         logger.info(
-            "loaded %s model=%s (%s) engine=openvino %s threads=%d precision=%s (%s)",
+            "loaded %s model=%s (%s) engine=openvino %s threads=%d%s precision=%s (%s)",
             self.spec.kind,
             self.spec.model_name,
             path,
             ov.get_version(),
             self.options.cpu_threads,
+            alone,
             self.precision.precision,
             self.precision.reason,
         )
+        return _runner(compiled.create_infer_request())
 
-        def run(data: np.ndarray) -> np.ndarray:
-            request.infer({0: data})
-            # The output tensor's memory belongs to the request and is reused: copy it.
-            return np.array(request.get_output_tensor(0).data, copy=True)
+    def run_alone(self, batch: np.ndarray) -> np.ndarray:
+        """`run` on `lone_threads` threads: the model compiled for them where they are more than
+        `cpu_threads`, else the model `run` uses (`models.base.AloneRunner`).
 
-        return run
+        Raises:
+            PredictorNotLoadedError: before `load()` or after `close()`.
+            ValueError: the batch is not 4-D.
+            PredictorError: the engine failed on the batch.
+        """
+        alone = self._alone if self.loaded else None
+        return self._run_with(alone or self._run, batch)
+
+    def close(self) -> None:
+        """Drop both compiled models; a second call does nothing."""
+        super().close()
+        self._alone = None
+        self._releases = []
+        self.threads = ()
 
     def release_memory(self) -> None:
         """Free the working memory the CPU plugin keeps for the largest input it has run.
@@ -110,9 +147,20 @@ class OpenVinoPredictor(OnnxPredictor):
         2048: 803 -> 243 MiB, in 0.05 s), and the next input allocates for its own shape. Call
         it between batches, never while one runs.
         """
-        release: Callable[[], None] | None = getattr(self, "_release", None)
-        if self.loaded and release is not None:
-            release()
+        if self.loaded:
+            for release in self._releases:
+                release()
+
+
+def _runner(request: Any) -> BatchRunner:
+    """Runs one batch on an OpenVINO infer request, copying the output out."""
+
+    def run(data: np.ndarray) -> np.ndarray:
+        request.infer({0: data})
+        # The output tensor's memory belongs to the request and is reused: copy it.
+        return np.array(request.get_output_tensor(0).data, copy=True)
+
+    return run
 
 
 def compiled_precision(choice: PrecisionChoice, hint: object) -> PrecisionChoice:

@@ -294,6 +294,11 @@ class EngineConfig:
     """Engine backend of GPU device workers."""
     cpu_threads: int = 0
     """Math threads of a CPU device worker; 0 = the number of cores."""
+    cpu_lone_threads: int = 0
+    """Threads of a batch a CPU device worker runs alone: the other CPU device workers idle and
+    nothing else queued (a lone page's detector, a page of one recognition chunk), so that one
+    page uses the whole machine. Each worker compiles its models a second time for them; 0 =
+    the number of cores; 1 = never (nor where it is not more than `cpu_threads`)."""
     enable_mkldnn: bool = True
     mkldnn_cache_capacity: int = 10
     """Bounds oneDNN's per-shape cache (an unbounded one leaks with varying input sizes)."""
@@ -329,6 +334,7 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _check(self.cpu_threads >= 0, "engine.cpu_threads", "must be >= 0")
+        _check(self.cpu_lone_threads >= 0, "engine.cpu_lone_threads", "must be >= 0")
         for key, problem in self.torch.problems():
             _check(False, f"engine.torch.{key}", problem)
         _check(
@@ -555,6 +561,14 @@ class AppConfig:
         cores = os.cpu_count() or 1
         return self.engine.cpu_threads or max(1, cores // self.workers.cpu_instances)
 
+    @property
+    def cpu_lone_threads(self) -> int:
+        """Effective threads of a batch a CPU device worker runs alone (`engine.cpu_lone_threads`);
+        none (0) with one CPU device worker or no more than its own threads."""
+        threads = self.engine.cpu_lone_threads or (os.cpu_count() or 1)
+        alone = self.workers.cpu_instances > 1 and threads > self.cpu_threads
+        return threads if alone else 0
+
 
 def _check(ok: bool, path: str, problem: str) -> None:
     if not ok:
@@ -703,6 +717,7 @@ def describe(config: AppConfig) -> dict[str, Any]:
     data = dataclasses.asdict(config)
     data["workers"]["cpu_workers"] = config.cpu_workers
     data["engine"]["cpu_threads"] = config.cpu_threads
+    data["engine"]["cpu_lone_threads"] = config.cpu_lone_threads
     data["jobs"]["store"] = redact_url(config.jobs.store)
     return data
 

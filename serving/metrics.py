@@ -68,6 +68,13 @@ class Metrics:
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
+        self.alone_batches = Counter(
+            "ocr_alone_batches",
+            "Batches a device worker ran alone on all its device's threads: the device's other "
+            "workers idle, nothing queued (`engine.cpu_lone_threads`).",
+            ["stage", "device"],
+            registry=r,
+        )
         self.inference_seconds = Histogram(
             "ocr_inference_seconds",
             "Batch round trip to a device worker.",

@@ -16,10 +16,16 @@ from serving.config import AppConfig, EngineConfig
 
 
 def engine_options(
-    engine: EngineConfig, device: str, cpu_threads: int, *, inflight_batches: int = 1
+    engine: EngineConfig,
+    device: str,
+    cpu_threads: int,
+    *,
+    inflight_batches: int = 1,
+    lone_threads: int = 0,
 ) -> EngineOptions:
-    """Predictor settings for one device ("cpu" or "gpu:N") from the `[engine]` section, and the
-    batches its worker holds at once (`workers.<kind>.inflight_batches`).
+    """Predictor settings for one device ("cpu" or "gpu:N") from the `[engine]` section, the
+    batches its worker holds at once (`workers.<kind>.inflight_batches`) and the threads of a
+    batch it runs alone (CPU device workers; 0: none).
 
     fp16 and TensorRT apply to GPUs only, oneDNN to the CPU only.
     """
@@ -27,6 +33,7 @@ def engine_options(
     return EngineOptions(
         device=device,
         cpu_threads=cpu_threads,
+        lone_threads=0 if gpu else lone_threads,
         enable_mkldnn=engine.enable_mkldnn and not gpu,
         mkldnn_cache_capacity=engine.mkldnn_cache_capacity,
         gpu_memory_pool_mb=engine.gpu_memory_pool_mb,
@@ -44,8 +51,10 @@ def engine_options(
     )
 
 
-def engine_choice(config: AppConfig, device: str) -> EngineChoice:
-    """The backend configured for `device`'s kind, with options built for `device` itself.
+def engine_choice(config: AppConfig, device: str, *, alone: bool = False) -> EngineChoice:
+    """The backend configured for `device`'s kind, with options built for `device` itself;
+    `alone`: for a device worker of the server, which may run batches alone
+    (`AppConfig.cpu_lone_threads`).
 
     The one place `workers.<kind>.inflight_batches` becomes a limit: the main process's dispatch
     tasks per worker, the batches the worker holds launched, and its lane's page-locked slots
@@ -55,7 +64,11 @@ def engine_choice(config: AppConfig, device: str) -> EngineChoice:
     return EngineChoice(
         backend=config.engine.backend_for(kind),
         options=engine_options(
-            config.engine, device, config.cpu_threads, inflight_batches=workers.inflight_batches
+            config.engine,
+            device,
+            config.cpu_threads,
+            inflight_batches=workers.inflight_batches,
+            lone_threads=config.cpu_lone_threads if alone else 0,
         ),
     )
 

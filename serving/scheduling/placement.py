@@ -49,6 +49,10 @@ class Placement:
         else:
             self._down.add(device)
 
+    def idle(self, devices: Iterable[str]) -> bool:
+        """Whether none of `devices` holds a batch."""
+        return not any(self._running.get(device) for device in devices)
+
     def free_at(self, device: str, now: float) -> float:
         """When `device` should have finished every batch it holds."""
         running = self._running.get(device)

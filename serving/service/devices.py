@@ -91,7 +91,7 @@ def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[Device
                     device=device,
                     stages=kind.stages,
                     max_rows=max_rows,
-                    engine=engine_choice(config, device),
+                    engine=engine_choice(config, device, alone=True),
                 )
             )
     return specs

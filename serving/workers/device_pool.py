@@ -100,13 +100,16 @@ class DeviceWorkerHandle:
         self.info = await self._child.start(self.start_timeout_s)
         logger.info("device worker %s up (pid %s)", self.spec.name, self.pid)
 
-    async def execute(self, stage: str, refs: list[Any]) -> list[ItemOk | ItemFailed]:
-        """Run one batch; raises WorkerDied if the process exits first."""
+    async def execute(
+        self, stage: str, refs: list[Any], *, alone: bool = False
+    ) -> list[ItemOk | ItemFailed]:
+        """Run one batch (`alone`: on the threads for that, `DevicePool.alone`); raises
+        WorkerDied if the process exits first."""
         child = self._child
         if child is None or not self.ready:
             raise WorkerDied(self.spec.name)
         batch_id = next(self._ids)
-        _, done_id, outcomes = await child.request(("run", batch_id, stage, refs))
+        _, done_id, outcomes = await child.request(("run", batch_id, stage, refs, alone))
         if done_id != batch_id:  # the process answers in order: this cannot happen
             raise OcrError(f"{self.spec.name} answered batch {done_id} for {batch_id}")
         self.batches += 1
@@ -172,7 +175,9 @@ class WorkerHandle(Protocol):
 
     async def stop(self, timeout_s: float = 10.0) -> None: ...
 
-    async def execute(self, stage: str, refs: list[Any]) -> list[ItemOk | ItemFailed]: ...
+    async def execute(
+        self, stage: str, refs: list[Any], *, alone: bool = False
+    ) -> list[ItemOk | ItemFailed]: ...
 
 
 class DevicePool:
@@ -192,6 +197,16 @@ class DevicePool:
         self.retry = RetryPolicy(max_attempts=MAX_ATTEMPTS, restart_backoff_s=restart_backoff_s)
         for worker in workers:
             scheduler.placement.add_device(worker.spec.name, worker.spec.stages)
+        self._peers = {
+            worker.spec.name: tuple(
+                other.spec.name
+                for other in workers
+                if other.spec.device == worker.spec.device and other is not worker
+            )
+            for worker in workers
+            if worker.spec.engine.options.lone_threads > 0
+        }
+        """Each worker that can run batches alone: the other workers of its device."""
         self._tasks: list[asyncio.Task[None]] = []
         self.restarts = 0
         self.dispatch_failures = 0
@@ -237,11 +252,14 @@ class DevicePool:
             stage = batch[0].stage
             cost = sum(item.cost for item in batch)
             started = time.monotonic()
+            alone = self.alone(worker)
             token = placement.started(name, stage, cost, started)
-            self._observe_batch(worker, batch, started)
+            self._observe_batch(worker, batch, started, alone=alone)
             seconds: float | None = None
             try:
-                outcomes = await worker.execute(stage, [item.payload for item in batch])
+                outcomes = await worker.execute(
+                    stage, [item.payload for item in batch], alone=alone
+                )
                 done = time.monotonic()
                 seconds = done - max(started, worker.last_done_at)
                 worker.last_done_at = done
@@ -272,17 +290,36 @@ class DevicePool:
                 self.metrics.observe_cost(name, stage, cost, seconds, placement.model)
             self._complete(batch, outcomes)
 
-    def _observe_batch(self, worker: WorkerHandle, batch: list[WorkItem], now: float) -> None:
+    def alone(self, worker: WorkerHandle) -> bool:
+        """Whether the batch `worker` has just taken runs alone, on all the threads of its
+        device (`engine.cpu_lone_threads`): the other workers of the device hold no batch and
+        nothing else is queued for them or for it. A lone page then uses the whole machine (its
+        detector; its recognition chunks spread over the workers instead). Work that comes
+        meanwhile runs beside it, the cores shared for that while."""
+        peers = self._peers.get(worker.spec.name)
+        if peers is None:
+            return False
+        placement = self.scheduler.placement
+        if not placement.idle((worker.spec.name, *peers)):
+            return False
+        return not any(self.scheduler.policy.depth(stage) for stage in worker.spec.stages)
+
+    def _observe_batch(
+        self, worker: WorkerHandle, batch: list[WorkItem], now: float, *, alone: bool = False
+    ) -> None:
         stage = batch[0].stage
         rows = sum(item.count for item in batch)
         logger.debug(
-            "batch device=%s stage=%s bucket=%s items=%d rows=%d",
+            "batch device=%s stage=%s bucket=%s items=%d rows=%d alone=%s",
             worker.spec.name,
             stage,
             batch[0].bucket,
             len(batch),
             rows,
+            alone,
         )
+        if alone:
+            self.metrics.alone_batches.labels(stage=stage, device=worker.spec.name).inc()
         self.metrics.batch_size.labels(stage=stage, device=worker.spec.name).observe(rows)
         sent = sum(item.payload.nbytes for item in batch if isinstance(item.payload, shm.ShmRef))
         self.metrics.shm_bytes.labels(stage=stage, direction="to_device").inc(sent)

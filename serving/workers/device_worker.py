@@ -26,6 +26,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from models.base import AloneRunner
 from models.bundle import load_bundle
 from models.device_faults import is_device_fault
 from models.engine_options import device_kind
@@ -113,6 +114,8 @@ class DeviceWorkerChild:
     """How each stage reads its predictor's answers (`serving.engine.choice.model_stages`)."""
     release_pending: bool = False
     """A detector batch over `release_above_px` ran since the engine last freed its memory."""
+    det_alone: bool | None = None
+    """Whether the detector's last batch ran alone (`_predict`); None before the first."""
     release_above_px: int = 0
     """Detector-input pixels (a batch's, all rows) beyond which the engine is asked to free the
     working memory it keeps for that shape (`serving.engine.warmup.release_engine_memory`), which
@@ -191,8 +194,8 @@ class DeviceWorkerChild:
                     while running:
                         self._send_oldest(running, completions)
                     return
-                _, batch_id, stage, refs = message
-                batch = self.start_batch(stage, refs)
+                _, batch_id, stage, refs, alone = message
+                batch = self.start_batch(stage, refs, alone=alone)
                 running.append((batch_id, batch))
                 completions.submit(batch.wait)
                 del message, refs, batch
@@ -217,14 +220,17 @@ class DeviceWorkerChild:
         elif not running and not self.conn.poll():  # idle: no batch waits on the trim
             release_free_heap()
 
-    def start_batch(self, stage: str, refs: list[shm.ShmRef]) -> RunningBatch:
+    def start_batch(
+        self, stage: str, refs: list[shm.ShmRef], *, alone: bool = False
+    ) -> RunningBatch:
         """Collate a batch into the predictor's page-locked slot and launch it, or (predictors
-        that are not staged) run it now."""
+        that are not staged) run it now; `alone` (the device's other workers idle, nothing
+        queued): on the predictor's threads for that (`models.base.AloneRunner`)."""
         predictor = self.predictors[stage]
         if stage == "det" and sum(math.prod(ref.shape) for ref in refs) > 3 * self.release_above_px:
             self.release_pending = True  # (n, 3, h, w) inputs: 3 values a pixel
         if not isinstance(predictor, StagedPredictor):
-            return RunningBatch(outcomes=self.run_batch(stage, refs))
+            return RunningBatch(outcomes=self.run_batch(stage, refs, alone=alone))
         rows = [ref.shape[0] for ref in refs]
         shape = (sum(rows), *refs[0].shape[1:])
         # An engine that normalises on its device gets the pixels as they are (a quarter of the
@@ -284,7 +290,9 @@ class DeviceWorkerChild:
         # The inputs are still in shared memory: the synchronous path retries items alone.
         return self.run_batch(stage, refs)
 
-    def run_batch(self, stage: str, refs: list[shm.ShmRef]) -> list[ItemOk | ItemFailed]:
+    def run_batch(
+        self, stage: str, refs: list[shm.ShmRef], *, alone: bool = False
+    ) -> list[ItemOk | ItemFailed]:
         rows = [ref.shape[0] for ref in refs]
         try:
             batch = np.empty((sum(rows), *refs[0].shape[1:]), dtype=np.float32)
@@ -295,7 +303,7 @@ class DeviceWorkerChild:
             logger.exception("cannot collate a %s batch", stage)
             return [ItemFailed(PredictorFailed(f"Bad {stage} input: {err}"))] * len(refs)
         try:
-            return self._run_split(stage, batch, rows)
+            return self._run_split(stage, batch, rows, alone=alone)
         except Exception as err:
             _raise_if_fault(err, stage)
             if len(refs) == 1:
@@ -315,12 +323,30 @@ class DeviceWorkerChild:
         return outcomes
 
     def _run_split(
-        self, stage: str, batch: np.ndarray, rows: list[int]
+        self, stage: str, batch: np.ndarray, rows: list[int], *, alone: bool = False
     ) -> list[ItemOk | ItemFailed]:
-        output = self.predictors[stage].run(batch)
+        output = self._predict(stage, batch, alone=alone)
         if output.shape[0] != batch.shape[0]:
             raise PredictorFailed(f"{stage} returned {output.shape[0]} rows for {batch.shape[0]}")
         return item_outcomes(self.stages[stage], output, rows, self.setup.shm_prefix)
+
+    def _predict(self, stage: str, batch: np.ndarray, *, alone: bool) -> np.ndarray:
+        """Run `batch` on the stage's predictor: alone on its threads for that, where it has
+        them (`models.base.AloneRunner`: a second compiled model). Of the detector's two, one
+        at a time keeps working memory, what the memory budget counts on: where a detector
+        batch runs on the other one than the last, the engine releases its memory first (a
+        lone page after pages in company, or back)."""
+        predictor = self.predictors[stage]
+        alone = alone and isinstance(predictor, AloneRunner)
+        if stage == "det":
+            if self.det_alone is not None and alone != self.det_alone:
+                from serving.engine.warmup import release_engine_memory
+
+                release_engine_memory(predictor)
+            self.det_alone = alone
+        if alone:
+            return cast(AloneRunner, predictor).run_alone(batch)
+        return predictor.run(batch)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         for predictor in self.predictors.values():

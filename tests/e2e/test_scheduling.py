@@ -174,7 +174,14 @@ def test_kill_9_inside_in_flight_work_loses_no_request(tmp_path) -> None:
         stop_server(server)
 
 
-def test_two_cpu_device_workers_share_the_cores_and_both_serve(tmp_path) -> None:
+def _alone_batches(url: str, stage: str) -> float:
+    """`ocr_alone_batches_total` of `stage`, summed over devices."""
+    metrics = httpx.get(f"{url}/metrics").text
+    pattern = rf'^ocr_alone_batches_total{{device="[^"]*",stage="{stage}"}} (\S+)$'
+    return sum(float(m.group(1)) for m in re.finditer(pattern, metrics, re.M))
+
+
+def test_two_cpu_device_workers_share_the_cores_and_a_lone_page_uses_them_all(tmp_path) -> None:
     config = CONFIG.replace("cpu_instances = 1\n", "cpu_instances = 2\n")
     server = start_server(tmp_path, config)
     try:
@@ -203,5 +210,13 @@ def test_two_cpu_device_workers_share_the_cores_and_both_serve(tmp_path) -> None
         )
         threads = json.loads(effective.split("effective configuration: ", 1)[1])["engine"]
         assert threads["cpu_threads"] == max(1, (os.cpu_count() or 1) // 2)
+        # A page alone in the server (the other worker idle, nothing queued): its detector runs
+        # alone, on every core (issue 28), with the text it has in company.
+        lone = (os.cpu_count() or 1) > threads["cpu_threads"]
+        assert threads["cpu_lone_threads"] == ((os.cpu_count() or 1) if lone else 0)
+        before = _alone_batches(server.url, "det")
+        (response,) = asyncio.run(_post_many(server.url, documents[:1]))
+        assert _texts(response) == sequential[0]
+        assert _alone_batches(server.url, "det") - before == (1 if lone else 0)
     finally:
         stop_server(server)

@@ -246,6 +246,7 @@ def test_int_accepted_for_float_field() -> None:
         ({"server": {"request_timeout_s": 10**400}}, "server.request_timeout_s"),
         ({"pipeline": {"rec": {"batch_size": 0}}}, "pipeline.rec.batch_size"),
         ({"engine": {"cpu_threads": -1}}, "engine.cpu_threads"),
+        ({"engine": {"cpu_lone_threads": -1}}, "engine.cpu_lone_threads"),
         ({"engine": {"precision": "int8"}}, "engine.precision"),
         ({"engine": {"cpu_backend": "tensorrt"}}, "engine.cpu_backend"),
         ({"engine": {"gpu_backend": "tests.fakes.predictors:SLOW_FAKE"}}, "engine.gpu_backend"),

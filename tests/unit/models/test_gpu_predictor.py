@@ -183,7 +183,7 @@ def test_a_device_worker_pipelines_paddle_gpu_batches(rec_spec, prefix) -> None:
     batches = {10: _batch(1), 11: _batch(2)}
     log.calls.clear()
     for batch_id, batch in batches.items():  # both queued, as with inflight_batches = 2
-        theirs.send(("run", batch_id, "rec", [shm.put(batch, prefix)]))
+        theirs.send(("run", batch_id, "rec", [shm.put(batch, prefix)], False))
     serving = threading.Thread(target=runner.serve, daemon=True)
     serving.start()
     answers = [theirs.recv(), theirs.recv()]

@@ -153,8 +153,11 @@ class _FakeCompiled:
         hint = config["INFERENCE_PRECISION_HINT"]
         # As the CPU plugin: a bf16 hint is honoured only where the CPU has bf16.
         self.hint = hint if hint != "bf16" or cpu_bf16 else "f32"
+        self.threads = config["INFERENCE_NUM_THREADS"]
 
-    def get_property(self, name: str) -> SimpleNamespace:
+    def get_property(self, name: str) -> Any:
+        if name == "INFERENCE_NUM_THREADS":
+            return self.threads
         assert name == "INFERENCE_PRECISION_HINT"
         return SimpleNamespace(type_name=self.hint)
 

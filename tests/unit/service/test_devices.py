@@ -56,6 +56,34 @@ def test_cpu_instances_share_the_cores_unless_threads_are_set(
     assert explicit.cpu_threads == 3
 
 
+@pytest.mark.parametrize(
+    ("cores", "instances", "engine", "expected"),
+    [
+        (2, 2, {}, 2),  # the default: a lone batch on every core
+        (16, 4, {}, 16),
+        (2, 1, {}, 0),  # one worker has the cores already
+        (2, 2, {"cpu_lone_threads": 1}, 0),  # never
+        (2, 2, {"cpu_threads": 2}, 0),  # no more than its own
+        (4, 2, {"cpu_lone_threads": 3}, 3),
+    ],
+)
+def test_cpu_workers_run_lone_batches_on_every_core_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+    cores: int,
+    instances: int,
+    engine: dict[str, int],
+    expected: int,
+) -> None:
+    monkeypatch.setattr("serving.config.os.cpu_count", lambda: cores)
+    config = build(AppConfig, {"workers": {"cpu_instances": instances}, "engine": engine})
+    assert config.cpu_lone_threads == expected
+    specs = device_specs(config, gpu_count=0)
+    assert [s.engine.options.lone_threads for s in specs] == [expected] * instances
+    # GPU workers never: a GPU batch is not the CPU's.
+    gpu = build(AppConfig, {"workers": {"devices": ["gpu:0"]}})
+    assert [s.engine.options.lone_threads for s in device_specs(gpu, gpu_count=1)] == [0]
+
+
 def test_cpu_instances_must_be_positive() -> None:
     with pytest.raises(ConfigError, match=r"workers\.cpu_instances"):
         build(AppConfig, {"workers": {"cpu_instances": 0}})

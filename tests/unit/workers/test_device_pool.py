@@ -48,15 +48,20 @@ class FakeWorker:
     up: bool = False
     active: int = 0
     most_active: int = 0
+    lone_threads: int = 0
+    alone: list[bool] = field(default_factory=list)
+    """Whether each batch was sent to run alone."""
+    limits: dict[str, StageLimits] = field(default_factory=lambda: dict(LIMITS))
+    sleep_s: float = 0.01
 
     def __post_init__(self) -> None:
+        options = EngineOptions(device="cpu", lone_threads=self.lone_threads)
         self.spec = DeviceSpec(
             name=self.name,
-            device="cpu",
+            device=self.name.split("#")[0],
             stages=("rec",),
-            engine=EngineChoice(backend="fake", options=EngineOptions(device="cpu")),
+            engine=EngineChoice(backend="fake", options=options),
         )
-        self.limits = LIMITS
 
     @property
     def ready(self) -> bool:
@@ -74,12 +79,15 @@ class FakeWorker:
     async def stop(self, timeout_s: float = 10.0) -> None:
         self.up = False
 
-    async def execute(self, stage: str, refs: list[Any]) -> list[ItemOk | ItemFailed]:
+    async def execute(
+        self, stage: str, refs: list[Any], *, alone: bool = False
+    ) -> list[ItemOk | ItemFailed]:
         self.ran.append(list(refs))
+        self.alone.append(alone)
         self.active += 1
         self.most_active = max(self.most_active, self.active)
         try:
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(self.sleep_s)
         finally:
             self.active -= 1
         behaviour = self.behaviours.pop(0) if self.behaviours else doubled
@@ -203,3 +211,63 @@ def test_inflight_batches_run_concurrently_on_one_worker(inflight: int) -> None:
     _, outcomes = asyncio.run(run([worker], list(range(12))))
     assert outcomes == [2 * p for p in range(12)]
     assert worker.most_active == inflight
+
+
+def alone_flags(workers: list[FakeWorker]) -> list[bool]:
+    """Whether each batch ran alone, worker after worker."""
+    return [flag for worker in workers for flag in worker.alone]
+
+
+ONE_ROW = {"rec": StageLimits(max_batch_size=1, max_cost=10_000)}
+
+
+def lone_pair(sleeps_s: tuple[float, float] = (0.01, 0.01)) -> list[FakeWorker]:
+    """Two workers of the CPU device that can run batches alone, a row a batch, each batch
+    taking the worker's time of `sleeps_s`."""
+    return [
+        FakeWorker(name=f"cpu#{i}", lone_threads=2, limits=dict(ONE_ROW), sleep_s=sleep_s)
+        for i, sleep_s in enumerate(sleeps_s)
+    ]
+
+
+def test_a_lone_batch_runs_alone_and_batches_in_company_do_not() -> None:
+    workers = lone_pair()
+    _, outcomes = asyncio.run(run(workers, [5]))
+    assert outcomes == [10]
+    assert alone_flags(workers) == [True]
+    workers = lone_pair(sleeps_s=(0.1, 0.6))
+    # Three one-row batches at once: the first two run side by side (the third still queued,
+    # then the other worker busy); the third starts when the faster one ends, the other busy.
+    _, outcomes = asyncio.run(run(workers, [1, 2, 3]))
+    assert outcomes == [2, 4, 6]
+    assert alone_flags(workers) == [False, False, False]
+
+
+def test_a_page_that_comes_once_the_others_are_done_runs_alone() -> None:
+    workers = lone_pair()
+
+    async def scenario() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        sched = scheduler()
+        pool = DevicePool(workers, sched, restart_backoff_s=0.0)
+        await pool.start()
+        try:
+            first = [item(loop, p) for p in (1, 2)]
+            for it in first:
+                sched.submit(it)
+            done = [await asyncio.wait_for(it.future, 5) for it in first]
+            late = item(loop, 3)  # the page that comes after: alone
+            sched.submit(late)
+            return [*done, await asyncio.wait_for(late.future, 5)]
+        finally:
+            await pool.stop()
+
+    assert asyncio.run(scenario()) == [2, 4, 6]
+    assert sorted(alone_flags(workers)) == [False, False, True]
+
+
+def test_workers_without_lone_threads_never_run_alone() -> None:
+    workers = [FakeWorker(name=f"cpu#{i}", limits=dict(ONE_ROW)) for i in range(2)]
+    _, outcomes = asyncio.run(run(workers, [5]))
+    assert outcomes == [10]
+    assert alone_flags(workers) == [False]

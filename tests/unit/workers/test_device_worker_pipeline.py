@@ -70,8 +70,8 @@ def test_worker_launches_the_next_batch_before_it_waits_for_the_current_one(pref
     serving.start()
     try:
         # As the main process does with inflight_batches = 2: both sent before any result.
-        theirs.send(("run", 10, "rec", [crops(1, 3, prefix)]))
-        theirs.send(("run", 11, "rec", [crops(2, 4, prefix)]))
+        theirs.send(("run", 10, "rec", [crops(1, 3, prefix)], False))
+        theirs.send(("run", 11, "rec", [crops(2, 4, prefix)], False))
         answers = [theirs.recv(), theirs.recv()]
         theirs.send(("stop",))
         serving.join(timeout=10)
