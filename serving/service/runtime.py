@@ -38,7 +38,7 @@ from serving.workers.device_pool import (
     WorkerHandle,
     discard_payload,
 )
-from serving.workers.device_worker import DeviceSpec, WorkerSetup
+from serving.workers.device_worker import LONE_THREADS_KEY, DeviceSpec, WorkerSetup
 from serving.workers.watchdog import LoopWatchdog
 
 logger = logging.getLogger(__name__)
@@ -223,7 +223,7 @@ class Runtime:
                     "ready": w.ready,
                     "pid": w.pid,
                     "restarts": w.restarts,
-                    **{k: w.info[k] for k in PRECISION_KEYS if k in w.info},
+                    **{k: w.info[k] for k in (*PRECISION_KEYS, LONE_THREADS_KEY) if k in w.info},
                 }
                 for w in self.devices.workers
             },

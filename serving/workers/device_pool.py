@@ -25,6 +25,7 @@ from serving.scheduling.batching import Scheduler, WorkItem
 from serving.workers import shm
 from serving.workers.device_worker import (
     DEVICE_FAULT_EXIT_CODE,
+    LONE_THREADS_KEY,
     DeviceSpec,
     ItemFailed,
     ItemOk,
@@ -204,9 +205,8 @@ class DevicePool:
                 if other.spec.device == worker.spec.device and other is not worker
             )
             for worker in workers
-            if worker.spec.engine.options.lone_threads > 0
         }
-        """Each worker that can run batches alone: the other workers of its device."""
+        """Each worker's fellows: the other workers of its device."""
         self._tasks: list[asyncio.Task[None]] = []
         self.restarts = 0
         self.dispatch_failures = 0
@@ -296,11 +296,10 @@ class DevicePool:
         nothing else is queued for them or for it. A lone page then uses the whole machine (its
         detector; its recognition chunks spread over the workers instead). Work that comes
         meanwhile runs beside it, the cores shared for that while."""
-        peers = self._peers.get(worker.spec.name)
-        if peers is None:
+        if not worker.info.get(LONE_THREADS_KEY):  # it said it runs none alone
             return False
         placement = self.scheduler.placement
-        if not placement.idle((worker.spec.name, *peers)):
+        if not placement.idle((worker.spec.name, *self._peers[worker.spec.name])):
             return False
         return not any(self.scheduler.policy.depth(stage) for stage in worker.spec.stages)
 

@@ -42,6 +42,10 @@ from serving.workers.proc import die_with_parent, release_free_heap
 
 logger = logging.getLogger(__name__)
 
+LONE_THREADS_KEY = "lone_threads"
+"""Where a device worker's ready report says on how many threads it runs a batch alone (0: it
+does not), which the dispatcher reads and `/readyz` shows."""
+
 DEVICE_FAULT_EXIT_CODE = 86
 """The exit status of a worker whose device failed for good (`models.device_faults`): the pool
 restarts it like any worker that died, with a fresh CUDA context."""
@@ -148,8 +152,16 @@ class DeviceWorkerChild:
         return {
             "warmup_s": round(time.monotonic() - started, 3),
             "warmup_texts": texts,
+            LONE_THREADS_KEY: self.lone_threads(),
             **self.measure_memory(),
         }
+
+    def lone_threads(self) -> int:
+        """Threads a batch sent to run alone runs on: `lone_threads` where a predictor of this
+        worker can (`models.base.AloneRunner`), else 0 (the dispatcher then sends none)."""
+        lone = self.spec.engine.options.lone_threads
+        can = any(isinstance(p, AloneRunner) for p in self.predictors.values())
+        return lone if can else 0
 
     def measure_memory(self) -> dict[str, float]:
         """This worker's bytes per detector-input pixel (`page_memory.ENGINE_BYTES_KEY`), what

@@ -214,6 +214,8 @@ def test_two_cpu_device_workers_share_the_cores_and_a_lone_page_uses_them_all(tm
         # alone, on every core (issue 28), with the text it has in company.
         lone = (os.cpu_count() or 1) > threads["cpu_threads"]
         assert threads["cpu_lone_threads"] == ((os.cpu_count() or 1) if lone else 0)
+        for device in devices.values():  # what each worker said it runs a lone batch on
+            assert device["lone_threads"] == threads["cpu_lone_threads"]
         before = _alone_batches(server.url, "det")
         (response,) = asyncio.run(_post_many(server.url, documents[:1]))
         assert _texts(response) == sequential[0]

@@ -121,3 +121,15 @@ def test_a_detector_compiled_once_runs_lone_batches_as_any(prefix: str) -> None:
     det = HungryDet()  # no `run_alone`
     serve_batches(det, prefix, [(40, False), (48, True), (32, False)])
     assert det.releases == 0
+
+
+def test_a_worker_reports_lone_threads_only_where_a_predictor_can_run_alone(prefix: str) -> None:
+    ours, _theirs = Pipe()
+    engine = EngineChoice(backend="fake", options=EngineOptions(cpu_threads=1, lone_threads=2))
+    spec = DeviceSpec(name="cpu#0", device="cpu", stages=("det",), engine=engine)
+    setup = WorkerSetup(model_dirs={}, shm_prefix=prefix)
+    runner = DeviceWorkerChild(spec=spec, setup=setup, conn=ours)
+    runner.use({"det": TwoModelDet()})
+    assert runner.lone_threads() == 2
+    runner.use({"det": HungryDet()})  # an engine compiled once: the dispatcher sends none alone
+    assert runner.lone_threads() == 0

@@ -53,6 +53,7 @@ class FakeWorker:
     """Whether each batch was sent to run alone."""
     limits: dict[str, StageLimits] = field(default_factory=lambda: dict(LIMITS))
     sleep_s: float = 0.01
+    info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         options = EngineOptions(device="cpu", lone_threads=self.lone_threads)
@@ -72,6 +73,7 @@ class FakeWorker:
         return None
 
     async def start(self) -> None:
+        self.info = {"lone_threads": self.lone_threads}  # as a worker's ready report
         self.starts += 1
         self.process = object()  # a new process each start
         self.up = True
