@@ -116,6 +116,9 @@ def test_a_process_that_dies_while_starting_fails_its_start() -> None:
         worker = WorkerProcess(target, name="sup-abort", replies=("ok",))
         with pytest.raises(WorkerStartFailed, match="exited while starting"):
             await worker.start(60.0)
+        # Its pipe closes as it dies, before it is reaped (an abort may write a core first).
+        assert worker.process is not None
+        worker.process.join(30)
         assert worker.exitcode == -signal.SIGABRT
 
     asyncio.run(main())
