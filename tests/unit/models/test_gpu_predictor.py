@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 from models.base import ArgmaxOutput, PredictorError, PredictorNotLoadedError
-from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions
 from models.gpu_predictor import GpuPredictor
 from models.paddle_device import paddle_lane
 from models.registry import EngineChoice
-from models.spec import ModelSpec, load_model_spec
+from models.spec import ModelSpec
 from models.staging import StagedPredictor
 from pipelines.rec_postprocess import argmax_pairs
 from serving.workers import shm
@@ -29,16 +28,6 @@ from tests.fakes.paddle_gpu import Log, make_fake_paddle
 def _fresh_lanes() -> Iterator[None]:
     yield
     paddle_lane.cache_clear()
-
-
-@pytest.fixture(scope="module")
-def rec_spec() -> ModelSpec:
-    return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_rec"), "rec")
-
-
-@pytest.fixture(scope="module")
-def det_spec() -> ModelSpec:
-    return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_det"), "det")
 
 
 def _loaded(spec: ModelSpec, paddle: ModuleType, device: str = "gpu:0") -> GpuPredictor:

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from models.base import PredictorError, PredictorNotLoadedError
-from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions, EngineOptionsError
 from models.paddle_predictor import (
     ONEDNN_PLACEMENT_PASS,
@@ -18,7 +17,7 @@ from models.paddle_predictor import (
     build_config,
     parse_paddle_version,
 )
-from models.spec import ModelSpec, load_model_spec
+from models.spec import ModelSpec
 from tests.fakes.paddle_inference import (
     Call,
     Precision,
@@ -27,16 +26,6 @@ from tests.fakes.paddle_inference import (
 )
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture(scope="module")
-def det_spec() -> ModelSpec:
-    return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_det"), "det")
-
-
-@pytest.fixture(scope="module")
-def rec_spec() -> ModelSpec:
-    return load_model_spec(embedded_model_dir("PP-OCRv5_mobile_rec"), "rec")
 
 
 def _config_call(spec: ModelSpec) -> Call:

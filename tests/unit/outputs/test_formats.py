@@ -26,12 +26,9 @@ from serving.errors import InvalidInput, NotAcceptable, ValidationFailed
 from serving.outputs import pdf as pdf_output
 from serving.outputs.document import Document, Page, Source, group_blocks, make_line
 from serving.outputs.formats import negotiate, render_bytes
+from tests.poppler import needs_poppler, pdfimages, pdftotext
 
 BIN = Path(sys.executable).parent
-needs_poppler = pytest.mark.skipif(
-    shutil.which("pdftotext") is None or shutil.which("qpdf") is None,
-    reason="poppler-utils and qpdf (scripts/system-deps.sh)",
-)
 
 
 def _line(text: str, x: int, y: int, widths: list[int], gap: int = 12, height: int = 30):
@@ -195,19 +192,6 @@ def test_alto_reads_back_with_its_text_and_coordinates(tmp_path: Path) -> None:
         ]
 
 
-def _pdftotext(pdf: bytes, *args: str) -> str:
-    return subprocess.run(
-        ["pdftotext", *args, "-", "-"], input=pdf, capture_output=True, check=True
-    ).stdout.decode()
-
-
-def _pdfimages(path: Path) -> list[list[str]]:
-    listing = subprocess.run(
-        ["pdfimages", "-list", str(path)], capture_output=True, text=True, check=True
-    ).stdout
-    return [row.split() for row in listing.splitlines()[2:] if row.strip()]
-
-
 def _check_pdf(path: Path) -> None:
     checked = subprocess.run(["qpdf", "--check", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -223,9 +207,9 @@ def test_pdf_words_whose_boxes_touch_stay_apart_and_a_cjk_run_stays_joined() -> 
     lines = [_line("jumps over the lazy dog", 60, 100, [120, 90, 70, 80, 70], gap=0)]
     page = Page(width=1200, height=800, blocks=group_blocks(lines))
     pdf = render_bytes(Document(name="touching.png", pages=(page,), source=None), "pdf")
-    assert _pdftotext(pdf, "-raw").split() == ["jumps", "over", "the", "lazy", "dog"]
+    assert pdftotext(pdf, "-raw").split() == ["jumps", "over", "the", "lazy", "dog"]
     cjk = render_bytes(two_columns(), "pdf")
-    assert "中文abc 结束" in _pdftotext(cjk, "-raw")
+    assert "中文abc 结束" in pdftotext(cjk, "-raw")
 
 
 @needs_poppler
@@ -241,7 +225,7 @@ def test_pdf_from_an_image_keeps_it_and_its_words_sit_on_their_boxes(
     path.write_bytes(pdf)
     _check_pdf(path)
     ((*_, width, height, _color, _comp, _bpc, enc, _interp, _obj, _gen, xppi, _yppi, _, _),) = (
-        _pdfimages(path)
+        pdfimages(path)
     )
     assert (int(width), int(height), enc) == (1200, 800, encoding)
     assert xppi == "300"  # no resolution in the file: 300 dpi assumed
@@ -249,7 +233,7 @@ def test_pdf_from_an_image_keeps_it_and_its_words_sit_on_their_boxes(
         with pikepdf.open(path) as opened:
             (image,) = opened.pages[0].get_images().values()
             assert image.read_raw_bytes() == data
-    assert [line for line in _pdftotext(pdf, "-raw").splitlines() if line.strip()] == (
+    assert [line for line in pdftotext(pdf, "-raw").splitlines() if line.strip()] == (
         EXPECTED_LINES
     )
     # Each word found inside its box (points = pixels x 72 / 300), to a point.
@@ -257,7 +241,7 @@ def test_pdf_from_an_image_keeps_it_and_its_words_sit_on_their_boxes(
     boxes = [word.box for line in document.pages[0].lines for word in line.words]
     found = re.findall(
         r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">(.*?)</word>',
-        _pdftotext(pdf, "-bbox"),
+        pdftotext(pdf, "-bbox"),
     )
     texts = [w.text for line in document.pages[0].lines for w in line.words]
     assert sorted(t for *_, t in found if t != "中文abc") == sorted(
@@ -292,11 +276,11 @@ def test_pdf_from_a_pdf_keeps_its_pages_and_grafts_the_text(tmp_path: Path) -> N
     path.write_bytes(pdf)
     _check_pdf(path)
     # The page's own image is still there, as it was: nothing re-rasterised.
-    without_ids = [row[:10] + row[12:] for row in _pdfimages(path)]
-    assert without_ids == [row[:10] + row[12:] for row in _pdfimages(tmp_path / "in.pdf")]
+    without_ids = [row[:10] + row[12:] for row in pdfimages(path)]
+    assert without_ids == [row[:10] + row[12:] for row in pdfimages(tmp_path / "in.pdf")]
     with pikepdf.open(path) as out, pikepdf.open(tmp_path / "in.pdf") as before:
         assert out.pages[0].mediabox == before.pages[0].mediabox
-    assert [line for line in _pdftotext(pdf, "-raw").splitlines() if line.strip()] == (
+    assert [line for line in pdftotext(pdf, "-raw").splitlines() if line.strip()] == (
         EXPECTED_LINES
     )
 
@@ -304,7 +288,7 @@ def test_pdf_from_a_pdf_keeps_its_pages_and_grafts_the_text(tmp_path: Path) -> N
 @needs_poppler
 def test_pdf_without_a_source_has_blank_pages_with_the_text() -> None:
     pdf = render_bytes(two_columns(), "pdf")
-    assert [line for line in _pdftotext(pdf, "-raw").splitlines() if line.strip()] == (
+    assert [line for line in pdftotext(pdf, "-raw").splitlines() if line.strip()] == (
         EXPECTED_LINES
     )
 
@@ -330,7 +314,7 @@ def test_pdf_of_an_image_pillow_refuses_embeds_what_opencv_decoded(
     monkeypatch.setattr(pdf_output, "_embed", refuse)
     path = tmp_path / "out.pdf"
     path.write_bytes(render_bytes(two_columns(Source("image/png", _image("png"))), "pdf"))
-    ((*_, width, height, _c, _n, _b, enc, _i, _o, _g, _x, _y, _s, _r),) = _pdfimages(path)
+    ((*_, width, height, _c, _n, _b, enc, _i, _o, _g, _x, _y, _s, _r),) = pdfimages(path)
     assert (int(width), int(height), enc) == (1200, 800, "image")
     with pytest.raises(InvalidInput):
         render_bytes(two_columns(Source("image/png", b"not an image")), "pdf")
@@ -356,12 +340,12 @@ def test_pdf_of_a_rotated_pdf_page_puts_the_words_where_they_are_shown(rotate: i
         pdf.save(buffer)
     document = two_columns(Source("application/pdf", buffer.getvalue()))
     pdf_bytes = render_bytes(document, "pdf")
-    assert [line for line in _pdftotext(pdf_bytes, "-raw").splitlines() if line.strip()] == (
+    assert [line for line in pdftotext(pdf_bytes, "-raw").splitlines() if line.strip()] == (
         EXPECTED_LINES
     )
     found = re.findall(
         r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">(.*?)</word>',
-        _pdftotext(pdf_bytes, "-bbox"),
+        pdftotext(pdf_bytes, "-bbox"),
     )
     scale = 72 / 300
     boxes = {w.text: w.box for line in document.pages[0].lines for w in line.words}
