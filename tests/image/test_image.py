@@ -192,7 +192,12 @@ def test_cpu_devices_run_the_default_engine_from_build_time_conversions(served: 
     image was built: nothing is converted or downloaded at start."""
     logs = served.logs()
     for stage in ("det", "rec"):
-        assert f"loaded {stage} model=PP-OCRv5_mobile_{stage} engine=openvino" in logs, logs[-3000:]
+        # The line names the file the model came from, between the model and the engine.
+        pattern = (
+            rf"loaded {stage} model=PP-OCRv5_mobile_{stage} "
+            r"\(/opt/ocr-models/onnx/\S+\.onnx\) engine=openvino "
+        )
+        assert re.search(pattern, logs), logs[-3000:]
     assert re.search(r"engine=openvino [^\n]* precision=(f32|bf16) \(auto: ", logs), logs[-3000:]
     provenance = podman(
         "exec", served.name, "sh", "-c", "cat /opt/ocr-models/onnx/*/provenance.json"
