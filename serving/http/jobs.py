@@ -29,6 +29,16 @@ from serving.http.job_documents import (
     list_body,
     pick,
 )
+from serving.http.params import (
+    FORMAT_QUERY,
+    JOB_FIELDS,
+    JOB_QUERY,
+    LIST_JOBS_QUERY,
+    NO_QUERY,
+    RESULTS_QUERY,
+    check_names,
+    known_query,
+)
 from serving.http.uploads import FIELD_MAX_BYTES, form_error, gone_mid_upload
 from serving.jobs.files import BatchLimits, stage_uploads, worker_page_counter
 from serving.jobs.options import options_from_json, parse_options
@@ -79,6 +89,7 @@ async def create_job(request: Request) -> Response:
             max_fields=64,
             max_part_size=FIELD_MAX_BYTES,  # `options`; file parts: `body_limit.JOBS`
         ) as form:
+            check_names(form.keys(), JOB_FIELDS, "form field")
             raw_options: dict[str, Any] = dict(request.query_params)
             if isinstance(form.get("options"), str):
                 raw_options.update(options_from_json(cast(str, form["options"])))
@@ -289,21 +300,25 @@ async def _line(runner: JobRunner, job_id: str, page: FinishedPage) -> bytes | N
 def job_routes(observe: Callable[[str, Handler], Handler]) -> list[Route]:
     """The jobs API's routes, each wrapped by `observe(endpoint, handler)` (metrics)."""
 
-    def route(path: str, handler: Handler, method: str) -> Route:
-        return Route(path, observe(path, native_errors(handler)), methods=[method])
+    def route(path: str, handler: Handler, method: str, query: tuple[str, ...]) -> Route:
+        return Route(
+            path, observe(path, native_errors(known_query(query, handler))), methods=[method]
+        )
 
     return [
         Route(  # the body's limit outside the errors: it closes after an early answer
             "/v1/jobs",
-            observe("/v1/jobs", limit_body(JOBS, native_errors(create_job))),
+            observe(
+                "/v1/jobs", limit_body(JOBS, native_errors(known_query(JOB_QUERY, create_job)))
+            ),
             methods=["POST"],
         ),
-        route("/v1/jobs", list_jobs, "GET"),
-        route("/v1/jobs/{job_id}", get_job, "GET"),
-        route("/v1/jobs/{job_id}", delete_job, "DELETE"),
-        route("/v1/jobs/{job_id}/results", job_results, "GET"),
-        route("/v1/jobs/{job_id}/documents", list_documents, "GET"),
-        route("/v1/jobs/{job_id}/documents/{index}", get_document, "GET"),
-        route("/v1/jobs/{job_id}/archive", job_archive, "GET"),
-        route("/v1/jobs/{job_id}/cancel", cancel_job, "POST"),
+        route("/v1/jobs", list_jobs, "GET", LIST_JOBS_QUERY),
+        route("/v1/jobs/{job_id}", get_job, "GET", NO_QUERY),
+        route("/v1/jobs/{job_id}", delete_job, "DELETE", NO_QUERY),
+        route("/v1/jobs/{job_id}/results", job_results, "GET", RESULTS_QUERY),
+        route("/v1/jobs/{job_id}/documents", list_documents, "GET", NO_QUERY),
+        route("/v1/jobs/{job_id}/documents/{index}", get_document, "GET", FORMAT_QUERY),
+        route("/v1/jobs/{job_id}/archive", job_archive, "GET", FORMAT_QUERY),
+        route("/v1/jobs/{job_id}/cancel", cancel_job, "POST", NO_QUERY),
     ]

@@ -26,6 +26,7 @@ from serving.http.endpoints import (
 )
 from serving.http.exceptions import native_errors, paddlex_error
 from serving.http.jobs import job_routes
+from serving.http.params import OCR_QUERY, known_query
 from serving.http.uploads import read_body, read_document
 from serving.request_options import NO_CLASSIFIER, query_overrides
 
@@ -141,7 +142,11 @@ async def readyz(request: Request) -> Response:
 
 ROUTES = [
     Route("/ocr", observed("/ocr", limit_body(PADDLEX, paddlex_ocr)), methods=["POST"]),
-    Route("/v1/ocr", observed("/v1/ocr", limit_body(RAW, native_errors(v1_ocr))), methods=["POST"]),
+    Route(
+        "/v1/ocr",
+        observed("/v1/ocr", limit_body(RAW, native_errors(known_query(OCR_QUERY, v1_ocr)))),
+        methods=["POST"],
+    ),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
     Route("/livez", livez, methods=["GET"]),

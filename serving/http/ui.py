@@ -14,6 +14,7 @@ from serving.http.auth import identity_of
 from serving.http.body_limit import RAW, limit_body
 from serving.http.endpoints import config_of, observed, ocr_of, until_disconnect
 from serving.http.exceptions import native_errors
+from serving.http.params import RENDER_QUERY, known_query
 from serving.http.uploads import read_document
 
 STATIC = resources.files("serving.http").joinpath("static")
@@ -49,7 +50,7 @@ ROUTES = [
     Route("/", index, methods=["GET"]),
     Route(
         "/v1/render",
-        observed("/v1/render", limit_body(RAW, native_errors(render))),
+        observed("/v1/render", limit_body(RAW, native_errors(known_query(RENDER_QUERY, render)))),
         methods=["POST"],
     ),
     Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),

@@ -19,6 +19,7 @@ from serving.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
+from serving.http.params import DOCUMENT_FIELDS, check_names
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ async def read_document(request: Request) -> tuple[bytes, FileKind]:
             async with request.form(
                 max_files=1, max_fields=16, max_part_size=FIELD_MAX_BYTES
             ) as form:
+                check_names(form.keys(), DOCUMENT_FIELDS, "form field")
                 upload = form.get("file")
                 if not isinstance(upload, UploadFile):
                     raise ValidationFailed("Send the document in a multipart field named `file`")
