@@ -42,12 +42,17 @@ logger = logging.getLogger(__name__)
 OPSET = 14
 """ONNX opset asked of the converter (it raises it where an operator needs more)."""
 DEFAULT_CACHE_DIR = Path("var/models/onnx")
-"""Where conversions are kept, relative to the working directory (`[engine] onnx_dir`)."""
+"""Where conversions are kept (`[engine] onnx_dir`, relative to the config file's folder)."""
 CONVERTER_VENV = Path(".venv-convert")
-"""The converter's own environment, made by `make convert`."""
+"""The converter's own environment, made by `make convert` in the project's folder."""
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+"""The source tree this package runs from, where it does (`make convert` makes its venv there)."""
 PROVENANCE_FILE = "provenance.json"
 """Written last: a cache entry without it is incomplete and never used."""
-CONVERT_COMMAND = "make convert (python -m serving.convert --config <your config.toml>)"
+CONVERT_COMMAND = (
+    "make convert in the project, or python -m serving.convert --config <your config.toml> "
+    "(it converts into that config's engine.onnx_dir)"
+)
 
 
 class ModelConversionError(EngineBackendError):
@@ -92,7 +97,8 @@ def onnx_spec(spec: ModelSpec, cache_dir: Path, opset: int = OPSET) -> ModelSpec
     if found is None:
         raise ModelConversionError(
             f"{spec.kind} model {spec.model_name} ({spec.directory}) has no ONNX conversion in "
-            f"{cache_dir}; the ONNX engines need one: run {CONVERT_COMMAND}"
+            f"{Path(cache_dir).absolute()} (engine.onnx_dir); the ONNX engines need one: run "
+            f"{CONVERT_COMMAND}"
         )
     return found
 
@@ -124,10 +130,12 @@ def paddle2onnx_argv(
 
 
 def default_converter() -> Path | None:
-    """`.venv-convert`'s paddle2onnx, else one on PATH, else None."""
-    local = CONVERTER_VENV / "bin" / "paddle2onnx"
-    if local.is_file():
-        return local
+    """`.venv-convert`'s paddle2onnx (in the working directory, else in the project's folder),
+    else one on PATH, else None."""
+    for venv in (CONVERTER_VENV, PROJECT_DIR / CONVERTER_VENV):
+        local = venv / "bin" / "paddle2onnx"
+        if local.is_file():
+            return local
     found = shutil.which("paddle2onnx")
     return Path(found) if found else None
 

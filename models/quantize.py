@@ -117,7 +117,7 @@ def int8_model(spec: ModelSpec, cache_dir: Path) -> Path:
     if found is None:
         raise ModelConversionError(
             f'openvino_precision = "int8": {spec.kind} model {spec.model_name} has no int8 form '
-            f"in {Path(cache_dir) / INT8_DIR}; run {CONVERT_INT8_COMMAND}"
+            f"in {(Path(cache_dir) / INT8_DIR).absolute()}; run {CONVERT_INT8_COMMAND}"
         )
     return found
 

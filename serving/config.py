@@ -27,6 +27,7 @@ from models.engine_options import (
 from models.registry import BACKENDS, backend_names
 from models.torch_options import TorchOptions
 from pipelines.types import LIMIT_TYPES, DetParams, LimitType
+from serving import config_paths
 from serving.errors import ConfigError
 from serving.scheduling.batch_shapes import BATCHING_SETTINGS, BatchingSetting
 
@@ -480,8 +481,9 @@ class JobsConfig:
     """Batch document jobs (`/v1/jobs`): where they are kept, how long, and their limits."""
 
     data_dir: str = "var/jobs"
-    """Job store (SQLite), uploads and per-page results; relative to the working directory. With
-    a PostgreSQL `store`, the uploads only: a directory every replica mounts at this path."""
+    """Job store (SQLite), uploads and per-page results; relative to the config file's folder
+    (`serving.config_paths`). With a PostgreSQL `store`, the uploads only: a directory every
+    replica mounts at this path."""
     store: str = "sqlite"
     """"sqlite": one server's embedded store under `data_dir`. A `postgresql://` URL: one store
     shared by replicas (libpq's PG* variables, e.g. PGPASSWORD, fill what the URL leaves out)."""
@@ -655,7 +657,9 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
 
 def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> AppConfig:
     """Read `path` (or start from the defaults when None), apply the `OCR_*` overrides found in
-    `environ` (none when None), and build the `AppConfig`."""
+    `environ` (none when None), and build the `AppConfig`, its paths absolute: the environment's
+    relative to the working directory, the others (the file's, and the defaults it leaves out) to
+    the file's folder, or without a file to the project's (`serving.config_paths`)."""
     raw: dict[str, Any] = {}
     if path is not None:
         try:
@@ -667,7 +671,23 @@ def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> 
             raise ConfigError(str(path), f"invalid TOML: {err}") from err
     if environ is not None:
         raw = apply_env_overrides(raw, environ)
-    return build(AppConfig, raw)
+    base = config_paths.defaults_base() if path is None else config_paths.file_base(path)
+    return with_paths_resolved(build(AppConfig, raw), base)
+
+
+def with_paths_resolved(config: AppConfig, base: Path) -> AppConfig:
+    """`config` with its relative path values (`config_paths.PATH_KEYS`, every key of
+    `PATH_SECTIONS`) made absolute against `base` (the environment's are absolute by then:
+    `apply_env_overrides`)."""
+    keys = list(config_paths.PATH_KEYS)
+    for section in config_paths.PATH_SECTIONS:
+        keys += [(section, f.name) for f in dataclasses.fields(getattr(config, section))]
+    sections: dict[str, Any] = {}
+    for section, key in keys:
+        table = sections.get(section, getattr(config, section))
+        value = config_paths.resolve_path(getattr(table, key), base)
+        sections[section] = dataclasses.replace(table, **{key: value})
+    return dataclasses.replace(config, **sections)
 
 
 ENV_PREFIX = "OCR_"
@@ -681,7 +701,8 @@ def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict
     lower-cased into a key path: `OCR_WORKERS__CPU__DET__MAX_BATCH_SIZE` sets
     `workers.cpu.det.max_batch_size`. Values are read as TOML values (`9000`, `true`,
     `["gpu:0", "cpu"]`, `{ max_batch_size = 2, max_cost = 9 }`), else taken as plain strings
-    (`0.0.0.0`, `debug`). Unknown keys are refused later by `build`, with their path.
+    (`0.0.0.0`, `debug`). Unknown keys are refused later by `build`, with their path. A relative
+    path value is made absolute against the working directory (`serving.config_paths`).
     """
     merged = copy.deepcopy(raw)
     for name in sorted(environ):
@@ -698,7 +719,10 @@ def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict
                 where = ".".join(keys[: depth + 1])
                 raise ConfigError(where, f"is not a table, so {name} cannot set a key inside it")
             table = inner
-        table[keys[-1]] = env_value(environ[name])
+        value = env_value(environ[name])
+        if isinstance(value, str) and config_paths.is_path_key(keys):
+            value = config_paths.resolve_path(value, Path.cwd())
+        table[keys[-1]] = value
     return merged
 
 

@@ -23,6 +23,7 @@ from serving.config import (
     build,
     describe,
     load_config,
+    with_paths_resolved,
 )
 from serving.errors import ConfigError
 
@@ -43,15 +44,16 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def test_repo_config_toml_equals_defaults() -> None:
-    assert load_config(REPO_ROOT / "config.toml") == AppConfig()
+    # Paths are made absolute against the file's folder (serving/config_paths.py).
+    assert load_config(REPO_ROOT / "config.toml") == with_paths_resolved(AppConfig(), REPO_ROOT)
 
 
 def test_load_config_none_is_defaults() -> None:
-    assert load_config(None) == AppConfig()
+    assert load_config(None) == with_paths_resolved(AppConfig(), REPO_ROOT)
 
 
 def test_empty_file_is_defaults(tmp_path: Path) -> None:
-    assert load_config(_write(tmp_path, "")) == AppConfig()
+    assert load_config(_write(tmp_path, "")) == with_paths_resolved(AppConfig(), tmp_path)
 
 
 def test_values_from_file_are_applied(tmp_path: Path) -> None:

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from serving.cli import parse_args, resolve_config
-from serving.config import AppConfig, StageLimits, apply_env_overrides, env_value, load_config
+from serving.config import (
+    AppConfig,
+    StageLimits,
+    apply_env_overrides,
+    env_value,
+    load_config,
+    with_paths_resolved,
+)
 from serving.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -143,5 +150,6 @@ def test_a_key_inside_a_value_is_refused() -> None:
 
 
 def test_no_environment_means_no_overrides() -> None:
-    assert load_config(REPO_ROOT / "config.toml", None) == AppConfig()
-    assert load_config(REPO_ROOT / "config.toml", {}) == AppConfig()
+    defaults = with_paths_resolved(AppConfig(), REPO_ROOT)
+    assert load_config(REPO_ROOT / "config.toml", None) == defaults
+    assert load_config(REPO_ROOT / "config.toml", {}) == defaults

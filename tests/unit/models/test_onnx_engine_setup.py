@@ -215,7 +215,9 @@ def test_engine_settings_reach_the_onnx_engines(tmp_path: Path) -> None:
     )
     config = load_config(path, {})
     options = engine_options(config.engine, "cpu", cpu_threads=5)
-    assert (options.openvino_precision, options.onnx_dir, options.cpu_threads) == ("bf16", "m", 5)
+    # onnx_dir is relative to the file's folder (serving/config_paths.py).
+    expected = ("bf16", str(tmp_path / "m"), 5)
+    assert (options.openvino_precision, options.onnx_dir, options.cpu_threads) == expected
     assert engine_options(EngineConfig(), "cpu", 1).openvino_precision == "auto"
     path.write_text('[engine]\nopenvino_precision = "fp16"\n')
     with pytest.raises(ConfigError, match=r"engine\.openvino_precision"):
