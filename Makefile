@@ -165,7 +165,8 @@ IMAGE_VARIANTS ?= cpu
 image:
 	bash scripts/image-build.sh $(IMAGE_VARIANTS)
 
-# The built image run as users run it (tests/image; not part of `make test`: see docs/deploy.md, Docker).
+# The built image run as users run it (tests/image; not part of `make test`, but .ci/run runs it
+# after `make test` where the machine can build images: docs/deploy.md).
 image-test: install-test
 	bash scripts/system-deps.sh
 	$(PY) -m pytest tests/image -q -s -p no:cacheprovider
