@@ -77,6 +77,8 @@ class EngineOptions:
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's precision on CPU: "auto" (bf16 where the CPU has it and the model was checked
     under it, else f32), "f32", "bf16" or "int8" (`models.openvino_precision`)."""
+    openvino_f32_head: bool = True
+    """A recogniser at bf16 keeps its CTC head in f32 (`models.openvino_layout`)."""
 
     torch: TorchOptions = field(default_factory=TorchOptions)
     """The torch engine's compilation and shape buckets (`[engine.torch]`)."""

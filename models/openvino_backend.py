@@ -21,6 +21,7 @@ import numpy as np
 
 from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
+from models.openvino_layout import SplitModel, chained, split_at_head
 from models.openvino_precision import PrecisionChoice, choose_precision
 from models.quantize import int8_model
 from models.spec import ModelSpec
@@ -80,7 +81,11 @@ class OpenVinoPredictor(OnnxPredictor):
         core = ov.Core()
         capabilities = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
         choice = choose_precision(
-            self.options.openvino_precision, capabilities, self.spec.model_name
+            self.options.openvino_precision,
+            capabilities,
+            self.spec.model_name,
+            self.spec.kind,
+            f32_head=self.options.openvino_f32_head,
         )
         path = self.onnx_file
         if choice.precision == "int8":
@@ -90,25 +95,27 @@ class OpenVinoPredictor(OnnxPredictor):
         if len(model.inputs) != 1 or not model.outputs:
             raise ValueError(f"expected one input and at least one output, got {model.inputs}")
         config = compile_config(self.options, choice.precision)
-        compiled = core.compile_model(model, "CPU", config)
+        split = split_at_head(ov, str(path)) if choice.f32_head else None
+        if choice.f32_head and split is None:
+            choice = PrecisionChoice("bf16", f"{choice.reason}; no CTC head to keep in f32")
+        compiled = core.compile_model(split.body if split else model, "CPU", config)
         self.precision = compiled_precision(
             choice, compiled.get_property("INFERENCE_PRECISION_HINT")
         )
-        self._releases = [compiled.release_memory]
+        self._releases = []
         self._alone = None
-        self.threads = (int(compiled.get_property("INFERENCE_NUM_THREADS")),)
+        self.threads = ()
+        run = self._compiled(core, compiled, split, config)
         alone = ""
         if self.options.lone_threads > self.options.cpu_threads:
             # The same model compiled for more threads: the weights are small (PP-OCRv5 mobile's
             # 5 and 16 MB), working memory is allocated per input shape as the model runs.
             wide_config = {**config, "INFERENCE_NUM_THREADS": self.options.lone_threads}
-            wide = core.compile_model(model, "CPU", wide_config)
-            self._alone = _runner(wide.create_infer_request())
-            self._releases.append(wide.release_memory)
-            self.threads += (int(wide.get_property("INFERENCE_NUM_THREADS")),)
+            wide = core.compile_model(split.body if split else model, "CPU", wide_config)
+            self._alone = self._compiled(core, wide, split, wide_config)
             alone = f" ({self.options.lone_threads} alone)"
         logger.info(
-            "loaded %s model=%s (%s) engine=openvino %s threads=%d%s precision=%s (%s)",
+            "loaded %s model=%s (%s) engine=openvino %s threads=%d%s precision=%s (%s) layers: %s",
             self.spec.kind,
             self.spec.model_name,
             path,
@@ -117,8 +124,22 @@ class OpenVinoPredictor(OnnxPredictor):
             alone,
             self.precision.precision,
             self.precision.reason,
+            self.precision.layers,
         )
-        return _runner(compiled.create_infer_request())
+        return run
+
+    def _compiled(
+        self, core: Any, compiled: Any, split: SplitModel | None, config: dict[str, Any]
+    ) -> BatchRunner:
+        """A runner for `compiled` (the whole model, or `split`'s body, whose head is compiled
+        here at f32 with the same threads), its threads and memory release recorded."""
+        self._releases.append(compiled.release_memory)
+        self.threads += (int(compiled.get_property("INFERENCE_NUM_THREADS")),)
+        if split is None:
+            return _runner(compiled.create_infer_request())
+        head = core.compile_model(split.head, "CPU", {**config, "INFERENCE_PRECISION_HINT": "f32"})
+        self._releases.append(head.release_memory)
+        return chained(compiled.create_infer_request(), head.create_infer_request())
 
     def run_alone(self, batch: np.ndarray) -> np.ndarray:
         """`run` on `lone_threads` threads: the model compiled for them where they are more than

@@ -18,6 +18,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from models.engine_options import OpenVinoPrecision, OpenVinoPrecisionSetting
+from models.openvino_layout import HEAD_CUT
 
 BF16_CAPABILITY = "BF16"
 """What OpenVINO's CPU `OPTIMIZATION_CAPABILITIES` lists where the CPU computes in bf16."""
@@ -43,6 +44,18 @@ class PrecisionChoice:
 
     precision: OpenVinoPrecision
     reason: str
+    f32_head: bool = False
+    """bf16 with the recogniser's CTC head in f32 (`models.openvino_layout`): whole-model bf16
+    merges words ("Totalamount"), this layout does not, at bf16's speed (issue 41)."""
+
+    @property
+    def layers(self) -> str:
+        """Which layers run at which precision, for `/readyz` and the log."""
+        if self.f32_head:
+            return f"{self.precision}, {HEAD_CUT}"
+        if self.precision == "int8":
+            return "int8 where NNCF quantised, f32 elsewhere"
+        return f"{self.precision}, every layer"
 
 
 def has_bf16(capabilities: Collection[str]) -> bool:
@@ -51,10 +64,26 @@ def has_bf16(capabilities: Collection[str]) -> bool:
 
 
 def choose_precision(
+    setting: OpenVinoPrecisionSetting,
+    capabilities: Collection[str],
+    model_name: str,
+    kind: str = "det",
+    *,
+    f32_head: bool = True,
+) -> PrecisionChoice:
+    """The precision to compile `model_name` (a `kind` model: det, rec, cls) at, from
+    `engine.openvino_precision` and the CPU's OpenVINO `OPTIMIZATION_CAPABILITIES`. A
+    recogniser at bf16 keeps its CTC head in f32 (`PrecisionChoice.f32_head`) unless `f32_head`
+    is false (`engine.openvino_f32_head`)."""
+    choice = _choose(setting, capabilities, model_name)
+    if choice.precision == "bf16" and kind == "rec" and f32_head:
+        return PrecisionChoice("bf16", choice.reason, f32_head=True)
+    return choice
+
+
+def _choose(
     setting: OpenVinoPrecisionSetting, capabilities: Collection[str], model_name: str
 ) -> PrecisionChoice:
-    """The precision to compile `model_name` at, from `engine.openvino_precision` and the CPU's
-    OpenVINO `OPTIMIZATION_CAPABILITIES`."""
     caps = f"OpenVINO capabilities: {' '.join(capabilities) or 'none'}"
     if setting == "f32":
         return PrecisionChoice("f32", "f32 asked for (engine.openvino_precision): Paddle's text")
@@ -88,10 +117,12 @@ def summarise(choices: dict[str, PrecisionChoice]) -> dict[str, str]:
         return {}
     precisions = {c.precision for c in choices.values()}
     reasons = dict.fromkeys(c.reason for c in choices.values())
+    layers = {"precision_layers": "; ".join(f"{s}: {c.layers}" for s, c in choices.items())}
     if len(precisions) == 1 and len(reasons) == 1:
-        (choice,) = set(choices.values())
-        return {"precision": choice.precision, "precision_reason": choice.reason}
+        choice = next(iter(choices.values()))
+        return {"precision": choice.precision, "precision_reason": choice.reason, **layers}
     return {
         "precision": " ".join(f"{s}={c.precision}" for s, c in choices.items()),
         "precision_reason": "; ".join(f"{s}: {c.reason}" for s, c in choices.items()),
+        **layers,
     }

@@ -320,6 +320,10 @@ class EngineConfig:
     worker when it loads, reported in `/readyz`), "f32" (Paddle's text, on any CPU), "bf16"
     (f32 where the CPU has no bf16) or "int8" (NNCF's int8 models, made offline by `make
     convert-int8`: `models.quantize`); see `models.openvino_precision`."""
+    openvino_f32_head: bool = True
+    """A recogniser at bf16 keeps its CTC head (last MatMul to the output) in f32: whole-model
+    bf16 merges words ("Totalamount"), this layout does not, at bf16's speed
+    (`models.openvino_layout`). false: every layer at bf16, for measurement."""
     batching: BatchingSetting = "auto"
     """How model inputs are padded so that work of different pages batches
     (`serving.scheduling.batch_shapes`): "exact" (PaddleOCR's padding and text: rec batches

@@ -47,6 +47,7 @@ def engine_options(
         onnx_dir=engine.onnx_dir,
         torch=engine.torch,
         openvino_precision=engine.openvino_precision,
+        openvino_f32_head=engine.openvino_f32_head,
         inflight_batches=inflight_batches,
     )
 
@@ -87,7 +88,7 @@ def model_stages(predictors: Mapping[str, object]) -> dict[str, ModelStage[Any]]
     return stages
 
 
-PRECISION_KEYS = ("precision", "precision_reason")
+PRECISION_KEYS = ("precision", "precision_reason", "precision_layers")
 """What `precision_report` adds to a device worker's ready report, and `/readyz` shows of it."""
 
 

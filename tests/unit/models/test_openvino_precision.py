@@ -21,6 +21,7 @@ from models.bundle import load_bundle
 from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions
 from models.openvino_backend import OpenVinoPredictor, compiled_precision
+from models.openvino_layout import SplitModel
 from models.openvino_precision import (
     BF16_CHECKED_MODELS,
     PrecisionChoice,
@@ -54,6 +55,24 @@ def test_auto_runs_bf16_on_a_cpu_with_bf16_for_checked_models() -> None:
     assert choice.precision == "bf16"
     assert choice.reason.startswith("auto: this CPU has bf16")
     assert "within 0.1 CER points" in choice.reason
+
+
+def test_a_recogniser_at_bf16_keeps_its_ctc_head_in_f32_unless_told() -> None:
+    """Whole-model bf16 merged "Total amount" into "Totalamount" (issue 41): a recogniser at
+    bf16 keeps its head in f32; detectors run bf16 throughout; `openvino_f32_head = false`
+    measures the whole-model layout."""
+    for setting in ("auto", "bf16"):
+        rec = choose_precision(setting, WITH_BF16, REC, "rec")
+        assert (rec.precision, rec.f32_head) == ("bf16", True)
+        assert "CTC head" in rec.layers
+        det = choose_precision(setting, WITH_BF16, "PP-OCRv5_mobile_det", "det")
+        assert (det.precision, det.f32_head) == ("bf16", False)
+        assert det.layers == "bf16, every layer"
+    whole = choose_precision("auto", WITH_BF16, REC, "rec", f32_head=False)
+    assert (whole.precision, whole.f32_head) == ("bf16", False)
+    for setting in ("auto", "bf16", "f32"):  # nothing to split where the model runs f32
+        assert not choose_precision(setting, NO_BF16, REC, "rec").f32_head
+    assert choose_precision("int8", WITH_BF16, REC, "rec").layers.startswith("int8 where")
 
 
 def test_auto_keeps_f32_for_a_model_not_checked_under_bf16() -> None:
@@ -129,14 +148,18 @@ def test_int8_loads_the_int8_model_at_an_f32_hint_and_reports_int8(
 
 def test_a_worker_reports_one_precision_or_each_stages() -> None:
     same = PrecisionChoice("bf16", "auto: this CPU has bf16")
-    assert summarise({"det": same, "rec": same}) == {
+    rec = PrecisionChoice("bf16", "auto: this CPU has bf16", f32_head=True)
+    assert summarise({"det": same, "rec": rec}) == {
         "precision": "bf16",
         "precision_reason": "auto: this CPU has bf16",
+        "precision_layers": "det: bf16, every layer; "
+        "rec: bf16, the CTC head (last MatMul to the output) in f32",
     }
     mixed = summarise({"det": same, "cls": PrecisionChoice("f32", "auto: cls not checked")})
     assert mixed == {
         "precision": "det=bf16 cls=f32",
         "precision_reason": "det: auto: this CPU has bf16; cls: auto: cls not checked",
+        "precision_layers": "det: bf16, every layer; cls: f32, every layer",
     }
     assert summarise({}) == {}
 
@@ -187,10 +210,11 @@ def _fake_openvino(capabilities: tuple[str, ...], compiled: list[dict[str, Any]]
 @pytest.mark.parametrize(
     ("setting", "capabilities", "hint", "precision"),
     [
-        ("auto", NO_BF16, "f32", "f32"),
-        ("auto", WITH_BF16, "bf16", "bf16"),
-        ("f32", WITH_BF16, "f32", "f32"),
-        ("bf16", NO_BF16, "f32", "f32"),
+        ("auto", NO_BF16, ["f32"], "f32"),
+        # The recogniser's body at bf16, its CTC head at f32 (models.openvino_layout).
+        ("auto", WITH_BF16, ["bf16", "f32"], "bf16"),
+        ("f32", WITH_BF16, ["f32"], "f32"),
+        ("bf16", NO_BF16, ["f32"], "f32"),
     ],
 )
 def test_the_predictor_compiles_and_reports_the_choice_for_its_cpu(
@@ -198,7 +222,7 @@ def test_the_predictor_compiles_and_reports_the_choice_for_its_cpu(
     monkeypatch: pytest.MonkeyPatch,
     setting: Any,
     capabilities: tuple[str, ...],
-    hint: str,
+    hint: list[str],
     precision: str,
 ) -> None:
     folder = tmp_path / REC
@@ -208,14 +232,20 @@ def test_the_predictor_compiles_and_reports_the_choice_for_its_cpu(
     compiled: list[dict[str, Any]] = []
     fake = _fake_openvino(capabilities, compiled)
     monkeypatch.setattr("models.openvino_backend.import_engine", lambda *_: fake)
+    split = SplitModel(body="body", head="head", cut="features")
+    monkeypatch.setattr("models.openvino_backend.split_at_head", lambda *_: split)
     options = EngineOptions(openvino_precision=setting)
     predictor = OpenVinoPredictor(load_model_spec(folder, "rec"), options)
     predictor.load()
-    assert [c["INFERENCE_PRECISION_HINT"] for c in compiled] == [hint]
+    assert [c["INFERENCE_PRECISION_HINT"] for c in compiled] == hint
     assert predictor.precision is not None
     assert predictor.precision.precision == precision
     report = precision_report({"rec": predictor}, options)
-    assert report == {"precision": precision, "precision_reason": predictor.precision.reason}
+    assert report == {
+        "precision": precision,
+        "precision_reason": predictor.precision.reason,
+        "precision_layers": f"rec: {predictor.precision.layers}",
+    }
 
 
 def test_other_engines_report_the_engine_precision() -> None:

@@ -1,0 +1,98 @@
+"""A recogniser in bf16 with its CTC head in f32: two OpenVINO models, run one after the other.
+
+bf16 shifts the recogniser's logits by up to ~0.05 (PP-OCRv5 mobile rec, random input), and
+on tightly set lines that moves the CTC decoder's blank/space decision: under whole-model bf16
+"Total amount" read "Totalamount" on the synthetic test pages (issue 41). Marking nodes to keep
+in f32 through `rt_info` is not honoured by OpenVINO 2026.4.1's CPU plugin when set from Python,
+so the model is cut in two at the input of its head (the last MatMul: the CTC head's fully
+connected layer, then its bias and softmax): the body compiles at bf16, the head at f32, and
+the body's output feeds the head. Measured on the bench and synthetic pages (docs/performance.md,
+"bf16 layouts"): no merged word where f32 has none, at the speed of whole-model bf16.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+HEAD_CUT = "the CTC head (last MatMul to the output) in f32"
+"""How `/readyz` and the log name the layout."""
+
+
+@dataclass(frozen=True, slots=True)
+class SplitModel:
+    """A model cut in two: `body` from the input to `cut`, `head` from there to the output."""
+
+    body: Any
+    head: Any
+    cut: str
+    """The friendly name of the node whose output feeds the head."""
+
+
+def head_cut_index(model: Any) -> int | None:
+    """The index, in `model.get_ordered_ops()`, of the node whose output is the only tensor
+    that crosses into the head (the data input of the last MatMul), or None where there is no
+    such single crossing (no MatMul, or a skip connection around it)."""
+    order = model.get_ordered_ops()
+    matmuls = [i for i, op in enumerate(order) if op.get_type_name() == "MatMul"]
+    if not matmuls:
+        return None
+    position = {op.get_friendly_name(): i for i, op in enumerate(order)}
+    if len(position) != len(order):
+        return None  # names are how nodes are told apart here: they must be unique
+    matmul = order[matmuls[-1]]
+    sources = [
+        inp.get_source_output().get_node()
+        for inp in matmul.inputs()
+        if inp.get_source_output().get_node().get_type_name() != "Constant"
+    ]
+    if len(sources) != 1 or len(sources[0].outputs()) != 1:
+        return None
+    cut = position[sources[0].get_friendly_name()]
+    # Only the cut's output may cross: no node after it reads a tensor made before it.
+    for op in order[cut + 1 :]:
+        for inp in op.inputs():
+            node = inp.get_source_output().get_node()
+            if node.get_type_name() == "Constant":
+                continue
+            if position[node.get_friendly_name()] < cut:
+                return None
+    return cut
+
+
+def split_at_head(ov: Any, path: str) -> SplitModel | None:
+    """The model at `path` cut at its head (`head_cut_index`), or None where it has no such cut.
+    Reads the file twice: each part owns its graph."""
+    opset = importlib.import_module("openvino.opset13")
+    core = ov.Core()
+    model = core.read_model(path)
+    cut = head_cut_index(model)
+    if cut is None:
+        return None
+    node = model.get_ordered_ops()[cut]
+    body = ov.Model([opset.result(node.output(0))], model.get_parameters(), "body")
+    tail_model = core.read_model(path)
+    tail_node = tail_model.get_ordered_ops()[cut]
+    feature = opset.parameter(
+        tail_node.output(0).get_partial_shape(), tail_node.output(0).get_element_type(), "feature"
+    )
+    for target in list(tail_node.output(0).get_target_inputs()):
+        target.replace_source_output(feature.output(0))
+    head = ov.Model(tail_model.get_results(), [feature], "head")
+    return SplitModel(body=body, head=head, cut=node.get_friendly_name())
+
+
+def chained(body_request: Any, head_request: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """A batch runner: the body's infer request, its output into the head's, the head's output
+    copied out (the requests own and reuse their output tensors)."""
+
+    def run(data: np.ndarray) -> np.ndarray:
+        body_request.infer({0: data})
+        head_request.infer({0: body_request.get_output_tensor(0).data})
+        return np.array(head_request.get_output_tensor(0).data, copy=True)
+
+    return run
