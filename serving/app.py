@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
 from serving.config import AppConfig
-from serving.http import openapi, ui
+from serving.http import exceptions, openapi, ui
 from serving.http.auth import ApiKeyMiddleware
 from serving.http.hosts import HostCheckMiddleware
 from serving.http.keys import load_keys
@@ -114,3 +114,4 @@ def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Sta
     )
     app.state.services = runtime.endpoint_services()  # read by `serving.http.endpoints`
     return app
+        exception_handlers=exceptions.EXCEPTION_HANDLERS,  # JSON 404 and 405

@@ -6,18 +6,23 @@ HTTP status as `errorCode`. Either way the status is the error's own (`OcrError.
 except that shed work answers `server.overload_status`; every 503, and a key's 429 (over its
 quota), carries `Retry-After`.
 Anything that is not an `OcrError` is logged with its traceback and answered as a bare 500.
+Starlette's own refusals (no such route, a method the route does not take) are answered in the
+same formats, saying where to go (`route_error`), where they used to be plain text.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 from starlette.types import Send
 
 from serving.config import ServerConfig
@@ -124,3 +129,60 @@ def native_errors(handler: Handler) -> Handler:
             return native_error(exc, config_of(request).server)
 
     return wrapper
+
+
+ROUTE_HINTS: Mapping[str, str] = {
+    "/ocr": "a JSON body (PaddleX's: file as base64, fileType 0 for a PDF, 1 for an image); "
+    "multipart and raw files go to POST /v1/ocr",
+    "/v1/ocr": "the document as multipart field `file`, or as the raw body; the page to try "
+    "it in a browser is GET /",
+    "/v1/render": "the document as /v1/ocr takes it, ?page=N from 0",
+    "/v1/jobs": "multipart `file` parts to submit a job (POST), or nothing to list them (GET)",
+}
+"""What a route takes, for the 405 of a method it does not."""
+
+
+def _route_paths(routes: Iterable[BaseRoute]) -> list[str]:
+    return [route.path for route in routes if isinstance(route, Route)]
+
+
+def not_found_message(method: str, path: str, routes: Iterable[BaseRoute]) -> str:
+    """404's message: the nearest served path when one is near, and where every route is."""
+    shown = path[:100]
+    near = difflib.get_close_matches(path, _route_paths(routes), n=1, cutoff=0.75)
+    hint = f"; did you mean {near[0]}?" if near else "."
+    return f"No route {method} {shown}{hint} Every route: GET /openapi.json (to read: GET /docs)"
+
+
+def method_message(method: str, path: str, allowed: str) -> str:
+    """405's message: the methods the route takes, and what it takes."""
+    methods = ", ".join(m for m in allowed.split(", ") if m != "HEAD") or allowed
+    hint = ROUTE_HINTS.get(path)
+    return f"{path} does not take {method}: it takes {methods}" + (f" ({hint})" if hint else "")
+
+
+async def route_error(request: Request, exc: Exception) -> Response:
+    """Starlette's `HTTPException`s (no route: 404; a method the route does not take: 405 with
+    `Allow`; a malformed form that no endpoint caught: 400) as JSON: PaddleX's envelope on
+    `/ocr`, the native format elsewhere, as every other error; they were plain text."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+    path = request.url.path
+    if status == 404:
+        code, message = "not_found", not_found_message(request.method, path, request.app.routes)
+    elif status == 405:
+        code = "method_not_allowed"
+        message = method_message(request.method, path, headers.get("Allow", ""))
+    else:
+        code = "http_error"
+        message = exc.detail if isinstance(exc, HTTPException) else "Internal Server Error"
+    rid = request_id.current_or_new()
+    if path in PADDLEX_PATHS:
+        body = paddlex_api.envelope(rid, status=status, message=message)
+    else:
+        body = native_body(code, message, rid)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+EXCEPTION_HANDLERS = {HTTPException: route_error}
+"""The app's `exception_handlers` (`serving.app.build_app`)."""

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+import types
+from typing import cast
 
 import pytest
+from starlette.testclient import TestClient
 
-from serving.config import ServerConfig
+from serving.app import build_app
+from serving.config import AppConfig, ServerConfig
 from serving.errors import NotReady, Overloaded, QuotaExceeded, ValidationFailed
 from serving.http.exceptions import native_error, paddlex_error
+from serving.metrics import Metrics
+from serving.service.runtime import Runtime
 
 
 def test_native_error_carries_code_message_and_request_id() -> None:
@@ -63,3 +69,44 @@ def test_other_exceptions_are_logged_and_answered_as_a_bare_500(
     assert json.loads(response.body)["errorMsg"] == "Internal server error"
     assert b"secret" not in response.body
     assert any(r.exc_info for r in caplog.records)
+
+
+@pytest.fixture(scope="module")
+def app_client() -> TestClient:
+    """The real app's routes and middleware; no request here reaches the runtime."""
+    runtime = types.SimpleNamespace(
+        config=AppConfig(), metrics=Metrics(), endpoint_services=lambda: None
+    )
+    return TestClient(build_app(cast(Runtime, runtime), environ={}), base_url="http://localhost")
+
+
+def test_an_unknown_route_is_a_json_404_naming_the_nearest(app_client: TestClient) -> None:
+    response = app_client.post("/v1/orc")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["code"] == "not_found"
+    assert error["message"].startswith("No route POST /v1/orc; did you mean /v1/ocr?")
+    assert "GET /openapi.json" in error["message"]
+    assert error["request_id"] == response.headers["x-request-id"]
+    far = app_client.get("/nothing/here").json()["error"]["message"]
+    assert far.startswith("No route GET /nothing/here. Every route: GET /openapi.json")
+
+
+def test_a_wrong_method_is_a_json_405_naming_the_methods(app_client: TestClient) -> None:
+    response = app_client.get("/v1/ocr")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    error = response.json()["error"]
+    assert error["code"] == "method_not_allowed"
+    assert error["message"].startswith("/v1/ocr does not take GET: it takes POST (the document")
+    assert "GET /" in error["message"]
+
+
+def test_paddlex_route_refusals_come_in_its_envelope(app_client: TestClient) -> None:
+    response = app_client.get("/ocr")
+    assert response.status_code == 405
+    body = response.json()
+    assert body["errorCode"] == 405
+    assert "POST /v1/ocr" in body["errorMsg"]
+    assert body["logId"] == response.headers["x-request-id"]
