@@ -37,6 +37,7 @@ __all__ = [
     "cer",
     "char_edits",
     "evaluate",
+    "merged_words",
     "normalize_text",
     "pages_cer",
     "word_counts",
@@ -109,6 +110,22 @@ class WordCounts:
         """Harmonic mean of precision and recall (0.0 when both are 0)."""
         total = self.precision + self.recall
         return 2 * self.precision * self.recall / total if total else 0.0
+
+
+def merged_words(reference: str, hypothesis: str) -> int:
+    """Spaces of `reference` that `hypothesis` lost (deleted, or replaced by a character): two
+    words read as one ("Total amount" -> "Totalamount"). Both texts after NFKC with each run
+    of whitespace (line breaks too) as one space; counted on their Levenshtein alignment."""
+    ref, hyp = _spaced(reference), _spaced(hypothesis)
+    return sum(
+        1
+        for op in Levenshtein.editops(ref, hyp)
+        if op.tag in ("delete", "replace") and ref[op.src_pos] == " "
+    )
+
+
+def _spaced(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
 def word_counts(reference: str, hypothesis: str) -> WordCounts:

@@ -270,3 +270,13 @@ def test_cli_with_scripted_ocr(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def no_text_ocr(image: np.ndarray) -> dict[str, list[str]]:
     """An OCR stand-in for the CLI test, returning a reference_ocr-shaped dict."""
     return {"rec_texts": []}
+
+
+def test_merged_words_counts_the_spaces_the_reading_lost() -> None:
+    truth = "Invoice 2024-0137\nTotal amount: 482.50 EUR"
+    assert accuracy.merged_words(truth, "Invoice 2024-0137 Total amount: 482.50 EUR") == 0
+    assert accuracy.merged_words(truth, "Invoice 2024-0137\nTotalamount: 482.50 EUR") == 1
+    assert accuracy.merged_words(truth, "Invoice2024-0137 Totalamount:482.50 EUR") == 3
+    # A space read as a character is a merge too; a misread letter or an extra space is not.
+    assert accuracy.merged_words(truth, "Invoice 2024-0137 Total-amount: 482.50 EUR") == 1
+    assert accuracy.merged_words(truth, "Invoice 2O24-0137 Total  amount : 482.50 EUR") == 0
