@@ -12,6 +12,7 @@ import numpy as np
 # pdfium is process-global and not thread-safe: share the lock `readers` renders under.
 from serving.decode.readers import (
     PDFIUM_LOCK,
+    TO_JOBS,
     DecodeLimits,
     FileKind,
     decode_image_page,
@@ -21,6 +22,7 @@ from serving.decode.readers import (
     image_page_count,
     image_page_sizes,
     is_animated,
+    no_such_page,
     open_pdf,
     pdf_page_size,
     render_pdf_page,
@@ -90,12 +92,12 @@ def page_sizes(
             count = len(doc)
             if index is not None:
                 if not 0 <= index < count:
-                    raise InvalidInput(f"The PDF has {count} pages; there is no page {index + 1}")
+                    raise no_such_page("pdf", count, index)
                 return [pdf_page_size(doc, index, limits)]
             if count > limits.max_pdf_pages:
                 raise InvalidInput(
                     f"The PDF has {count} pages; this server accepts at most "
-                    f"{limits.max_pdf_pages} per request (input.max_pdf_pages)"
+                    f"{limits.max_pdf_pages} per request (input.max_pdf_pages){TO_JOBS}"
                 )
             return [pdf_page_size(doc, i, limits) for i in range(count)]
         finally:
@@ -159,7 +161,7 @@ def decode_page(
         try:
             count = len(doc)
             if not 0 <= index < count:
-                raise InvalidInput(f"The PDF has {count} pages; there is no page {index + 1}")
+                raise no_such_page("pdf", count, index)
             doc.init_forms()
             return render_pdf_page(doc, index, limits)
         finally:

@@ -60,6 +60,18 @@ def frames_type(data: bytes) -> str:
     return "tiff"
 
 
+TO_JOBS = ": send it as a batch job (POST /v1/jobs), which takes long documents"
+"""Appended to a request's page-cap refusal: the route that takes the document."""
+
+
+def no_such_page(kind: FileKind, count: int, index: int) -> InvalidInput:
+    """A page asked for that the document does not have, counted from 0 as the API counts
+    (`/v1/render?page=`, the JSON's `page`): 2 pages are pages 0 and 1."""
+    have = "page 0 only" if count == 1 else f"pages 0 to {count - 1}"
+    what = "PDF" if kind == "pdf" else "image"
+    return InvalidInput(f"There is no page {index}: the {what} has {have} (counted from 0)")
+
+
 def sniff_kind(data: bytes) -> FileKind | None:
     """Guess the file kind from magic bytes; None when it is neither a PDF nor a known image."""
     head = data[:16]
@@ -153,13 +165,13 @@ def image_page_sizes(
     _check_frames(header, limits)
     count = header.frames if _by_frames(header) else 1
     if only is not None and not 0 <= only < count:
-        raise InvalidInput(f"The image has {count} pages; there is no page {only + 1}")
+        raise no_such_page("image", count, only)
     if count == 1:
         return [(header.width, header.height)]
     if only is None and count > limits.max_pdf_pages:
         raise InvalidInput(
             f"The image has {count} frames; this server accepts at most "
-            f"{limits.max_pdf_pages} pages per request (input.max_pdf_pages)"
+            f"{limits.max_pdf_pages} pages per request (input.max_pdf_pages){TO_JOBS}"
         )
     sizes = []
     try:
@@ -238,7 +250,7 @@ def decode_image_page(data: bytes, index: int, limits: DecodeLimits) -> np.ndarr
     header = _probe(data)
     count = header.frames if _by_frames(header) else 1
     if not 0 <= index < count:
-        raise InvalidInput(f"The image has {count} pages; there is no page {index + 1}")
+        raise no_such_page("image", count, index)
     if _by_frames(header):
         _check_pixels(header.height, header.width, limits)
         return _decode_frame(data, header, limits, index)

@@ -300,6 +300,7 @@ def test_multi_frame_over_page_cap(fmt: str) -> None:
     assert "4 frames" in message
     assert "at most 3" in message
     assert "input.max_pdf_pages" in message
+    assert "POST /v1/jobs" in message  # the route that takes it
     assert len(read_pages(data, "image", LIMITS)) == 4
 
 
@@ -400,6 +401,7 @@ def test_ten_thousand_page_pdf_refused_before_rendering() -> None:
     assert time.monotonic() - started < 2.0
     assert "10000 pages" in message
     assert "input.max_pdf_pages" in message
+    assert message.endswith("send it as a batch job (POST /v1/jobs), which takes long documents")
 
 
 def _encrypted_pdf() -> bytes:

@@ -35,7 +35,8 @@ def test_multi_frame_tiff_is_one_page_per_frame_in_jobs(tmp_path) -> None:
         page = decode_page(path, "image", index, LIMITS)
         assert page.shape == (30, 40, 3)
         assert page[0, 0].tolist() == [b, g, r]  # BGR
-    with pytest.raises(InvalidInput, match="no page 4"):
+    # Pages are counted from 0 in messages as in the API (`/v1/render?page=3`).
+    with pytest.raises(InvalidInput, match=r"^There is no page 3: the image has pages 0 to 2 \("):
         decode_page(path, "image", 3, LIMITS)
     # A request is capped by input.max_pdf_pages (2 here); a job reads frame by frame instead.
     with pytest.raises(InvalidInput, match="max_pdf_pages"):
@@ -82,8 +83,13 @@ def test_page_sizes_refuse_before_decoding() -> None:
     with pytest.raises(InvalidInput, match="max_pdf_pages"):
         page_sizes(big, "pdf", LIMITS)
     assert page_sizes(big, "pdf", LIMITS, index=2) == [page_sizes(big, "pdf", LIMITS, index=0)[0]]
-    with pytest.raises(InvalidInput, match="no page 4"):
+    with pytest.raises(InvalidInput, match=r"^There is no page 3: the PDF has pages 0 to 2 \("):
         page_sizes(big, "pdf", LIMITS, index=3)
+    with pytest.raises(InvalidInput, match=r"^There is no page 5: the PDF has pages 0 to 2 \("):
+        decode_page(big, "pdf", 5, LIMITS)
+    png = images.encode_png(images.latin_lines().image)
+    with pytest.raises(InvalidInput, match="no page 1: the image has page 0 only"):
+        page_sizes(png, "image", LIMITS, index=1)
     tiny = DecodeLimits(max_pdf_pages=2, pdf_render_scale=2.0, max_image_pixels=1000)
     with pytest.raises(InvalidInput, match="max_image_pixels"):
         page_sizes(big, "pdf", tiny, index=0)
