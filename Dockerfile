@@ -73,6 +73,7 @@ ENV PATH=/opt/ocr/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     OCR_CONFIG=/etc/ocr/config.toml \
     OCR_SERVER__HOST=0.0.0.0 \
+    OCR_SERVER__HEALTH_PORT=8001 \
     OCR_JOBS__DATA_DIR=/var/lib/ocr/jobs \
     OCR_ENGINE__ONNX_DIR=/opt/ocr-models/onnx \
     OCR_ENGINE__GPU_BACKEND=${GPU_BACKEND} \
@@ -81,7 +82,8 @@ USER 10001:10001
 WORKDIR /home/ocr
 VOLUME ["/models", "/var/lib/ocr"]
 EXPOSE 8000
-# Ready only after every device worker has loaded its models and run a warm-up page.
+# Ready only after every device worker has loaded its models and run a warm-up page. Asked on
+# the probes' own port (server.health_port), which answers however busy the API's port is.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
     CMD ["python", "-m", "serving.healthcheck"]
 CMD ["ocr-serve"]

@@ -17,6 +17,7 @@ from serving.http import exceptions, openapi, ui
 from serving.http.auth import ApiKeyMiddleware
 from serving.http.hosts import HostCheckMiddleware
 from serving.http.keys import load_keys
+from serving.http.listeners import ListenerMiddleware
 from serving.http.request_id import RequestIdMiddleware
 from serving.http.routes import ROUTES
 from serving.http.security_headers import SecurityHeadersMiddleware
@@ -30,7 +31,8 @@ logger = logging.getLogger(__name__)
 def middleware(
     config: AppConfig, environ: Mapping[str, str], metrics: Metrics | None = None
 ) -> list[Middleware]:
-    """Security headers outermost, then request ids, then upload timeouts, then CORS (only with
+    """Security headers outermost, then request ids, then the listeners' routes and the API's
+    requests at once (`serving/http/listeners.py`), then upload timeouts, then CORS (only with
     `server.cors_origins`), then API keys, or with no keys the Host check (`serving/http/hosts.py`).
 
     CORS sits outside the key check so that browsers' preflight requests, which carry no key,
@@ -42,6 +44,12 @@ def middleware(
     stack = [
         Middleware(SecurityHeadersMiddleware),
         Middleware(RequestIdMiddleware),
+        Middleware(
+            ListenerMiddleware,
+            max_requests=config.server.limit_concurrency,
+            health_port=config.server.health_port,
+            retry_after_s=config.server.retry_after_s,
+        ),
         Middleware(
             UploadTimeoutMiddleware,
             idle_timeout_s=config.server.upload_idle_timeout_s,

@@ -7,14 +7,17 @@ import contextlib
 import json
 import logging
 import os
+import resource
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
 import uvicorn
 
 from serving.app import build_app
-from serving.config import AppConfig, describe, load_config
+from serving.config import AppConfig, ServerConfig, describe, load_config
 from serving.errors import ConfigError
+from serving.http.connections import ConnectionLimits, guarded_h11
 from serving.log_config import configure_logging
 from serving.server import GracefulServer, ShutdownPlan
 from serving.service.runtime import Runtime
@@ -78,19 +81,67 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
     except (ConfigError, ValueError, OSError) as err:
         logger.error("cannot start: %s", err)
         return 2
+    uvicorn_config = uvicorn.Config(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        log_config=None,
+        access_log=False,
+        # Requests are counted by `serving.http.listeners`, sockets by `serving.http.connections`.
+        limit_concurrency=None,
+        http=guarded_h11(connection_limits(config.server)),
+        ws="none",
+        timeout_keep_alive=config.server.keep_alive_timeout_s,  # type: ignore[arg-type]
+        server_header=False,  # no `Server: uvicorn` (security_headers.py sets the others)
+    )
     server = GracefulServer(
-        uvicorn.Config(
-            app,
-            host=config.server.host,
-            port=config.server.port,
-            log_config=None,
-            access_log=False,
-            limit_concurrency=config.server.limit_concurrency or None,
-            server_header=False,  # no `Server: uvicorn` (security_headers.py sets the others)
-        ),
+        uvicorn_config,
         plan=ShutdownPlan.within(config.server.shutdown_grace_s),
         abort=runtime.abort_inflight,
     )
+    raise_open_files_limit(config.server.max_connections)
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once stopped
-        server.run()
+        server.run(sockets=listeners(uvicorn_config, config.server.health_port))
     return 0
+
+
+def connection_limits(server: ServerConfig) -> ConnectionLimits:
+    """What one socket may cost (`serving.http.connections`)."""
+    return ConnectionLimits(
+        header_timeout_s=server.header_timeout_s,
+        max_connections=server.max_connections,
+        max_connections_per_client=server.max_connections_per_client,
+        retry_after_s=server.retry_after_s,
+        uncounted_port=server.health_port,
+    )
+
+
+def listeners(api: uvicorn.Config, health_port: int) -> list[socket.socket] | None:
+    """The API's socket and the probes' own (`server.health_port`) on the same host; None (uvicorn
+    binds the API's port itself) when the probes have no port of their own."""
+    if not health_port:
+        return None
+    health = uvicorn.Config(api.app, host=api.host, port=health_port, log_config=None)
+    sockets = [api.bind_socket(), health.bind_socket()]
+    for sock in sockets:
+        sock.set_inheritable(False)
+    return sockets
+
+
+def raise_open_files_limit(connections: int) -> None:
+    """Let the process hold `connections` sockets besides its own files: the soft limit on open
+    files raised toward the hard one (a container's is often 1024 soft, far more hard)."""
+    wanted = connections + 1024 if connections else resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if wanted == resource.RLIM_INFINITY else min(wanted, hard)
+    if hard == resource.RLIM_INFINITY:
+        target = wanted
+    if soft != resource.RLIM_INFINITY and target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if connections and soft != resource.RLIM_INFINITY and soft < connections + 64:
+        logger.warning(
+            "open files limited to %d: fewer than server.max_connections (%d) can be held",
+            soft,
+            connections,
+        )

@@ -89,8 +89,22 @@ class ServerConfig:
     """Admission cap: beyond this many pages in flight new requests are shed. Below it, requests
     that would finish past their deadline at the measured pace are shed too."""
     limit_concurrency: int = 512
-    """Connections and requests at once (Uvicorn's `limit_concurrency`); beyond it, Uvicorn
-    answers 503 (plain text) at once. Each request may hold its body in memory; 0 = no limit."""
+    """API requests running at once (the probes not counted, idle sockets neither); beyond it,
+    503 `overloaded` with Retry-After at once (`serving.http.listeners`); 0 = no limit."""
+    header_timeout_s: float = 10.0
+    """A connection must send a whole request head within this of opening, or of its previous
+    answer: else it is closed (408 first when it sent part of one: `serving.http.connections`)."""
+    keep_alive_timeout_s: float = 5.0
+    """An idle keep-alive connection is closed this long after its last answer."""
+    max_connections: int = 2048
+    """Sockets open at once; beyond, a new one gets 503 and is closed. 0 = no limit."""
+    max_connections_per_client: int = 256
+    """Sockets open at once from one address (behind a proxy: the proxy's); beyond, 503 and
+    closed. 0 = no limit."""
+    health_port: int = 0
+    """A listener of its own for `/livez`, `/readyz` and `/health` (nothing else), on `host`,
+    answered whatever the API port's load; 0 = off (the probes are still on `port`, uncounted).
+    The image and the Kubernetes manifests set 8001."""
     memory_budget_bytes: int = 0
     """Bytes the whole process tree (main, CPU and device workers, shared memory) may hold for
     requests beyond its idle footprint, all requests together: each page is charged for all it
@@ -124,6 +138,20 @@ class ServerConfig:
         _check(self.upload_timeout_s > 0, "server.upload_timeout_s", "must be > 0")
         _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
         _check(self.limit_concurrency >= 0, "server.limit_concurrency", "must be >= 0 (0 = none)")
+        _check(self.header_timeout_s > 0, "server.header_timeout_s", "must be > 0")
+        _check(self.keep_alive_timeout_s > 0, "server.keep_alive_timeout_s", "must be > 0")
+        _check(self.max_connections >= 0, "server.max_connections", "must be >= 0 (0 = none)")
+        _check(
+            self.max_connections_per_client >= 0,
+            "server.max_connections_per_client",
+            "must be >= 0 (0 = none)",
+        )
+        _check(
+            self.health_port == 0
+            or (0 < self.health_port < 65536 and self.health_port != self.port),
+            "server.health_port",
+            "must be 0 (off) or a port in 1..65535 other than server.port",
+        )
         _check(self.memory_budget_bytes >= 0, "server.memory_budget_bytes", "must be >= 0")
         _check(self.overload_status in (429, 503), "server.overload_status", "must be 429 or 503")
         _check(self.shutdown_grace_s >= 0, "server.shutdown_grace_s", "must be >= 0")

@@ -1,8 +1,8 @@
 """`python -m serving.healthcheck`: exit 0 when this machine's server answers `/readyz` with 200.
 
 The container's HEALTHCHECK runs it. It reads the configuration as `ocr-serve` does (`OCR_CONFIG`
-and the `OCR_*` overrides), so it asks the port the server listens on, with the standard library
-only (the image needs no curl).
+and the `OCR_*` overrides), so it asks the port the server answers probes on (`server.health_port`,
+else `server.port`), with the standard library only (the image needs no curl).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main() -> int:
     except ConfigError as err:
         print(f"healthcheck: configuration error: {err}", file=sys.stderr)  # noqa: T201
         return 1
-    url = readyz_url(config.server.host, config.server.port)
+    url = readyz_url(config.server.host, config.server.health_port or config.server.port)
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return 0 if response.status == 200 else 1

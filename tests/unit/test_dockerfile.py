@@ -154,8 +154,9 @@ def test_server_runs_as_configured(stages: dict[str, Stage]) -> None:
     assert config.server.host == "0.0.0.0"
     assert config.server.port == 8000
     assert config.workers.devices == ("auto",)  # every visible GPU, else the CPU
-    assert healthcheck.readyz_url(config.server.host, config.server.port) == (
-        "http://127.0.0.1:8000/readyz"
+    assert config.server.health_port == 8001  # the probes' own listener, which HEALTHCHECK asks
+    assert healthcheck.readyz_url(config.server.host, config.server.health_port) == (
+        "http://127.0.0.1:8001/readyz"
     )
 
 

@@ -160,8 +160,9 @@ def test_probes_port_and_environment_match_the_server(rendered) -> None:
     store = next(item for item in container["env"] if item["name"] == "OCR_JOBS__STORE")
     assert set(store["valueFrom"]["secretKeyRef"]) == {"name", "key"}
     assert config.server.host == "0.0.0.0"
-    (port,) = container["ports"]
+    port, health = container["ports"]
     assert port["containerPort"] == config.server.port
+    assert health["containerPort"] == config.server.health_port  # the probes' own listener
     service = objects["Service"]["spec"]["ports"][0]
     assert service["targetPort"] == port["name"]
     paths = {route.path for route in ROUTES}
@@ -170,7 +171,7 @@ def test_probes_port_and_environment_match_the_server(rendered) -> None:
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] in paths
-        assert container[probe]["httpGet"]["port"] == port["name"]
+        assert container[probe]["httpGet"]["port"] == health["name"]
     # Warm-up: the start-up probe allows 10 minutes (measured start to ready: README, Docker).
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
@@ -242,7 +243,8 @@ def test_network_policy_admits_the_serving_port_dns_and_postgresql_only(rendered
     pod = objects["Deployment"]["spec"]["template"]
     assert policy["spec"]["podSelector"]["matchLabels"] == pod["metadata"]["labels"]
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
-    (port,) = _container(objects)["ports"]
+    # Not the probes' port: the kubelet's probes come from the node, which plugins let through.
+    port, _health = _container(objects)["ports"]
     (ingress,) = policy["spec"]["ingress"]
     assert ingress["ports"] == [{"protocol": "TCP", "port": port["containerPort"]}]
     egress = policy["spec"]["egress"]
