@@ -10,7 +10,7 @@ from starlette.routing import Route
 from serving.config import AppConfig
 from serving.decode.readers import FileKind, frames_type
 from serving.errors import InvalidInput
-from serving.http import ocr_outputs, paddlex_api, request_id, url_fetch
+from serving.http import json_body, ocr_outputs, paddlex_api, request_id, url_fetch
 from serving.http.auth import identity_of
 from serving.http.body_limit import PADDLEX, RAW, limit_body
 from serving.http.endpoints import (
@@ -38,7 +38,7 @@ async def paddlex_ocr(request: Request) -> Response:
     log_id = request_id.current_or_new()
     try:
         raw = await read_body(request)
-        body = paddlex_api.load_body(raw)
+        body = await json_body.load(raw)  # refuses JSON bombs unparsed, off the event loop
         del raw  # not held while the document runs (`body_limit.PADDLEX` counts what is)
         log_id = paddlex_api.log_id_of(body, default=log_id)
         parsed = paddlex_api.parse_request(body)
@@ -46,7 +46,8 @@ async def paddlex_ocr(request: Request) -> Response:
         ocr.check_ready()
         data, kind = await _paddlex_file(parsed, config)
         options = ocr.options(
-            paddlex_api.effective_overrides(parsed.overrides),
+            # Page orientation as PaddleX's OCR pipeline: off unless useDocOrientationClassify.
+            {"orientation": "off", **paddlex_api.effective_overrides(parsed.overrides)},
             no_classifier=paddlex_api.NO_CLASSIFIER,
         )
         visualize = config.paddlex.visualize if parsed.visualize is None else parsed.visualize
