@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loadtest.accuracy import pages_cer
+from loadtest.accuracy import merged_words, pages_cer
 from models.base import PredictorError
 from models.onnx_predictor import import_engine
 from models.openvino_precision import BF16_MAX_CER_LOSS, INT8_MAX_CER_LOSS, has_bf16
@@ -33,11 +33,22 @@ def cpu_capabilities() -> list[str]:
     return list(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
+WHOLE_BF16 = "bf16-every-layer"
+"""The run of whole-model bf16 (`engine.openvino_f32_head = false`), beside the served layout
+(bf16, the recogniser's CTC head in f32), to show what the layout keeps (issue 41)."""
+
+
+def _engine_settings(precision: str) -> str:
+    if precision == WHOLE_BF16:
+        return 'openvino_precision = "bf16"\nopenvino_f32_head = false\n'
+    return f'openvino_precision = "{precision}"\n'
+
+
 def _engine_run(out: Path, precision: str, pages_dir: Path, threads: int) -> dict[str, Any]:
     config = out / f"engine-{precision}.toml"
     config.write_text(
         f'[engine]\ncpu_backend = "openvino"\ncpu_threads = {threads}\n'
-        f'openvino_precision = "{precision}"\n'
+        + _engine_settings(precision)
     )
     result = out / f"engine-{precision}.json"
     command = [sys.executable, "-m", "loadtest.engine_limit", "--config", str(config)]
@@ -61,6 +72,15 @@ def cer_by_language(truths: dict[str, str], texts: dict[str, list[str]]) -> dict
     }
 
 
+def merged_by_language(truths: dict[str, str], texts: dict[str, list[str]]) -> dict[str, int]:
+    """Merged words (`loadtest.accuracy.merged_words`) of each language's pages together."""
+    merged: dict[str, int] = {}
+    for page, truth in truths.items():
+        lang = language(page)
+        merged[lang] = merged.get(lang, 0) + merged_words(truth, "\n".join(texts.get(page, [])))
+    return dict(sorted(merged.items()))
+
+
 def check(
     out: Path, pages_dir: Path, truths: dict[str, str], threads: int, *, int8: bool = False
 ) -> dict[str, Any]:
@@ -69,7 +89,7 @@ def check(
     is within `BF16_MAX_CER_LOSS` of f32 and int8 within `INT8_MAX_CER_LOSS`."""
     capabilities = cpu_capabilities()
     report: dict[str, Any] = {"capabilities": capabilities, "cpu_bf16": has_bf16(capabilities)}
-    precisions = ["f32"] + ["bf16"] * report["cpu_bf16"] + ["int8"] * int8
+    precisions = ["f32"] + ["bf16", WHOLE_BF16] * report["cpu_bf16"] + ["int8"] * int8
     if len(precisions) == 1:
         return report
     runs = {}
@@ -78,18 +98,32 @@ def check(
         runs[precision] = {
             "cer": pages_cer(truths, run["texts"]),
             "cer_by_language": cer_by_language(truths, run["texts"]),
+            "merged_by_language": merged_by_language(truths, run["texts"]),
             "pages_per_s": run["pages_per_s"],
         }
     report["runs"] = runs
     if "bf16" in runs:
-        report["bf16_within"] = runs["bf16"]["cer"] - runs["f32"]["cer"] <= BF16_MAX_CER_LOSS
+        report["bf16_within"] = _within(runs["bf16"], runs["f32"], BF16_MAX_CER_LOSS)
     if "int8" in runs:
-        report["int8_within"] = runs["int8"]["cer"] - runs["f32"]["cer"] <= INT8_MAX_CER_LOSS
+        report["int8_within"] = _within(runs["int8"], runs["f32"], INT8_MAX_CER_LOSS)
     return report
 
 
+def _within(run: dict[str, Any], f32: dict[str, Any], max_loss: float) -> bool:
+    """CER within `max_loss` of f32's in every language, and no more merged words than f32."""
+    return all(
+        run["cer_by_language"][lang] - cer <= max_loss
+        and run["merged_by_language"].get(lang, 0) <= f32["merged_by_language"].get(lang, 0)
+        for lang, cer in f32["cer_by_language"].items()
+    )
+
+
 def _run_text(name: str, run: dict[str, Any]) -> str:
-    languages = ", ".join(f"{lang} {cer:.4f}" for lang, cer in run["cer_by_language"].items())
+    merged = run.get("merged_by_language", {})
+    languages = ", ".join(
+        f"{lang} {cer:.4f}" + (f" ({merged[lang]} merged words)" if lang in merged else "")
+        for lang, cer in run["cer_by_language"].items()
+    )
     return f"{name} CER {run['cer']:.4f} ({languages}) at {run['pages_per_s']:.3f} pages/s"
 
 
@@ -117,12 +151,15 @@ def markdown_line(report: dict[str, Any]) -> str:
             '`openvino_precision = "auto"` runs f32 here; the bf16 accuracy check needs a CPU '
             "with bf16"
         )
-    f32, bf16 = report["runs"]["f32"], report["runs"]["bf16"]
+    runs = report["runs"]
+    f32, bf16 = runs["f32"], runs["bf16"]
     loss = (bf16["cer"] - f32["cer"]) * 100
     verdict = "within" if report["bf16_within"] else "NOT within"
+    rows = [_run_text("f32", f32), _run_text("bf16 (CTC head f32, served)", bf16)]
+    if WHOLE_BF16 in runs:
+        rows.append(_run_text("bf16 every layer", runs[WHOLE_BF16]))
     return (
-        f"- OpenVINO precision (in process): f32 CER {f32['cer']:.4f} at "
-        f"{f32['pages_per_s']:.3f} pages/s, bf16 CER {bf16['cer']:.4f} at "
-        f"{bf16['pages_per_s']:.3f} pages/s: bf16 {loss:+.2f} CER points, {verdict} "
-        f"{BF16_MAX_CER_LOSS * 100:.1f}"
+        f"- OpenVINO precision (in process): {'; '.join(rows)}: bf16 {loss:+.2f} CER points, "
+        f"{verdict} {BF16_MAX_CER_LOSS * 100:.1f} per language with no more merged words than "
+        f"f32; {bf16['pages_per_s'] / f32['pages_per_s']:.2f}x f32"
     )

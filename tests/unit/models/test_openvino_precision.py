@@ -277,10 +277,12 @@ def test_the_bench_says_when_the_cpu_cannot_check_bf16(tmp_path: Path, monkeypat
 
 
 def test_the_bench_compares_bf16_with_f32_where_the_cpu_has_it(tmp_path: Path, monkeypatch) -> None:
-    truths = {"p1.png": "abcdefghij" * 100}
+    truths = {"p1.png": "abcdefghij " * 100}
     texts = {
-        "f32": {"p1.png": ["abcdefghij" * 100]},  # CER 0
-        "bf16": {"p1.png": ["abcdefghiX" + "abcdefghij" * 99]},  # CER 0.001: the limit
+        "f32": {"p1.png": ["abcdefghij " * 100]},  # CER 0
+        "bf16": {"p1.png": ["abcdefghiX " + "abcdefghij " * 99]},  # CER 0.001: the limit
+        # Whole-model bf16: two words read as one.
+        "bf16-every-layer": {"p1.png": ["abcdefghijabcdefghij " + "abcdefghij " * 98]},
     }
     runs = []
 
@@ -291,15 +293,20 @@ def test_the_bench_compares_bf16_with_f32_where_the_cpu_has_it(tmp_path: Path, m
     monkeypatch.setattr(precision_check, "cpu_capabilities", lambda: list(WITH_BF16))
     monkeypatch.setattr(precision_check, "_engine_run", engine_run)
     report = precision_check.check(tmp_path, tmp_path, truths, threads=1)
-    assert runs == ["f32", "bf16"]
+    assert runs == ["f32", "bf16", "bf16-every-layer"]
     assert report["runs"]["f32"]["cer"] == 0
     assert report["runs"]["bf16"]["cer"] == pytest.approx(0.001)
+    assert report["runs"]["bf16-every-layer"]["merged_by_language"] == {"en": 1}
     assert report["bf16_within"] is True
-    assert "bf16 +0.10 CER points, within 0.1" in precision_check.markdown_line(report)
-    texts["bf16"] = {"p1.png": ["abcdefghXX" + "abcdefghij" * 99]}
+    line = precision_check.markdown_line(report)
+    assert "bf16 +0.10 CER points, within 0.1" in line
+    assert "bf16 every layer CER 0.0000 (en 0.0000 (1 merged words))" in line
+    texts["bf16"] = {"p1.png": ["abcdefghXX " + "abcdefghij " * 99]}
     report = precision_check.check(tmp_path, tmp_path, truths, threads=1)
     assert report["bf16_within"] is False
     assert "NOT within" in precision_check.markdown_line(report)
+    texts["bf16"] = texts["bf16-every-layer"]  # CER as f32's, one merged word more: not within
+    assert precision_check.check(tmp_path, tmp_path, truths, threads=1)["bf16_within"] is False
 
 
 def test_the_bench_summary_says_each_precision() -> None:
@@ -346,9 +353,11 @@ def test_the_bench_checks_int8_per_language_where_its_models_exist(
     report = precision_check.check(tmp_path, tmp_path, truths, threads=1, int8=True)
     assert runs == ["f32", "int8"]
     assert report["runs"]["int8"]["cer_by_language"] == {"en": 0.0, "zh": pytest.approx(0.02)}
-    assert report["int8_within"] is True
+    # 0.18 points overall, but 2 points on the Chinese pages: each language is held to the bound
+    # (issue 41: int8 cost Chinese 1.4 points while the total looked fine).
+    assert report["int8_within"] is False
     line = precision_check.int8_line(report)
     assert line is not None
-    assert "int8 CER 0.0018 (en 0.0000, zh 0.0200) at 1.500 pages/s" in line
-    assert "+0.18 CER points, within 0.2; 1.50x f32" in line
+    assert "int8 CER 0.0018 (en 0.0000 (0 merged words), zh 0.0200 (0 merged words))" in line
+    assert "+0.18 CER points, NOT within 0.2; 1.50x f32" in line
     assert precision_check.int8_line({"capabilities": [], "cpu_bf16": False}) is None
