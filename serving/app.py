@@ -119,7 +119,7 @@ def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Sta
             runtime.config, os.environ if environ is None else environ, runtime.metrics
         ),
         lifespan=lifespan,
+        exception_handlers=exceptions.EXCEPTION_HANDLERS,  # JSON 404 and 405
     )
     app.state.services = runtime.endpoint_services()  # read by `serving.http.endpoints`
     return app
-        exception_handlers=exceptions.EXCEPTION_HANDLERS,  # JSON 404 and 405
