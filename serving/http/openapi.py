@@ -98,7 +98,8 @@ _OUTPUT_OPTIONS = [
 ]
 _DOCUMENT_BODY: Json = {
     "required": True,
-    "description": "The document: multipart field `file`, or raw bytes typed as an image or PDF",
+    "description": "The document: multipart field `file`, or the raw bytes typed as an image, "
+    "a PDF or application/octet-stream (what it is is read from its bytes)",
     "content": {
         "multipart/form-data": {
             "schema": {"type": "object", "required": ["file"], "properties": {"file": _BINARY}}
@@ -106,6 +107,7 @@ _DOCUMENT_BODY: Json = {
         "image/png": {"schema": _BINARY},
         "image/jpeg": {"schema": _BINARY},
         "application/pdf": {"schema": _BINARY},
+        "application/octet-stream": {"schema": _BINARY},
     },
 }
 _TEXT = {"text/plain": {"schema": {"type": "string"}}}

@@ -76,6 +76,32 @@ def log_id_of(body: Any, default: str | None = None) -> str:
     return default or str(uuid.uuid4())
 
 
+FILE_TYPES = (
+    "multipart/form-data",
+    "application/pdf",
+    "application/octet-stream",
+    "application/zip",
+)
+"""Content types (besides image/*) of a file sent as it is, which `/ocr` never reads."""
+
+
+def check_content_type(content_type: str) -> None:
+    """Refuse a file sent to `/ocr` as multipart or raw bytes, saying where it goes: `/ocr`
+    reads PaddleX's JSON body (a multipart upload got a bare JSON decode error).
+
+    Raises:
+        ValidationFailed: PaddleX's `json_invalid` problem list, naming `/v1/ocr`.
+    """
+    media = content_type.split(";")[0].strip().lower()
+    if media in FILE_TYPES or media.startswith("image/"):
+        message = (
+            f"/ocr takes PaddleX's JSON body (file as base64, fileType 0 for a PDF, 1 for an "
+            f"image), not {media}: POST /v1/ocr takes a multipart `file` or the raw file"
+        )
+        problem = [{"type": "json_invalid", "loc": "body", "msg": message}]
+        raise ValidationFailed(json.dumps(problem))
+
+
 def load_body(raw: bytes) -> Any:
     """The JSON value of an `/ocr` request body.
 

@@ -37,6 +37,7 @@ async def paddlex_ocr(request: Request) -> Response:
     ocr = ocr_of(request)
     log_id = request_id.current_or_new()
     try:
+        paddlex_api.check_content_type(request.headers.get("content-type", ""))
         raw = await read_body(request)
         body = await json_body.load(raw)  # refuses JSON bombs unparsed, off the event loop
         del raw  # not held while the document runs (`body_limit.PADDLEX` counts what is)

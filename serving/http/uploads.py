@@ -30,6 +30,11 @@ memory and parsed on the event loop. File parts are capped by the whole body's l
 
 _RAW_TYPES: dict[str, FileKind] = {"application/pdf": "pdf"}
 """Raw body types besides image/*."""
+SNIFFED_TYPE = "application/octet-stream"
+"""A raw body of no declared kind: its bytes say what it is (they do for every type anyway)."""
+IMAGE_FORMATS = "PNG, JPEG, TIFF, GIF, BMP or WebP"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+TO_JOBS = "a zip goes to POST /v1/jobs, which unpacks it"
 
 
 async def read_body(request: Request) -> bytes:
@@ -43,14 +48,17 @@ async def read_body(request: Request) -> bytes:
 
 async def read_document(request: Request) -> tuple[bytes, FileKind]:
     """The document of `/v1/ocr` and `/v1/render`: multipart field `file`, or a raw body typed
-    image/* or application/pdf; its kind from its bytes, else from its declared type.
+    image/*, application/pdf or application/octet-stream; its kind from its bytes, else from its
+    declared type.
 
     Raises:
-        UnsupportedMediaType: another content type.
+        UnsupportedMediaType: another content type, or an application/octet-stream body that is
+            neither a PDF nor a supported image.
         PayloadTooLarge: a form field over `FIELD_MAX_BYTES` (the body's own cap is the
             route's `body_limit.limit_body`).
         ValidationFailed: no `file` field, or a malformed multipart body.
-        InvalidInput: an empty file, or neither a PDF nor a supported image.
+        InvalidInput: an empty file, or neither a PDF nor a supported image (a zip: told that
+            /v1/jobs takes it).
         ClientGone: the client hung up during the upload.
     """
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -65,17 +73,21 @@ async def read_document(request: Request) -> tuple[bytes, FileKind]:
                     raise ValidationFailed("Send the document in a multipart field named `file`")
                 data = await upload.read()
                 part_type = (upload.content_type or "").lower()
+                raw = False
         except HTTPException as err:  # Starlette's multipart parser refuses the body
             raise form_error(err.detail) from err
         except ClientDisconnect as err:
             raise gone_mid_upload() from err
-    elif content_type.startswith("image/") or content_type in _RAW_TYPES:
+    elif content_type.startswith("image/") or content_type in (*_RAW_TYPES, SNIFFED_TYPE):
         data = await read_body(request)
         part_type = content_type
+        raw = True
     else:
+        zipped = f"; {TO_JOBS}" if "zip" in content_type else ""
         raise UnsupportedMediaType(
-            f"Content type {content_type or 'none'!r}: send multipart/form-data with a `file` "
-            "field, or a raw body typed image/* or application/pdf"
+            f"Content type {content_type[:80] or 'none'!r}: send multipart/form-data with a "
+            f"`file` field, or a raw body typed image/*, application/pdf or {SNIFFED_TYPE}"
+            f"{zipped}"
         )
     if not data:
         raise InvalidInput("Invalid input file: empty file")
@@ -85,8 +97,22 @@ async def read_document(request: Request) -> tuple[bytes, FileKind]:
         or ("image" if part_type.startswith("image/") else None)
     )
     if kind is None:
-        raise InvalidInput("Invalid input file: neither a PDF nor a supported image")
+        raise not_a_document(data, raw_octets=raw and part_type == SNIFFED_TYPE)
     return data, kind
+
+
+def not_a_document(data: bytes, *, raw_octets: bool) -> OcrError:
+    """The refusal of bytes that are neither a PDF nor a supported image: a zip is told where
+    it goes; a raw `application/octet-stream` body gets 415 (its type said nothing, and its
+    bytes are no type served), an upload 422."""
+    if data[:4] in _ZIP_MAGIC:
+        return InvalidInput(
+            f"Invalid input file: a zip archive; /v1/ocr reads one document: {TO_JOBS}"
+        )
+    what = f"neither a PDF nor a supported image ({IMAGE_FORMATS})"
+    if raw_octets:
+        return UnsupportedMediaType(f"The {SNIFFED_TYPE} body is {what} by its bytes")
+    return InvalidInput(f"Invalid input file: {what}")
 
 
 def form_error(detail: str) -> OcrError:
