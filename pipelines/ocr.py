@@ -7,7 +7,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from pipelines.page import Step, after_cls, after_det, finish, prepare
+from pipelines.page import (
+    Step,
+    after_cls,
+    after_det,
+    after_ori,
+    finish,
+    prepare,
+    prepare_orientation,
+)
+from pipelines.page_orientation import OriParams
 from pipelines.stages import MODEL_STAGES, ModelStage
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 
@@ -28,6 +37,8 @@ def run_page(
     cls_params: ClsParams,
     charset: Sequence[str],
     stages: Mapping[str, ModelStage[Any]] = MODEL_STAGES,
+    ori: Model | None = None,
+    ori_params: OriParams | None = None,
 ) -> PageResult:
     """Runs OCR on one BGR page in process, calling the given predictors batch by batch.
 
@@ -43,6 +54,9 @@ def run_page(
         charset: Labels from `build_charset`.
         stages: How each model's output is read: `MODEL_STAGES`, or a stage `reading_argmax`
             where its predictor answers with argmax pairs.
+        ori: Page-orientation classifier, (1, 3, 224, 224) -> (1, 4), or None to read the page
+            as sent.
+        ori_params: Its settings (`OriParams()` when None).
 
     Returns:
         The page result, identical to PaddleOCR's for the same models and settings.
@@ -50,7 +64,14 @@ def run_page(
     Raises:
         ValueError: If the image or a predictor output has an unexpected shape.
     """
-    step = prepare(image, det_params)
+    if ori is not None:
+        params = ori_params or OriParams()
+        step = prepare_orientation(image, params)
+        image, step = after_ori(
+            step.state, image, _call(stages["ori"], ori, step), det_params, params
+        )
+    else:
+        step = prepare(image, det_params)
     step = after_det(
         step.state,
         image,

@@ -1,6 +1,11 @@
 """The OCR page pipeline as explicit steps between model calls, chained as PaddleOCR 3.7 does.
 
-    prepare -> det -> after_det -> [cls -> after_cls] -> rec -> finish
+    [prepare_orientation -> ori -> after_ori] | prepare -> det -> after_det
+        -> [cls -> after_cls] -> rec -> finish
+
+With page orientation (`pipelines.page_orientation`), a page the classifier finds turned is
+turned upright in `after_ori` and read upright; `finish` brings its boxes back into the page as
+sent.
 
 Each step takes the page's state and the outputs of the model calls that state waits for (as
 `pipelines.stages` reduces them), and returns the next state with the inputs of the next model
@@ -22,6 +27,16 @@ from pipelines.cls_preprocess import plan_cls_batches
 from pipelines.crop import crop_text_lines, sort_quad_boxes
 from pipelines.det_postprocess import postprocess_det
 from pipelines.det_preprocess import det_input_size, pad_det_input, preprocess_det
+from pipelines.page_orientation import (
+    OriParams,
+    PageOrientation,
+    classify_page,
+    ori_pixels,
+    sent_size,
+    to_sent_box,
+    to_sent_points,
+    turn_upright,
+)
 from pipelines.pixels import Pixels
 from pipelines.rec_postprocess import CtcPath, decode_ctc_paths
 from pipelines.rec_preprocess import plan_rec_chunks
@@ -55,6 +70,9 @@ class PageState:
     """One classifier class id per quad once the classifier ran; None when it does not run."""
     crops: tuple[np.ndarray, ...] = ()
     """One BGR line crop per quad, kept only while the classifier has yet to run."""
+    orientation: PageOrientation | None = None
+    """What the page-orientation classifier said, once it ran; None when it does not run. When
+    it turned the page, `width`, `height` and `polys` are the upright page's until `finish`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +103,49 @@ def prepare(image: np.ndarray, det_params: DetParams) -> Step:
     _, input_h, input_w = det_input.pixels.shape
     sizes = () if pixels is det_input.pixels else ((input_h, input_w),)  # 0.0 in the padding
     return Step(state, [Pixels(pixels[np.newaxis], sizes)])
+
+
+def prepare_orientation(image: np.ndarray, ori_params: OriParams) -> Step:
+    """Prepares one BGR page for the page-orientation classifier (`resize_ori`).
+
+    Raises:
+        ValueError: If the image is not (H, W, 3) with positive sides.
+    """
+    height, width = image.shape[:2]
+    state = PageState(width=width, height=height, awaiting="ori", batches=((0,),))
+    return Step(state, [ori_pixels(image, ori_params)])
+
+
+def after_ori(
+    state: PageState,
+    image: np.ndarray,
+    probs: Sequence[np.ndarray],
+    det_params: DetParams,
+    ori_params: OriParams,
+) -> tuple[np.ndarray, Step]:
+    """Reads the classifier's answer, turns the page upright when it is sure, and prepares the
+    page for the detector.
+
+    Args:
+        state: What `prepare_orientation` returned.
+        image: The BGR page as sent.
+        probs: The classifier's output (`stages.ORI`): one (1, 4) row.
+        det_params: Detection settings.
+        ori_params: Holds the labels and the score a page must reach to be turned.
+
+    Returns:
+        The page the pipeline reads from here on (turned upright, or `image` itself) and its
+        detection step, whose state carries the orientation.
+
+    Raises:
+        ValueError: If the outputs do not match what the state awaits.
+    """
+    _check(state, "ori", probs)
+    (page_probs,) = probs
+    orientation = classify_page(page_probs, ori_params)
+    upright = turn_upright(image, orientation.angle) if orientation.turned else image
+    step = prepare(upright, det_params)
+    return upright, Step(dataclasses.replace(step.state, orientation=orientation), step.pixels)
 
 
 def after_det(
@@ -172,7 +233,7 @@ def finish(
     _check(state, "rec", outputs)
     paths = gather_rec_paths(state.batches, outputs, charset, len(state.polys))
     words = page_words(state.polys, state.batches, paths, state.orientations, rec_params)
-    return assemble_page(
+    page = assemble_page(
         state.width,
         state.height,
         state.polys,
@@ -180,6 +241,46 @@ def finish(
         state.orientations,
         rec_params,
         words=words,
+    )
+    if state.orientation is None:
+        return page
+    return to_sent_page(page, state.orientation)
+
+
+def to_sent_page(page: PageResult, orientation: PageOrientation) -> PageResult:
+    """A page read upright, with its boxes and size in the page as sent (which
+    `turn_upright(sent, orientation.applied)` turned), and the orientation recorded.
+
+    A quad keeps its points' order: its first point is still where its text starts, which on a
+    page sent sideways is no longer its top left.
+    """
+    angle = orientation.applied
+    width, height = page.width, page.height
+    if angle == 0:
+        return dataclasses.replace(page, page_orientation=orientation)
+
+    def poly(points: np.ndarray) -> np.ndarray:
+        return to_sent_points(points, angle, width, height)
+
+    lines = [
+        dataclasses.replace(
+            line,
+            poly=poly(line.poly),
+            words=tuple(
+                dataclasses.replace(word, box=to_sent_box(word.box, angle, width, height))
+                for word in line.words
+            ),
+        )
+        for line in page.lines
+    ]
+    sent_width, sent_height = sent_size(angle, width, height)
+    return dataclasses.replace(
+        page,
+        width=sent_width,
+        height=sent_height,
+        dt_polys=[poly(p) for p in page.dt_polys],
+        lines=lines,
+        page_orientation=orientation,
     )
 
 

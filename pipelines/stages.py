@@ -1,8 +1,8 @@
-"""The page pipeline's three model calls, and what each one's output is reduced to per item.
+"""The page pipeline's model calls, and what each one's output is reduced to per item.
 
-A model call runs on a batch that may hold the rows of several items (pages for det, crop chunks
-for cls and rec). `ModelStage.output` takes one item's rows of the raw output and returns what the
-pipeline's next step (`pipelines.page`) reads; whoever runs the model, in process
+A model call runs on a batch that may hold the rows of several items (pages for ori and det, crop
+chunks for cls and rec). `ModelStage.output` takes one item's rows of the raw output and returns
+what the pipeline's next step (`pipelines.page`) reads; whoever runs the model, in process
 (`pipelines.ocr.run_page`) or in a device worker, applies it.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from pipelines.rec_postprocess import reduce_rec_output, split_argmax_pairs
 
-Stage = Literal["det", "cls", "rec"]
+Stage = Literal["ori", "det", "cls", "rec"]
 
 OutputT = TypeVar("OutputT")
 
@@ -69,6 +69,9 @@ def _cls_output(raw: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw, dtype=np.float32)
 
 
+ORI: ModelStage[np.ndarray] = ModelStage(name="ori", output=_cls_output, large_output=False)
+"""Page orientation: one page a row (`pipelines.page_orientation`); the output is its class
+probabilities."""
 DET: ModelStage[np.ndarray] = ModelStage(name="det", output=_det_output, large_output=True)
 """Text detection: one page a row; the output is its DB probability map."""
 CLS: ModelStage[np.ndarray] = ModelStage(name="cls", output=_cls_output, large_output=False)
@@ -78,5 +81,5 @@ REC: ModelStage[tuple[np.ndarray, np.ndarray]] = ModelStage(
 )
 """Text recognition: one crop a row; the output is its greedy CTC path (`reduce_rec_output`)."""
 
-MODEL_STAGES: dict[str, ModelStage[Any]] = {s.name: s for s in (DET, CLS, REC)}
+MODEL_STAGES: dict[str, ModelStage[Any]] = {s.name: s for s in (ORI, DET, CLS, REC)}
 """Stage name -> its definition."""

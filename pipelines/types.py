@@ -7,6 +7,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from pipelines.page_orientation import PageOrientation
 from pipelines.pixels import Pixels, normalize
 
 LimitType = Literal["min", "max", "resize_long"]
@@ -132,3 +133,6 @@ class PageResult:
     """Lines whose score passed the threshold, in reading order (PaddleOCR's `rec_*`)."""
     orientations: list[int] = field(default_factory=list)
     """Per entry of dt_polys; empty when the classifier is off and nothing was detected."""
+    page_orientation: PageOrientation | None = None
+    """What the page-orientation classifier said of the page; None when it did not run. Boxes
+    and sizes are those of the page as sent, whether or not it was read turned."""

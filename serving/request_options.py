@@ -9,8 +9,16 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from models.bundle import ModelBundle
+from pipelines.page_orientation import OriParams
 from pipelines.types import LIMIT_TYPES, ClsParams, DetParams, RecParams
-from serving.config import PIPELINE_RANGES, PipelineConfig, choices_text, in_range, range_text
+from serving.config import (
+    ORIENTATION_MODES,
+    PIPELINE_RANGES,
+    PipelineConfig,
+    choices_text,
+    in_range,
+    range_text,
+)
 from serving.errors import ValidationFailed
 
 
@@ -34,12 +42,26 @@ OPTIONS: dict[str, Option] = {
     "textline_orientation": Option(
         "use_textline_orientation", bool, "Run the orientation classifier"
     ),
+    "orientation": Option(
+        "orientation",
+        str,
+        "Page orientation: auto (a page found turned 90, 180 or 270 degrees is read upright, its "
+        "boxes in the page as sent) or off",
+    ),
 }
 """The native API's OCR options: `/v1/ocr`'s query parameters, a job's options, `ocr-batch -o`."""
-CHOICES: dict[str, tuple[str, ...]] = {"det_limit_type": LIMIT_TYPES}
+CHOICES: dict[str, tuple[str, ...]] = {
+    "det_limit_type": LIMIT_TYPES,
+    "orientation": ORIENTATION_MODES,
+}
 """The values a string option may take."""
 NO_CLASSIFIER = "textline_orientation=true needs a classifier (models.cls)"
 """The native API's answer when the classifier is asked for and none is configured."""
+NO_PAGE_CLASSIFIER = (
+    "orientation=auto (useDocOrientationClassify on /ocr) needs a page-orientation model "
+    "(models.ori)"
+)
+"""The answer when page orientation is asked for and no page classifier is configured."""
 _QUERY_ORDER = (float, int, str, bool)
 """`/v1/ocr` reads its query parameters by kind: the numbers (floats first), the limit type, the
 flag; the first bad one is the one reported."""
@@ -53,6 +75,8 @@ class OcrOptions:
     rec: RecParams
     cls: ClsParams | None
     """None when the textline-orientation classifier does not run for this request."""
+    ori: OriParams | None = None
+    """None when the page-orientation classifier does not run for this request."""
 
 
 def ocr_options(bundle: ModelBundle, pipeline: PipelineConfig, **overrides: Any) -> OcrOptions:
@@ -83,7 +107,18 @@ def ocr_options(bundle: ModelBundle, pipeline: PipelineConfig, **overrides: Any)
     cls = None
     if use_cls and bundle.cls is not None:
         cls = bundle.cls.cls_params
-    return OcrOptions(det=det, rec=rec, cls=cls)
+    return OcrOptions(det=det, rec=rec, cls=cls, ori=_ori_params(bundle, pipeline, overrides))
+
+
+def _ori_params(
+    bundle: ModelBundle, pipeline: PipelineConfig, overrides: Mapping[str, Any]
+) -> OriParams | None:
+    """The page classifier's settings when it runs for this request: `orientation` "auto" (the
+    request's, else the config's) and a classifier configured."""
+    mode = _pick(overrides.get("orientation"), pipeline.orientation)
+    if mode != "auto" or bundle.ori is None or bundle.ori.ori_params is None:
+        return None
+    return dataclasses.replace(bundle.ori.ori_params, min_score=pipeline.orientation_min_score)
 
 
 def request_options(
@@ -97,11 +132,13 @@ def request_options(
 
     Raises:
         ValidationFailed: `no_classifier` (each API words it its own way) when the request asks
-            for the textline-orientation classifier and no model is configured; an override out
-            of range.
+            for the textline-orientation classifier and no model is configured; the same for
+            page orientation (`NO_PAGE_CLASSIFIER`); an override out of range.
     """
     if overrides.get("use_textline_orientation") and bundle.cls is None:
         raise ValidationFailed(no_classifier)
+    if overrides.get("orientation") == "auto" and bundle.ori is None:
+        raise ValidationFailed(NO_PAGE_CLASSIFIER)
     return ocr_options(bundle, pipeline, **overrides)
 
 

@@ -128,7 +128,9 @@ class ModelActor:
     def __init__(self, config: AppConfig, stage: Stage, device: str) -> None:
         # Paddle warns about a missing ccache at import; it compiles nothing here.
         warnings.filterwarnings("ignore", message="No ccache found")
-        bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
+        bundle = load_bundle(
+            config.models.det, config.models.rec, config.models.cls, config.models.ori
+        )
         spec: ModelSpec | None = bundle.specs.get(stage)
         if spec is None:
             raise ValueError(f"no {stage} model is configured")

@@ -21,7 +21,7 @@ class LocalEngine:
 
     def __init__(self, config: AppConfig, device: str = "cpu") -> None:
         models = config.models
-        self.bundle = load_bundle(models.det, models.rec, models.cls)
+        self.bundle = load_bundle(models.det, models.rec, models.cls, models.ori)
         self.config = config
         engine = engine_choice(config, device)
         self.predictors: dict[str, Predictor] = {
@@ -45,6 +45,7 @@ def ocr_page(
     """Run `pipelines.ocr.run_page` with in-process predictors (`model_stages`: each read as
     it answers)."""
     cls = predictors.get("cls") if options.cls is not None else None
+    ori = predictors.get("ori") if options.ori is not None else None
     return run_page(
         image,
         det=predictors["det"].run,
@@ -55,4 +56,6 @@ def ocr_page(
         cls_params=options.cls or ClsParams(),
         charset=charset,
         stages=model_stages(predictors),
+        ori=ori.run if ori is not None else None,
+        ori_params=options.ori,
     )

@@ -37,15 +37,25 @@ def warm_up_page(predictors: dict[str, Any], model_dirs: dict[str, str]) -> list
     """Run the warm-up page through the stages this worker has; returns the texts found.
 
     A worker limited to some stages warms up only those, on inputs shaped like a real page's.
+    The page-orientation classifier runs a zero input of its shape: the warm-up page is a strip
+    of two lines, not a page whose orientation the classifier knows.
     """
     bundle = load_bundle(**model_dirs)
-    options = ocr_options(bundle, PipelineConfig(), use_textline_orientation="cls" in predictors)
+    options = ocr_options(
+        bundle,
+        PipelineConfig(),
+        use_textline_orientation="cls" in predictors,
+        orientation="off",
+    )
     image = warmup_image()
+    if "ori" in predictors:
+        predictors["ori"].warmup()
     if "det" in predictors and "rec" in predictors:
         page = ocr_page(predictors, image, options, bundle.charset)
         return [line.text for line in page.lines]
-    for predictor in predictors.values():
-        predictor.warmup()
+    for stage, predictor in predictors.items():
+        if stage != "ori":
+            predictor.warmup()
     return []
 
 

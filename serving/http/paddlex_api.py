@@ -158,11 +158,13 @@ def parse_request(body: Any) -> OcrRequest:
         )
     if problems:
         raise ValidationFailed(json.dumps(problems))
-    if body.get("useDocOrientationClassify") or body.get("useDocUnwarping"):
+    if body.get("useDocUnwarping"):
         raise ValidationFailed(
-            "Document orientation classification and unwarping are not served here: "
-            "send useDocOrientationClassify and useDocUnwarping as false or leave them out"
+            "Document unwarping is not served here (no packaged unwarping model): "
+            "send useDocUnwarping as false or leave it out"
         )
+    if body.get("useDocOrientationClassify") is not None:
+        overrides["orientation"] = "auto" if body["useDocOrientationClassify"] else "off"
     if overrides.get("limit_type") not in (None, *LIMIT_TYPES):
         raise ValidationFailed(f"textDetLimitType must be {choices_text(LIMIT_TYPES)}")
     file_kind: FileKind | None = None
@@ -236,8 +238,18 @@ def pruned_result(
         if key in reported:
             params[key] = reported[key]
     rec_polys = [line.poly for line in page.lines]
+    use_doc = page.page_orientation is not None
     result: dict[str, Any] = {
-        "model_settings": {"use_doc_preprocessor": False, "use_textline_orientation": use_cls},
+        "model_settings": {"use_doc_preprocessor": use_doc, "use_textline_orientation": use_cls},
+    }
+    if page.page_orientation is not None:
+        # PaddleX's: the angle the page was turned by to be read. Unlike PaddleX, whose boxes are
+        # those of the turned page, ours are in the page as sent (docs/paddlex-compat.md).
+        result["doc_preprocessor_res"] = {
+            "model_settings": {"use_doc_orientation_classify": True, "use_doc_unwarping": False},
+            "angle": page.page_orientation.applied,
+        }
+    result |= {
         "dt_polys": [poly.tolist() for poly in page.dt_polys],
         "text_det_params": params,
         "text_type": "general",

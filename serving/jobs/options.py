@@ -9,6 +9,7 @@ from typing import Any
 
 from pipelines.types import PageResult, TextLine
 from serving.errors import ValidationFailed
+from serving.outputs.document import orientation_json
 from serving.request_options import (
     CHOICES,
     OPTIONS,
@@ -63,6 +64,7 @@ def page_record(file: str, page: int, result: PageResult, **extra: Any) -> dict[
         "width": result.width,
         "height": result.height,
         "lines": [_line(line) for line in result.lines],
+        **orientation_json(result),
     }
 
 

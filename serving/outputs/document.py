@@ -235,6 +235,7 @@ def page_json(result: PageResult, *, words: bool = False, layout: bool = False) 
             }
             for line in result.lines
         ],
+        **orientation_json(result),
     }
     if layout:
         boxes = [_bounds(np.asarray(line.poly).reshape(4, 2)) for line in result.lines]
@@ -243,6 +244,22 @@ def page_json(result: PageResult, *, words: bool = False, layout: bool = False) 
             for members in reading_order(boxes)
         ]
     return body
+
+
+def orientation_json(result: PageResult) -> dict[str, Any]:
+    """`{"orientation": {"angle", "score", "turned"}}` where the page-orientation classifier ran
+    (`angle`: its class, the page's counter-clockwise turn to upright; `turned`: whether the page
+    was read turned, boxes staying in the page as sent), else {}."""
+    found = result.page_orientation
+    if found is None:
+        return {}
+    return {
+        "orientation": {
+            "angle": found.angle,
+            "score": round(float(found.score), 4),
+            "turned": found.turned,
+        }
+    }
 
 
 def _words_json(line: TextLine) -> list[dict[str, Any]]:

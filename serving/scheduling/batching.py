@@ -28,7 +28,7 @@ from serving.scheduling.priorities import BACKGROUND
 from serving.scheduling.share import BackgroundShare
 
 # Later stages first: finishing requests already in flight bounds latency and memory.
-STAGE_RANK = {"rec": 0, "cls": 1, "det": 2}
+STAGE_RANK = {"rec": 0, "cls": 1, "det": 2, "ori": 3}
 
 
 @dataclass(slots=True, eq=False)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from models.base import EngineBackendError
 from models.bundle import ModelBundle
 from models.registry import get_backend
 from serving.config import STAGES, AppConfig
@@ -123,3 +124,30 @@ def with_backend(specs: list[DeviceSpec], backend: str) -> list[DeviceSpec]:
     return [
         dataclasses.replace(s, engine=dataclasses.replace(s.engine, backend=backend)) for s in specs
     ]
+
+
+def without_unread_orientation(
+    bundle: ModelBundle, specs: list[DeviceSpec]
+) -> tuple[ModelBundle, list[DeviceSpec]]:
+    """The page-orientation classifier served only by the devices whose engine reads it (the
+    packaged one is ONNX only: Paddle's engine does not); where none does, it is not served and
+    pages are read as sent, with a warning, rather than the server not starting."""
+    if bundle.ori is None:
+        return bundle, specs
+    kept: list[DeviceSpec] = []
+    for device in specs:
+        if "ori" in device.stages:
+            try:
+                get_backend(device.engine.backend).resolve(bundle.ori, device.engine.options)
+            except EngineBackendError as err:
+                logger.warning("%s does not serve page orientation: %s", device.name, err)
+                stages = tuple(s for s in device.stages if s != "ori")
+                device = dataclasses.replace(device, stages=stages)
+        kept.append(device)
+    if not any("ori" in device.stages for device in kept):
+        logger.warning(
+            "no device worker serves the page-orientation classifier (models.ori): pages are "
+            "read as sent (pipeline.orientation = 'auto' has no effect)"
+        )
+        return dataclasses.replace(bundle, ori=None), kept
+    return bundle, kept

@@ -329,6 +329,7 @@ class OcrService:
                     index,
                     charge.limits,
                     options.det,
+                    options.ori,
                     priority=priority,
                 )
             try:
@@ -353,32 +354,50 @@ class OcrService:
         detection_done: Callable[[], None],
     ) -> PageOutput:
         """The page pipeline's steps (`pipelines.page`) in the CPU pool, each after the inference
-        its state awaits; `detection_done()` once the detector's input and map are freed."""
-        step = await self._infer_then(
-            page.step,
-            deadline,
-            priority,
-            cpu_stages.after_det,
-            page.image,
-            options.det,
-            options.rec,
-            options.cls,
-        )
-        detection_done()
-        if step.state.awaiting == "cls":
+        its state awaits; `detection_done()` once the detector's input and map are freed. A page
+        the orientation classifier turned is read from its upright copy, freed at the end."""
+        step = page.step
+        upright: shm.ShmRef | None = None
+        try:
+            if step.state.awaiting == "ori" and options.ori is not None:
+                oriented = await self._infer_then(
+                    step,
+                    deadline,
+                    priority,
+                    cpu_stages.after_ori,
+                    page.image,
+                    options.det,
+                    options.ori,
+                )
+                upright, step = oriented.upright, oriented.step
             step = await self._infer_then(
-                step, deadline, priority, cpu_stages.after_cls, options.rec
+                step,
+                deadline,
+                priority,
+                cpu_stages.after_det,
+                upright or page.image,
+                options.det,
+                options.rec,
+                options.cls,
             )
-        result, images = await self._infer_then(
-            step,
-            deadline,
-            priority,
-            cpu_stages.finish,
-            page.image,
-            options.rec,
-            visualize,
-            last=True,
-        )
+            detection_done()
+            if step.state.awaiting == "cls":
+                step = await self._infer_then(
+                    step, deadline, priority, cpu_stages.after_cls, options.rec
+                )
+            result, images = await self._infer_then(
+                step,
+                deadline,
+                priority,
+                cpu_stages.finish,
+                page.image,  # pictures are drawn on the page as sent, as the boxes are
+                options.rec,
+                visualize,
+                last=True,
+            )
+        finally:
+            if upright is not None:
+                shm.discard(upright)
         return PageOutput(result=result, images=images)
 
     async def _infer_then(
@@ -426,6 +445,8 @@ class OcrService:
         bucket: Any
         if stage == "det":  # pages of one size, charged by pixels
             bucket, cost = (height, width), rows * height * width
+        elif stage == "ori":  # pages, each 224 x 224: charged by rows, as chunks by width
+            bucket, cost = (height, width), rows * width
         else:  # chunks of crops padded to one width, charged by width x rows
             bucket, cost = width, rows * width
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -26,7 +26,12 @@ from serving.scheduling.cost_model import CostModel
 from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
 from serving.scheduling.placement import Placement
-from serving.service.devices import check_engines, device_specs, with_backend
+from serving.service.devices import (
+    check_engines,
+    device_specs,
+    with_backend,
+    without_unread_orientation,
+)
 from serving.service.ocr import OcrService
 from serving.service.requests import EndpointServices, JobRequests, OcrRequests, Renderer
 from serving.workers import shm
@@ -91,7 +96,7 @@ class Runtime:
             EngineBackendError: `backend` names no engine backend.
         """
         models = config.models
-        bundle = load_bundle(models.det, models.rec, models.cls)
+        bundle = load_bundle(models.det, models.rec, models.cls, models.ori)
         queues = {stage: config.workers.queue(stage) for stage in STAGES}
         admission = Admission(max_pages=config.server.max_inflight_pages)
         budget_bytes = config.server.memory_budget_bytes or default_budget_bytes()
@@ -108,6 +113,7 @@ class Runtime:
         specs = specs if specs is not None else device_specs(config)
         if backend is not None:
             specs = with_backend(specs, backend)
+        bundle, specs = without_unread_orientation(bundle, specs)
         check_engines(bundle, specs)
         claim = shm.claim_prefix()  # before any segment is named with it
         prefix = claim.prefix

