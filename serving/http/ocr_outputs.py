@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +46,15 @@ def wanted(request: Request) -> Wanted:
     )
 
 
-def json_body(pages: list[PageOutput], want: Wanted) -> dict[str, Any]:
-    """The native JSON answer: lines in PaddleOCR's order, with words and blocks when asked."""
+def json_body(
+    pages: list[PageOutput], want: Wanted, orders: Sequence[Sequence[Sequence[int]]] | None = None
+) -> dict[str, Any]:
+    """The native JSON answer: lines in PaddleOCR's order, with words and blocks when asked
+    (`orders`: each page's, from `Renderer.reading_orders`)."""
     answer = []
     for index, page in enumerate(pages):
-        body = page_json(page.result, words=want.words, layout=want.layout)
+        blocks = None if orders is None else orders[index]
+        body = page_json(page.result, words=want.words, layout=want.layout, blocks=blocks)
         answer.append(
             {
                 "page": index,
@@ -67,12 +72,15 @@ async def answer(
 ) -> Response:
     """The answer in the wanted format; a rendered one is made in a CPU worker and streamed."""
     headers = {request_id.HEADER: request_id.current_or_new()}
-    if want.format == "json":
+    if want.format == "json" and not want.layout:
         return JSONResponse(json_body(pages, want), headers=headers)
+    orders = await renderer.reading_orders([page.result for page in pages])
+    if want.format == "json":
+        return JSONResponse(json_body(pages, want, orders), headers=headers)
     document = Document(
         name=f"document.{EXTENSIONS[want.format]}",
         pages=tuple(
-            page_from_result(page.result, index, page.scaled_from)
+            page_from_result(page.result, index, page.scaled_from, orders[index])
             for index, page in enumerate(pages)
         ),
         source=Source(media_type_of(data, pdf=kind == "pdf"), data),

@@ -146,14 +146,20 @@ def group_blocks(
 
 
 def page_from_result(
-    result: PageResult, index: int = 0, sent: tuple[int, int] | None = None
+    result: PageResult,
+    index: int = 0,
+    sent: tuple[int, int] | None = None,
+    blocks: Sequence[Sequence[int]] | None = None,
 ) -> Page:
-    """A page from the pipeline's result, its lines in reading order; with `sent` (the page's
-    (width, height) as sent, when it was decoded smaller), in the sent page's pixels."""
+    """A page from the pipeline's result, its lines in reading order (`blocks`, from
+    `reading_orders`, else found here); with `sent` (the page's (width, height) as sent, when it
+    was decoded smaller), in the sent page's pixels."""
     lines = [
         make_line(line.text, float(line.score), line.poly, line.words) for line in result.lines
     ]
-    page = Page(width=result.width, height=result.height, blocks=group_blocks(lines), index=index)
+    page = Page(
+        width=result.width, height=result.height, blocks=group_blocks(lines, blocks), index=index
+    )
     return page if sent is None else scale_page(page, *sent)
 
 
@@ -219,9 +225,16 @@ def _box(value: Any) -> Box:
     return (x0, y0, x1, y1)
 
 
-def page_json(result: PageResult, *, words: bool = False, layout: bool = False) -> dict[str, Any]:
+def page_json(
+    result: PageResult,
+    *,
+    words: bool = False,
+    layout: bool = False,
+    blocks: Sequence[Sequence[int]] | None = None,
+) -> dict[str, Any]:
     """The lines of a page as `/v1/ocr` answers them (PaddleOCR's order), with each line's words
-    when `words`, and the page's `blocks` in reading order (indices into `lines`) when `layout`.
+    when `words`, and the page's `blocks` in reading order (indices into `lines`) when `layout`:
+    `blocks` (from `reading_orders`), else found here.
     """
     body: dict[str, Any] = {
         "width": result.width,
@@ -241,9 +254,18 @@ def page_json(result: PageResult, *, words: bool = False, layout: bool = False) 
         boxes = [_bounds(np.asarray(line.poly).reshape(4, 2)) for line in result.lines]
         body["blocks"] = [
             {"box": list(_union([boxes[i] for i in members])), "lines": members}
-            for members in reading_order(boxes)
+            for members in (reading_order(boxes) if blocks is None else blocks)
         ]
     return body
+
+
+def reading_orders(results: Sequence[PageResult]) -> list[list[list[int]]]:
+    """Each page's blocks in reading order (`pipelines.layout.reading_order` on its lines' boxes),
+    for `page_json` and `page_from_result`: a CPU worker runs it (`Renderer.reading_orders`)."""
+    return [
+        reading_order([_bounds(np.asarray(line.poly).reshape(4, 2)) for line in result.lines])
+        for result in results
+    ]
 
 
 def orientation_json(result: PageResult) -> dict[str, Any]:

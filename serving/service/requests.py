@@ -6,18 +6,19 @@ puts them in the app's state (`EndpointServices`), and each handler takes only t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client import Counter
 
 from models.bundle import ModelBundle
+from pipelines.types import PageResult
 from serving.config import AppConfig, JobsConfig, PipelineConfig
 from serving.decode.readers import DecodeLimits, FileKind
 from serving.jobs.runner import JobRunner
 from serving.metrics import Metrics
-from serving.outputs.document import Document
+from serving.outputs.document import Document, reading_orders
 from serving.outputs.formats import Format
 from serving.outputs.service import OutputStream, render_document
 from serving.request_options import OcrOptions, request_options
@@ -95,6 +96,14 @@ class Renderer:
         return await render_document(
             self.cpu, self.budget, document, fmt, source_bytes=source_bytes
         )
+
+    async def reading_orders(self, results: Sequence[PageResult]) -> list[list[list[int]]]:
+        """Each page's blocks in reading order, found in a CPU worker: the XY-cut is per-page
+        CPU work, kept off the event loop (`serving.outputs.document.reading_orders`)."""
+        if not any(result.lines for result in results):
+            return [[] for _ in results]
+        orders: list[list[list[int]]] = await self.cpu.run(reading_orders, list(results))
+        return orders
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

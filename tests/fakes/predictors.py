@@ -8,6 +8,9 @@ so the behaviour is chosen with environment variables that the spawned processes
 `SLOW_FAKE` ("tests.fakes.predictors:SLOW_FAKE") uses no model at all (`models.FakePredictor`):
   OCR_FAKE_LATENCY_S=S   every batch takes S seconds (the warm-up page's too);
   OCR_FAKE_LATENCY_S_CPU / OCR_FAKE_LATENCY_S_GPU: the same per device kind (unlike devices).
+`STACKED_LINES` ("tests.fakes.predictors:STACKED_LINES"): `SLOW_FAKE`'s predictors, but the
+detector finds a line every `OCR_FAKE_LINE_PITCH_PX` (20) rows of its input, 5 rows tall: a page
+of stacked lines, which the XY-cut (`pipelines.layout`) cuts off one at a time.
 `CUDA_FAULT` ("tests.fakes.predictors:CUDA_FAULT"): `SLOW_FAKE`'s predictors, and a sticky
 CUDA error once a file appears:
   OCR_FAKE_CUDA_FAULT_FILE=PATH the first batch to find PATH removes it and raises an illegal
@@ -93,6 +96,26 @@ def _slow_fake(spec: ModelSpec, options: EngineOptions) -> Predictor:
     return FakePredictor(spec.kind, latency_s=latency_s)
 
 
+class StackedLinesDet(FakePredictor):
+    """A detector whose map has a 5-row stripe every `pitch_px` rows, across the middle half."""
+
+    def __init__(self, pitch_px: int) -> None:
+        super().__init__("det")
+        self.pitch_px = pitch_px
+
+    def _det_output(self, n: int, height: int, width: int) -> np.ndarray:
+        out = np.zeros((n, 1, height, width), dtype=np.float32)
+        for top in range(self.pitch_px // 2, height - 5, self.pitch_px):
+            out[:, :, top : top + 5, width // 4 : (3 * width) // 4] = 0.9
+        return out
+
+
+def _stacked_lines(spec: ModelSpec, options: EngineOptions) -> Predictor:
+    if spec.kind == "det":
+        return StackedLinesDet(int(os.environ.get("OCR_FAKE_LINE_PITCH_PX", "20")))
+    return FakePredictor(spec.kind)
+
+
 FAULTS = EngineBackend(
     name="paddle-with-faults",
     devices=PADDLE.devices,
@@ -104,6 +127,12 @@ SLOW_FAKE = EngineBackend(
     devices=frozenset(DEVICE_KINDS),
     formats=frozenset(MODEL_FORMATS),
     create=_slow_fake,
+)
+STACKED_LINES = EngineBackend(
+    name="stacked-lines",
+    devices=frozenset(DEVICE_KINDS),
+    formats=frozenset(MODEL_FORMATS),
+    create=_stacked_lines,
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pipelines.layout import LayoutParams, reading_order
 
 
@@ -36,3 +38,22 @@ def test_every_line_is_in_one_block() -> None:
     blocks = reading_order(boxes, LayoutParams(paragraph_gap=0.5, column_gap=0.5))
     assert sorted(i for block in blocks for i in block) == list(range(40))
     assert reading_order([]) == []
+
+
+def _stacked(rows: int) -> list[tuple[int, int, int, int]]:
+    """Lines one under another at equal gaps: the XY-cut cuts them off one at a time."""
+    return [(50, 20 * r, 600, 20 * r + 10) for r in range(rows)]
+
+
+def test_a_thousand_stacked_lines_need_no_recursion() -> None:
+    # Recursive, this passed Python's recursion limit (a RecursionError, the server's 500).
+    blocks = reading_order(_stacked(1500))
+    assert blocks == [[i] for i in range(1500)]
+
+
+def test_the_work_is_bounded_and_every_line_still_read_once() -> None:
+    started = time.perf_counter()
+    blocks = reading_order(_stacked(20_000))  # past MAX_WORK: the rest are blocks in rows
+    assert time.perf_counter() - started < 5.0
+    order = [i for block in blocks for i in block]
+    assert order == list(range(20_000))
