@@ -35,15 +35,16 @@ STAGES = ("ori", "det", "cls", "rec")
 
 PIPELINE_RANGES: dict[str, tuple[float, float]] = {
     "limit_side_len": (1, 100_000),
-    "thresh": (-math.inf, math.inf),
-    "box_thresh": (-math.inf, math.inf),
+    "thresh": (0.0, 1.0),
+    "box_thresh": (0.0, 1.0),
     "unclip_ratio": (0.0, 100.0),
-    "score_thresh": (-math.inf, math.inf),
+    "score_thresh": (0.0, 1.0),
 }
 """Pipeline settings -> the closed range a config value or request override must be in; NaN and
 infinities never are. Past these the CPU worker fails (a negative unclip ratio: cv2.error; a side
 limit past float range: OverflowError), runs out of memory (unclip_ratio=1e14 offsets each box by
-~1e15 px with round joins), or answers NaN, which is not JSON."""
+~1e15 px with round joins), or answers NaN, which is not JSON. The thresholds are probabilities
+(the detector's map, a box's mean, a line's score): `det_thresh=2` read nothing, without a word."""
 
 
 def in_range(name: str, value: Any) -> bool:

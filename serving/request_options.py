@@ -62,6 +62,8 @@ NO_PAGE_CLASSIFIER = (
     "(models.ori)"
 )
 """The answer when page orientation is asked for and no page classifier is configured."""
+FLAGS: dict[str, bool] = {"true": True, "1": True, "false": False, "0": False}
+"""What a boolean query parameter may be (any case): `words=yes` used to read as false."""
 _QUERY_ORDER = (float, int, str, bool)
 """`/v1/ocr` reads its query parameters by kind: the numbers (floats first), the limit type, the
 flag; the first bad one is the one reported."""
@@ -145,10 +147,11 @@ def request_options(
 def query_overrides(params: Mapping[str, str]) -> dict[str, Any]:
     """`/v1/ocr`'s query parameters as `ocr_options` overrides; other parameters are ignored.
 
-    The flag is true for "1" and "true" and false otherwise; ranges are checked by `ocr_options`.
+    Flags are `parse_flag`'s; ranges are checked by `ocr_options`.
 
     Raises:
-        ValidationFailed: a number that does not parse, a limit type that is not one.
+        ValidationFailed: a number that does not parse, a limit type that is not one, a flag
+            that is neither true nor false.
     """
     given = [(name, option) for name, option in OPTIONS.items() if name in params]
     given.sort(key=lambda item: _QUERY_ORDER.index(item[1].kind))
@@ -156,7 +159,7 @@ def query_overrides(params: Mapping[str, str]) -> dict[str, Any]:
     for name, (override, kind, _) in given:
         text = params[name]
         if kind is bool:
-            overrides[override] = text in ("1", "true")
+            overrides[override] = parse_flag(name, text)
         elif kind is str:
             overrides[override] = check_choice(name, text)
         else:
@@ -165,6 +168,18 @@ def query_overrides(params: Mapping[str, str]) -> dict[str, Any]:
             except ValueError as err:
                 raise ValidationFailed(f"Bad query parameter: {err}") from err
     return overrides
+
+
+def parse_flag(name: str, text: str) -> bool:
+    """A boolean query parameter: true or 1, false or 0, in any case (`FLAGS`).
+
+    Raises:
+        ValidationFailed: anything else, naming the parameter and what it may be.
+    """
+    value = FLAGS.get(text.strip().lower())
+    if value is None:
+        raise ValidationFailed(f"{name} must be true or false (or 1 or 0), got {text[:40]!r}")
+    return value
 
 
 def overrides(options: Mapping[str, Any]) -> dict[str, Any]:

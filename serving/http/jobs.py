@@ -45,7 +45,7 @@ from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
 from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
 from serving.outputs.formats import negotiate, parse_format
-from serving.request_options import NO_CLASSIFIER, overrides
+from serving.request_options import NO_CLASSIFIER, overrides, parse_flag
 
 FOLLOW_CHECK_S = 30.0
 """A following stream rereads the job at least this often (a safety net; pages wake it). On a
@@ -192,7 +192,7 @@ async def job_results(request: Request) -> Response:
     runner = _runner(request)
     job_id = request.path_params["job_id"]
     await _visible(request, runner, job_id)  # 404 before the stream starts
-    follow = request.query_params.get("follow", "true").lower() not in ("0", "false")
+    follow = parse_flag("follow", request.query_params.get("follow", "true"))
     fmt = request.query_params.get("format", "ndjson")
     if fmt == "text":
         return StreamingResponse(

@@ -15,6 +15,7 @@ from serving.decode.readers import FileKind
 from serving.http import request_id
 from serving.outputs.document import Document, Source, media_type_of, page_from_result, page_json
 from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format, negotiate
+from serving.request_options import parse_flag
 from serving.service.ocr import PageOutput
 from serving.service.requests import Renderer
 
@@ -35,14 +36,15 @@ def wanted(request: Request) -> Wanted:
     work is done.
 
     Raises:
-        ValidationFailed: `format` names no format (422).
+        ValidationFailed: `format` names no format, `words` or `layout` is neither true nor
+            false (422).
         NotAcceptable: `Accept` names only media types not made here (406).
     """
     params = request.query_params
     return Wanted(
         format=negotiate(params.get("format"), request.headers.get("accept")),
-        words=params.get("words", "false") in ("1", "true"),
-        layout=params.get("layout", "false") in ("1", "true"),
+        words=parse_flag("words", params.get("words", "false")),
+        layout=parse_flag("layout", params.get("layout", "false")),
     )
 
 

@@ -164,10 +164,10 @@ _PADDLEX_REQUEST: Json = {
             "enum": list(LIMIT_TYPES),
             "nullable": True,
         },
-        "textDetThresh": {"type": "number", "nullable": True},
-        "textDetBoxThresh": {"type": "number", "nullable": True},
+        "textDetThresh": {"type": "number", **bounds("thresh"), "nullable": True},
+        "textDetBoxThresh": {"type": "number", **bounds("box_thresh"), "nullable": True},
         "textDetUnclipRatio": {"type": "number", **bounds("unclip_ratio"), "nullable": True},
-        "textRecScoreThresh": {"type": "number", "nullable": True},
+        "textRecScoreThresh": {"type": "number", **bounds("score_thresh"), "nullable": True},
         "returnWordBox": {"type": "boolean", "nullable": True},
         "visualize": {"type": "boolean", "nullable": True},
         "logId": {

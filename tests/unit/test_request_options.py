@@ -11,7 +11,13 @@ import pytest
 from models.bundle import ModelBundle
 from serving.config import PipelineConfig
 from serving.errors import ValidationFailed
-from serving.request_options import NO_CLASSIFIER, query_overrides, request_options
+from serving.request_options import (
+    NO_CLASSIFIER,
+    check_overrides,
+    parse_flag,
+    query_overrides,
+    request_options,
+)
 
 
 def test_query_parameters_become_overrides_and_others_are_ignored() -> None:
@@ -19,9 +25,33 @@ def test_query_parameters_become_overrides_and_others_are_ignored() -> None:
     assert query_overrides(params) == {"limit_side_len": 736, "thresh": 0.4, "limit_type": "max"}
 
 
-@pytest.mark.parametrize(("text", "flag"), [("1", True), ("true", True), ("True", False)])
-def test_the_flag_is_true_only_for_1_and_true(text: str, flag: bool) -> None:
+@pytest.mark.parametrize(
+    ("text", "flag"),
+    [("1", True), ("true", True), ("True", True), ("0", False), ("false", False), ("FALSE", False)],
+)
+def test_a_flag_is_true_or_1_false_or_0_in_any_case(text: str, flag: bool) -> None:
     assert query_overrides({"textline_orientation": text}) == {"use_textline_orientation": flag}
+
+
+@pytest.mark.parametrize("text", ["yes", "no", "", "2", "on"])
+def test_any_other_flag_is_refused_with_its_name(text: str) -> None:
+    """`words=yes` used to count as false without a word."""
+    with pytest.raises(ValidationFailed, match=r"^textline_orientation must be true or false"):
+        query_overrides({"textline_orientation": text})
+    with pytest.raises(ValidationFailed, match=rf"^words must be true or false .*got {text!r}"):
+        parse_flag("words", text)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("thresh", 2.0), ("thresh", -0.1), ("box_thresh", 1.5), ("score_thresh", -1.0)],
+)
+def test_thresholds_are_probabilities(name: str, value: float) -> None:
+    """`det_thresh=2` was accepted and read nothing."""
+    with pytest.raises(ValidationFailed, match=rf"^{name} must be a number in \[0.0, 1.0\]"):
+        check_overrides({name: value})
+    check_overrides({name: 0.0})
+    check_overrides({name: 1.0})
 
 
 def test_numbers_are_read_before_the_limit_type_floats_first() -> None:
