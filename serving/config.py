@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import os
 import re
 import tomllib
 import types
@@ -28,6 +27,7 @@ from models.registry import BACKENDS, backend_names
 from models.torch_options import TorchOptions
 from pipelines.types import LIMIT_TYPES, DetParams, LimitType
 from serving import config_paths
+from serving.cpus import available_cpus
 from serving.errors import ConfigError
 from serving.scheduling.batch_shapes import BATCHING_SETTINGS, BatchingSetting
 
@@ -346,7 +346,7 @@ class EngineConfig:
     gpu_backend: str = "paddle"
     """Engine backend of GPU device workers."""
     cpu_threads: int = 0
-    """Math threads of a CPU device worker; 0 = the number of cores."""
+    """Math threads of a CPU device worker; 0 = the CPUs this process may use (`serving.cpus`)."""
     cpu_lone_threads: int = 0
     """Threads of a batch a CPU device worker runs alone: the other CPU device workers idle and
     nothing else queued (a lone page's detector, a page of one recognition chunk), so that one
@@ -510,7 +510,8 @@ class WorkersConfig:
     """Processes: CPU workers and device workers."""
 
     cpu_workers: int = 0
-    """CPU worker processes for decode and pre/post-processing; 0 = the number of cores."""
+    """CPU worker processes for decode and pre/post-processing; 0 = the CPUs this process may
+    use (its affinity, at most its cgroup's quota: `serving.cpus`), not the host's cores."""
     devices: tuple[str, ...] = ("auto",)
     """"auto" = every visible GPU, else the CPU; or a list such as ["gpu:0", "gpu:1", "cpu"]."""
     gpu_instances: int = 1
@@ -623,20 +624,20 @@ class AppConfig:
 
     @property
     def cpu_workers(self) -> int:
-        """Effective CPU worker count."""
-        return self.workers.cpu_workers or (os.cpu_count() or 1)
+        """Effective CPU worker count: the CPUs this container may use (`serving.cpus`)."""
+        return self.workers.cpu_workers or available_cpus()
 
     @property
     def cpu_threads(self) -> int:
         """Effective math threads per CPU device worker: the cores shared among its instances."""
-        cores = os.cpu_count() or 1
+        cores = available_cpus()
         return self.engine.cpu_threads or max(1, cores // self.workers.cpu_instances)
 
     @property
     def cpu_lone_threads(self) -> int:
         """Effective threads of a batch a CPU device worker runs alone (`engine.cpu_lone_threads`);
         none (0) with one CPU device worker or no more than its own threads."""
-        threads = self.engine.cpu_lone_threads or (os.cpu_count() or 1)
+        threads = self.engine.cpu_lone_threads or available_cpus()
         alone = self.workers.cpu_instances > 1 and threads > self.cpu_threads
         return threads if alone else 0
 

@@ -36,6 +36,7 @@ from loadtest.report import save_report
 from loadtest.run import run_level
 from loadtest.servers import OURS_CPU_TOML, start_ours
 from serving.config import AppConfig, build
+from serving.cpus import available_cpus
 from serving.engine.local import LocalEngine
 
 
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Everything measured, as one JSON-able dict."""
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    threads = args.cpu_threads or (os.cpu_count() or 1)
+    threads = args.cpu_threads or available_cpus()
     variants = [VARIANTS[name] for name in args.engines]
     page_set = real_page_set(args.pages, args.dpi)
     paths = write_page_set(page_set, out / "pages")

@@ -33,6 +33,7 @@ from loadtest.engine_limit import real_page_set, write_page_set
 from loadtest.run import run_level
 from loadtest.servers import start_ours
 from serving.config import load_config
+from serving.cpus import available_cpus
 from serving.engine.local import LocalEngine
 
 
@@ -231,7 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every engine and model set; returns everything measured."""
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    threads = args.cpu_threads or (os.cpu_count() or 1)
+    threads = args.cpu_threads or available_cpus()
     page_set = real_page_set(args.pages, args.dpi)
     paths = write_page_set(page_set, out / "pages")
     truths = {p.name: truth for p, (_, _, truth) in zip(paths, page_set, strict=True)}

@@ -38,6 +38,7 @@ import numpy as np
 
 from loadtest.accuracy import char_edits
 from loadtest.engine_limit import real_page_set
+from serving.cpus import available_cpus
 
 CHINESE_PDF_STEM = "maint-guide.zh-cn"
 """Pages of this manual are the Chinese ones (`loadtest.pages.REAL_PDFS`)."""
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         help="ocr-batch's config (default: ./config.toml, the server's)",
     )
     parser.add_argument("--tesseract-lang", default="eng", help="OCRmyPDF's -l (default eng)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="OCRmyPDF's --jobs")
+    parser.add_argument("--jobs", type=int, default=available_cpus(), help="OCRmyPDF's --jobs")
     parser.add_argument(
         "--tools", default="ours,ocrmypdf", help="which to run, comma-separated (default both)"
     )

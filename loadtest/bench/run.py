@@ -46,6 +46,7 @@ from models.embedded import embedded_model_dir
 from models.paddle_predictor import onednn_fails_on_det
 from models.quantize import find_int8
 from serving.config import AppConfig, WorkersConfig
+from serving.cpus import available_cpus
 from serving.request_options import ocr_options
 
 OURS_CONFIG = (
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark; returns everything measured."""
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    threads = args.cpu_threads or (os.cpu_count() or 1)
+    threads = args.cpu_threads or available_cpus()
     page_set = real_page_set(args.pages, args.dpi)
     paths = write_page_set(page_set, out / "pages")
     truths = {p.name: truth for p, (_, _, truth) in zip(paths, page_set, strict=True)}

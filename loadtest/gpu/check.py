@@ -57,6 +57,7 @@ from models.fake_predictor import FakePredictor
 from models.spec import MODEL_FORMATS, ModelSpec
 from models.torch_options import TORCH_COMPILE_MODES, TORCH_SHAPES, TorchCompile, TorchOptions
 from serving.config import AppConfig, EngineConfig, ModelsConfig, PaddlexConfig, WorkersConfig
+from serving.cpus import available_cpus
 from serving.engine.local import LocalEngine
 
 READ_WITH_FILE = "read-with.json"
@@ -899,7 +900,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "backend": args.backend,
         "precision": args.precision,
         "torch": {"compile": args.torch_compile, "shapes": args.torch_shapes},
-        "cpu_workers": args.cpu_workers or os.cpu_count(),
+        "cpu_workers": args.cpu_workers or available_cpus(),
         "budget_s": args.budget_s,
         "pages": list(expected),
         "work": str(args.work),
