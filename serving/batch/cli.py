@@ -27,6 +27,7 @@ from serving.config import AppConfig, load_config
 from serving.errors import ConfigError, OcrError
 from serving.jobs.options import parse_options
 from serving.log_config import configure_logging
+from serving.outputs.document import TEXT_MODES
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,6 +46,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="jsonl",
         help="jsonl: OUT/results.jsonl, one line per page (default); json, txt (reading order), "
         "hocr, alto or pdf (searchable, built on the input): a file per document",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=TEXT_MODES,
+        default="skip",
+        help="--format pdf of a PDF, as OCRmyPDF's --mode: its pages that have text are kept as "
+        "they are (skip, the default), get the OCR layer over their text (force), or have an "
+        "earlier OCR layer replaced by this one (redo)",
     )
     parser.add_argument(
         "--config",
@@ -145,7 +154,13 @@ def _main(args: argparse.Namespace) -> int:
     finally:
         manifest.close()
     changed = write_outputs(
-        args.out, args.format, plan.documents, manifest, failures, inputs=_config(args).input
+        args.out,
+        args.format,
+        plan.documents,
+        manifest,
+        failures,
+        inputs=_config(args).input,
+        mode=args.mode,
     )
     done_now = len(plan.todo) - len(failures)
     _say(

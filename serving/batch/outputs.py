@@ -24,6 +24,7 @@ from serving.batch.manifest import BatchDocument, Manifest, PageKey, safe_relati
 from serving.batch.manifest import write_outputs as write_records
 from serving.config import InputConfig
 from serving.jobs.document_files import limits_of, write_document
+from serving.outputs.document import TextMode
 from serving.outputs.formats import EXTENSIONS, Format
 
 BatchFormat = Literal["jsonl", "json", "txt", "hocr", "alto", "pdf"]
@@ -41,9 +42,11 @@ def write_outputs(
     failures: dict[PageKey, dict[str, Any]],
     *,
     inputs: InputConfig | None = None,
+    mode: TextMode = "skip",
 ) -> list[Path]:
     """Write the results of `documents` in `fmt`; returns the files that changed. `inputs`
-    sizes the pages that have no record (the config's `[input]`; default: its defaults)."""
+    sizes the pages that have no record (the config's `[input]`; default: its defaults);
+    `mode`: what a PDF made from a PDF does with its pages that have text."""
     if fmt == "jsonl" or fmt == "json":
         return write_records(out, fmt, documents, manifest, failures)
     rendered = _RENDERED[fmt]
@@ -58,7 +61,7 @@ def write_outputs(
         ]
         target = out / f"{safe_relative(doc.name)}.{EXTENSIONS[rendered]}"
         relative = target.relative_to(out).as_posix()
-        fingerprint = _fingerprint(doc, fmt, records)
+        fingerprint = _fingerprint(doc, f"{fmt}.{mode}" if fmt == "pdf" else fmt, records)
         if known.get(relative) == fingerprint and target.exists():
             continue
         write_document(
@@ -70,6 +73,7 @@ def write_outputs(
             pages=doc.pages,
             source=doc.path,
             limits=limits,
+            mode=mode,
         )
         known[relative] = fingerprint
         changed.append(target)

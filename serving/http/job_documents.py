@@ -30,6 +30,7 @@ from serving.jobs.document_files import StoredDocument, write_stored
 from serving.jobs.runner import JobRunner
 from serving.jobs.store import JobStore
 from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo
+from serving.outputs.document import TextMode
 from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format
 from serving.scheduling.priorities import BACKGROUND
 from serving.service.requests import JobRequests
@@ -134,7 +135,12 @@ def pick(states: list[DocumentState], index_text: str) -> DocumentState:
 
 
 async def document_response(
-    jobs: JobRequests, runner: JobRunner, info: JobInfo, state: DocumentState, fmt: Format
+    jobs: JobRequests,
+    runner: JobRunner,
+    info: JobInfo,
+    state: DocumentState,
+    fmt: Format,
+    mode: TextMode = "skip",
 ) -> Response:
     """One document in `fmt`, as a download.
 
@@ -148,7 +154,7 @@ async def document_response(
             f"{state.file.pages} pages finished; ask again when `GET /v1/jobs/{info.id}/documents` "
             "says it is not pending"
         )
-    path = await rendered(jobs, runner, info.id, state, fmt)
+    path = await rendered(jobs, runner, info.id, state, fmt, mode)
     return FileResponse(
         path,
         media_type=_content_type(fmt),
@@ -158,7 +164,12 @@ async def document_response(
 
 
 def archive_response(
-    jobs: JobRequests, runner: JobRunner, info: JobInfo, states: list[DocumentState], fmt: Format
+    jobs: JobRequests,
+    runner: JobRunner,
+    info: JobInfo,
+    states: list[DocumentState],
+    fmt: Format,
+    mode: TextMode = "skip",
 ) -> Response:
     """Every document of the finished job in `fmt`, as one zip streamed as it is made.
 
@@ -171,21 +182,26 @@ def archive_response(
             f"{info.pages_total} pages finished); its archive is made once it ends"
         )
     return StreamingResponse(
-        _archive(jobs, runner, info.id, states, fmt),
+        _archive(jobs, runner, info.id, states, fmt, mode),
         media_type="application/zip",
         headers={"Content-Disposition": f'attachment; filename="job-{info.id}-{fmt}.zip"'},
     )
 
 
 async def _archive(
-    jobs: JobRequests, runner: JobRunner, job_id: str, states: list[DocumentState], fmt: Format
+    jobs: JobRequests,
+    runner: JobRunner,
+    job_id: str,
+    states: list[DocumentState],
+    fmt: Format,
+    mode: TextMode,
 ) -> AsyncIterator[bytes]:
     stream = ZipStream()
     names: set[str] = set()
     for state in states:
         name = _member_name(state.file, fmt, names)
         try:
-            path = await rendered(jobs, runner, job_id, state, fmt)
+            path = await rendered(jobs, runner, job_id, state, fmt, mode)
         except OcrError as err:  # one document's failure is reported in the archive, not fatal
             error = {"code": err.code, "message": err.message}
             body = json.dumps({"name": state.file.name, "error": error}).encode()
@@ -205,16 +221,23 @@ def _file_chunks(path: Path) -> Iterator[bytes]:
 
 
 async def rendered(
-    jobs: JobRequests, runner: JobRunner, job_id: str, state: DocumentState, fmt: Format
+    jobs: JobRequests,
+    runner: JobRunner,
+    job_id: str,
+    state: DocumentState,
+    fmt: Format,
+    mode: TextMode = "skip",
 ) -> Path:
-    """The document's file in `fmt`, rendered by a CPU worker unless it was already.
+    """The document's file in `fmt` (a PDF from a PDF: in `mode`), rendered by a CPU worker
+    unless it was already.
 
     Raises:
         PayloadTooLarge: rendering it could never fit in the memory budget.
         JobNotFound: the job was deleted meanwhile.
     """
     outputs = runner.store.job_dir(job_id) / "outputs"
-    path = outputs / f"{state.file.index}.{EXTENSIONS[fmt]}"
+    moded = f".{mode}" if fmt == "pdf" and mode != "skip" else ""
+    path = outputs / f"{state.file.index}{moded}.{EXTENSIONS[fmt]}"
     if await asyncio.to_thread(path.exists):
         return path
     records = outputs / f".{state.file.index}.{fmt}.{uuid.uuid4().hex}.records.jsonl"
@@ -242,6 +265,7 @@ async def rendered(
             dest=str(path),
             fmt=fmt,
             limits=jobs.limits,
+            mode=mode,
         )
         async with budget.hold(cost):
             await jobs.cpu.run(write_stored, task, priority=BACKGROUND)

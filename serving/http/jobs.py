@@ -29,6 +29,7 @@ from serving.http.job_documents import (
     list_body,
     pick,
 )
+from serving.http.ocr_outputs import parse_mode
 from serving.http.params import (
     FORMAT_QUERY,
     JOB_FIELDS,
@@ -212,12 +213,14 @@ async def list_documents(request: Request) -> Response:
 
 async def get_document(request: Request) -> Response:
     """`GET /v1/jobs/{id}/documents/{n}`: one document in `?format=` (or as `Accept` asks):
-    json, text, hocr, alto or pdf; 409 while its pages are still to run."""
+    json, text, hocr, alto or pdf (`?mode=`: as `/v1/ocr`'s); 409 while its pages are still to
+    run."""
     runner = _runner(request)
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = negotiate(request.query_params.get("format"), request.headers.get("accept"))
+    mode = parse_mode(request.query_params.get("mode", "skip"))
     state = pick(await document_states(runner.store, info), request.path_params["index"])
-    return await document_response(jobs_of(request), runner, info, state, fmt)
+    return await document_response(jobs_of(request), runner, info, state, fmt, mode)
 
 
 async def job_archive(request: Request) -> Response:
@@ -226,8 +229,9 @@ async def job_archive(request: Request) -> Response:
     runner = _runner(request)
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = parse_format(request.query_params.get("format", "json"))
+    mode = parse_mode(request.query_params.get("mode", "skip"))
     states = await document_states(runner.store, info)
-    return archive_response(jobs_of(request), runner, info, states, fmt)
+    return archive_response(jobs_of(request), runner, info, states, fmt, mode)
 
 
 @dataclass(slots=True)

@@ -11,9 +11,19 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from serving.config import choices_text
 from serving.decode.readers import FileKind
+from serving.errors import ValidationFailed
 from serving.http import request_id
-from serving.outputs.document import Document, Source, media_type_of, page_from_result, page_json
+from serving.outputs.document import (
+    TEXT_MODES,
+    Document,
+    Source,
+    TextMode,
+    media_type_of,
+    page_from_result,
+    page_json,
+)
 from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format, negotiate
 from serving.request_options import parse_flag
 from serving.service.ocr import PageOutput
@@ -29,6 +39,8 @@ class Wanted:
     """JSON: each line's words with their boxes."""
     layout: bool
     """JSON: the page's `blocks` in reading order."""
+    mode: TextMode = "skip"
+    """PDF from a PDF: what its pages that have text get (`serving.outputs.pdf_text`)."""
 
 
 def wanted(request: Request) -> Wanted:
@@ -37,7 +49,7 @@ def wanted(request: Request) -> Wanted:
 
     Raises:
         ValidationFailed: `format` names no format, `words` or `layout` is neither true nor
-            false (422).
+            false, `mode` is not a mode (422).
         NotAcceptable: `Accept` names only media types not made here (406).
     """
     params = request.query_params
@@ -45,7 +57,20 @@ def wanted(request: Request) -> Wanted:
         format=negotiate(params.get("format"), request.headers.get("accept")),
         words=parse_flag("words", params.get("words", "false")),
         layout=parse_flag("layout", params.get("layout", "false")),
+        mode=parse_mode(params.get("mode", "skip")),
     )
+
+
+def parse_mode(text: str) -> TextMode:
+    """The `mode` of a searchable PDF made from a PDF (OCRmyPDF's): skip, force or redo.
+
+    Raises:
+        ValidationFailed: another value (422).
+    """
+    for mode in TEXT_MODES:
+        if text == mode:
+            return mode
+    raise ValidationFailed(f"mode must be {choices_text(TEXT_MODES)}, got {text[:40]!r}")
 
 
 def json_body(
@@ -86,6 +111,7 @@ async def answer(
             for index, page in enumerate(pages)
         ),
         source=Source(media_type_of(data, pdf=kind == "pdf"), data),
+        mode=want.mode,
     )
     stream = await renderer.render(document, want.format, source_bytes=len(data))
     headers["Content-Length"] = str(stream.size)

@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from serving.http.endpoints import TIMEOUT_HEADER
 from serving.http.openapi_schemas import SCHEMAS, Json, bounds
+from serving.outputs.document import TEXT_MODES
 from serving.outputs.formats import FORMATS, MEDIA_TYPES
 from serving.request_options import CHOICES, OPTIONS, Option
 
@@ -85,6 +86,13 @@ _OCR_OPTIONS = [
     _query(name, _option_schema(name, option), option.description)
     for name, option in OPTIONS.items()
 ]
+_MODE = _query(
+    "mode",
+    {"type": "string", "enum": list(TEXT_MODES), "default": "skip"},
+    "A searchable PDF made from a PDF, as OCRmyPDF's --mode: pages that have text are kept as they "
+    "are (skip), get the OCR layer over their text (force), or have an earlier OCR layer "
+    "(invisible text) replaced by this one (redo)",
+)
 _OUTPUT_OPTIONS = [
     _query(
         "format",
@@ -95,6 +103,7 @@ _OUTPUT_OPTIONS = [
     ),
     _query("words", {"type": "boolean"}, "JSON: each line's words with their boxes"),
     _query("layout", {"type": "boolean"}, "JSON: the page's blocks in reading order"),
+    _MODE,
 ]
 _DOCUMENT_BODY: Json = {
     "required": True,
@@ -286,6 +295,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                 "Default: as `Accept` asks, else json. Pages that failed (or never ran in a "
                 "cancelled job) come out without text",
             ),
+            _MODE,
         ],
         "responses": {
             "200": {
@@ -306,6 +316,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         "parameters": [
             _JOB_ID,
             _query("format", {"type": "string", "enum": list(FORMATS)}, "Default json"),
+            _MODE,
         ],
         "responses": {
             "200": {
@@ -321,6 +332,15 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         "tags": ["jobs"],
         "parameters": [_JOB_ID],
         "responses": {"200": _json("The job", _ref("Job")), **_errors(404)},
+    },
+    ("/v1/models", "get"): {
+        "summary": "The model sets served: each one's languages (`lang`), models, and the device"
+        " workers running it with their engine and precision; the default; sets left out, with why",
+        "tags": ["ocr"],
+        "responses": {
+            "200": _json("The model sets", {"type": "object"}),
+            **_errors(422),
+        },
     },
     ("/health", "get"): {
         "summary": "PaddleX's health answer",

@@ -25,7 +25,7 @@ from pipelines.layout import reading_order
 from serving.config import InputConfig
 from serving.decode import documents
 from serving.decode.readers import DecodeLimits, FileKind
-from serving.outputs.document import Document, Page, Source, page_from_json
+from serving.outputs.document import Document, Page, Source, TextMode, page_from_json
 from serving.outputs.formats import Format, render
 
 PageRecord = Mapping[str, Any]
@@ -46,6 +46,8 @@ class StoredDocument:
     dest: str
     fmt: Format
     limits: DecodeLimits
+    mode: TextMode = "skip"
+    """A PDF from a PDF: what its pages that have text get (`serving.outputs.pdf_text`)."""
 
 
 def limits_of(config: InputConfig) -> DecodeLimits:
@@ -72,6 +74,7 @@ def write_stored(task: StoredDocument) -> int:
         pages=task.pages,
         source=task.source,
         limits=task.limits,
+        mode=task.mode,
     )
 
 
@@ -85,6 +88,7 @@ def write_document(
     pages: int,
     source: str | Path | None,
     limits: DecodeLimits,
+    mode: TextMode = "skip",
 ) -> int:
     """Write one document in `fmt` to `dest` (whole or not at all: through a temporary file);
     returns its size in bytes. `records[i]` is page i's record, None (or an error entry) when
@@ -93,7 +97,7 @@ def write_document(
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("wb") as file:
-            for chunk in _chunks(fmt, name, records, kind, pages, source, limits):
+            for chunk in _chunks(fmt, name, records, kind, pages, source, limits, mode):
                 file.write(chunk)
         os.replace(tmp, dest)
     finally:
@@ -109,6 +113,7 @@ def _chunks(
     pages: int,
     source: str | Path | None,
     limits: DecodeLimits,
+    mode: TextMode,
 ) -> Iterable[bytes]:
     if fmt == "json":
         return [json_document(name, records, pages)]
@@ -116,6 +121,7 @@ def _chunks(
         name=Path(name).name,
         pages=tuple(_pages(records, kind, pages, source, limits)),
         source=_source(source, kind),
+        mode=mode,
     )
     return render(document, fmt)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 import numpy as np
 
@@ -91,6 +91,11 @@ class Source:
             return file.read()
 
 
+TextMode = Literal["skip", "force", "redo"]
+"""What a searchable PDF does with a PDF's pages that have text (`serving.outputs.pdf_text`)."""
+TEXT_MODES: Final[tuple[TextMode, ...]] = ("skip", "force", "redo")
+
+
 @dataclass(frozen=True, slots=True)
 class Document:
     """One uploaded document's OCR."""
@@ -100,6 +105,9 @@ class Document:
     pages: tuple[Page, ...]
     source: Source | None = None
     """None: the PDF output has its text only, on blank pages of the OCR pages' size."""
+    mode: TextMode = "skip"
+    """What the PDF output does with pages of a PDF source that have text already: skip them,
+    force the OCR layer over them, or redo their earlier OCR layer (`serving.outputs.pdf_text`)."""
 
 
 def _bounds(points: np.ndarray) -> Box:

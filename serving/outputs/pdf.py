@@ -13,7 +13,8 @@ the order `pdftotext -raw` reads them.
   losslessly as Flate; the page is the image's size at its resolution (300 dpi when it has none).
 - PDF uploads: the original pages are kept as they are and the text layer is grafted on as a
   form XObject drawn over each page's content (pikepdf, as OCRmyPDF grafts its layer), turned to
-  match the page's /Rotate (the OCR read the page as shown); never re-rasterised.
+  match the page's /Rotate (the OCR read the page as shown); never re-rasterised. Pages that
+  have text already get no layer unless the document's `mode` says (`serving.outputs.pdf_text`).
 - No source: blank pages of the OCR pages' size with the text layer (a stored job whose upload
   is gone).
 """
@@ -36,6 +37,7 @@ from PIL import Image, ImageOps
 
 from serving.errors import InvalidInput
 from serving.outputs.document import Document, Line, Page
+from serving.outputs.pdf_text import pages_with_text
 
 MEDIA_TYPE = "application/pdf"
 FONT = Path(__file__).parent / "fonts" / "Occulta.ttf"
@@ -221,19 +223,23 @@ def _graft(document: Document, original: bytes) -> bytes:
     Raises:
         InvalidInput: qpdf cannot read the PDF (pdfium, which rendered it for the OCR, could).
     """
+    indices = [page.index for page in document.pages]
+    original, kept = pages_with_text(original, indices, document.mode)
     try:
-        return _graft_onto(document, pikepdf.open(io.BytesIO(original)))
+        return _graft_onto(document, pikepdf.open(io.BytesIO(original)), kept)
     except pikepdf.PdfError as err:
         raise InvalidInput(f"The PDF could not be read to add its text layer: {err}") from None
 
 
-def _graft_onto(document: Document, opened: pikepdf.Pdf) -> bytes:
+def _graft_onto(document: Document, opened: pikepdf.Pdf, kept: set[int]) -> bytes:
     with opened as pdf:
         if any(page.index >= len(pdf.pages) for page in document.pages):
             raise ValueError(f"the PDF has {len(pdf.pages)} pages; the OCR has more")
         layer = _new_pdf(document)
         shown = []
         for page in document.pages:
+            if page.index in kept:
+                continue  # its own text stays, alone
             target = pdf.pages[page.index]
             box = pikepdf.Rectangle(target.cropbox)
             rotate = int(target.obj.get("/Rotate", 0)) % 360
@@ -244,8 +250,11 @@ def _graft_onto(document: Document, opened: pikepdf.Pdf) -> bytes:
             layer.add_page(format=(placement.width_pt, placement.height_pt))
             _text_layer(layer, page, placement)
             shown.append((target, box, rotate, placement))
+        if not shown:
+            layer.add_page()  # fpdf2 writes no document without a page; this one is not used
         with pikepdf.open(io.BytesIO(bytes(layer.output()))) as text:
-            for text_page, (target, box, rotate, placement) in zip(text.pages, shown, strict=True):
+            laid = zip(text.pages[: len(shown)], shown, strict=True)
+            for text_page, (target, box, rotate, placement) in laid:
                 form = pdf.copy_foreign(text_page.as_form_xobject())
                 name = target.add_resource(form, pikepdf.Name.XObject, prefix="OcrText")
                 # Centre the layer on the origin, turn it counter-clockwise by the page's /Rotate

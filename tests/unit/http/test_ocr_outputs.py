@@ -29,3 +29,10 @@ def test_other_values_are_refused(query: str) -> None:
     name = query.partition("=")[0]
     with pytest.raises(ValidationFailed, match=rf"^{name} must be true or false"):
         wanted(_request(query))
+
+
+def test_mode_is_skip_force_or_redo() -> None:
+    assert wanted(_request("")).mode == "skip"
+    assert wanted(_request("format=pdf&mode=redo")).mode == "redo"
+    with pytest.raises(ValidationFailed, match=r"^mode must be skip, force or redo, got 'again'"):
+        wanted(_request("mode=again"))

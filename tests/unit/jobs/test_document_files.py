@@ -12,6 +12,7 @@ from typing import Any
 
 import pikepdf
 import pytest
+from fpdf import FPDF
 from lxml import etree
 
 from serving.decode.readers import DecodeLimits
@@ -128,3 +129,29 @@ def test_a_pdf_keeps_every_page_and_a_page_without_result_has_no_text(tmp_path: 
     assert [("error" in page) for page in body["pages"]] == [False, True, False]
     assert body["pages"][1]["error"]["code"] == "x"
     assert sorted(i for block in body["pages"][0]["blocks"] for i in block["lines"]) == [0, 1, 2, 3]
+
+
+@pdftotext
+@pytest.mark.parametrize(("mode", "times"), [("skip", 1), ("force", 2)])
+def test_a_pdf_with_text_is_read_once_unless_forced(tmp_path: Path, mode: str, times: int) -> None:
+    """A job's document and `ocr-batch --format pdf` of a born-digital PDF: the default (skip)
+    keeps its text alone; it used to come out twice (issue 39, item 3)."""
+    printed = FPDF(unit="pt", format=(288, 192))
+    printed.set_font("helvetica", size=14)
+    printed.add_page()
+    printed.text(20, 40, "Shared MIME-info Database")
+    source = tmp_path / "printed.pdf"
+    source.write_bytes(bytes(printed.output()))
+    dest = tmp_path / "out.pdf"
+    write_document(
+        dest,
+        "pdf",
+        name="printed.pdf",
+        records=[_record(0, ["Shared MIME-info Database"], 576, 384)],
+        kind="pdf",
+        pages=1,
+        source=source,
+        limits=LIMITS,
+        mode=mode,  # type: ignore[arg-type]
+    )
+    assert _pdftotext(dest, 0) == " ".join(["Shared MIME-info Database"] * times)
