@@ -16,6 +16,12 @@ request line, held every slot for ever: every later request, the probes included
   closed at once beyond either; the health listener's sockets are not counted.
 
 Requests, not sockets, are what `server.limit_concurrency` counts (`serving.http.listeners`).
+
+An answer given before the request has arrived whole (a 413 at the body's cap, a 408, the 503
+above) is followed by a *lingering close*, as nginx's: the server stops writing (FIN), then reads
+and drops what the client still sends, for at most `LINGER_S` (`LINGER_IDLE_S` without a byte) and
+`LINGER_BYTES`, before it closes. A plain close with unread bytes makes the kernel reset the
+connection, and the client, still uploading, saw `Connection reset by peer` instead of the answer.
 """
 
 from __future__ import annotations
@@ -24,11 +30,21 @@ import asyncio
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 logger = logging.getLogger(__name__)
+
+LINGER_S = 5.0
+"""A lingering close reads what the client still sends for at most this long..."""
+LINGER_IDLE_S = 1.0
+"""...and closes once the client has sent nothing for this long..."""
+LINGER_BYTES = 256 * 1024 * 1024
+"""...or once this much has been read and dropped."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,9 +86,19 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
         _address: str | None = None
+        _raw: asyncio.Transport
+        _lost = False
+        _linger_timer: asyncio.TimerHandle | None = None
+        _lingered = -1
+        """Bytes read and dropped while lingering; -1: not lingering."""
+        _linger_deadline = 0.0
+        _last_byte_at = 0.0
+        _refused = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self._raw = transport
+            self.transport = _LingerOnClose(transport, self._close)  # type: ignore[assignment]
             if limits.uncounted_port and self.server and self.server[1] == limits.uncounted_port:
                 self._watch_head()
                 return
@@ -84,11 +110,16 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
                 logger.warning("connection from %s refused: %s", self._address, over)
                 retry = f"retry-after: {limits.retry_after_s}\r\n".encode()
                 transport.write(_raw_answer("503 Service Unavailable", over, retry))
-                transport.close()
+                self._refused = True  # its request may be on the way: linger
+                self.transport.close()
                 return
             self._watch_head()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self._lost = True
+            if self._linger_timer is not None:
+                self._linger_timer.cancel()
+                self._linger_timer = None
             if self._address is not None:
                 open_sockets[0] -= 1
                 per_client[self._address] -= 1
@@ -99,8 +130,50 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if self._lingered >= 0:  # answered and closing: dropped
+                self._lingered += len(data)
+                self._last_byte_at = self.loop.time()
+                if self._lingered > LINGER_BYTES:
+                    self._raw.close()
+                return
             super().data_received(data)
             self._watch_head()
+
+        def eof_received(self) -> None:
+            if self._lingered >= 0:  # the client has sent all it had: done
+                self._raw.close()
+
+        def _close(self) -> None:
+            """Close, lingering (`LINGER_S`) where the client may still be sending: its request
+            not read to the end, part of one received, or the socket refused at once."""
+            raw = self._raw
+            if raw.is_closing() or self._lingered >= 0:
+                return
+            pending, _ = self.conn.trailing_data
+            state = self.conn.their_state
+            linger = self._refused or state in (h11.SEND_BODY, h11.ERROR) or bool(pending)
+            if self._lost or not linger or not raw.can_write_eof():
+                raw.close()
+                return
+            try:
+                raw.write_eof()  # the answer ends here; the client reads it, then EOF
+            except (OSError, RuntimeError):
+                raw.close()
+                return
+            self._lingered = 0
+            self._last_byte_at = self.loop.time()
+            self._linger_deadline = self._last_byte_at + LINGER_S
+            self.flow.resume_reading()
+            self._linger_timer = self.loop.call_later(LINGER_IDLE_S, self._linger_check)
+
+        def _linger_check(self) -> None:
+            now = self.loop.time()
+            if now >= self._linger_deadline or now - self._last_byte_at >= LINGER_IDLE_S:
+                self._linger_timer = None
+                self._raw.close()
+                return
+            wait_s = min(self._last_byte_at + LINGER_IDLE_S, self._linger_deadline) - now
+            self._linger_timer = self.loop.call_later(wait_s, self._linger_check)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -138,6 +211,26 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
             self.transport.close()
 
     return GuardedH11Protocol
+
+
+class _LingerOnClose:
+    """A transport whose `close` is the protocol's (a lingering close where it is due); the rest
+    is the transport's."""
+
+    def __init__(self, transport: asyncio.Transport, close: Callable[[], None]) -> None:
+        self._transport = transport
+        self._close = close
+        self._closing = False
+
+    def close(self) -> None:
+        self._closing = True
+        self._close()
+
+    def is_closing(self) -> bool:
+        return self._closing or self._transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _over_limit(total: int, from_client: int, limits: ConnectionLimits) -> str | None:

@@ -5,12 +5,14 @@ Before, Uvicorn's h11 protocol armed no timer until a request head arrived and i
 every later request, the probes included, get 503, and none was ever closed. Now a socket must send
 a whole head within `server.header_timeout_s`, one address may hold only
 `server.max_connections_per_client` sockets, `server.limit_concurrency` counts requests, and the
-probes have a listener of their own (`server.health_port`).
+probes have a listener of their own (`server.health_port`). An answer given before the request's
+end is followed by a lingering close (item 12), so that a client still uploading reads it.
 """
 
 from __future__ import annotations
 
 import base64
+import select
 import selectors
 import socket
 import threading
@@ -37,6 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     health_port = free_port()
     config = f"""
 [server]
+max_body_bytes = 16000000
 header_timeout_s = {HEADER_TIMEOUT_S}
 max_connections = {MAX_CONNECTIONS}
 max_connections_per_client = {PER_CLIENT}
@@ -140,11 +143,9 @@ def test_an_idle_keep_alive_connection_is_closed_and_a_trickled_head_too(server:
     try:
         started = time.monotonic()
         for byte in b"GET /livez HTTP/1.1\r\nHost: localhost\r\n":  # each byte restarts nothing
-            try:
-                trickle.sendall(bytes([byte]))
-            except OSError:  # closed: the head's time is up
+            if select.select([trickle], [], [], 0.2)[0]:  # answered: the head's time is up
                 break
-            time.sleep(0.2)
+            trickle.sendall(bytes([byte]))
         received = _wait_closed([sock, trickle], within_s=HEADER_TIMEOUT_S + 5)
         assert received[sock].startswith(b"HTTP/1.1 200 ")  # answered, then closed when idle
         assert received[trickle].startswith(b"HTTP/1.1 408 ")
@@ -185,6 +186,7 @@ def test_requests_past_limit_concurrency_get_503_while_the_probes_answer(server:
     running = [threading.Thread(target=ocr, args=(f"127.0.0.{80 + i}",)) for i in range(2)]
     for thread in running:
         thread.start()
+    time.sleep(1.0)  # both sent and running: each takes two fake batches of LATENCY_S
     try:
         deadline = time.monotonic() + 30
         refused = None
@@ -232,3 +234,35 @@ def test_probes_answer_on_their_port_while_the_api_port_is_full(server: Server) 
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_client_still_uploading_reads_its_413_not_a_reset(server: Server) -> None:
+    # As most clients do: the whole body sent, then the answer read. Refused at once (its declared
+    # size), the rest is read and dropped before the close; a plain close with unread bytes sent
+    # a reset, which discarded the 413 from the client's buffer.
+    size = 64 * 1024 * 1024
+    head = (
+        "POST /v1/ocr HTTP/1.1\r\nHost: localhost\r\nContent-Type: image/png\r\n"
+        f"Content-Length: {size}\r\n\r\n"
+    )
+    sock = _connect(server, "127.0.0.110", head.encode())
+    sock.settimeout(30)
+    chunk = b"\0" * (1 << 20)
+    sent = 0
+    try:
+        while sent < size:
+            sock.sendall(chunk)
+            sent += len(chunk)
+    except OSError:
+        pass
+    received, error = b"", None
+    try:
+        while part := sock.recv(65536):
+            received += part
+    except OSError as err:
+        error = err
+    finally:
+        sock.close()
+    assert received.startswith(b"HTTP/1.1 413 "), (error, sent, received[:80])
+    assert b"server.max_body_bytes" in received
+    assert sent == size  # the server read (and dropped) the body it had refused
