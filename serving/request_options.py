@@ -20,6 +20,7 @@ from serving.config import (
     range_text,
 )
 from serving.errors import ValidationFailed
+from serving.model_sets import ModelSets
 
 
 class Option(NamedTuple):
@@ -48,6 +49,12 @@ OPTIONS: dict[str, Option] = {
         "Page orientation: auto (a page found turned 90, 180 or 270 degrees is read upright, its "
         "boxes in the page as sent) or off",
     ),
+    "lang": Option(
+        "lang",
+        str,
+        "Language (PaddleOCR's codes: ch, en, fr, japan, ...): the model set reading it",
+    ),
+    "model": Option("model", str, "Model set by name (GET /v1/models)"),
 }
 """The native API's OCR options: `/v1/ocr`'s query parameters, a job's options, `ocr-batch -o`."""
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -77,17 +84,45 @@ class OcrOptions:
     rec: RecParams
     cls: ClsParams | None
     """None when the textline-orientation classifier does not run for this request."""
+    model_set: str = ""
+    """The model set reading the request (`serving.model_sets`); "" = the default set."""
+    stages: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Model kind -> the stage (queue) its set's model runs in; kinds not here: their own."""
+
+    def stage(self, kind: str) -> str:
+        """The stage (queue) that runs this request's `kind` model."""
+        return self.stages.get(kind, kind)
+
     ori: OriParams | None = None
     """None when the page-orientation classifier does not run for this request."""
 
 
-def ocr_options(bundle: ModelBundle, pipeline: PipelineConfig, **overrides: Any) -> OcrOptions:
-    """Request options: config defaults, then the request's overrides (None = default).
+def ocr_options(
+    bundle: ModelBundle,
+    pipeline: PipelineConfig,
+    *,
+    sets: ModelSets | None = None,
+    **overrides: Any,
+) -> OcrOptions:
+    """Request options: config defaults, then the request's overrides (None = default), for
+    the model set the request's `lang` or `model` picks among `sets` (`ModelSets.pick`; None:
+    `bundle` is the one set).
 
     Raises:
-        ValidationFailed: an override is out of range (`check_overrides`).
+        ValidationFailed: an override is out of range (`check_overrides`), or no set served
+            reads the request's `lang` or is named its `model`.
     """
     check_overrides(overrides)
+    sets = sets if sets is not None else ModelSets.single(bundle)
+    model_set = sets.pick(overrides.get("lang"), overrides.get("model"))
+    options = _set_options(model_set.bundle, pipeline, **overrides)
+    if model_set is sets.default:
+        return options
+    return dataclasses.replace(options, model_set=model_set.name, stages=dict(model_set.stages))
+
+
+def _set_options(bundle: ModelBundle, pipeline: PipelineConfig, **overrides: Any) -> OcrOptions:
+    """`ocr_options` for the models of one set."""
     det_cfg = pipeline.det
     model_det = bundle.det.det_params or DetParams()
     det = DetParams(
@@ -129,6 +164,7 @@ def request_options(
     overrides: Mapping[str, Any],
     *,
     no_classifier: str,
+    sets: ModelSets | None = None,
 ) -> OcrOptions:
     """`ocr_options` for a request, which may not ask for a classifier that is not configured.
 
@@ -141,7 +177,7 @@ def request_options(
         raise ValidationFailed(no_classifier)
     if overrides.get("orientation") == "auto" and bundle.ori is None:
         raise ValidationFailed(NO_PAGE_CLASSIFIER)
-    return ocr_options(bundle, pipeline, **overrides)
+    return ocr_options(bundle, pipeline, sets=sets, **overrides)
 
 
 def query_overrides(params: Mapping[str, str]) -> dict[str, Any]:
@@ -161,7 +197,7 @@ def query_overrides(params: Mapping[str, str]) -> dict[str, Any]:
         if kind is bool:
             overrides[override] = parse_flag(name, text)
         elif kind is str:
-            overrides[override] = check_choice(name, text)
+            overrides[override] = check_choice(name, text) if name in CHOICES else text
         else:
             try:
                 overrides[override] = kind(text)

@@ -71,6 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="OCR option, named as /v1/ocr's query parameters (det_thresh=0.2, ...)",
     )
     parser.add_argument(
+        "--lang",
+        help="language of the pages (PaddleOCR's codes: fr, de, japan, ...): the model set that "
+        "reads it (the same as -o lang=...)",
+    )
+    parser.add_argument("--model", help="model set by name (GET /v1/models; -o model=...)")
+    parser.add_argument(
         "--concurrency",
         type=int,
         help="pages in flight in-process (default: jobs.max_inflight_pages)",
@@ -123,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    options = parse_options(dict(_option(text) for text in args.option))
+    raw = dict(_option(text) for text in args.option)
+    raw.update({name: getattr(args, name) for name in ("lang", "model") if getattr(args, name)})
+    options = parse_options(raw)
     if args.ray is not None:
         from serving.batch.ray_driver import main_ray
 

@@ -13,6 +13,7 @@ from models.openvino_precision import PrecisionChoice, summarise
 from models.registry import EngineChoice
 from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.config import AppConfig, EngineConfig
+from serving.model_sets import stage_kind
 
 
 def engine_options(
@@ -80,7 +81,7 @@ def model_stages(predictors: Mapping[str, object]) -> dict[str, ModelStage[Any]]
     torch engine), the predictor is asked to, and the stage reads its pairs. Idempotent."""
     stages: dict[str, ModelStage[Any]] = {}
     for name, predictor in predictors.items():
-        stage = MODEL_STAGES[name]
+        stage = MODEL_STAGES[stage_kind(name)]  # "rec@PP-OCRv6_small" reads as "rec"
         if stage.argmax_output is not None and isinstance(predictor, ArgmaxOutput):
             predictor.output_argmax()
             stage = stage.reading_argmax()

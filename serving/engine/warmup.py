@@ -12,6 +12,7 @@ import numpy as np
 from models.bundle import load_bundle
 from serving.config import PipelineConfig
 from serving.engine.local import ocr_page
+from serving.model_sets import STAGE_SEP, set_stage, stage_kind
 from serving.request_options import ocr_options
 from serving.workers.proc import release_free_heap
 
@@ -40,7 +41,8 @@ def warm_up_page(predictors: dict[str, Any], model_dirs: dict[str, str]) -> list
     The page-orientation classifier runs a zero input of its shape: the warm-up page is a strip
     of two lines, not a page whose orientation the classifier knows.
     """
-    bundle = load_bundle(**model_dirs)
+    bundle = load_bundle(**{k: v for k, v in model_dirs.items() if STAGE_SEP not in k})
+    _warm_up_sets(predictors, model_dirs)
     options = ocr_options(
         bundle,
         PipelineConfig(),
@@ -57,6 +59,26 @@ def warm_up_page(predictors: dict[str, Any], model_dirs: dict[str, str]) -> list
         if stage != "ori":
             predictor.warmup()
     return []
+
+
+def _warm_up_sets(predictors: dict[str, Any], model_dirs: dict[str, str]) -> None:
+    """The other model sets' models (`serving.model_sets`: stages "rec@NAME", "det@NAME") read
+    the warm-up page too, with the default's for the stages they share, checked as the
+    default's are; a worker with only some of a set's stages warms those up."""
+    shared = {stage: p for stage, p in predictors.items() if STAGE_SEP not in stage}
+    names = dict.fromkeys(s.partition(STAGE_SEP)[2] for s in predictors if STAGE_SEP in s)
+    for name in names:
+        own = {stage_kind(s): p for s, p in predictors.items() if s.endswith(STAGE_SEP + name)}
+        merged = {**shared, **own}
+        if "det" not in merged or "rec" not in merged:
+            for predictor in own.values():
+                predictor.warmup()
+            continue
+        det_dir = model_dirs.get(set_stage("det", name), model_dirs["det"])
+        set_bundle = load_bundle(det_dir, model_dirs[set_stage("rec", name)])
+        options = ocr_options(set_bundle, PipelineConfig(), orientation="off")
+        page = ocr_page(merged, warmup_image(), options, set_bundle.charset)
+        check_warmup_texts([line.text for line in page.lines], merged)
 
 
 def check_warmup_texts(texts: list[str], predictors: dict[str, Any]) -> None:

@@ -32,6 +32,10 @@ _OPTIONAL_FIELDS: dict[str, tuple[tuple[type, ...], str | None]] = {
     "returnWordBox": ((bool,), None),
     "visualize": ((bool,), None),
     "logId": ((str,), None),
+    # Not PaddleX's: its OCR app serves one model set and ignores fields it does not know, as it
+    # would these. Here they pick the model set as `/v1/ocr`'s do (`serving.model_sets`).
+    "lang": ((str,), "lang"),
+    "model": ((str,), "model"),
 }
 NO_CLASSIFIER = (
     "useTextlineOrientation is true but no textline-orientation model is configured (models.cls)"

@@ -26,7 +26,7 @@ from serving.http.endpoints import (
 )
 from serving.http.exceptions import native_errors, paddlex_error
 from serving.http.jobs import job_routes
-from serving.http.params import OCR_QUERY, known_query
+from serving.http.params import NO_QUERY, OCR_QUERY, known_query
 from serving.http.uploads import read_body, read_document
 from serving.request_options import NO_CLASSIFIER, query_overrides
 
@@ -111,6 +111,12 @@ async def v1_ocr(request: Request) -> Response:
     return await ocr_outputs.answer(renderer_of(request), pages, data, kind, want)
 
 
+async def v1_models(request: Request) -> Response:
+    """`GET /v1/models`: the model sets served, with their languages, models, devices and
+    precision, the default, and the configured sets left out with why."""
+    return JSONResponse(readiness_of(request).describe_models())
+
+
 async def metrics(request: Request) -> Response:
     """`GET /metrics`: Prometheus text format."""
     return Response(metrics_of(request).render(), media_type=CONTENT_TYPE_LATEST)
@@ -148,6 +154,11 @@ ROUTES = [
         "/v1/ocr",
         observed("/v1/ocr", limit_body(RAW, native_errors(known_query(OCR_QUERY, v1_ocr)))),
         methods=["POST"],
+    ),
+    Route(
+        "/v1/models",
+        observed("/v1/models", native_errors(known_query(NO_QUERY, v1_models))),
+        methods=["GET"],
     ),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/health", health, methods=["GET"]),

@@ -29,6 +29,7 @@ from serving.jobs.options import page_record
 from serving.jobs.store import JobStore, build_store
 from serving.jobs.store.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
 from serving.metrics import Metrics
+from serving.model_sets import ModelSets
 from serving.request_options import ocr_options, overrides
 from serving.scheduling.priorities import BACKGROUND
 from serving.service.ocr import OcrService
@@ -99,14 +100,20 @@ class JobRunner:
 
     @classmethod
     def build(
-        cls, config: AppConfig, service: OcrService, bundle: ModelBundle, metrics: Metrics
+        cls,
+        config: AppConfig,
+        service: OcrService,
+        bundle: ModelBundle,
+        metrics: Metrics,
+        *,
+        sets: ModelSets | None = None,
     ) -> JobRunner:
         """A runner over the configured store whose pages go through `service` at background
-        priority."""
+        priority, each read by the model set its job's options pick (`lang`, `model`)."""
         timeout_s = config.jobs.page_timeout_s
 
         async def ocr(task: PageTask) -> PageResult:
-            options = ocr_options(bundle, config.pipeline, **overrides(task.options))
+            options = ocr_options(bundle, config.pipeline, sets=sets, **overrides(task.options))
             output = await service.ocr_page_of(
                 str(task.path),
                 task.kind,

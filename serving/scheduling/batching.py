@@ -61,7 +61,8 @@ class WorkItem:
     @property
     def sort_key(self) -> tuple[int, int, float]:
         """Urgency: lower runs first."""
-        return (self.priority, STAGE_RANK[self.stage], self.enqueued_at)
+        # A model set's own stage ("rec@PP-OCRv6_small", `serving.model_sets`) ranks as its kind.
+        return (self.priority, STAGE_RANK[self.stage.partition("@")[0]], self.enqueued_at)
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from models.bundle import ModelBundle
 from models.registry import get_backend
 from serving.config import STAGES, AppConfig
 from serving.engine.choice import engine_choice
+from serving.model_sets import ModelSet, stage_kind
 from serving.workers.device_worker import DeviceSpec
 
 logger = logging.getLogger(__name__)
@@ -111,6 +112,36 @@ def check_engines(bundle: ModelBundle, specs: list[DeviceSpec]) -> None:
         for stage in device.stages:
             if stage in models:
                 backend.resolve(models[stage], device.engine.options)
+
+
+def check_set_engines(model_set: ModelSet, specs: list[DeviceSpec]) -> None:
+    """`check_engines` for a model set's own models (`serving.model_sets`), on every device
+    worker that serves their kind of stage.
+
+    Raises:
+        EngineBackendError: a device's engine cannot read one of the set's models.
+    """
+    models = model_set.bundle.specs
+    for device in specs:
+        backend = get_backend(device.engine.backend)
+        for kind in model_set.stages:
+            if kind in device.stages:
+                backend.resolve(models[kind], device.engine.options)
+
+
+def with_sets(specs: list[DeviceSpec], set_stages: list[str]) -> list[DeviceSpec]:
+    """`specs` with each worker also serving the model sets' stages ("rec@NAME") of the kinds
+    it serves, with the same batch rows: a worker pulls every set's batches of its stages."""
+    out = []
+    for spec in specs:
+        more = tuple(s for s in set_stages if stage_kind(s) in spec.stages)
+        rows = {s: spec.max_rows[stage_kind(s)] for s in more if stage_kind(s) in spec.max_rows}
+        out.append(
+            dataclasses.replace(
+                spec, stages=(*spec.stages, *more), max_rows={**spec.max_rows, **rows}
+            )
+        )
+    return out
 
 
 def with_backend(specs: list[DeviceSpec], backend: str) -> list[DeviceSpec]:

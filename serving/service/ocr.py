@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -34,6 +36,14 @@ from serving.workers.supervisor import free_segments
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_SET_STAGES: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "set_stages", default=MappingProxyType({})
+)
+"""The page's model set, as `OcrOptions.stages`: model kind -> the stage (queue) running it. Set
+once per page by `_document_page`, read by `_infer` in the tasks the page's steps start (each
+copies its context), so a request whose `lang` picked another set is batched in that set's
+queues without every step passing it on."""
 
 
 @dataclass(slots=True)
@@ -311,6 +321,7 @@ class OcrService:
         (pages waiting on recognition then leave room for others' detection)."""
         if self.batch_shapes is not None:
             options = self.batch_shapes.apply(options)
+        _SET_STAGES.set(options.stages)  # this page's model set: the queues `_infer` submits to
         held = charge.cost
         await self.budget.acquire(held)
 
@@ -393,6 +404,7 @@ class OcrService:
                 page.image,  # pictures are drawn on the page as sent, as the boxes are
                 options.rec,
                 visualize,
+                options.model_set,
                 last=True,
             )
         finally:
@@ -442,8 +454,9 @@ class OcrService:
         self, stage: str, payload: shm.ShmRef, deadline: float, priority: int, page: str | None
     ) -> Any:
         rows, _, height, width = payload.shape
+        kind, stage = stage, _SET_STAGES.get().get(stage, stage)
         bucket: Any
-        if stage == "det":  # pages of one size, charged by pixels
+        if kind == "det":  # pages of one size, charged by pixels
             bucket, cost = (height, width), rows * height * width
         elif stage == "ori":  # pages, each 224 x 224: charged by rows, as chunks by width
             bucket, cost = (height, width), rows * width

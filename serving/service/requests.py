@@ -18,6 +18,7 @@ from serving.config import AppConfig, JobsConfig, PipelineConfig
 from serving.decode.readers import DecodeLimits, FileKind
 from serving.jobs.runner import JobRunner
 from serving.metrics import Metrics
+from serving.model_sets import ModelSets
 from serving.outputs.document import Document, reading_orders
 from serving.outputs.formats import Format
 from serving.outputs.service import OutputStream, render_document
@@ -36,6 +37,8 @@ class Readiness(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
+    def describe_models(self) -> dict[str, Any]: ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OcrRequests:
@@ -49,6 +52,8 @@ class OcrRequests:
     pipeline: PipelineConfig
     service: OcrService
     pages: Counter
+    sets: ModelSets | None = None
+    """Every model set served; a request's `lang` or `model` picks one (None: `bundle`)."""
 
     def options(self, overrides: Mapping[str, Any], *, no_classifier: str) -> OcrOptions:
         """A request's options over the served models and the config's pipeline defaults.
@@ -57,7 +62,9 @@ class OcrRequests:
             ValidationFailed: the request asks for the classifier and none is configured (the
                 API's `no_classifier` message), or an override is out of range.
         """
-        return request_options(self.bundle, self.pipeline, overrides, no_classifier=no_classifier)
+        return request_options(
+            self.bundle, self.pipeline, overrides, no_classifier=no_classifier, sets=self.sets
+        )
 
     async def ocr(
         self,

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.bundle import ModelBundle, load_bundle
+from models.base import EngineBackendError
+from models.bundle import ModelBundle
 from models.engine_options import device_kind
 from serving.config import STAGES, AppConfig
 from serving.decode.readers import DecodeLimits
@@ -18,6 +19,7 @@ from serving.engine.choice import PRECISION_KEYS
 from serving.errors import NotReady, ShuttingDown
 from serving.jobs.runner import JobRunner
 from serving.metrics import Metrics
+from serving.model_sets import ModelSets, load_sets, stage_kind
 from serving.request_options import OcrOptions, request_options
 from serving.scheduling.admission import Admission
 from serving.scheduling.batch_shapes import BatchShapes, batching_mode
@@ -28,8 +30,10 @@ from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages
 from serving.scheduling.placement import Placement
 from serving.service.devices import (
     check_engines,
+    check_set_engines,
     device_specs,
     with_backend,
+    with_sets,
     without_unread_orientation,
 )
 from serving.service.ocr import OcrService
@@ -69,6 +73,8 @@ class Runtime:
     claim: shm.PrefixClaim | None = None
     """This server's hold on `prefix`; released once `stop()` has swept its segments."""
     budget_bytes: int = 0
+    sets: ModelSets | None = None
+    """Every model set served (`serving.model_sets`); None: `bundle` alone."""
     cost_model: CostModel = field(default_factory=CostModel)
     """The devices' measured batch costs, as placement predicts with them (`/readyz`)."""
     """The whole memory budget (`server.memory_budget_bytes` or its default): pages are charged
@@ -96,8 +102,12 @@ class Runtime:
             EngineBackendError: `backend` names no engine backend.
         """
         models = config.models
-        bundle = load_bundle(models.det, models.rec, models.cls, models.ori)
+        sets = load_sets(models)
+        bundle = sets.default.bundle
         queues = {stage: config.workers.queue(stage) for stage in STAGES}
+        queues.update(
+            {stage: config.workers.queue(stage_kind(stage)) for stage in sets.extra_stages()}
+        )
         admission = Admission(max_pages=config.server.max_inflight_pages)
         budget_bytes = config.server.memory_budget_bytes or default_budget_bytes()
         budget = MemoryBudget(pages_share_bytes(budget_bytes))  # the rest: engines between pages
@@ -115,10 +125,17 @@ class Runtime:
             specs = with_backend(specs, backend)
         bundle, specs = without_unread_orientation(bundle, specs)
         check_engines(bundle, specs)
+        for model_set in sets.extra:  # a set no device's engine reads is left out, not fatal
+            try:
+                check_set_engines(model_set, specs)
+            except EngineBackendError as err:
+                sets = sets.without(model_set.name, str(err))
+        queues_for_sets = sets.extra_stages()
+        specs = with_sets(specs, queues_for_sets)
         claim = shm.claim_prefix()  # before any segment is named with it
         prefix = claim.prefix
         setup = WorkerSetup(
-            model_dirs=bundle.model_dirs,
+            model_dirs=sets.model_dirs(),
             shm_prefix=prefix,
             log_level=config.server.log_level,
             log_format=config.server.log_format,
@@ -136,11 +153,13 @@ class Runtime:
         cpu = CpuPool(
             config.cpu_workers,
             initializer=init_cpu_worker,
-            initargs=(str(bundle.rec.directory), prefix),
+            initargs=(str(bundle.rec.directory), prefix, sets.rec_dirs()),
             on_restart=metrics.worker_restarts.labels(kind="cpu").inc,
             background_share=config.jobs.min_share,
         )
         _track(metrics, admission, budget, scheduler, cpu, devices)
+        for stage in queues_for_sets:
+            metrics.track_queue_depth(stage, functools.partial(scheduler.policy.depth, stage))
         batching = batching_mode(config.engine.batching, (device_kind(s.device) for s in specs))
         service = OcrService(
             cpu=cpu,
@@ -155,13 +174,14 @@ class Runtime:
         return cls(
             config=config,
             bundle=bundle,
+            sets=sets,
             prefix=prefix,
             cpu=cpu,
             scheduler=scheduler,
             devices=devices,
             service=service,
             metrics=metrics,
-            jobs=JobRunner.build(config, service, bundle, metrics) if jobs else None,
+            jobs=JobRunner.build(config, service, bundle, metrics, sets=sets) if jobs else None,
             claim=claim,
             budget_bytes=budget_bytes,
             cost_model=cost_model,
@@ -188,6 +208,7 @@ class Runtime:
         ocr = OcrRequests(
             check_ready=self.check_ready,
             bundle=self.bundle,
+            sets=self.sets,
             pipeline=self.config.pipeline,
             service=self.service,
             pages=self.metrics.pages,
@@ -216,7 +237,11 @@ class Runtime:
                 API's `no_classifier` message), or an override is out of range.
         """
         return request_options(
-            self.bundle, self.config.pipeline, overrides, no_classifier=no_classifier
+            self.bundle,
+            self.config.pipeline,
+            overrides,
+            no_classifier=no_classifier,
+            sets=self.sets,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -242,10 +267,41 @@ class Runtime:
             },
             "cost_model": self.cost_model.describe(),
             "batching": "exact" if self.service.batch_shapes is None else "bucketed",
+            "model_sets": self.describe_models(),
         }
         if self.startup_error:
             body["error"] = self.startup_error
         return body
+
+    def describe_models(self) -> dict[str, Any]:
+        """The model sets served, each with its languages, models, stages and the device
+        workers that run them (engine, precision, ready), and the sets left out with why:
+        `GET /v1/models`, and `/readyz` for loopback callers."""
+        sets = self.sets or ModelSets.single(
+            self.bundle, self.config.models.name or self.bundle.rec.model_name.removesuffix("_rec")
+        )
+        served = []
+        for model_set in sets.all:
+            stages = {model_set.stage(kind) for kind in model_set.bundle.specs}
+            devices = [
+                {
+                    "worker": w.spec.name,
+                    "device": w.spec.device,
+                    "engine": w.spec.engine.backend,
+                    "ready": w.ready,
+                    **{k: w.info[k] for k in PRECISION_KEYS[:2] if k in w.info},
+                }
+                for w in self.devices.workers
+                if stages & set(w.spec.stages)
+            ]
+            entry = {**model_set.describe(), "default": model_set is sets.default}
+            served.append({**entry, "devices": devices})
+        return {
+            "default": sets.default.name,
+            "models": served,
+            "languages": sets.languages,
+            "unavailable": [{"name": n, "reason": r} for n, r in sets.unavailable.items()],
+        }
 
     def abort_inflight(self) -> int:
         """Shutdown is running out of grace: fail all work in flight with 503 shutting_down,
@@ -308,7 +364,7 @@ def _device_workers(
     workers = []
     for spec in specs:
         kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
-        limits = {stage: kind.limits(stage) for stage in STAGES}
+        limits = {stage: kind.limits(stage_kind(stage)) for stage in (*STAGES, *spec.stages)}
         workers.append(DeviceWorkerHandle(spec=spec, limits=limits, setup=setup))
     return workers
 

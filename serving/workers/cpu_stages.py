@@ -31,19 +31,28 @@ from serving.workers import shm
 from serving.workers.proc import die_with_parent
 
 _CHARSET: tuple[str, ...] = ()
+_CHARSETS: dict[str, tuple[str, ...]] = {}
+"""The other model sets' CTC labels, by set name (`serving.model_sets`)."""
 _PREFIX = ""
 
 
-def init_cpu_worker(rec_model_dir: str, prefix: str) -> None:
+def init_cpu_worker(
+    rec_model_dir: str, prefix: str, set_rec_dirs: dict[str, str] | None = None
+) -> None:
     """Process initializer: read the label table from the recogniser's model directory (a path
-    keeps the start-up data small; the table is ~18,000 labels), keep the segment prefix; one
+    keeps the start-up data small; the table is ~18,000 labels), and those of the other model
+    sets' recognisers (`set_rec_dirs`: set name -> directory), keep the segment prefix; one
     OpenCV thread."""
     die_with_parent()
-    set_worker_state(
-        build_charset(load_model_spec(Path(rec_model_dir), "rec").character_dict), prefix
-    )
+    set_worker_state(_labels(rec_model_dir), prefix)
+    _CHARSETS.clear()
+    _CHARSETS.update({name: _labels(d) for name, d in (set_rec_dirs or {}).items()})
     cv2.setNumThreads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _labels(rec_model_dir: str) -> tuple[str, ...]:
+    return build_charset(load_model_spec(Path(rec_model_dir), "rec").character_dict)
 
 
 def set_worker_state(charset: tuple[str, ...], prefix: str) -> None:
@@ -211,9 +220,11 @@ def finish(
     image: shm.ShmRef,
     rec_params: RecParams,
     visualize: bool,
+    model_set: str = "",
 ) -> tuple[PageResult, dict[str, str]]:
     """`pipelines.page.finish`, and the page's pictures if asked."""
-    result = pipeline.finish(_state(step), outputs, rec_params, _CHARSET)
+    charset = _CHARSETS[model_set] if model_set else _CHARSET
+    result = pipeline.finish(_state(step), outputs, rec_params, charset)
     images: dict[str, str] = {}
     if visualize:
         images = visualize_page(shm.view(image), result)

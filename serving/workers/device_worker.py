@@ -27,15 +27,17 @@ from typing import Any, cast
 import numpy as np
 
 from models.base import AloneRunner
-from models.bundle import load_bundle
 from models.device_faults import is_device_fault
+from models.embedded import resolve_model_dir
 from models.engine_options import device_kind
 from models.registry import EngineChoice
+from models.spec import load_model_spec
 from models.staging import PixelInput, Slot, StagedPredictor
 from pipelines.pixels import normalize, row_sizes
 from pipelines.stages import ModelStage, Stage
 from serving.engine.choice import model_stages, precision_report
 from serving.errors import OcrError, PredictorFailed
+from serving.model_sets import stage_kind
 from serving.workers import shm
 from serving.workers.completions import Completions
 from serving.workers.proc import die_with_parent, release_free_heap
@@ -127,7 +129,10 @@ class DeviceWorkerChild:
     the bytes per pixel measured at warm-up. 0 (before warm-up): after every detector batch."""
 
     def load(self) -> None:
-        specs = load_bundle(**self.setup.model_dirs).specs
+        specs = {  # the model sets' own stages too ("rec@PP-OCRv6_small": serving.model_sets)
+            stage: load_model_spec(resolve_model_dir(directory), stage_kind(stage))
+            for stage, directory in self.setup.model_dirs.items()
+        }
         loaded = {}
         for stage in self.spec.stages:
             if stage not in specs:
@@ -405,7 +410,7 @@ def collate(stage: str, refs: list[shm.ShmRef], out: np.ndarray) -> None:
     pixels = np.empty(out.shape, np.uint8)
     shm.take_into(refs, pixels, unlink=False)
     sizes = row_sizes([ref.shape for ref in refs], [ref.sizes for ref in refs])
-    normalize(cast(Stage, stage), pixels, sizes, out=out)
+    normalize(cast(Stage, stage_kind(stage)), pixels, sizes, out=out)
 
 
 def item_outcomes(

@@ -209,6 +209,7 @@ SERVING_ALLOWED: dict[str, tuple[str, ...]] = {
     "serving.engine": (
         "serving.config",
         "serving.errors",
+        "serving.model_sets",
         "serving.request_options",
         "serving.workers.proc",
     ),

@@ -88,7 +88,7 @@ def test_a_page_gives_back_what_its_detection_held_once_detection_is_done() -> N
     service._page = page_steps  # type: ignore[method-assign]
     charge = PageCharge(cost=700, det_cost=600, limits=service.limits, sent=None)
 
-    options = types.SimpleNamespace(det=None, ori=None)
+    options = types.SimpleNamespace(det=None, ori=None, stages={})  # the default model set
 
     async def main() -> None:
         await service._document_page(

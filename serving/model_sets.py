@@ -1,0 +1,230 @@
+"""The model sets one server holds at once, and which one reads a request.
+
+A set is a detector and a recogniser (the classifiers are shared: they read no language). The
+default set (`[models]`) serves every request that names no `lang` or `model`, exactly as a
+server with one set did; each set of `[models.sets]` has batching queues of its own, named
+`<stage>@<set>` (`rec@PP-OCRv6_small`), which every device worker serving that stage pulls from
+as it pulls the default's (a set reusing the default's detector shares its `det` queue). A request
+names a language (`lang`, PaddleOCR's codes: `models.langs`) or a set (`model`), and `pick` finds
+the set that reads it, the default first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.bundle import ModelBundle, load_bundle
+from models.langs import ALL_LANGS, languages_of, models_for
+from serving.errors import ValidationFailed
+
+logger = logging.getLogger(__name__)
+
+STAGE_SEP = "@"
+FETCH_HINT = (
+    "fetch it on a machine with a network with `python -m models.fetch NAME --dest DIR` and serve "
+    "it as [models.sets.NAME] (docs/models.md)"
+)
+
+
+def stage_kind(stage: str) -> str:
+    """The model stage ("det", "cls", "rec", ...) a queue's stage name is for.
+
+    >>> stage_kind("rec@PP-OCRv6_small"), stage_kind("det")
+    ('rec', 'det')
+    """
+    return stage.partition(STAGE_SEP)[0]
+
+
+def set_stage(kind: str, set_name: str) -> str:
+    """The stage name of a non-default set's `kind` model: its queue, its predictor in a worker."""
+    return f"{kind}{STAGE_SEP}{set_name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSet:
+    """One detector and recogniser served together, and the languages they read."""
+
+    name: str
+    bundle: ModelBundle
+    """Its det and rec, with the default set's classifiers."""
+    langs: frozenset[str]
+    stages: Mapping[str, str] = field(default_factory=dict)
+    """Model kind -> the stage (queue) name its model has; kinds not here use the default's."""
+
+    def stage(self, kind: str) -> str:
+        """The stage that runs this set's `kind` model."""
+        return self.stages.get(kind, kind)
+
+    def own_model_dirs(self) -> dict[str, str]:
+        """Stage -> model directory of the models this set does not share with the default."""
+        specs = self.bundle.specs
+        return {stage: str(specs[kind].directory) for kind, stage in self.stages.items()}
+
+    def describe(self) -> dict[str, Any]:
+        """Its entry in `GET /v1/models` (devices and precision added by the caller)."""
+        return {
+            "name": self.name,
+            "languages": sorted(self.langs),
+            "det": self.bundle.det.model_name,
+            "rec": self.bundle.rec.model_name,
+            "stages": {kind: self.stage(kind) for kind in self.bundle.specs},
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSets:
+    """Every set a server holds: the default, the others in configuration order, and the
+    configured sets it could not serve with why (left out at start, never a start-up failure)."""
+
+    default: ModelSet
+    extra: tuple[ModelSet, ...] = ()
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def single(cls, bundle: ModelBundle, name: str = "default") -> ModelSets:
+        """One set: the server's models before there were several (tests, tools)."""
+        return cls(default=ModelSet(name=name, bundle=bundle, langs=_langs_of(bundle, ())))
+
+    @property
+    def all(self) -> tuple[ModelSet, ...]:
+        return (self.default, *self.extra)
+
+    @property
+    def languages(self) -> list[str]:
+        """Every language some set reads, sorted."""
+        return sorted(frozenset().union(*(s.langs for s in self.all)))
+
+    def extra_stages(self) -> list[str]:
+        """Stage names of the non-default sets' own models, in set order."""
+        return [stage for s in self.extra for stage in s.stages.values()]
+
+    def model_dirs(self) -> dict[str, str]:
+        """Stage -> model directory, every set's: what a device worker loads."""
+        dirs = dict(self.default.bundle.model_dirs)
+        for s in self.extra:
+            dirs.update(s.own_model_dirs())
+        return dirs
+
+    def rec_dirs(self) -> dict[str, str]:
+        """Non-default set name -> its recogniser's directory (a CPU worker's CTC labels)."""
+        return {s.name: str(s.bundle.rec.directory) for s in self.extra}
+
+    def without(self, name: str, reason: str) -> ModelSets:
+        """These sets less the non-default one `name`, recorded as unavailable for `reason`."""
+        logger.warning("model set %s is not served: %s", name, reason)
+        return ModelSets(
+            default=self.default,
+            extra=tuple(s for s in self.extra if s.name != name),
+            unavailable={**self.unavailable, name: reason},
+        )
+
+    def pick(self, lang: str | None = None, model: str | None = None) -> ModelSet:
+        """The set that reads a request: the one named `model`, else the first (the default
+        first, then in configuration order) that reads `lang`, else the default.
+
+        Raises:
+            ValidationFailed: no set is named `model`, or none reads `lang` (naming the languages
+                served and how to add a model that reads it), or `model` does not read `lang`.
+        """
+        if model:
+            chosen = next((s for s in self.all if s.name == model), None)
+            if chosen is None:
+                why = f" ({self.unavailable[model]})" if model in self.unavailable else ""
+                names = ", ".join(s.name for s in self.all)
+                raise ValidationFailed(
+                    f"model {model[:60]!r} is not served here{why}; the models are {names} "
+                    "(GET /v1/models)"
+                )
+            if lang and lang not in chosen.langs:
+                raise ValidationFailed(
+                    f"model {chosen.name!r} does not read lang={lang[:40]!r}; it reads "
+                    f"{', '.join(sorted(chosen.langs))}"
+                )
+            return chosen
+        if not lang:
+            return self.default
+        for candidate in self.all:
+            if lang in candidate.langs:
+                return candidate
+        raise ValidationFailed(self._no_model_reads(lang))
+
+    def _no_model_reads(self, lang: str) -> str:
+        served = ", ".join(self.languages)
+        if lang not in ALL_LANGS:
+            return (
+                f"lang={lang[:40]!r} is not a PaddleOCR language code; the languages served "
+                f"here are {served}"
+            )
+        names = " ".join(models_for(lang))
+        return (
+            f"no model served here reads lang={lang!r}; the languages served are {served}. "
+            f"A model that reads it: {names}; "
+            + FETCH_HINT.replace("NAME --dest", f"{names.split()[-1]} --dest")
+        )
+
+
+def load_sets(models: Any, *, engines_check: Callable[[ModelSet], None] | None = None) -> ModelSets:
+    """The configured sets (`[models]` and `[models.sets]`, a `serving.config.ModelsConfig`),
+    their models located and read.
+
+    A non-default set whose models cannot be found or read (a package not installed), or that
+    `engines_check` refuses (no engine of this server reads its format), is left out with a
+    warning and listed in `unavailable`; the default set's failures raise as before.
+
+    Raises:
+        EmbeddedModelError, ModelSpecError: the default set's models cannot be read.
+    """
+    ori = getattr(models, "ori", "")  # the page-orientation classifier, where configured
+    default_bundle = load_bundle(
+        models.det, models.rec, models.cls, **({"ori": ori} if ori else {})
+    )
+    default = ModelSet(
+        name=models.name or default_bundle.rec.model_name.removesuffix("_rec"),
+        bundle=default_bundle,
+        langs=_langs_of(default_bundle, models.langs),
+    )
+    sets = ModelSets(default=default)
+    for name, spec in models.sets.items():
+        if (spec.det or models.det, spec.rec) == (models.det, models.rec):
+            logger.info("model set %s: the default set's models, served as the default", name)
+            continue
+        if name == default.name:
+            sets = sets.without(name, "the default set has this name; name one of them otherwise")
+            continue
+        try:
+            own_det = bool(spec.det) and spec.det != models.det
+            loaded = load_bundle(spec.det or models.det, spec.rec)
+            bundle = ModelBundle(
+                det=loaded.det if own_det else default_bundle.det,
+                rec=loaded.rec,
+                cls=default_bundle.cls,
+                **_shared_extras(default_bundle),
+            )
+            stages = {"rec": set_stage("rec", name)}
+            if own_det:
+                stages["det"] = set_stage("det", name)
+            model_set = ModelSet(
+                name=name, bundle=bundle, langs=_langs_of(bundle, spec.langs), stages=stages
+            )
+            if engines_check is not None:
+                engines_check(model_set)
+        except (ValueError, OSError) as err:  # EmbeddedModelError, ModelSpecError, engines
+            sets = sets.without(name, str(err))
+            continue
+        sets = ModelSets(
+            default=default, extra=(*sets.extra, model_set), unavailable=sets.unavailable
+        )
+    return sets
+
+
+def _shared_extras(bundle: ModelBundle) -> dict[str, Any]:
+    """The default bundle's other shared classifiers (the page-orientation one, where the
+    bundle has it)."""
+    return {"ori": bundle.ori} if getattr(bundle, "ori", None) is not None else {}
+
+
+def _langs_of(bundle: ModelBundle, configured: Any) -> frozenset[str]:
+    return frozenset(configured) or languages_of(bundle.rec.model_name)
