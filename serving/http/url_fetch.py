@@ -49,9 +49,13 @@ def kind_from_url(url: str) -> FileKind:
 
 
 def refused_address(address: IpAddress) -> str | None:
-    """Why `address` may not be fetched (private, loopback, ...), or None when it is public."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """Why `address` may not be fetched (private, loopback, ...), or None when it is public. An
+    IPv6 address that carries an IPv4 one (IPv4-mapped `::ffff:a.b.c.d`, 6to4 `2002:AABB:CCDD::`)
+    is judged by the IPv4 address: a 6to4 relay, or the host's own `sit` tunnel, delivers there."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is not None:
+            address = embedded
     checks = (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),

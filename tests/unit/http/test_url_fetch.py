@@ -59,6 +59,9 @@ def resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
         ("100.64.0.1", "not globally routable"),
         ("::ffff:127.0.0.1", "loopback"),
         ("::ffff:10.0.0.1", "private"),
+        ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1 (issue 37, item 13)
+        ("2002:a00:1::1", "private"),  # 6to4 of 10.0.0.1
+        ("2002:a9fe:a9fe::", "link-local"),  # 6to4 of 169.254.169.254 (cloud metadata)
     ],
 )
 def test_refused_addresses(address: str, reason: str) -> None:
