@@ -247,18 +247,6 @@ def finish(
     return to_sent_page(page, state.orientation)
 
 
-def to_upright_page(page: PageResult) -> PageResult:
-    """A page result (boxes in the page as sent) with its boxes and size in the page as read,
-    turned upright: what a reader sees, for reading order and documents (`serving.outputs`).
-    The page itself when it was not turned."""
-    found = page.page_orientation
-    if found is None or found.applied == 0:
-        return page
-    # The page as sent is the upright one turned by the angle's complement.
-    back = PageOrientation(angle=(360 - found.applied) % 360, score=found.score, turned=True)
-    return dataclasses.replace(to_sent_page(page, back), page_orientation=found)
-
-
 def to_sent_page(page: PageResult, orientation: PageOrientation) -> PageResult:
     """A page read upright, with its boxes and size in the page as sent (which
     `turn_upright(sent, orientation.applied)` turned), and the orientation recorded.

@@ -101,8 +101,7 @@ def _take(
     if "error" in record:
         failures[key] = record["error"]
     elif not manifest.done(key):
-        kept = ("page", "width", "height", "lines", "orientation")
-        fields: dict[str, Any] = {k: record[k] for k in kept if k in record}
+        fields = {k: record[k] for k in ("page", "width", "height", "lines")}
         manifest.append(key, {"file": doc.name, "sha256": doc.sha256, **fields})
 
 

@@ -319,5 +319,5 @@ def _member_name(file: FileInfo, fmt: Format, taken: set[str]) -> str:
 
 
 def _content_type(fmt: Format) -> str:
-    media = MEDIA_TYPES[fmt]
-    return f"{media}; charset=utf-8" if fmt in ("text", "hocr", "alto", "json") else media
+    """`MEDIA_TYPES[fmt]`, which names the text formats' charset once (this added a second)."""
+    return MEDIA_TYPES[fmt]

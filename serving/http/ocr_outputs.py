@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,15 @@ def wanted(request: Request) -> Wanted:
     )
 
 
+def content_disposition(filename: str) -> str:
+    """`inline` with the file name, RFC 6266's way: quoted when plain ASCII, else RFC 5987's
+    `filename*` (as Starlette's FileResponse writes it for a job's documents)."""
+    quoted = urllib.parse.quote(filename)
+    if quoted != filename:
+        return f"inline; filename*=utf-8''{quoted}"
+    return f'inline; filename="{filename}"'
+
+
 def parse_mode(text: str) -> TextMode:
     """The `mode` of a searchable PDF made from a PDF (OCRmyPDF's): skip, force or redo.
 
@@ -95,9 +105,17 @@ def json_body(
 
 
 async def answer(
-    renderer: Renderer, pages: list[PageOutput], data: bytes, kind: FileKind, want: Wanted
+    renderer: Renderer,
+    pages: list[PageOutput],
+    data: bytes,
+    kind: FileKind,
+    want: Wanted,
+    *,
+    name: str | None = None,
 ) -> Response:
-    """The answer in the wanted format; a rendered one is made in a CPU worker and streamed."""
+    """The answer in the wanted format; a rendered one is made in a CPU worker and streamed,
+    named after the upload (`name`, else "document"): the hOCR's and ALTO's source, the PDF's
+    title, and the file name in `Content-Disposition` (`scan.png.pdf`, as a job's documents)."""
     headers = {request_id.HEADER: request_id.current_or_new()}
     if want.format == "json" and not want.layout:
         return JSONResponse(json_body(pages, want), headers=headers)
@@ -105,7 +123,7 @@ async def answer(
     if want.format == "json":
         return JSONResponse(json_body(pages, want, orders), headers=headers)
     document = Document(
-        name=f"document.{EXTENSIONS[want.format]}",
+        name=name or "document",
         pages=tuple(
             page_from_result(page.result, index, page.scaled_from, orders[index])
             for index, page in enumerate(pages)
@@ -115,6 +133,9 @@ async def answer(
     )
     stream = await renderer.render(document, want.format, source_bytes=len(data))
     headers["Content-Length"] = str(stream.size)
+    headers["Content-Disposition"] = content_disposition(
+        f"{name or 'document'}.{EXTENSIONS[want.format]}"
+    )
     return StreamingResponse(
         stream,
         media_type=MEDIA_TYPES[want.format],

@@ -342,15 +342,6 @@ OPERATIONS: dict[tuple[str, str], Json] = {
             **_errors(422),
         },
     },
-    ("/v1/models", "get"): {
-        "summary": "The model sets served: each one's languages (`lang`), models, and the device"
-        " workers running it with their engine and precision; the default; sets left out, with why",
-        "tags": ["ocr"],
-        "responses": {
-            "200": _json("The model sets", {"type": "object"}),
-            **_errors(422),
-        },
-    },
     ("/health", "get"): {
         "summary": "PaddleX's health answer",
         "tags": ["operations"],

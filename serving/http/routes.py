@@ -27,7 +27,7 @@ from serving.http.endpoints import (
 from serving.http.exceptions import native_errors, paddlex_error
 from serving.http.jobs import job_routes
 from serving.http.params import NO_QUERY, OCR_QUERY, known_query
-from serving.http.uploads import read_body, read_document
+from serving.http.uploads import read_body, read_upload
 from serving.request_options import NO_CLASSIFIER, query_overrides
 
 
@@ -103,12 +103,12 @@ async def v1_ocr(request: Request) -> Response:
     want = ocr_outputs.wanted(request)
     timeout_s = timeout_of(request, config_of(request).server.request_timeout_s)
     ocr.check_ready()
-    data, kind = await read_document(request)
+    data, kind, name = await read_upload(request)
     options = ocr.options(query_overrides(request.query_params), no_classifier=NO_CLASSIFIER)
     pages = await until_disconnect(
         request, ocr.ocr(data, kind, options, timeout_s=timeout_s, tenant=identity_of(request))
     )
-    return await ocr_outputs.answer(renderer_of(request), pages, data, kind, want)
+    return await ocr_outputs.answer(renderer_of(request), pages, data, kind, want, name=name)
 
 
 async def v1_models(request: Request) -> Response:

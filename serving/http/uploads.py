@@ -5,6 +5,8 @@ hanging up mid-upload as a 499 at INFO."""
 from __future__ import annotations
 
 import logging
+from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -46,7 +48,29 @@ async def read_body(request: Request) -> bytes:
         raise gone_mid_upload() from err
 
 
+class Upload(NamedTuple):
+    """A document as uploaded: its bytes, its kind (from its bytes), and its file name."""
+
+    data: bytes
+    kind: FileKind
+    name: str | None
+    """The multipart part's file name, less any folder; None for a raw body."""
+
+
 async def read_document(request: Request) -> tuple[bytes, FileKind]:
+    """`read_upload`'s bytes and kind."""
+    upload = await read_upload(request)
+    return upload.data, upload.kind
+
+
+def file_name(sent: str | None) -> str | None:
+    """A client's file name, less any folder (either slash), at most 200 characters; None for
+    none."""
+    name = PurePosixPath((sent or "").replace("\\", "/")).name[-200:]
+    return name if name and name.isprintable() else None
+
+
+async def read_upload(request: Request) -> Upload:
     """The document of `/v1/ocr` and `/v1/render`: multipart field `file`, or a raw body typed
     image/*, application/pdf or application/octet-stream; its kind from its bytes, else from its
     declared type.
@@ -74,6 +98,7 @@ async def read_document(request: Request) -> tuple[bytes, FileKind]:
                 data = await upload.read()
                 part_type = (upload.content_type or "").lower()
                 raw = False
+                name = file_name(upload.filename)
         except HTTPException as err:  # Starlette's multipart parser refuses the body
             raise form_error(err.detail) from err
         except ClientDisconnect as err:
@@ -82,6 +107,7 @@ async def read_document(request: Request) -> tuple[bytes, FileKind]:
         data = await read_body(request)
         part_type = content_type
         raw = True
+        name = None
     else:
         zipped = f"; {TO_JOBS}" if "zip" in content_type else ""
         raise UnsupportedMediaType(
@@ -98,7 +124,7 @@ async def read_document(request: Request) -> tuple[bytes, FileKind]:
     )
     if kind is None:
         raise not_a_document(data, raw_octets=raw and part_type == SNIFFED_TYPE)
-    return data, kind
+    return Upload(data, kind, name)
 
 
 def not_a_document(data: bytes, *, raw_octets: bool) -> OcrError:

@@ -9,9 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from serving.http.job_documents import DocumentNotFound, document_states, list_body, pick
+from serving.http.job_documents import (
+    DocumentNotFound,
+    _content_type,
+    document_states,
+    list_body,
+    pick,
+)
 from serving.jobs.files import Document
 from serving.jobs.store.sqlite import SqliteJobStore
+from serving.outputs.formats import FORMATS
 
 
 @pytest.fixture
@@ -82,3 +89,10 @@ def test_pick_names_a_document_by_its_index(store: SqliteJobStore) -> None:
     for bad in ("2", "-1", "x", ""):
         with pytest.raises(DocumentNotFound):
             pick(states, bad)
+
+
+def test_a_documents_content_type_names_its_charset_once() -> None:
+    """Job documents were sent as `text/plain; charset=utf-8; charset=utf-8`."""
+    for fmt in FORMATS:
+        assert _content_type(fmt).count("charset") <= 1, fmt
+    assert _content_type("text") == "text/plain; charset=utf-8"
