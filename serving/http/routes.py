@@ -14,6 +14,7 @@ from serving.http import json_body, ocr_outputs, paddlex_api, request_id, url_fe
 from serving.http.auth import identity_of
 from serving.http.body_limit import PADDLEX, RAW, limit_body
 from serving.http.endpoints import (
+    budget_of,
     config_of,
     from_loopback,
     metrics_of,
@@ -29,6 +30,7 @@ from serving.http.jobs import job_routes
 from serving.http.params import NO_QUERY, OCR_QUERY, known_query
 from serving.http.uploads import read_body, read_upload
 from serving.request_options import NO_CLASSIFIER, query_overrides
+from serving.scheduling.memory_budget import BodyCharge
 
 
 async def paddlex_ocr(request: Request) -> Response:
@@ -36,6 +38,7 @@ async def paddlex_ocr(request: Request) -> Response:
     config = config_of(request)
     ocr = ocr_of(request)
     log_id = request_id.current_or_new()
+    fetched = BodyCharge(budget_of(request), copies=2)  # a URL's file, held as a raw body is
     try:
         paddlex_api.check_content_type(request.headers.get("content-type", ""))
         raw = await read_body(request)
@@ -45,7 +48,7 @@ async def paddlex_ocr(request: Request) -> Response:
         parsed = paddlex_api.parse_request(body)
         timeout_s = timeout_of(request, config.server.request_timeout_s)
         ocr.check_ready()
-        data, kind = await _paddlex_file(parsed, config)
+        data, kind = await _paddlex_file(parsed, config, fetched)
         options = ocr.options(
             # Page orientation as PaddleX's OCR pipeline: off unless useDocOrientationClassify.
             {"orientation": "off", **paddlex_api.effective_overrides(parsed.overrides)},
@@ -74,10 +77,12 @@ async def paddlex_ocr(request: Request) -> Response:
         return JSONResponse(paddlex_api.envelope(log_id, result))
     except Exception as exc:  # the HTTP boundary: every failure is answered in the envelope
         return paddlex_error(exc, log_id, config.server)
+    finally:
+        fetched.release()
 
 
 async def _paddlex_file(
-    parsed: paddlex_api.OcrRequest, config: AppConfig
+    parsed: paddlex_api.OcrRequest, config: AppConfig, fetched: BodyCharge
 ) -> tuple[bytes, FileKind]:
     if paddlex_api.is_url(parsed.file):
         if not config.input.allow_url:
@@ -90,7 +95,7 @@ async def _paddlex_file(
             timeout_s=config.input.url_timeout_s,
             max_bytes=config.server.max_body_bytes,
         )
-        return await url_fetch.fetch(parsed.file, limits), kind
+        return await url_fetch.fetch(parsed.file, limits, charge=fetched), kind
     if parsed.file_type is None:
         raise InvalidInput("File type cannot be determined")
     return paddlex_api.decode_base64_file(parsed.file), parsed.file_type

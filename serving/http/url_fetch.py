@@ -14,6 +14,7 @@ import httpx
 
 from serving.decode.readers import FileKind
 from serving.errors import InvalidInput, PayloadTooLarge
+from serving.scheduling.memory_budget import BodyCharge
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +107,14 @@ def _checked(addresses: list[IpAddress], host: str) -> IpAddress:
 
 
 async def fetch(
-    url: str, limits: FetchLimits, *, transport: httpx.AsyncBaseTransport | None = None
+    url: str,
+    limits: FetchLimits,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    charge: BodyCharge | None = None,
 ) -> bytes:
-    """Download `url`: its host allow-listed, its addresses public, no redirects, bounded.
+    """Download `url`: its host allow-listed, its addresses public, no redirects, bounded, and
+    charged to the memory budget as it arrives when `charge` is given (as a request body is).
 
     The file is asked for, and read, without any `Content-Encoding` (a compressed answer could
     inflate past the size limit in one chunk). Plain http connects to the checked address itself
@@ -119,7 +125,9 @@ async def fetch(
     Raises:
         InvalidInput: a refused URL, host or address, a redirect, an error status, a
             `Content-Encoding`, a timeout or a failed connection (422).
-        PayloadTooLarge: more than `limits.max_bytes` (413).
+        PayloadTooLarge: more than `limits.max_bytes` (413), or more than the memory budget's
+            bodies could ever hold (`charge`).
+        Overloaded: the memory budget has no room for the file now (`charge`: 503).
     """
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
@@ -143,7 +151,7 @@ async def fetch(
         headers["Host"] = parts.netloc.rsplit("@", 1)[-1]
     try:
         async with asyncio.timeout(limits.timeout_s):
-            return await _download(target, headers, limits, transport)
+            return await _download(target, headers, limits, transport, charge)
     except TimeoutError as err:
         raise InvalidInput(f"Fetching the URL took longer than {limits.timeout_s} s") from err
     except httpx.HTTPError as err:
@@ -156,6 +164,7 @@ async def _download(
     headers: dict[str, str],
     limits: FetchLimits,
     transport: httpx.AsyncBaseTransport | None,
+    charge: BodyCharge | None,
 ) -> bytes:
     async with (
         httpx.AsyncClient(
@@ -189,5 +198,7 @@ async def _download(
                     f"The URL's file is over the limit of {limits.max_bytes} bytes "
                     "(server.max_body_bytes)"
                 )
+            if charge is not None:
+                charge.add(len(chunk))
             chunks.append(chunk)
     return b"".join(chunks)

@@ -19,6 +19,7 @@ from serving.config import InputConfig
 from serving.errors import ConfigError, InvalidInput, PayloadTooLarge
 from serving.http import url_fetch
 from serving.http.url_fetch import FetchLimits, fetch, kind_from_url, refused_address
+from serving.scheduling.memory_budget import BodyCharge, MemoryBudget
 
 PUBLIC = "93.184.215.14"
 LIMITS = FetchLimits(allowed_hosts=("files.example",), timeout_s=5.0, max_bytes=1000)
@@ -337,3 +338,27 @@ async def test_http_keeps_a_non_default_port_and_ipv6() -> None:
     await fetch("http://[2606:4700:4700::1111]:8080/a.png", limits, transport=_transport(handler))
     assert str(seen[0].url) == "http://[2606:4700:4700::1111]:8080/a.png"
     assert seen[0].headers["host"] == "[2606:4700:4700::1111]:8080"
+
+
+@pytest.mark.anyio
+async def test_the_file_is_charged_to_the_memory_budget_as_it_arrives() -> None:
+    # Issue 37, item 13: a URL's file (up to server.max_body_bytes) was held outside the budget.
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b"x" * 400)
+
+    budget = MemoryBudget(10_000)
+    with BodyCharge(budget, copies=2) as charge:
+        await fetch(
+            "http://files.example/a.png", LIMITS, transport=_transport(handler), charge=charge
+        )
+        assert budget.body_bytes == 800  # the file and its copy, held until the request ends
+    assert budget.body_bytes == 0
+    small = MemoryBudget(1_000)  # bodies may hold half: 500 bytes, less than 2 x 400
+    with (
+        pytest.raises(PayloadTooLarge, match=r"server\.memory_budget_bytes"),
+        BodyCharge(small, copies=2) as charge,
+    ):
+        await fetch(
+            "http://files.example/a.png", LIMITS, transport=_transport(handler), charge=charge
+        )
+    assert small.body_bytes == 0
