@@ -47,6 +47,7 @@ from serving.batch.ray_stages import ModelActor, PageSettings, Row
 from serving.config import AppConfig, load_config
 from serving.decode.readers import DecodeLimits
 from serving.jobs.options import parse_options
+from serving.model_sets import load_sets
 from serving.request_options import ocr_options, overrides
 
 logger = logging.getLogger(__name__)
@@ -256,6 +257,30 @@ def run_on_ray(
     return summary
 
 
+def for_model_set(config: AppConfig, options: dict[str, Any]) -> AppConfig:
+    """`config` with the model set the run's `lang` or `model` picks (`serving.model_sets`) as
+    its default: one run reads every page with one set, so its actors load that set's det and
+    rec as their own.
+
+    Raises:
+        ValidationFailed: no set reads the `lang`, or none is named the `model`.
+    """
+    sets = load_sets(config.models)
+    chosen = sets.pick(options.get("lang"), options.get("model"))
+    if chosen is sets.default:
+        return config
+    spec = config.models.sets[chosen.name]
+    models = dataclasses.replace(
+        config.models,
+        det=spec.det or config.models.det,
+        rec=spec.rec,
+        name=chosen.name,
+        langs=tuple(sorted(chosen.langs)),
+        sets={},
+    )
+    return dataclasses.replace(config, models=models)
+
+
 def build_dataset(
     config: AppConfig,
     options: dict[str, Any],
@@ -268,6 +293,7 @@ def build_dataset(
 
     from models.bundle import load_bundle
 
+    config = for_model_set(config, options)
     bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
     settings = PageSettings(
         limits=DecodeLimits(

@@ -8,7 +8,15 @@ import pytest
 
 from serving.batch.cli import parse_args
 from serving.batch.plan import BatchError
-from serving.batch.ray_driver import ActorPools, cpus_needed, fit_pools, run_on_ray
+from serving.batch.ray_driver import (
+    ActorPools,
+    cpus_needed,
+    fit_pools,
+    for_model_set,
+    run_on_ray,
+)
+from serving.config import AppConfig
+from serving.errors import ValidationFailed
 
 
 def test_ray_client_addresses_are_refused_with_the_way_out(tmp_path: Path, monkeypatch) -> None:
@@ -55,3 +63,22 @@ def test_pools_that_fit_or_an_existing_cluster_are_left_as_asked() -> None:
     assert said == []
     assert fit_pools(ActorPools(), 2.0, shrink=False, say=said.append) == ActorPools()
     assert "the run waits until it has more" in said[0]
+
+
+def test_a_run_with_lang_loads_the_set_that_reads_it_as_its_models() -> None:
+    """One `ocr-batch --ray --lang fr` run reads every page with PP-OCRv6 small: its actors load
+    that set's det and rec as the default's (issue 36, item 3)."""
+    config = AppConfig()
+    assert for_model_set(config, {}) is config
+    assert for_model_set(config, {"lang": "en"}) is config  # the default reads it
+    french = for_model_set(config, {"lang": "fr"})
+    assert french.models.rec == "embedded:PP-OCRv6_small_rec"
+    assert french.models.det == "embedded:PP-OCRv6_small_det"
+    assert french.models.sets == {}
+    with pytest.raises(ValidationFailed, match="lang='xx'"):
+        for_model_set(config, {"lang": "xx"})
+
+
+def test_lang_and_model_are_ocr_batch_flags(tmp_path: Path) -> None:
+    args = parse_args(["in", "--out", str(tmp_path), "--lang", "fr", "--model", "PP-OCRv6_small"])
+    assert (args.lang, args.model) == ("fr", "PP-OCRv6_small")
