@@ -3,7 +3,8 @@
 bf16 is faster where the CPU computes in it (AVX512_BF16 or AMX; OpenVINO then lists "BF16" in
 the CPU plugin's `OPTIMIZATION_CAPABILITIES`) and changes some recognised text; f32 reads what
 Paddle reads. `engine.openvino_precision = "auto"` takes bf16 where the CPU has it and the
-model's accuracy under bf16 was checked (`BF16_CHECKED_MODELS`), f32 elsewhere. The choice is a
+model's accuracy under bf16 was checked (`BF16_CHECKED_MODELS`), f32 elsewhere: on a bf16 CPU
+the default detector runs bf16 and the recogniser f32 (`BF16_FAILED_MODELS`). The choice is a
 pure function of the setting, the capabilities and the model, so both kinds of CPU are tested on
 either.
 
@@ -32,10 +33,21 @@ INT8_MAX_CER_LOSS = 0.002
 """How much higher the character error rate of NNCF's int8 models may be than f32's (0.2 CER
 points) for them to be part of "auto"; `make bench` reports it (issue 28)."""
 
-BF16_CHECKED_MODELS = frozenset({"PP-OCRv5_mobile_det", "PP-OCRv5_mobile_rec"})
-"""Models whose text under bf16 is within `BF16_MAX_CER_LOSS` of f32: the default pair, on 107
-real held-out pages, CER 3.70% under bf16 against 3.79% under f32 (OpenVINO 2026.4.1, AMD EPYC
-with AVX512_BF16; issue 28). A model joins once `make bench` shows the same on a bf16 CPU."""
+BF16_CHECKED_MODELS = frozenset({"PP-OCRv5_mobile_det"})
+"""Models "auto" runs at bf16: their text under bf16, with the other models at f32, is within
+`BF16_MAX_CER_LOSS` of f32's in every language and merges no more words
+(`loadtest.accuracy.merged_words`) on the bench's 8 pages and the synthetic test pages
+(OpenVINO 2026.4.1 on a Xeon with AMX, issue 41: the detector at bf16 read English 0.76% and
+Chinese 1.43% CER, as f32, with 9 and 13 merged words against f32's 9 and 16). A model joins
+once `make bench` shows the same on a bf16 CPU."""
+
+BF16_FAILED_MODELS = {
+    "PP-OCRv5_mobile_rec": "its text under bf16 is not within the bound (on the bench pages "
+    "Chinese 1.55% CER against f32's 1.43% with the CTC head in f32, and with the detector at "
+    'f32, "Total amount" read "Totalamount" on a synthetic page)',
+}
+"""Models measured under bf16 that failed the check, and how (issue 41): "auto" keeps them
+at f32; "bf16" asked for runs them at bf16 all the same."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +109,10 @@ def _choose(
         return PrecisionChoice("f32", f"auto: this CPU has no bf16 ({caps})")
     if setting == "bf16":
         return PrecisionChoice("bf16", "bf16 asked for (engine.openvino_precision)")
+    if model_name in BF16_FAILED_MODELS:
+        return PrecisionChoice(
+            "f32", f"auto: this CPU has bf16, but {model_name}: {BF16_FAILED_MODELS[model_name]}"
+        )
     if model_name not in BF16_CHECKED_MODELS:
         return PrecisionChoice(
             "f32",
