@@ -94,12 +94,15 @@ class _Stager:
             raise InvalidInput(f"{name}: not a readable zip ({err})") from err
         with archive:
             for entry in archive.infolist():
-                base = entry.filename.rsplit("/", 1)[-1]
-                if entry.is_dir() or entry.filename.startswith("__MACOSX/") or base.startswith("."):
+                # Windows tools write `dir\\name`, which zipfile keeps on Linux: one separator,
+                # so that folders, dot-files and __MACOSX\\ are told as the others are.
+                member = entry.filename.replace("\\", "/")
+                base = member.rsplit("/", 1)[-1]
+                if not base or member.startswith("__MACOSX/") or base.startswith("."):
                     continue
                 self._check_count(len(self.documents) + 1)
                 target = self._next_path()
-                inner = f"{name}/{entry.filename}"
+                inner = f"{name}/{member.lstrip('/')}"
                 try:
                     with archive.open(entry) as src, target.open("wb") as out:
                         self._copy(src, out, inner, unpacked=True)

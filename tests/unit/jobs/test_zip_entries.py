@@ -154,3 +154,19 @@ def test_a_zip_within_the_limit_is_unpacked(tmp_path: Path) -> None:
     buf.seek(0)
     (document,) = stage_uploads([("pack.zip", buf)], tmp_path / "files", LIMITS, _count)
     assert document.name == "pack.zip/scans/page.png"
+
+
+def test_backslash_names_are_folders_as_slashes_are(tmp_path: Path) -> None:
+    # Windows tools write `scans\\page.png`; zipfile keeps the backslash on Linux, and its
+    # folders, dot-files and macOS metadata were then staged as documents (issue 37, item 13).
+    page = images.encode_png(images.latin_lines().image)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        archive.writestr(zipfile.ZipInfo("scans\\"), b"")
+        archive.writestr(zipfile.ZipInfo("scans\\page.png"), page)
+        archive.writestr(zipfile.ZipInfo("scans\\.page.png"), page)
+        archive.writestr(zipfile.ZipInfo("__MACOSX\\scans\\._page.png"), page)
+    documents = stage_uploads(
+        [("pack.zip", io.BytesIO(buf.getvalue()))], tmp_path / "files", LIMITS, _count
+    )
+    assert [d.name for d in documents] == ["pack.zip/scans/page.png"]
