@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import resource
@@ -18,7 +17,7 @@ from serving.app import build_app
 from serving.config import AppConfig, ServerConfig, describe, load_config
 from serving.errors import ConfigError
 from serving.http.connections import ConnectionLimits, guarded_h11
-from serving.log_config import configure_logging
+from serving.log_config import configure_logging, log_effective_config
 from serving.server import GracefulServer, ShutdownPlan
 from serving.service.runtime import Runtime
 
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
         print(f"ocr-serve: configuration error: {err}")  # noqa: T201
         return 2
     configure_logging(config.server.log_level, log_format=config.server.log_format)
-    logger.info("effective configuration: %s", json.dumps(describe(config)))
+    log_effective_config(logger, describe(config), config.server.log_format)
     try:
         runtime = Runtime.build(config, backend=backend)
         app = build_app(runtime)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,11 +69,54 @@ class JsonFormatter(logging.Formatter):
             "request_id": getattr(record, "request_id", "-"),
             "message": record.getMessage(),
         }
+        config = getattr(record, "config", None)
+        if config is not None:  # `log_effective_config`'s object
+            entry["config"] = config
         if record.exc_info:
             entry["exc_info"] = self.formatException(record.exc_info)
         if record.stack_info:
             entry["stack_info"] = self.formatStack(record.stack_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+EFFECTIVE_CONFIG = "effective configuration"
+"""What the start-up record(s) of the configuration say (`log_effective_config`)."""
+_SECTION = re.compile(rf"{EFFECTIVE_CONFIG} \[(\w+)\]: (\{{.*\}})$")
+
+
+def log_effective_config(logger: logging.Logger, data: dict[str, Any], log_format: str) -> None:
+    """The effective configuration at start, readably: in text logs one line per section
+    (`effective configuration [engine]: {...}`), in JSON logs one record whose `config` is the
+    whole object. It was one line of about 3 KB."""
+    if log_format == "json":
+        logger.info(EFFECTIVE_CONFIG, extra={"config": data})
+        return
+    for section, values in data.items():
+        logger.info("%s [%s]: %s", EFFECTIVE_CONFIG, section, json.dumps(values))
+
+
+def read_effective_config(log_text: str) -> dict[str, Any] | None:
+    """The configuration a server logged at start (`log_effective_config`, either format), or
+    None when its log has none."""
+    data: dict[str, Any] = {}
+    for line in log_text.splitlines():
+        if EFFECTIVE_CONFIG not in line:
+            continue
+        if line.startswith("{"):
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
+                return dict(entry["config"])
+            continue
+        found = _SECTION.search(line)
+        if found is not None:
+            try:
+                data[found.group(1)] = json.loads(found.group(2))
+            except json.JSONDecodeError:
+                return None
+    return data or None
 
 
 def configure_logging(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from loadtest.soak.output import SoakRun, write_outputs
 from loadtest.soak.probe import Sampler, count_segments, roles_from_readyz
 from loadtest.soak.report import Limits, after_warmup, judge, process_rows, total_growth
 from loadtest.soak.traffic import ScaledPages, drive
+from serving.log_config import read_effective_config
 from serving.workers.shm import server_prefix
 
 __all__ = ["DEFAULT_CONFIG", "main", "server_env"]
@@ -45,7 +45,6 @@ devices = ["cpu"]
 
 _IDLE_WAIT_S = 10.0
 _RSS_READ_S = 0.5
-_EFFECTIVE_CONFIG = "effective configuration: "
 
 
 def server_env(out: Path, mkldnn_cache_capacity: int | None) -> dict[str, str]:
@@ -61,15 +60,8 @@ def server_env(out: Path, mkldnn_cache_capacity: int | None) -> dict[str, str]:
 
 
 def effective_config(log: Path) -> dict[str, Any] | None:
-    """The configuration the server logged at start-up (text log format), if it did."""
-    for line in log.read_text(errors="replace").splitlines():
-        if _EFFECTIVE_CONFIG in line:
-            try:
-                data: dict[str, Any] = json.loads(line.split(_EFFECTIVE_CONFIG, 1)[1])
-            except json.JSONDecodeError:
-                return None
-            return data
-    return None
+    """The configuration the server logged at start-up, if it did."""
+    return read_effective_config(log.read_text(errors="replace"))
 
 
 async def _soak(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 import signal
@@ -14,6 +13,7 @@ import time
 import httpx
 import psutil
 
+from serving.log_config import read_effective_config
 from tests import images
 from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
 
@@ -203,12 +203,9 @@ def test_two_cpu_device_workers_share_the_cores_and_a_lone_page_uses_them_all(tm
             assert calls is not None, (device, metrics[-2000:])
             assert float(calls.group(1)) > 0, device
         # The cores are split between the two workers: one math thread each on this machine.
-        effective = next(
-            line
-            for line in server.log.read_text().splitlines()
-            if "effective configuration" in line
-        )
-        threads = json.loads(effective.split("effective configuration: ", 1)[1])["engine"]
+        effective = read_effective_config(server.log.read_text())
+        assert effective is not None
+        threads = effective["engine"]
         assert threads["cpu_threads"] == max(1, (os.cpu_count() or 1) // 2)
         # A page alone in the server (the other worker idle, nothing queued): its detector runs
         # alone, on every core (issue 28), with the text it has in company.

@@ -175,4 +175,8 @@ def test_docs_page_lists_every_operation(page, server: Server, tmp_path: Path) -
     page.wait_for_selector("details.op")
     assert page.locator("details.op").count() == expected
     assert page.locator('details.op[data-path="/v1/ocr"][data-method="post"]').count() == 1
+    # Descriptions' `code` spans are shown as code, not as backticks (schemas stay JSON).
+    prose = page.locator("#description, details.op td, details.op p, details.op > summary")
+    assert "`" not in " ".join(prose.all_text_contents())
+    assert page.locator("details.op td code").count() > 0
     page.screenshot(path=str(tmp_path / "docs.png"), full_page=True)

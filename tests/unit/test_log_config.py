@@ -8,7 +8,15 @@ import logging
 
 import pytest
 
-from serving.log_config import JsonFormatter, TextFormatter, escape_controls
+from serving.config import AppConfig, describe
+from serving.log_config import (
+    JsonFormatter,
+    TextFormatter,
+    configure_logging,
+    escape_controls,
+    log_effective_config,
+    read_effective_config,
+)
 
 FORMAT = "%(levelname)s %(name)s: %(message)s"
 FORGED = "/x\n2026-12-04 21:00:00 INFO [main] - serving.access: GET / 200 1.0ms"
@@ -57,3 +65,24 @@ def test_json_lines_stay_one_line() -> None:
     line = JsonFormatter().format(_record("%s", FORGED))
     assert "\n" not in line
     assert json.loads(line)["message"] == FORGED
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_the_effective_configuration_is_logged_readably_and_read_back(
+    log_format: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was one line of about 3 KB: now one line per section, or one JSON record holding
+    the object, and `read_effective_config` reads either back."""
+    data = describe(AppConfig())
+    configure_logging("info", log_format=log_format)
+    log_effective_config(logging.getLogger("serving"), data, log_format)
+    logged = capsys.readouterr().err
+    lines = [line for line in logged.splitlines() if "effective configuration" in line]
+    if log_format == "text":
+        assert len(lines) == len(data)  # one per section
+        server = f"effective configuration [server]: {json.dumps(data['server'])}"
+        assert any(line.endswith(server) for line in lines)
+    else:
+        (line,) = lines
+        assert json.loads(line)["config"] == json.loads(json.dumps(data))
+    assert read_effective_config(logged) == json.loads(json.dumps(data))

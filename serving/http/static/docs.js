@@ -8,6 +8,12 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A description's `code` spans as <code>, the rest as text (the descriptions are Markdown's
+// backticks; they were shown literally). No HTML is parsed from the spec.
+function prose(text) {
+  return (text || "").split("`").map((part, i) => (i % 2 ? el("code", {}, part) : part));
+}
+
 function resolve(spec, schema) {
   if (schema && schema.$ref) {
     const name = schema.$ref.split("/").pop();
@@ -29,7 +35,7 @@ function parameters(op) {
   for (const p of op.parameters) {
     const type = p.schema.enum ? p.schema.enum.join(" | ") : p.schema.type;
     table.append(el("tr", {}, el("td", {}, el("code", {}, p.name + (p.required ? " *" : ""))),
-      el("td", {}, p.in), el("td", {}, type), el("td", {}, p.description || "")));
+      el("td", {}, p.in), el("td", {}, type), el("td", {}, ...prose(p.description))));
   }
   return table;
 }
@@ -39,7 +45,7 @@ function operation(spec, path, method, op) {
   if (op.parameters && op.parameters.length) body.append(el("h3", {}, "Parameters"), parameters(op));
   if (op.requestBody) {
     body.append(el("h3", {}, "Request body"));
-    if (op.requestBody.description) body.append(el("p", {}, op.requestBody.description));
+    if (op.requestBody.description) body.append(el("p", {}, ...prose(op.requestBody.description)));
     for (const [type, media] of Object.entries(op.requestBody.content)) {
       body.append(el("div", {}, el("code", {}, type)), schemaBlock(spec, media.schema));
     }
@@ -49,18 +55,18 @@ function operation(spec, path, method, op) {
   for (const [status, response] of Object.entries(op.responses)) {
     const types = Object.keys(response.content || {}).join(", ");
     table.append(el("tr", {}, el("td", {}, el("code", {}, status)),
-      el("td", {}, response.description), el("td", {}, types)));
+      el("td", {}, ...prose(response.description)), el("td", {}, types)));
   }
   body.append(table);
   const summary = el("summary", {}, el("span", { class: `method ${method}` }, method.toUpperCase()),
-    el("span", { class: "path" }, path), el("span", {}, op.summary || ""));
+    el("span", { class: "path" }, path), el("span", {}, ...prose(op.summary)));
   return el("details", { class: "op", "data-path": path, "data-method": method }, summary, body);
 }
 
 async function main() {
   const spec = await (await fetch("/openapi.json")).json();
   document.getElementById("title").textContent = `${spec.info.title} ${spec.info.version}`;
-  document.getElementById("description").textContent = spec.info.description || "";
+  document.getElementById("description").replaceChildren(...prose(spec.info.description));
   const byTag = new Map();
   for (const [path, item] of Object.entries(spec.paths)) {
     for (const [method, op] of Object.entries(item)) {

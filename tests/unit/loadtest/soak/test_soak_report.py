@@ -300,10 +300,11 @@ def test_the_cache_capacity_option_reaches_the_server_config(tmp_path: Path) -> 
 
 def test_effective_config_is_read_from_the_server_log(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    data = {"engine": {"mkldnn_cache_capacity": 0}}
+    data = {"engine": {"mkldnn_cache_capacity": 0}, "jobs": {"store": "sqlite"}}
+    line = "2026-01-01 INFO [main] - serving: effective configuration [{}]: {}\n"
     log.write_text(
         "2026-01-01 INFO [main] - serving: starting\n"
-        f"2026-01-01 INFO [main] - serving: effective configuration: {json.dumps(data)}\n"
+        + "".join(line.format(section, json.dumps(values)) for section, values in data.items())
     )
     assert effective_config(log) == data
     log.write_text("nothing\n")
