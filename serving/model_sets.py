@@ -12,12 +12,13 @@ the set that reads it, the default first.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from models.bundle import ModelBundle, load_bundle
 from models.langs import ALL_LANGS, languages_of, models_for
+from serving.config import ModelsConfig
 from serving.errors import ValidationFailed
 
 logger = logging.getLogger(__name__)
@@ -166,21 +167,18 @@ class ModelSets:
         )
 
 
-def load_sets(models: Any, *, engines_check: Callable[[ModelSet], None] | None = None) -> ModelSets:
-    """The configured sets (`[models]` and `[models.sets]`, a `serving.config.ModelsConfig`),
-    their models located and read.
+def load_sets(models: ModelsConfig) -> ModelSets:
+    """The configured sets (`[models]` and `[models.sets]`), their models located and read.
 
-    A non-default set whose models cannot be found or read (a package not installed), or that
-    `engines_check` refuses (no engine of this server reads its format), is left out with a
-    warning and listed in `unavailable`; the default set's failures raise as before.
+    A non-default set whose models cannot be found or read (a package not installed) is left
+    out with a warning and listed in `unavailable` (as is one no engine reads: `without`, from
+    `Runtime.build`); the default set's failures raise as before. A set with the default's own
+    models is the default.
 
     Raises:
         EmbeddedModelError, ModelSpecError: the default set's models cannot be read.
     """
-    ori = getattr(models, "ori", "")  # the page-orientation classifier, where configured
-    default_bundle = load_bundle(
-        models.det, models.rec, models.cls, **({"ori": ori} if ori else {})
-    )
+    default_bundle = load_bundle(models.det, models.rec, models.cls, models.ori)
     default = ModelSet(
         name=models.name or default_bundle.rec.model_name.removesuffix("_rec"),
         bundle=default_bundle,
@@ -201,7 +199,7 @@ def load_sets(models: Any, *, engines_check: Callable[[ModelSet], None] | None =
                 det=loaded.det if own_det else default_bundle.det,
                 rec=loaded.rec,
                 cls=default_bundle.cls,
-                **_shared_extras(default_bundle),
+                ori=default_bundle.ori,
             )
             stages = {"rec": set_stage("rec", name)}
             if own_det:
@@ -209,9 +207,7 @@ def load_sets(models: Any, *, engines_check: Callable[[ModelSet], None] | None =
             model_set = ModelSet(
                 name=name, bundle=bundle, langs=_langs_of(bundle, spec.langs), stages=stages
             )
-            if engines_check is not None:
-                engines_check(model_set)
-        except (ValueError, OSError) as err:  # EmbeddedModelError, ModelSpecError, engines
+        except (ValueError, OSError) as err:  # EmbeddedModelError, ModelSpecError
             sets = sets.without(name, str(err))
             continue
         sets = ModelSets(
@@ -220,11 +216,5 @@ def load_sets(models: Any, *, engines_check: Callable[[ModelSet], None] | None =
     return sets
 
 
-def _shared_extras(bundle: ModelBundle) -> dict[str, Any]:
-    """The default bundle's other shared classifiers (the page-orientation one, where the
-    bundle has it)."""
-    return {"ori": bundle.ori} if getattr(bundle, "ori", None) is not None else {}
-
-
-def _langs_of(bundle: ModelBundle, configured: Any) -> frozenset[str]:
+def _langs_of(bundle: ModelBundle, configured: tuple[str, ...]) -> frozenset[str]:
     return frozenset(configured) or languages_of(bundle.rec.model_name)
