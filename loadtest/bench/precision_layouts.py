@@ -1,0 +1,141 @@
+"""OpenVINO precision per model stage, side by side (issue 41): which layout keeps the text.
+
+Each layout names the detector's and the recogniser's precision ("bf16/f32": detector at bf16,
+recogniser at f32; "bf16/bf16": the recogniser with its CTC head in f32, as `"bf16"` serves it;
+"bf16/bf16!": every layer at bf16). All are loaded in this process, and each of the bench's real
+pages is read by every layout in turn (the order reversed every other round), so drift of a shared
+machine falls on all alike. Printed per layout: pages/s over the real pages, and per language (en,
+zh, and the synthetic test pages) CER and merged words (`loadtest.accuracy.merged_words`)::
+
+    python -m loadtest.bench.precision_layouts --pages 8 --layouts f32/f32,bf16/f32,bf16/bf16
+
+The synthetic pages are the test suite's (`tests/images.py`: the invoice lines where whole-model
+bf16 read "Totalamount", the Chinese lines, and two dense pages). On a CPU without bf16 every
+layout runs f32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadtest.accuracy import cer, merged_words
+from loadtest.engine_limit import real_page_set
+from models.openvino_backend import OpenVinoPredictor
+from serving.config import AppConfig, EngineConfig
+from serving.engine.local import LocalEngine
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A precision for the detector and one for the recogniser (`"bf16"`, `"f32"`)."""
+
+    det: str
+    rec: str
+    rec_f32_head: bool = True
+
+    @classmethod
+    def parse(cls, text: str) -> Layout:
+        """ "det/rec", a trailing "!" on rec for every layer at bf16."""
+        det, _, rec = text.partition("/")
+        if det not in ("f32", "bf16") or rec.rstrip("!") not in ("f32", "bf16"):
+            raise ValueError(f"a layout is det/rec of f32 and bf16, got {text!r}")
+        return cls(det, rec.rstrip("!"), not rec.endswith("!"))
+
+    def __str__(self) -> str:
+        return f"{self.det}/{self.rec}{'' if self.rec_f32_head else '!'}"
+
+
+def load(layout: Layout, threads: int) -> LocalEngine:
+    """The default models in process, each stage's OpenVINO predictor at its layout's
+    precision."""
+    engine = LocalEngine(
+        AppConfig(engine=EngineConfig(cpu_backend="openvino", cpu_threads=threads))
+    )
+    for stage, precision in (("det", layout.det), ("rec", layout.rec)):
+        predictor = engine.predictors[stage]
+        if not isinstance(predictor, OpenVinoPredictor):
+            raise TypeError(f"{stage} is not served by OpenVINO here")
+        options = dataclasses.replace(
+            predictor.options,
+            openvino_precision=precision,  # type: ignore[arg-type]
+            openvino_f32_head=layout.rec_f32_head,
+        )
+        engine.predictors[stage] = OpenVinoPredictor(predictor.spec, options)
+    engine.load()
+    return engine
+
+
+def language(page: str) -> str:
+    """ "synthetic", "zh" (the Chinese PDF's pages) or "en"."""
+    if page.startswith("synthetic:"):
+        return "synthetic"
+    return "zh" if "zh-cn" in page else "en"
+
+
+def synthetic_pages() -> dict[str, tuple[np.ndarray, str]]:
+    """The test suite's synthetic pages (tests/images.py), with their lines as the truth."""
+    from tests import images  # the suite's renderer: only where the checkout has it
+
+    chosen = {"latin": images.latin_lines(), "chinese": images.chinese_lines()}
+    chosen |= {"dense0": images.dense_page(0), "dense1": images.dense_page(1)}
+    return {f"synthetic:{n}": (t.image, "\n".join(t.lines)) for n, t in chosen.items()}
+
+
+def measure(
+    layouts: Sequence[Layout], pages: dict[str, tuple[np.ndarray, str]], rounds: int, threads: int
+) -> list[str]:
+    """One line per layout: pages/s on the real pages, CER and merged words per language."""
+    engines = {layout: load(layout, threads) for layout in layouts}
+    seconds = dict.fromkeys(layouts, 0.0)
+    texts: dict[Layout, dict[str, str]] = {layout: {} for layout in layouts}
+    for layout, engine in engines.items():  # warm up, and read the synthetic pages once
+        for name, (image, _) in pages.items():
+            if language(name) == "synthetic":
+                texts[layout][name] = "\n".join(ln.text for ln in engine.ocr(image).lines)
+    real = [name for name in pages if language(name) != "synthetic"]
+    for round_ in range(rounds):
+        for name in real:
+            for layout in layouts if round_ % 2 == 0 else layouts[::-1]:
+                started = time.perf_counter()
+                result = engines[layout].ocr(pages[name][0])
+                seconds[layout] += time.perf_counter() - started
+                texts[layout][name] = "\n".join(ln.text for ln in result.lines)
+    lines = []
+    for layout in layouts:
+        row = f"{layout!s:11} {rounds * len(real) / seconds[layout]:.3f} pages/s"
+        for lang in ("en", "zh", "synthetic"):
+            names = [n for n in pages if language(n) == lang]
+            if not names:
+                continue
+            truth = "\n".join(pages[n][1] for n in names)
+            read = "\n".join(texts[layout][n] for n in names)
+            merged = sum(merged_words(pages[n][1], texts[layout][n]) for n in names)
+            row += f" | {lang} CER {cer(truth, read) * 100:.2f}% merged {merged}"
+        lines.append(row)
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=8, help="the bench's real pages")
+    parser.add_argument("--layouts", default="f32/f32,bf16/f32,f32/bf16,bf16/bf16,bf16/bf16!")
+    parser.add_argument("--rounds", type=int, default=1, help="times each real page is read")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    layouts = [Layout.parse(text) for text in args.layouts.split(",")]
+    pages = {label: (image, truth) for label, image, truth in real_page_set(args.pages)}
+    pages.update(synthetic_pages())
+    for line in measure(layouts, pages, args.rounds, args.threads):
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
