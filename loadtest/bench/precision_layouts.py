@@ -8,6 +8,8 @@ machine falls on all alike. Printed per layout: pages/s over the real pages, and
 zh, and the synthetic test pages) CER and merged words (`loadtest.accuracy.merged_words`)::
 
     python -m loadtest.bench.precision_layouts --pages 8 --layouts f32/f32,bf16/f32,bf16/bf16
+    python -m loadtest.bench.precision_layouts --det embedded:PP-OCRv6_small_det \\
+        --rec embedded:PP-OCRv6_small_rec
 
 The synthetic pages are the test suite's (`tests/images.py`: the invoice lines where whole-model
 bf16 read "Totalamount", the Chinese lines, and two dense pages). On a CPU without bf16 every
@@ -28,7 +30,7 @@ import numpy as np
 from loadtest.accuracy import cer, merged_words
 from loadtest.engine_limit import real_page_set
 from models.openvino_backend import OpenVinoPredictor
-from serving.config import AppConfig, EngineConfig
+from serving.config import AppConfig, EngineConfig, ModelsConfig
 from serving.engine.local import LocalEngine
 
 
@@ -52,11 +54,14 @@ class Layout:
         return f"{self.det}/{self.rec}{'' if self.rec_f32_head else '!'}"
 
 
-def load(layout: Layout, threads: int) -> LocalEngine:
-    """The default models in process, each stage's OpenVINO predictor at its layout's
-    precision."""
+def load(layout: Layout, threads: int, models: ModelsConfig | None = None) -> LocalEngine:
+    """`models` (the default ones when None) in process, each stage's OpenVINO predictor at its
+    layout's precision."""
     engine = LocalEngine(
-        AppConfig(engine=EngineConfig(cpu_backend="openvino", cpu_threads=threads))
+        AppConfig(
+            engine=EngineConfig(cpu_backend="openvino", cpu_threads=threads),
+            models=models or ModelsConfig(),
+        )
     )
     for stage, precision in (("det", layout.det), ("rec", layout.rec)):
         predictor = engine.predictors[stage]
@@ -89,10 +94,14 @@ def synthetic_pages() -> dict[str, tuple[np.ndarray, str]]:
 
 
 def measure(
-    layouts: Sequence[Layout], pages: dict[str, tuple[np.ndarray, str]], rounds: int, threads: int
+    layouts: Sequence[Layout],
+    pages: dict[str, tuple[np.ndarray, str]],
+    rounds: int,
+    threads: int,
+    models: ModelsConfig | None = None,
 ) -> list[str]:
     """One line per layout: pages/s on the real pages, CER and merged words per language."""
-    engines = {layout: load(layout, threads) for layout in layouts}
+    engines = {layout: load(layout, threads, models) for layout in layouts}
     seconds = dict.fromkeys(layouts, 0.0)
     texts: dict[Layout, dict[str, str]] = {layout: {} for layout in layouts}
     for layout, engine in engines.items():  # warm up, and read the synthetic pages once
@@ -128,11 +137,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--layouts", default="f32/f32,bf16/f32,f32/bf16,bf16/bf16,bf16/bf16!")
     parser.add_argument("--rounds", type=int, default=1, help="times each real page is read")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--det", help="detector (default: the default set's), e.g. embedded:NAME")
+    parser.add_argument("--rec", help="recogniser (default: the default set's)")
     args = parser.parse_args(argv)
+    defaults = ModelsConfig()
+    models = dataclasses.replace(
+        defaults, det=args.det or defaults.det, rec=args.rec or defaults.rec
+    )
     layouts = [Layout.parse(text) for text in args.layouts.split(",")]
     pages = {label: (image, truth) for label, image, truth in real_page_set(args.pages)}
     pages.update(synthetic_pages())
-    for line in measure(layouts, pages, args.rounds, args.threads):
+    for line in measure(layouts, pages, args.rounds, args.threads, models):
         print(line, flush=True)
     return 0
 
