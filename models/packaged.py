@@ -39,8 +39,14 @@ from models.spec import CONFIG_FILE, ONNX_FILE, ModelKind
 PACKAGE: Final = "rapidocr"
 PACKAGE_VERSION: Final = "3.10.0"
 """The rapidocr release whose files (and SHA-256s) are listed below; pinned in the Makefile."""
-DEFAULT_DIR: Final = Path("var/models/packaged")
-"""Where `embedded:` lays the directories out, relative to the working directory."""
+_PROJECT_DIR = Path(__file__).resolve().parents[1]
+DEFAULT_DIR: Final = (
+    _PROJECT_DIR if (_PROJECT_DIR / "config.toml").is_file() else Path()
+) / "var/models/packaged"
+"""Where `embedded:` lays the directories out: the clone's `var/models/packaged` when the package
+runs from its source tree (as the config's defaults do, `serving.config_paths`), else relative to
+the working directory. It was always the working directory's: `ocr-batch` run in another folder
+left a `var/` there."""
 PROVENANCE_FILE: Final = "provenance.json"
 """Written last: a directory without it is incomplete and laid out again."""
 INSTALL_HINT: Final = f"pip install --no-deps {PACKAGE}=={PACKAGE_VERSION} onnx (make install-test)"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from models import packaged
 from models.convert import ModelConversionError, onnx_spec
 from models.embedded import embedded_model_dir
 from models.spec import load_model_spec
@@ -111,3 +112,10 @@ def test_a_missing_conversion_names_the_folder_it_looked_in(elsewhere: Path) -> 
     assert f"no ONNX conversion in {elsewhere / 'var/models/onnx'} " in message
     assert "python -m serving.convert" in message
     assert os.fspath(elsewhere) in message
+
+
+def test_packaged_models_are_laid_out_in_the_clone_not_the_working_directory(
+    elsewhere: Path,
+) -> None:
+    """`ocr-batch` run in another folder left a `var/models/packaged` there."""
+    assert packaged.DEFAULT_DIR == REPO_ROOT / "var/models/packaged"

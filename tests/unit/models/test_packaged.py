@@ -106,10 +106,12 @@ def test_missing_wheel_names_the_install(name: str, monkeypatch: pytest.MonkeyPa
 def test_embedded_names_resolve_to_laid_out_directories(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the clone's var/models/packaged, from any working directory
     directory = resolve_model_dir("embedded:PP-OCRv6_small_det")
     assert directory.is_absolute()
-    assert directory == tmp_path / "var/models/packaged/rapidocr-3.10.0/PP-OCRv6_small_det"
+    clone = Path(__file__).resolve().parents[3]
+    assert directory == clone / "var/models/packaged/rapidocr-3.10.0/PP-OCRv6_small_det"
+    assert not (tmp_path / "var").exists()
     assert isinstance(load_model_spec(directory, "det"), ModelSpec)
     with pytest.raises(EmbeddedModelError, match="unknown embedded model"):
         resolve_model_dir("embedded:PP-OCRv6_medium_det")
