@@ -303,6 +303,7 @@ def test_the_bench_compares_bf16_with_f32_where_the_cpu_has_it(tmp_path: Path, m
     truths = {"p1.png": "abcdefghij " * 100}
     texts = {
         "f32": {"p1.png": ["abcdefghij " * 100]},  # CER 0
+        "auto": {"p1.png": ["abcdefghij " * 100]},
         "bf16": {"p1.png": ["abcdefghiX " + "abcdefghij " * 99]},  # CER 0.001: the limit
         # Whole-model bf16: two words read as one.
         "bf16-every-layer": {"p1.png": ["abcdefghijabcdefghij " + "abcdefghij " * 98]},
@@ -316,13 +317,13 @@ def test_the_bench_compares_bf16_with_f32_where_the_cpu_has_it(tmp_path: Path, m
     monkeypatch.setattr(precision_check, "cpu_capabilities", lambda: list(WITH_BF16))
     monkeypatch.setattr(precision_check, "_engine_run", engine_run)
     report = precision_check.check(tmp_path, tmp_path, truths, threads=1)
-    assert runs == ["f32", "bf16", "bf16-every-layer"]
+    assert runs == ["f32", "auto", "bf16", "bf16-every-layer"]
     assert report["runs"]["f32"]["cer"] == 0
     assert report["runs"]["bf16"]["cer"] == pytest.approx(0.001)
     assert report["runs"]["bf16-every-layer"]["merged_by_language"] == {"en": 1}
     assert report["bf16_within"] is True
     line = precision_check.markdown_line(report)
-    assert "bf16 +0.10 CER points, within 0.1" in line
+    assert "auto within, 1.00x f32; bf16 within, 1.00x f32" in line
     assert "bf16 every layer CER 0.0000 (en 0.0000 (1 merged words))" in line
     texts["bf16"] = {"p1.png": ["abcdefghXX " + "abcdefghij " * 99]}
     report = precision_check.check(tmp_path, tmp_path, truths, threads=1)
