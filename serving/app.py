@@ -16,6 +16,7 @@ from serving.config import AppConfig
 from serving.http import exceptions, openapi, ui
 from serving.http.auth import ApiKeyMiddleware
 from serving.http.hosts import HostCheckMiddleware
+from serving.http.key_reload import KeyReloader
 from serving.http.keys import load_keys
 from serving.http.listeners import ListenerMiddleware
 from serving.http.request_id import RequestIdMiddleware
@@ -85,6 +86,10 @@ def middleware(
             keys=keys,
             protect_metrics=config.auth.protect_metrics,
             metrics=metrics,
+            reloader=KeyReloader(
+                lambda: load_keys(config.auth, environ),
+                [path for path in (config.auth.api_keys_file, config.auth.keys_file) if path],
+            ),
         )
     )
     return stack

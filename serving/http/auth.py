@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.errors import QuotaExceeded
 from serving.http.exceptions import send_refusal
+from serving.http.key_reload import KeyReloader
 from serving.http.keys import ApiKey, Identity, identify
 from serving.metrics import Metrics
 from serving.scheduling.quotas import RateLimits
@@ -54,9 +55,12 @@ class ApiKeyMiddleware:
         protect_metrics: bool,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        reloader: KeyReloader | None = None,
     ) -> None:
         self.app = app
         self.keys = keys
+        self.reloader = reloader
+        """Reads the keys again when their files change (`serving.http.key_reload`)."""
         self.exempt = PROBE_PATHS if protect_metrics else PROBE_PATHS | {METRICS_PATH}
         self.metrics = metrics
         self.rates = RateLimits()
@@ -66,6 +70,8 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or not self.keys:
             await self.app(scope, receive, send)
             return
+        if self.reloader is not None:
+            self.keys = self.reloader.refresh(self.keys)
         if scope["path"] in self.exempt:
             # No key needed; one sent anyway names its caller (an admin's `/readyz` shows detail).
             sent = sent_key(scope["headers"])
