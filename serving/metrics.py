@@ -172,9 +172,18 @@ class Metrics:
         """Report a queue's depth when scraped."""
         self.queue_depth.labels(stage=stage).set_function(depth)
 
-    def render(self) -> bytes:
-        """The text exposition format."""
-        return generate_latest(self.registry)
+    def render(self, *, tenants: bool = True) -> bytes:
+        """The text exposition format; without `tenants`, no per-key series (they name every
+        tenant: `ocr_key_requests_total{key=...}`)."""
+        text = generate_latest(self.registry)
+        if tenants:
+            return text
+        lines = text.split(b"\n")
+        return b"\n".join(line for line in lines if not line.startswith(_TENANT_SERIES))
+
+
+_TENANT_SERIES = (b"ocr_key_requests_total{", b"ocr_key_requests_created{")
+"""Samples that carry a key id."""
 
 
 def _cpu_seconds(pids: Callable[[], Iterable[int]]) -> float:

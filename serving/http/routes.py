@@ -123,8 +123,12 @@ async def v1_models(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """`GET /metrics`: Prometheus text format."""
-    return Response(metrics_of(request).render(), media_type=CONTENT_TYPE_LATEST)
+    """`GET /metrics`: Prometheus text format. The per-key series, which name every tenant, go to
+    admin keys only: `/metrics` is open by default (`auth.protect_metrics`), and a user key may
+    not learn the others' ids either."""
+    identity = identity_of(request)
+    tenants = identity is not None and identity.role == "admin"
+    return Response(metrics_of(request).render(tenants=tenants), media_type=CONTENT_TYPE_LATEST)
 
 
 async def health(request: Request) -> Response:
