@@ -170,17 +170,23 @@ class DeviceWorkerChild:
 
     def measure_memory(self) -> dict[str, float]:
         """This worker's bytes per detector-input pixel (`page_memory.ENGINE_BYTES_KEY`), what
-        the memory budget charges a page's detector input; nothing where it runs no detector or
-        cannot read its peak memory."""
+        the memory budget charges a page's detector input: its detectors' largest; nothing where
+        it runs no detector or cannot read its peak memory."""
         from serving.engine.warmup import measure_det_bytes_per_px
         from serving.scheduling.page_memory import (
             DEFAULT_ENGINE_BYTES_PER_DET_PX,
             ENGINE_BYTES_KEY,
         )
 
-        if "det" not in self.predictors:
+        dets = [stage for stage in self.predictors if stage_kind(stage) == "det"]
+        if not dets:
             return {}
-        measured = measure_det_bytes_per_px(self.predictors["det"], self.stages["det"].output)
+        # Every model set's detector (`serving.model_sets`), the largest charged: pages do not
+        # say which set reads them where the budget is kept (PP-OCRv6 small's detector holds
+        # about twice PP-OCRv5 mobile's per pixel: docs/models.md).
+        found = [measure_det_bytes_per_px(self.predictors[s], self.stages[s].output) for s in dets]
+        known = [value for value in found if value is not None]
+        measured = max(known) if known else None
         per_px = measured or DEFAULT_ENGINE_BYTES_PER_DET_PX
         self.release_above_px = int(self.setup.engine_retain_bytes / per_px)
         return {} if measured is None else {ENGINE_BYTES_KEY: round(measured, 1)}
@@ -231,7 +237,9 @@ class DeviceWorkerChild:
         if self.release_pending and all(other.slot is None for _, other in running):
             from serving.engine.warmup import release_engine_memory
 
-            release_engine_memory(self.predictors["det"])
+            for stage, predictor in self.predictors.items():  # every model set's detector
+                if stage_kind(stage) == "det":
+                    release_engine_memory(predictor)
             self.release_pending = False
             release_free_heap()
         elif not running and not self.conn.poll():  # idle: no batch waits on the trim
@@ -244,7 +252,8 @@ class DeviceWorkerChild:
         that are not staged) run it now; `alone` (the device's other workers idle, nothing
         queued): on the predictor's threads for that (`models.base.AloneRunner`)."""
         predictor = self.predictors[stage]
-        if stage == "det" and sum(math.prod(ref.shape) for ref in refs) > 3 * self.release_above_px:
+        large = sum(math.prod(ref.shape) for ref in refs) > 3 * self.release_above_px
+        if stage_kind(stage) == "det" and large:
             self.release_pending = True  # (n, 3, h, w) inputs: 3 values a pixel
         if not isinstance(predictor, StagedPredictor):
             return RunningBatch(outcomes=self.run_batch(stage, refs, alone=alone))
