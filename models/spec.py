@@ -109,6 +109,14 @@ class ModelSpec:
         return (*(f for f in model if f is not None), self.directory / CONFIG_FILE)
 
     @property
+    def pixel_norm(self) -> ModelKind:
+        """The stage whose normalisation its input pixels get (`pipelines.pixels.normalize`):
+        its own, but "rec" for a PaddleOCR 2.x textline classifier (`ClsParams.keep_ratio`)."""
+        if self.cls_params is not None and self.cls_params.keep_ratio:
+            return "rec"
+        return self.kind
+
+    @property
     def is_pir(self) -> bool:
         """Whether the program is a PIR (inference.json) program."""
         return self.program_file is not None and self.program_file.suffix == ".json"
@@ -280,6 +288,9 @@ def _parse_rec(config: Mapping[str, Any], path: Path) -> tuple[RecParams, tuple[
 
 
 def _parse_cls(config: Mapping[str, Any], path: Path) -> ClsParams:
+    legacy = _transform_op(config, "ClsResizeImg", path)
+    if legacy is not None:
+        return _parse_legacy_cls(config, legacy, path)
     resize = _transform_op(config, "ResizeImage", path)
     if resize is None or "size" not in resize:
         raise ModelSpecError(f"{path}: no PreProcess ResizeImage.size (textline classifier)")
@@ -301,6 +312,27 @@ def _parse_cls(config: Mapping[str, Any], path: Path) -> ClsParams:
         raise ModelSpecError(f"{path}: PostProcess.Topk.label_list is empty")
     return ClsParams(
         image_height=height, image_width=width, labels=tuple(str(label) for label in labels)
+    )
+
+
+def _parse_legacy_cls(
+    config: Mapping[str, Any], resize: Mapping[str, Any], path: Path
+) -> ClsParams:
+    """A PaddleOCR 2.x textline classifier's settings (ch_ppocr_mobile_v2.0_cls): `ClsResizeImg`
+    `image_shape` [C, H, W] and `ClsPostProcess` `label_list` and `cls_thresh`."""
+    shape = _sequence(resize.get("image_shape"), path, "ClsResizeImg.image_shape")
+    if len(shape) != 3:
+        raise ModelSpecError(f"{path}: ClsResizeImg.image_shape must be [C, H, W], got {shape}")
+    post = _post_process(config, path)
+    labels = _sequence(post.get("label_list"), path, "PostProcess.label_list")
+    if not labels:
+        raise ModelSpecError(f"{path}: PostProcess.label_list is empty")
+    return ClsParams(
+        image_height=_int(shape[1], path, "ClsResizeImg.image_shape[1]"),
+        image_width=_int(shape[2], path, "ClsResizeImg.image_shape[2]"),
+        labels=tuple(str(label) for label in labels),
+        keep_ratio=True,
+        min_upside_down_score=_number(post, "cls_thresh", 0.9, path),
     )
 
 

@@ -166,7 +166,7 @@ class TorchPredictor(LanePredictor):
                 f"cannot load {self._spec.kind} model {self._spec.onnx_file} on {device}: {err}"
             ) from err
         self._torch = torch
-        self._table = torch.from_numpy(lookup_table(self._spec.kind)).to(device)
+        self._table = torch.from_numpy(lookup_table(self._spec.pixel_norm)).to(device)
         self._eager = module
         self._module = self._compiled(module)
         self._lane = worker_lane(device, inflight_batches=self._options.inflight_batches)

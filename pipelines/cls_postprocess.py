@@ -10,7 +10,7 @@ import numpy as np
 _UPSIDE_DOWN = 1
 
 
-def classify_orientation(probs: np.ndarray) -> list[int]:
+def classify_orientation(probs: np.ndarray, min_upside_down_score: float = 0.0) -> list[int]:
     """Picks the top-1 class per crop as PaddleX's Topk(topk=1) does.
 
     Topk takes the last entry of `argsort`, not `argmax`; on exact ties that picks the later
@@ -18,11 +18,18 @@ def classify_orientation(probs: np.ndarray) -> list[int]:
 
     Args:
         probs: Class probabilities, shape (n, num_classes).
+        min_upside_down_score: An upside-down crop must score above this to be called so
+            (PaddleOCR 2.x's `cls_thresh`); 0.0 (PaddleX): the top class decides.
 
     Returns:
         One class id per crop (0: upright, 1: upside down).
     """
-    return [int(i) for i in np.asarray(probs).argsort(axis=1)[:, -1]]
+    values = np.asarray(probs)
+    top = values.argsort(axis=1)[:, -1]
+    return [
+        int(i) if i != _UPSIDE_DOWN or row[i] > min_upside_down_score else 0
+        for i, row in zip(top, values, strict=True)
+    ]
 
 
 def apply_orientation(crops: Sequence[np.ndarray], class_ids: Sequence[int]) -> list[np.ndarray]:

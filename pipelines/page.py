@@ -70,6 +70,8 @@ class PageState:
     """One classifier class id per quad once the classifier ran; None when it does not run."""
     crops: tuple[np.ndarray, ...] = ()
     """One BGR line crop per quad, kept only while the classifier has yet to run."""
+    cls_min_score: float = 0.0
+    """`ClsParams.min_upside_down_score` of the textline classifier awaited (`after_det`)."""
     orientation: PageOrientation | None = None
     """What the page-orientation classifier said, once it ran; None when it does not run. When
     it turned the page, `width`, `height` and `polys` are the upright page's until `finish`."""
@@ -188,6 +190,7 @@ def after_det(
         batches=tuple(indices for indices, _ in batches),
         polys=polys,
         crops=tuple(crops),
+        cls_min_score=cls_params.min_upside_down_score,
     )
     return Step(detected, [pixels for _, pixels in batches])
 
@@ -204,7 +207,7 @@ def after_cls(state: PageState, probs: Sequence[np.ndarray], rec_params: RecPara
         ValueError: If the outputs do not match what the state awaits.
     """
     _check(state, "cls", probs)
-    orientations = gather_orientations(state.batches, probs, len(state.crops))
+    orientations = gather_orientations(state.batches, probs, len(state.crops), state.cls_min_score)
     crops = apply_orientation(state.crops, orientations)
     classified = dataclasses.replace(state, orientations=tuple(orientations), crops=())
     return _plan_rec(classified, crops, rec_params)
@@ -245,6 +248,18 @@ def finish(
     if state.orientation is None:
         return page
     return to_sent_page(page, state.orientation)
+
+
+def to_upright_page(page: PageResult) -> PageResult:
+    """A page result (boxes in the page as sent) with its boxes and size in the page as read,
+    turned upright: what a reader sees, for reading order and documents (`serving.outputs`).
+    The page itself when it was not turned."""
+    found = page.page_orientation
+    if found is None or found.applied == 0:
+        return page
+    # The page as sent is the upright one turned by the angle's complement.
+    back = PageOrientation(angle=(360 - found.applied) % 360, score=found.score, turned=True)
+    return dataclasses.replace(to_sent_page(page, back), page_orientation=found)
 
 
 def to_sent_page(page: PageResult, orientation: PageOrientation) -> PageResult:
@@ -300,7 +315,10 @@ def _check(state: PageState, stage: Stage, outputs: Sequence[object]) -> None:
 
 
 def gather_orientations(
-    batches: Sequence[tuple[int, ...]], probs: Sequence[np.ndarray], num_crops: int
+    batches: Sequence[tuple[int, ...]],
+    probs: Sequence[np.ndarray],
+    num_crops: int,
+    min_upside_down_score: float = 0.0,
 ) -> list[int]:
     """Collects the classifier's answers into crop order.
 
@@ -308,6 +326,7 @@ def gather_orientations(
         batches: The crops of each classifier batch (`plan_cls_batches`' indices).
         probs: The classifier's (n, num_classes) output for each batch, in the same order.
         num_crops: How many crops the batches were planned from.
+        min_upside_down_score: `ClsParams.min_upside_down_score`.
 
     Returns:
         One class id per crop.
@@ -319,7 +338,7 @@ def gather_orientations(
         raise ValueError(f"{len(batches)} classifier batches but {len(probs)} outputs")
     class_ids = [NO_ORIENTATION] * num_crops
     for indices, batch_probs in zip(batches, probs, strict=True):
-        ids = classify_orientation(batch_probs)
+        ids = classify_orientation(batch_probs, min_upside_down_score)
         if len(ids) != len(indices):
             raise ValueError(f"classifier returned {len(ids)} rows for {len(indices)} crops")
         for i, class_id in zip(indices, ids, strict=True):

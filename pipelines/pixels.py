@@ -45,10 +45,14 @@ class Pixels:
     sizes: tuple[tuple[int, int], ...] = ()
     """Per row, the (height, width) at its top left that holds pixels; the rest is padding, 0.0
     once normalised. Empty: every row is all pixels."""
+    norm: Stage | None = None
+    """Normalised as this stage's inputs are, not as the awaited stage's: "rec" for a PaddleOCR
+    2.x textline classifier's crops (`ClsParams.keep_ratio`; `models.spec.ModelSpec.pixel_norm`
+    says the same to a device worker)."""
 
     def normalized(self, stage: Stage) -> np.ndarray:
         """The float32 tensor the stage's model reads (`normalize`)."""
-        return normalize(stage, self.data, self.sizes)
+        return normalize(self.norm or stage, self.data, self.sizes)
 
 
 def normalize(

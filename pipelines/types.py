@@ -61,6 +61,14 @@ class ClsParams:
     image_width: int = 160
     batch_size: int = 6
     labels: tuple[str, ...] = ("0", "180")
+    keep_ratio: bool = False
+    """PaddleOCR 2.x's classifiers (`ClsResizeImg`, e.g. ch_ppocr_mobile_v2.0_cls): each crop
+    resized to `image_height` keeping its aspect ratio (at most `image_width` wide), BGR, scaled to
+    [-1, 1] and padded with 0.0 to `image_width`, as the recogniser's crops are; False: PP-LCNet's
+    `ResizeImage` to `image_width` x `image_height`, RGB, ImageNet mean and std."""
+    min_upside_down_score: float = 0.0
+    """A crop is turned only when its upside-down class scores above this (PaddleOCR 2.x's
+    `cls_thresh`, 0.9); 0.0: the top class decides (PaddleX's Topk)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,6 +118,9 @@ class DeviceWorkerChild:
     predictors: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, ModelStage[Any]] = field(default_factory=dict)
     """How each stage reads its predictor's answers (`serving.engine.choice.model_stages`)."""
+    norms: dict[str, str] = field(default_factory=dict)
+    """Stage -> the stage whose normalisation its pixels get, where it is not the stage's own
+    (`models.spec.ModelSpec.pixel_norm`: a PaddleOCR 2.x textline classifier's, "rec")."""
     release_pending: bool = False
     """A detector batch over `release_above_px` ran since the engine last freed its memory."""
     det_alone: bool | None = None
@@ -141,6 +144,8 @@ class DeviceWorkerChild:
             predictor = self.spec.engine.predictor(specs[stage], max_batch_rows=max_rows)
             predictor.load()
             loaded[stage] = predictor
+            if specs[stage].pixel_norm != specs[stage].kind:
+                self.norms[stage] = specs[stage].pixel_norm
         self.use(loaded)
 
     def use(self, predictors: dict[str, Any]) -> None:
@@ -275,7 +280,7 @@ class DeviceWorkerChild:
                 shm.take_into(refs, slot.input, unlink=False)
                 slot.sizes = row_sizes([ref.shape for ref in refs], [ref.sizes for ref in refs])
             else:  # normalised on the way
-                collate(stage, refs, slot.input)
+                collate(self.norms.get(stage, stage), refs, slot.input)
         except (OSError, ValueError) as err:
             slot.release()
             logger.exception("cannot collate a %s batch", stage)
@@ -324,7 +329,7 @@ class DeviceWorkerChild:
             batch = np.empty((sum(rows), *refs[0].shape[1:]), dtype=np.float32)
             # Inputs stay in place until the main process has the outcome, so that the batch can be
             # retried on another worker if this process dies.
-            collate(stage, refs, batch)
+            collate(self.norms.get(stage, stage), refs, batch)
         except (OSError, ValueError) as err:
             logger.exception("cannot collate a %s batch", stage)
             return [ItemFailed(PredictorFailed(f"Bad {stage} input: {err}"))] * len(refs)

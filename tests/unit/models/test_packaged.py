@@ -125,3 +125,15 @@ def test_fetch_copies_small_and_says_tiny_and_medium_are_not_offline(tmp_path: P
         with pytest.raises(FetchError, match="not available offline"):
             fetch_model(name, tmp_path, source="rapidocr")
         assert not (tmp_path / name).exists()
+
+
+def test_the_textline_classifier_reads_crops_as_paddleocr_2_did(
+    laid_out: dict[str, Path],
+) -> None:
+    spec = load_model_spec(laid_out[packaged.TEXTLINE_MODEL], "cls")
+    assert spec.cls_params is not None
+    params = spec.cls_params
+    assert (params.image_height, params.image_width, params.labels) == (48, 192, ("0", "180"))
+    assert params.keep_ratio
+    assert params.min_upside_down_score == 0.9
+    assert spec.pixel_norm == "rec"  # scaled to [-1, 1], padded with 0.0, as rec crops are

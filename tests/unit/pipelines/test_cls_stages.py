@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import cv2
 import numpy as np
 import pytest
 
@@ -103,3 +106,36 @@ def test_gather_orientations_rejects_mismatched_outputs() -> None:
         gather_orientations(batches, [np.zeros((2, 2), np.float32)], 1)
     with pytest.raises(ValueError, match="outputs"):
         gather_orientations(batches, [], 1)
+
+
+# PaddleOCR 2.x's classifier (ch_ppocr_mobile_v2.0_cls, packaged by rapidocr): ClsResizeImg.
+V2 = ClsParams(image_height=48, image_width=192, keep_ratio=True, min_upside_down_score=0.9)
+
+
+def _v2_reference(crop: np.ndarray) -> np.ndarray:
+    """RapidOCR 3.10's `TextClassifier.resize_norm_img`, as its source reads."""
+    height, width = 48, 192
+    ratio = crop.shape[1] / float(crop.shape[0])
+    resized_w = width if math.ceil(height * ratio) > width else math.ceil(height * ratio)
+    resized = cv2.resize(crop, (resized_w, height), interpolation=cv2.INTER_LINEAR)
+    resized = resized.astype("float32").transpose((2, 0, 1)) / 255
+    resized -= 0.5
+    resized /= 0.5
+    padded = np.zeros((3, height, width), dtype=np.float32)
+    padded[:, :, :resized_w] = resized
+    return padded
+
+
+@pytest.mark.parametrize(("h", "w"), [(20, 30), (32, 128), (14, 400), (48, 192)])
+def test_v2_crops_are_prepared_as_rapidocr_prepares_them(h: int, w: int) -> None:
+    crop = _crop(h, w, seed=h + w)
+    np.testing.assert_array_equal(preprocess_cls(crop, V2), _v2_reference(crop))
+    ((indices, pixels),) = plan_cls_batches([crop, _crop(10, 15)], V2)
+    assert indices == (0, 1)
+    np.testing.assert_array_equal(pixels.normalized("cls")[0], _v2_reference(crop))
+
+
+def test_v2_turns_a_crop_only_when_sure() -> None:
+    probs = np.array([[0.2, 0.8], [0.05, 0.95], [0.6, 0.4]], np.float32)
+    assert classify_orientation(probs, 0.9) == [0, 1, 0]
+    assert classify_orientation(probs) == [1, 1, 0]  # PaddleX's: the top class

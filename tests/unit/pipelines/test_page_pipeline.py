@@ -115,6 +115,8 @@ def test_the_server_path_answers_as_run_page(use_cls: bool) -> None:
         rec=REC_PARAMS,
         cls=ClsParams(batch_size=3) if use_cls else None,
         ori=None,
+        stages={},
+        model_set="",
     )
     expected = run_page(
         image,
@@ -193,7 +195,9 @@ def test_a_turned_page_reads_as_upright_in_the_sent_pages_boxes(quarters: int) -
         wx0, wy0 = want.poly.min(axis=0)
         wx1, wy1 = want.poly.max(axis=0)
         assert np.array_equal(turn_upright(sent[y0:y1, x0:x1], angle), upright[wy0:wy1, wx0:wx1])
-    options = SimpleNamespace(det=DetParams(), rec=REC_PARAMS, cls=None, ori=params)
+    options = SimpleNamespace(
+        det=DetParams(), rec=REC_PARAMS, cls=None, ori=params, stages={}, model_set=""
+    )
     models = {"ori": _ori(angle), "det": det, "rec": rec, "cls": cls}
     scheduler_stages: list[str] = []
 
