@@ -101,7 +101,8 @@ def _take(
     if "error" in record:
         failures[key] = record["error"]
     elif not manifest.done(key):
-        fields = {k: record[k] for k in ("page", "width", "height", "lines")}
+        kept = ("page", "width", "height", "lines", "orientation")
+        fields: dict[str, Any] = {k: record[k] for k in kept if k in record}
         manifest.append(key, {"file": doc.name, "sha256": doc.sha256, **fields})
 
 

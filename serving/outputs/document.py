@@ -15,6 +15,8 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from pipelines.layout import LayoutParams, reading_order
+from pipelines.page import to_upright_page
+from pipelines.page_orientation import sent_size, to_sent_box, to_sent_points
 from pipelines.types import PageResult, TextLine
 from pipelines.words import Box, Word
 
@@ -64,6 +66,10 @@ class Page:
     blocks: tuple[Block, ...]
     index: int = 0
     """The page's position in its document (0-based)."""
+    turn: int = 0
+    """Degrees the page as sent is turned counter-clockwise to be read (the page classifier's
+    angle, `pipelines.page_orientation`): `width`, `height` and every box are then the upright
+    page's, as a reader sees it; the PDF writer shows the page so."""
 
     @property
     def lines(self) -> tuple[Line, ...]:
@@ -162,11 +168,20 @@ def page_from_result(
     """A page from the pipeline's result, its lines in reading order (`blocks`, from
     `reading_orders`, else found here); with `sent` (the page's (width, height) as sent, when it
     was decoded smaller), in the sent page's pixels."""
+    turn = result.page_orientation.applied if result.page_orientation is not None else 0
+    if turn:  # the page as a reader sees it: upright
+        result = to_upright_page(result)
+        if sent is not None and turn % 180:
+            sent = (sent[1], sent[0])
     lines = [
         make_line(line.text, float(line.score), line.poly, line.words) for line in result.lines
     ]
     page = Page(
-        width=result.width, height=result.height, blocks=group_blocks(lines, blocks), index=index
+        width=result.width,
+        height=result.height,
+        blocks=group_blocks(lines, blocks),
+        index=index,
+        turn=turn,
     )
     return page if sent is None else scale_page(page, *sent)
 
@@ -194,7 +209,7 @@ def scale_page(page: Page, width: int, height: int) -> Page:
         )
         for block in page.blocks
     )
-    return Page(width=width, height=height, blocks=blocks, index=page.index)
+    return Page(width=width, height=height, blocks=blocks, index=page.index, turn=page.turn)
 
 
 def page_from_json(page: Mapping[str, Any], index: int | None = None) -> Page:
@@ -205,24 +220,36 @@ def page_from_json(page: Mapping[str, Any], index: int | None = None) -> Page:
         ValueError: the JSON is not a native page.
     """
     try:
+        width, height = int(page["width"]), int(page["height"])
+        found = page.get("orientation") or {}
+        turn = int(found["angle"]) if found.get("turned") else 0
+        back = (360 - turn) % 360  # the page as sent to the page as read: upright
+
+        def upright_box(box: Any) -> Box:
+            return to_sent_box(_box(box), back, width, height) if turn else _box(box)
+
         lines = [
             make_line(
                 str(line["text"]),
                 float(line["score"]),
-                line["box"],
+                to_sent_points(np.asarray(line["box"]), back, width, height)
+                if turn
+                else line["box"],
                 [
-                    Word(text=str(w["text"]), box=_box(w["box"]), score=float(w["score"]))
+                    Word(text=str(w["text"]), box=upright_box(w["box"]), score=float(w["score"]))
                     for w in line.get("words") or ()
                 ],
             )
             for line in page["lines"]
         ]
+        width, height = sent_size(back, width, height)
         blocks = [list(block["lines"]) for block in page["blocks"]] if "blocks" in page else None
         return Page(
-            width=int(page["width"]),
-            height=int(page["height"]),
+            width=width,
+            height=height,
             blocks=group_blocks(lines, blocks),
             index=int(page.get("page", 0)) if index is None else index,
+            turn=turn,
         )
     except (KeyError, TypeError, IndexError) as err:
         raise ValueError(f"not a native OCR page: {err!r}") from err

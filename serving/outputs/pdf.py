@@ -13,7 +13,10 @@ the order `pdftotext -raw` reads them.
   losslessly as Flate; the page is the image's size at its resolution (300 dpi when it has none).
 - PDF uploads: the original pages are kept as they are and the text layer is grafted on as a
   form XObject drawn over each page's content (pikepdf, as OCRmyPDF grafts its layer), turned to
-  match the page's /Rotate (the OCR read the page as shown); never re-rasterised. Pages that
+  match the page's /Rotate (the OCR read the page as shown); never re-rasterised.
+- A page the page classifier read turned (`Page.turn`) is shown upright, as OCRmyPDF's
+  `--rotate-pages` does: an image drawn turned on a page of the upright size, a PDF page's
+  /Rotate changed; the text layer is set on the upright page. Pages that
   have text already get no layer unless the document's `mode` says (`serving.outputs.pdf_text`).
 - No source: blank pages of the OCR pages' size with the text layer (a stored job whose upload
   is gone).
@@ -142,15 +145,22 @@ def _embed(pdf: FPDF, raw: bytes, page: Page) -> _Placement:
                 frame = frame.convert("RGBA" if "A" in frame.getbands() else "RGB")
             width, height = frame.size
             picture = frame
-    placement = _Placement(width * 72.0 / dpi[0], height * 72.0 / dpi[1])
-    pdf.add_page(format=(placement.width_pt, placement.height_pt))
-    pdf.image(
-        io.BytesIO(picture) if isinstance(picture, bytes) else picture,
-        x=0,
-        y=0,
-        w=placement.width_pt,
-        h=placement.height_pt,
+    width_pt, height_pt = width * 72.0 / dpi[0], height * 72.0 / dpi[1]
+    # A page read turned (`Page.turn`) is shown upright, as OCRmyPDF's --rotate-pages shows it:
+    # the page has the upright size and the image, as sent, is drawn turned onto it.
+    placement = (
+        _Placement(height_pt, width_pt) if page.turn % 180 else _Placement(width_pt, height_pt)
     )
+    pdf.add_page(format=(placement.width_pt, placement.height_pt))
+    centre_x, centre_y = placement.width_pt / 2, placement.height_pt / 2
+    with pdf.rotation(page.turn, x=centre_x, y=centre_y):
+        pdf.image(
+            io.BytesIO(picture) if isinstance(picture, bytes) else picture,
+            x=centre_x - width_pt / 2,
+            y=centre_y - height_pt / 2,
+            w=width_pt,
+            h=height_pt,
+        )
     return placement
 
 
@@ -243,6 +253,11 @@ def _graft_onto(document: Document, opened: pikepdf.Pdf, kept: set[int]) -> byte
             target = pdf.pages[page.index]
             box = pikepdf.Rectangle(target.cropbox)
             rotate = int(target.obj.get("/Rotate", 0)) % 360
+            if page.turn:
+                # Read turned counter-clockwise from how it was shown: shown so from now on (a
+                # viewer turns a page clockwise by /Rotate), as OCRmyPDF's --rotate-pages does.
+                rotate = (rotate - page.turn) % 360
+                target.obj[pikepdf.Name.Rotate] = rotate
             # The OCR read the page as shown (pdfium turns it by /Rotate): the layer is set in
             # that orientation and turned back onto the page.
             width, height = (box.height, box.width) if rotate % 180 else (box.width, box.height)

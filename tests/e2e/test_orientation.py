@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import cv2
 import httpx
 import numpy as np
+import pypdfium2 as pdfium
 import pytest
 
 from loadtest import pages
@@ -17,6 +22,7 @@ from loadtest.accuracy import cer
 from pipelines.page_orientation import to_sent_points
 from tests.e2e.conftest import Server
 from tests.images import encode_jpeg, encode_png, make_pdf
+from tests.poppler import pdftotext
 
 pytestmark = pytest.mark.e2e
 
@@ -174,3 +180,88 @@ def test_doc_unwarping_stays_refused(server: Server) -> None:
     response = httpx.post(f"{server.url}/ocr", json=body, timeout=60)
     assert response.status_code == 422
     assert "useDocUnwarping" in response.json()["errorMsg"]
+
+
+def _shown(pdf: bytes) -> np.ndarray:
+    """The PDF's first page as a viewer shows it (pdfium applies /Rotate), gray, 50 dpi."""
+    document = pdfium.PdfDocument(pdf)
+    try:
+        image = document[0].render(scale=50 / 72).to_numpy()
+    finally:
+        document.close()
+    return cv2.cvtColor(np.ascontiguousarray(image[:, :, :3]), cv2.COLOR_BGR2GRAY)
+
+
+def _looks_like(shown: np.ndarray, page: np.ndarray) -> float:
+    """Correlation of a shown page with `page` (BGR) at the shown page's size."""
+    gray = cv2.cvtColor(page, cv2.COLOR_BGR2GRAY)
+    resized = cv2.resize(gray, (shown.shape[1], shown.shape[0]), interpolation=cv2.INTER_AREA)
+    return float(np.corrcoef(shown.ravel(), resized.ravel())[0, 1])
+
+
+@pytest.mark.parametrize(
+    ("quarters", "content_type"), [(1, "image/png"), (2, "image/jpeg"), (3, "application/pdf")]
+)
+def test_a_turned_page_makes_an_upright_searchable_pdf(
+    server: Server, quarters: int, content_type: str
+) -> None:
+    upright = upright_page()
+    sent = np.ascontiguousarray(np.rot90(upright, quarters))
+    if content_type == "application/pdf":
+        body = make_pdf([sent], dpi=DPI)
+    else:
+        body = encode_png(sent) if content_type == "image/png" else encode_jpeg(sent)
+    response = httpx.post(
+        f"{server.url}/v1/ocr?format=pdf",
+        content=body,
+        headers={"content-type": content_type},
+        timeout=300,
+    )
+    assert response.status_code == 200, response.text
+    shown = _shown(response.content)
+    # Shown upright: like the upright page, not like the page as sent.
+    assert shown.shape[0] > shown.shape[1]
+    assert _looks_like(shown, upright) > 0.8
+    text = pdftotext(response.content)
+    page_cer = cer(_text(_upright_answer(server.url)["lines"]), text)
+    print(f"turned {90 * quarters} as PDF: pdftotext CER {page_cer:.4f}")
+    assert page_cer <= 0.05  # pdftotext's own line breaks and spacing
+
+
+def test_hocr_and_alto_describe_the_page_as_read(server: Server) -> None:
+    upright = upright_page()
+    sent = np.ascontiguousarray(np.rot90(upright, 1))
+    height, width = upright.shape[:2]
+    for fmt, size in (("hocr", f"bbox 0 0 {width} {height}"), ("alto", f'WIDTH="{width}"')):
+        response = httpx.post(
+            f"{server.url}/v1/ocr?format={fmt}",
+            content=encode_png(sent),
+            headers={"content-type": "image/png"},
+            timeout=300,
+        )
+        assert response.status_code == 200, response.text
+        assert size in response.text
+
+
+def test_ocr_batch_through_a_job_reads_turned_pages_upright(server: Server, tmp_path: Path) -> None:
+    """`ocr-batch --server`: the pages go through the jobs API (`POST /v1/jobs`) at background
+    priority, with the server's default `orientation=auto`."""
+    upright = upright_page()
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "sideways.png").write_bytes(encode_png(np.ascontiguousarray(np.rot90(upright, 1))))
+    (inputs / "upside-down.jpg").write_bytes(
+        encode_jpeg(np.ascontiguousarray(np.rot90(upright, 2)))
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "serving.batch.cli", str(inputs), "--out", str(out)]
+    command += ["--server", server.url, "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = {
+        r["file"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())
+    }
+    reference = _text(_upright_answer(server.url)["lines"])
+    for name, angle in (("sideways.png", 270), ("upside-down.jpg", 180)):
+        assert records[name]["orientation"]["angle"] == angle
+        assert cer(reference, _text(records[name]["lines"])) <= MAX_CER

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.page import after_ori, prepare_orientation, to_sent_page
+from pipelines.page import after_ori, prepare_orientation, to_sent_page, to_upright_page
 from pipelines.page_orientation import (
     ANGLES,
     OriParams,
+    PageOrientation,
     classify_page,
     resize_ori,
     sent_size,
@@ -127,3 +128,18 @@ def test_an_unsure_page_is_read_as_sent() -> None:
     found = det_step.state.orientation
     assert found is not None
     assert (found.angle, found.turned) == (270, False)
+
+
+@pytest.mark.parametrize("angle", ANGLES)
+def test_to_upright_page_undoes_to_sent_page(angle: int) -> None:
+    poly = np.array([[2, 3], [20, 3], [20, 9], [2, 9]], np.int16)
+    word = Word(text="a", box=(2, 3, 20, 9), score=1.0)
+    line = TextLine(text="a", score=1.0, poly=poly, words=(word,))
+    width, height = (96, 64) if angle in (0, 180) else (64, 96)
+    read = PageResult(width=width, height=height, dt_polys=[poly], lines=[line])
+    found = PageOrientation(angle=angle, score=0.9, turned=angle != 0)
+    upright = to_upright_page(to_sent_page(read, found))
+    assert (upright.width, upright.height) == (width, height)
+    np.testing.assert_array_equal(upright.lines[0].poly, poly)
+    assert upright.lines[0].words[0].box == word.box
+    assert upright.page_orientation == found
