@@ -29,7 +29,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from models.base import EngineBackendError
 from models.embedded import resolve_model_dir
@@ -227,12 +227,14 @@ def read_provenance(spec: ModelSpec) -> dict[str, Any] | None:
 
 
 def convert_models(
-    refs: Mapping[ModelKind, str], cache_dir: Path, converter: Path | None, opset: int = OPSET
+    refs: Mapping[str, str], cache_dir: Path, converter: Path | None, opset: int = OPSET
 ) -> int:
     """Convert the models `refs` names (directories or `embedded:` names) that have no conversion
     in `cache_dir` yet, printing a line a model; `make convert`'s exit status: 0, 1 where the
-    converter failed, 2 where one is needed and `converter` is None."""
-    for kind, ref in refs.items():
+    converter failed, 2 where one is needed and `converter` is None. A key is a model kind, or a
+    model set's stage ("rec@korean": the kind before the "@")."""
+    for stage, ref in refs.items():
+        kind = cast(ModelKind, stage.partition("@")[0])
         spec = load_model_spec(resolve_model_dir(ref), kind)
         found = find_onnx(spec, cache_dir, opset)
         if found is None:
@@ -250,7 +252,7 @@ def convert_models(
             state = "converted"
         else:
             state = "as is" if found is spec else "cached"
-        print(f"{kind} {ref}: {found.onnx_file} ({state})")
+        print(f"{stage} {ref}: {found.onnx_file} ({state})")
     return 0
 
 

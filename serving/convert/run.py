@@ -33,6 +33,17 @@ def configured_models(config: AppConfig) -> dict[ModelKind, str]:
     return refs
 
 
+def set_models(config: AppConfig) -> dict[str, str]:
+    """The other model sets' own models (`[models.sets.NAME]`), by their stage ("rec@NAME",
+    "det@NAME"): converted with the default's, never quantised."""
+    refs: dict[str, str] = {}
+    for name, model_set in config.models.sets.items():
+        if model_set.det and model_set.det != config.models.det:
+            refs[f"det@{name}"] = model_set.det
+        refs[f"rec@{name}"] = model_set.rec
+    return refs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Convert the configured models that have no conversion yet (see `models.convert`)."""
     parser = argparse.ArgumentParser(prog="python -m serving.convert", description=convert.__doc__)
@@ -48,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = load_config(args.config, os.environ)
     cache_dir: Path = args.cache_dir or Path(config.engine.onnx_dir)
     converter: Path | None = args.converter or convert.default_converter()
-    status = convert.convert_models(configured_models(config), cache_dir, converter, args.opset)
+    refs: dict[str, str] = {str(k): ref for k, ref in configured_models(config).items()}
+    refs.update(set_models(config))
+    status = convert.convert_models(refs, cache_dir, converter, args.opset)
     if status != 0 or not args.int8:
         return status
     return quantize_models(config, cache_dir, args.opset)

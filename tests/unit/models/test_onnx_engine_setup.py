@@ -180,8 +180,11 @@ def test_the_cli_converts_the_configured_models(tmp_path: Path, capsys, monkeypa
     assert convert_command.main(argv) == 0
     assert convert_command.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["det", "rec", "det", "rec"]
-    assert [line.rsplit(" ", 1)[1] for line in lines] == ["(converted)"] * 2 + ["(cached)"] * 2
+    # The default set's Paddle models, then the other set's ONNX ones (read as they are).
+    stages = ["det", "rec", "det@PP-OCRv6_small", "rec@PP-OCRv6_small"]
+    assert [line.split()[0] for line in lines] == stages * 2
+    states = ["(converted)"] * 2 + ["(as is)"] * 2 + ["(cached)"] * 2 + ["(as is)"] * 2
+    assert [line.rsplit(" (", 1)[1] for line in lines] == [state[1:] for state in states]
     assert len(list(cache.iterdir())) == 2
 
 
