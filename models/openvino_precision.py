@@ -33,13 +33,15 @@ INT8_MAX_CER_LOSS = 0.002
 """How much higher the character error rate of NNCF's int8 models may be than f32's (0.2 CER
 points) for them to be part of "auto"; `make bench` reports it (issue 28)."""
 
-BF16_CHECKED_MODELS = frozenset({"PP-OCRv5_mobile_det"})
-"""Models "auto" runs at bf16: their text under bf16, with the other models at f32, is within
-`BF16_MAX_CER_LOSS` of f32's in every language and merges no more words
+BF16_CHECKED_MODELS = frozenset({"PP-OCRv5_mobile_det", "PP-OCRv6_small_det", "PP-OCRv6_small_rec"})
+"""Models "auto" runs at bf16 (a recogniser with its CTC head in f32): their pair's text under
+bf16 is within `BF16_MAX_CER_LOSS` of f32's in every language and merges no more words
 (`loadtest.accuracy.merged_words`) on the bench's 8 pages and the synthetic test pages
-(OpenVINO 2026.4.1 on a Xeon with AMX, issue 41: the detector at bf16 read English 0.76% and
-Chinese 1.43% CER, as f32, with 9 and 13 merged words against f32's 9 and 16). A model joins
-once `make bench` shows the same on a bf16 CPU."""
+(`python -m loadtest.bench.precision_layouts`; OpenVINO 2026.4.1 on a Xeon with AMX, issue 41).
+PP-OCRv5 mobile's detector at bf16 with its recogniser at f32: English 0.76% and Chinese 1.43%
+CER, as f32, 9 and 13 merged words against f32's 9 and 16. PP-OCRv6 small, both at bf16: English
+0.34% (f32 0.35%), Chinese 1.26% (1.32%), 10 and 21 merged words (11 and 24), 2.2x f32's
+pages/s. A model joins once `make bench` shows the same on a bf16 CPU."""
 
 BF16_FAILED_MODELS = {
     "PP-OCRv5_mobile_rec": "its text under bf16 is not within the bound (on the bench pages "
