@@ -287,18 +287,22 @@ def page_json(
     }
     if layout:
         boxes = [_bounds(np.asarray(line.poly).reshape(4, 2)) for line in result.lines]
+        order = reading_orders([result])[0] if blocks is None else blocks
         body["blocks"] = [
             {"box": list(_union([boxes[i] for i in members])), "lines": members}
-            for members in (reading_order(boxes) if blocks is None else blocks)
+            for members in order
         ]
     return body
 
 
 def reading_orders(results: Sequence[PageResult]) -> list[list[list[int]]]:
     """Each page's blocks in reading order (`pipelines.layout.reading_order` on its lines' boxes),
-    for `page_json` and `page_from_result`: a CPU worker runs it (`Renderer.reading_orders`)."""
+    for `page_json` and `page_from_result`: a CPU worker runs it (`Renderer.reading_orders`). A
+    page read turned is ordered as a reader sees it, upright (`to_upright_page`)."""
     return [
-        reading_order([_bounds(np.asarray(line.poly).reshape(4, 2)) for line in result.lines])
+        reading_order(
+            [_bounds(np.asarray(line.poly).reshape(4, 2)) for line in to_upright_page(result).lines]
+        )
         for result in results
     ]
 

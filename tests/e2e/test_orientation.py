@@ -265,3 +265,22 @@ def test_ocr_batch_through_a_job_reads_turned_pages_upright(server: Server, tmp_
     for name, angle in (("sideways.png", 270), ("upside-down.jpg", 180)):
         assert records[name]["orientation"]["angle"] == angle
         assert cer(reference, _text(records[name]["lines"])) <= MAX_CER
+
+
+def test_layout_reads_a_sideways_page_in_the_upright_pages_order(server: Server) -> None:
+    upright = upright_page()
+    sent = np.ascontiguousarray(np.rot90(upright, 1))
+    headers = {"content-type": "image/png"}
+
+    def ordered(image: np.ndarray) -> list[str]:
+        response = httpx.post(
+            f"{server.url}/v1/ocr?layout=true",
+            content=encode_png(image),
+            headers=headers,
+            timeout=300,
+        )
+        assert response.status_code == 200, response.text
+        page = response.json()["pages"][0]
+        return [page["lines"][i]["text"] for block in page["blocks"] for i in block["lines"]]
+
+    assert cer("\n".join(ordered(upright)), "\n".join(ordered(sent))) <= MAX_CER
