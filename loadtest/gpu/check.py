@@ -400,28 +400,37 @@ def device_limit(
     min_seconds: float,
 ) -> dict[str, Any]:
     """The GPU engine limit: the pages' det and rec batches (`calls`, in the order one page at
-    a time made them) replayed on the device alone, two in flight on the lane as a device
-    worker keeps them, round after round for at least `min_seconds`; no CPU stage between."""
-    from models.staging import Slot, StagedPredictor
+    a time made them) replayed on the device alone, each predictor's lane kept as a device
+    worker keeps it (its `inflight_batches` launched while the next is collated: `lane_slots`),
+    round after round for at least `min_seconds`; no CPU stage between. Before, two were kept in
+    flight whatever the lane's slots, and a lane of two slots refused the third (issue 40: the
+    dry run's "all 2 slots are in use")."""
+    from models.staging import Slot, StagedPredictor, lane_slots
+
+    def slots(predictor: object) -> int:
+        options = getattr(predictor, "options", None)
+        return lane_slots(int(getattr(options, "inflight_batches", 1)))
 
     def one_round() -> None:
-        in_flight: list[Slot] = []
+        in_flight: dict[str, list[Slot]] = {stage: [] for stage in predictors}
         for stage, batch in calls:
             predictor = predictors[stage]
             if not isinstance(predictor, StagedPredictor):
                 predictor.run(batch)
                 continue
+            mine = in_flight[stage]
+            while len(mine) >= slots(predictor):  # every slot launched: the oldest comes back
+                oldest = mine.pop(0)
+                oldest.result()
+                oldest.release()
             slot = predictor.stage(batch.shape)
             slot.input[...] = batch
             predictor.launch(slot)
-            in_flight.append(slot)
-            if len(in_flight) > 2:
-                oldest = in_flight.pop(0)
-                oldest.result()
-                oldest.release()
-        for slot in in_flight:
-            slot.result()
-            slot.release()
+            mine.append(slot)
+        for mine in in_flight.values():
+            for slot in mine:
+                slot.result()
+                slot.release()
 
     one_round()  # warm: shapes seen for the first time
     rounds = 0

@@ -206,3 +206,83 @@ def test_parts_run_in_order_while_the_budget_holds_them() -> None:
     assert "budget" in str(gpu_check.skip_reason("server", args, report, set(), left_s=10.0))
     assert gpu_check.skip_reason("texts", args, {}, set(), left_s=300.0) is not None
     assert gpu_check.skip_reason("mixed", args, report, {"mixed"}, left_s=300.0) == "--skip"
+
+
+class _HostOps:
+    """`models.staging.DeviceOps` on the host: the work is done when it is issued."""
+
+    def new_stream(self) -> None:
+        return None
+
+    def pinned_host(self, nbytes: int) -> Any:
+        import numpy as np
+
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def record(self, stream: Any) -> _HostOps:
+        return self
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait(self, stream: Any, event: Any) -> None:
+        return None
+
+    def upload(self, host: Any, stream: Any) -> Any:
+        return host.copy()
+
+    def compute(self, fn: Any, x: Any, stream: Any) -> Any:
+        return fn(x)
+
+    def output_shape(self, y: Any) -> tuple[int, ...]:
+        return tuple(y.shape)
+
+    def download(self, y: Any, host: Any, stream: Any) -> None:
+        host[...] = y
+
+
+class _LanePredictor:
+    """A staged predictor on a lane of `inflight_batches + 1` slots, as a device worker's."""
+
+    def __init__(self, inflight_batches: int) -> None:
+        from types import SimpleNamespace
+
+        from models.staging import Lane, lane_slots
+
+        self.options = SimpleNamespace(inflight_batches=inflight_batches)
+        self.lane = Lane(_HostOps(), max_slots=lane_slots(inflight_batches))  # type: ignore[arg-type]
+        self.launched = 0
+
+    def stage(self, shape: tuple[int, ...]) -> Any:
+        return self.lane.stage(shape)
+
+    def launch(self, slot: Any) -> None:
+        self.launched += 1
+        self.lane.launch(slot, lambda x: x * 2)
+
+    def run(self, batch: Any) -> Any:
+        return self.lane.run(batch, lambda x: x * 2)
+
+
+def test_the_engine_limit_keeps_each_lane_within_its_slots() -> None:
+    """Issue 40: the replay kept two batches in flight whatever the lane's slots, and a lane of
+    two (one in flight, one collating: the default) refused the third: the dry run's "all 2
+    slots are in use", which skipped the engine limit, the CPU side and the texts."""
+    import numpy as np
+
+    for inflight in (1, 2):
+        det, rec = _LanePredictor(inflight), _LanePredictor(inflight)
+        calls = [("det", np.ones((1, 3, 8, 8), np.float32))]
+        calls += [("rec", np.ones((4, 3, 4, 16), np.float32))] * 5
+        calls *= 3
+        result = gpu_check.device_limit(
+            {"det": det, "rec": rec},  # type: ignore[dict-item]
+            calls,
+            pages=3,
+            min_seconds=0.0,
+        )
+        assert result["batches_a_round"] == 18
+        assert det.launched == 2 * 3  # the warm round and one measured round
+        assert rec.launched == 2 * 15
+        assert det.lane.slots <= inflight + 1
+        assert rec.lane.slots == inflight + 1
