@@ -250,7 +250,7 @@ class _LanePredictor:
         from models.staging import Lane, lane_slots
 
         self.options = SimpleNamespace(inflight_batches=inflight_batches)
-        self.lane = Lane(_HostOps(), max_slots=lane_slots(inflight_batches))  # type: ignore[arg-type]
+        self.lane = Lane(_HostOps(), max_slots=lane_slots(inflight_batches))
         self.launched = 0
 
     def stage(self, shape: tuple[int, ...]) -> Any:
