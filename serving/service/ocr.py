@@ -64,6 +64,11 @@ class PageOutput:
         return {"scaled_from": {"width": width, "height": height}}
 
 
+TURNED_COPY_BYTES_PER_PX = 3
+"""A page the orientation classifier turns is read from a BGR copy of it, upright
+(`cpu_stages.OrientedPage`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class PageCharge:
     """How one page is decoded and what it costs the memory budget."""
@@ -173,7 +178,8 @@ class OcrService:
                     plans = await self.cpu.run(
                         cpu_stages.page_plans, source, kind, self.limits, None, priority=priority
                     )
-                charges = [self.charge(plan, kind, options.det) for plan in plans]
+                turned = options.ori is not None
+                charges = [self.charge(plan, kind, options.det, turned) for plan in plans]
                 slot.grow_to(len(plans))
                 return await all_or_none(
                     self._document_page(
@@ -213,22 +219,26 @@ class OcrService:
                 source,
                 kind,
                 page_index,
-                self.charge(plan, kind, options.det),
+                self.charge(plan, kind, options.det, options.ori is not None),
                 options,
                 False,
                 slot.deadline,
                 priority,
             )
 
-    def charge(self, plan: PagePlan, kind: FileKind, det: DetParams) -> PageCharge:
+    def charge(
+        self, plan: PagePlan, kind: FileKind, det: DetParams, turned: bool = False
+    ) -> PageCharge:
         """What a page costs the budget; a page over the whole budget is scaled down to fit half
-        of it, or all of it where half is too small (`PageCosts.fit`).
+        of it, or all of it where half is too small (`PageCosts.fit`). A page the orientation
+        classifier may turn (`turned`) also holds its upright copy, a BGR page of its size.
 
         Raises:
             PayloadTooLarge: the page does not fit even at the smallest side it may be scaled to.
         """
         costs = self.page_costs()
-        cost = costs.page_bytes(plan, kind, det)
+        copy_per_px = TURNED_COPY_BYTES_PER_PX if turned else 0
+        cost = costs.page_bytes(plan, kind, det) + copy_per_px * plan.width * plan.height
         sent = (plan.full_width, plan.full_height)
         if cost <= self.budget.total_bytes:
             return PageCharge(
@@ -247,7 +257,7 @@ class OcrService:
         logger.info("page of %d x %d decoded at %d px a side to fit the memory budget", *sent, side)
         width, height = fit_side(plan.full_width, plan.full_height, side)
         return PageCharge(
-            cost=costs.at_side(side, plan, kind, det),
+            cost=costs.at_side(side, plan, kind, det) + copy_per_px * width * height,
             det_cost=costs.det_bytes(width + 1, height + 1, det),  # as `PageCosts.at_side`
             limits=dataclasses.replace(self.limits, max_page_side_px=side),
             sent=sent,

@@ -10,12 +10,20 @@ from typing import Any
 
 import pytest
 
+from pipelines.types import DetParams
+from serving.decode.documents import PagePlan
 from serving.decode.readers import DecodeLimits
 from serving.errors import InvalidInput
 from serving.scheduling.admission import Admission
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.scheduling.priorities import INTERACTIVE
-from serving.service.ocr import OcrService, PageCharge, PageOutput, all_or_none
+from serving.service.ocr import (
+    TURNED_COPY_BYTES_PER_PX,
+    OcrService,
+    PageCharge,
+    PageOutput,
+    all_or_none,
+)
 
 
 def test_a_failing_page_cancels_its_siblings_before_the_error_propagates() -> None:
@@ -105,3 +113,19 @@ def test_a_page_gives_back_what_its_detection_held_once_detection_is_done() -> N
     asyncio.run(main())
     assert seen == [700, 100, 100]
     assert budget.used_bytes == 0
+
+
+def test_a_page_that_may_be_turned_is_charged_its_upright_copy() -> None:
+    service = OcrService(
+        cpu=_Cpu(),  # type: ignore[arg-type]
+        scheduler=_Scheduler(),  # type: ignore[arg-type]
+        limits=DecodeLimits(max_pdf_pages=1, pdf_render_scale=1.0, max_image_pixels=10**8),
+        admission=Admission(max_pages=4),
+        budget=MemoryBudget(10**10),
+        prefix="test_ocr_service_pages_",
+    )
+    plan = PagePlan(width=400, height=300, full_width=400, full_height=300)
+    as_sent = service.charge(plan, "image", DetParams())
+    turned = service.charge(plan, "image", DetParams(), turned=True)
+    assert turned.cost - as_sent.cost == TURNED_COPY_BYTES_PER_PX * 400 * 300
+    assert turned.det_cost == as_sent.det_cost
