@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from models.openvino_precision import has_bf16
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
 
 ov: Any = pytest.importorskip("openvino")
 
@@ -67,3 +67,28 @@ def by_stage(text: str, separator: str, pair: str) -> dict[str, str]:
     if all(name.split("@")[0] in STAGES and sep for name, sep, _ in parts):
         return {name: value for name, _, value in parts}
     return dict.fromkeys(STAGES, text)
+
+
+def test_f32_forced_is_what_every_worker_runs_on_any_cpu(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The f32 branch on every machine, a bf16 one included: `OCR_ENGINE__OPENVINO_PRECISION=f32`
+    (as Docker and Kubernetes users force it) makes every model f32, every layer, and says so."""
+    server = start_server(
+        tmp_path_factory.mktemp("f32-forced"), env={"OCR_ENGINE__OPENVINO_PRECISION": "f32"}
+    )
+    try:
+        wait_ready(server)
+        devices = httpx.get(f"{server.url}/readyz").json()["devices"]
+    finally:
+        stop_server(server)
+    assert devices
+    for name, device in devices.items():
+        assert device["precision"] == "f32", name
+        assert device["precision_reason"].startswith("f32 asked for (engine.openvino_precision)")
+        assert set(by_stage(device["precision_layers"], "; ", ": ").values()) == {
+            "f32, every layer"
+        }
+    log = server.log.read_text()
+    assert "precision=bf16" not in log
+    assert re.search(r"loaded rec model=PP-OCRv5_mobile_rec .* precision=f32 \(f32 asked for", log)
