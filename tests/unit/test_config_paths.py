@@ -4,6 +4,7 @@ directory for the environment's, the project's for the defaults; the same for ev
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,9 @@ def test_packaged_models_are_laid_out_in_the_clone_not_the_working_directory(
 ) -> None:
     """`ocr-batch` run in another folder left a `var/models/packaged` there."""
     assert packaged.DEFAULT_DIR == REPO_ROOT / "var/models/packaged"
+
+
+def test_an_installed_package_lays_them_out_in_its_environment(tmp_path: Path) -> None:
+    """Outside a source tree (the image's wheel), in `sys.prefix`, laid out at build time: the
+    image's server could not write them into its read-only home."""
+    assert packaged.default_dir(tmp_path) == Path(sys.prefix) / "var/models/packaged"
