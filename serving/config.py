@@ -776,8 +776,8 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
 def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> AppConfig:
     """Read `path` (or start from the defaults when None), apply the `OCR_*` overrides found in
     `environ` (none when None), and build the `AppConfig`, its paths absolute: the environment's
-    relative to the working directory, the others (the file's, and the defaults it leaves out) to
-    the file's folder, or without a file to the project's (`serving.config_paths`)."""
+    relative to the working directory, the file's to its folder, and the defaults (those the file
+    leaves out, or all without a file) to the project's (`serving.config_paths`)."""
     raw: dict[str, Any] = {}
     if path is not None:
         try:
@@ -787,10 +787,40 @@ def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> 
             raise ConfigError(str(path), f"cannot read: {err.strerror}") from err
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(str(path), f"invalid TOML: {err}") from err
+        raw = _file_paths_resolved(raw, config_paths.file_base(path))
     if environ is not None:
         raw = apply_env_overrides(raw, environ)
-    base = config_paths.defaults_base() if path is None else config_paths.file_base(path)
-    return with_paths_resolved(build(AppConfig, raw), base)
+    return with_paths_resolved(build(AppConfig, raw), config_paths.defaults_base())
+
+
+def _file_paths_resolved(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A config file's own path values (`config_paths.PATH_KEYS`, every key of
+    `PATH_SECTIONS`, the model sets' det and rec) made absolute against `base`, its folder; the
+    defaults it leaves out are resolved later, against the project's folder."""
+    resolved = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    keys = [key for key in config_paths.PATH_KEYS if isinstance(resolved.get(key[0]), dict)]
+    for section in config_paths.PATH_SECTIONS:
+        table = resolved.get(section)
+        if isinstance(table, dict):
+            keys += [(section, key) for key in table if key not in NOT_PATHS]
+    for section, key in keys:
+        value = resolved[section].get(key)
+        if isinstance(value, str):
+            resolved[section][key] = config_paths.resolve_path(value, base)
+    sets = resolved.get("models", {}).get("sets")
+    if isinstance(sets, dict):
+        resolved["models"]["sets"] = {
+            name: {
+                key: config_paths.resolve_path(value, base)
+                if key in ("det", "rec") and isinstance(value, str)
+                else value
+                for key, value in model_set.items()
+            }
+            if isinstance(model_set, dict)
+            else model_set
+            for name, model_set in sets.items()
+        }
+    return resolved
 
 
 def with_paths_resolved(config: AppConfig, base: Path) -> AppConfig:

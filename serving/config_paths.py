@@ -1,14 +1,16 @@
 """Where the configuration's relative paths point, the same for `ocr-serve`, `ocr-batch` and
 `python -m serving.convert`.
 
-A relative path in a config file is relative to that file's folder, and so are the defaults of
-the keys the file leaves out (the file stands for the whole of `config.toml`): `--config
-/srv/ocr/config.toml` finds `/srv/ocr/var/models/onnx` from any working directory. It used to be
-the working directory's, and `ocr-batch` run outside the clone said there was no conversion. A
-path from an `OCR_<SECTION>__<KEY>` variable is relative to the working directory, as a path typed
-on the command line is. With no file, the defaults are the project's `config.toml` values, so
-they are relative to that file's folder where the package runs from its source tree (an editable
-install, `make install`), else to the working directory. `~` is expanded; absolute paths and
+A relative path in a config file is relative to that file's folder: `--config
+/srv/ocr/config.toml` with `onnx_dir = "models/onnx"` finds `/srv/ocr/models/onnx` from any
+working directory. It used to be the working directory's, and `ocr-batch` run outside the clone
+said there was no conversion. A path from an `OCR_<SECTION>__<KEY>` variable is relative to the
+working directory, as a path typed on the command line is. The defaults, of keys a file leaves
+out or of every key without a file, are the project's `config.toml` values, so they are
+relative to that file's folder where the package runs from its source tree (an editable install,
+`make install`: `make convert` put the conversions there), else to the working directory. A
+config written elsewhere with only a few keys (the bench's, the soak's, a user's) still finds
+the clone's conversions. `~` is expanded; absolute paths and
 empty values (none) are kept; `models.*` values starting with `embedded:` are not paths.
 """
 

@@ -25,6 +25,7 @@ from serving.config import (
     load_config,
     with_paths_resolved,
 )
+from serving.config_paths import defaults_base
 from serving.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def test_load_config_none_is_defaults() -> None:
 
 
 def test_empty_file_is_defaults(tmp_path: Path) -> None:
-    assert load_config(_write(tmp_path, "")) == with_paths_resolved(AppConfig(), tmp_path)
+    assert load_config(_write(tmp_path, "")) == with_paths_resolved(AppConfig(), defaults_base())
 
 
 def test_values_from_file_are_applied(tmp_path: Path) -> None:

@@ -47,13 +47,14 @@ def test_a_files_relative_paths_are_relative_to_its_folder(tmp_path: Path, elsew
     assert config.engine.trt_cache_dir == ""
 
 
-def test_the_defaults_a_file_leaves_out_are_relative_to_its_folder(
-    tmp_path: Path, elsewhere: Path
-) -> None:
-    (tmp_path / "config.toml").write_text("[server]\nport = 9000\n")
+def test_the_defaults_a_file_leaves_out_are_the_projects(tmp_path: Path, elsewhere: Path) -> None:
+    """A config with a few keys, written anywhere (the bench's and the soak's in their output
+    folders), finds the conversions `make convert` put in the clone."""
+    (tmp_path / "config.toml").write_text('[server]\nport = 9000\n[models.sets.fr]\nrec = "fr"\n')
     config = load_config(Path("..") / "config.toml")
-    assert config.engine.onnx_dir == str(tmp_path / "var/models/onnx")
-    assert config.jobs.data_dir == str(tmp_path / "var/jobs")
+    assert config.engine.onnx_dir == str(defaults_base() / "var/models/onnx")
+    assert config.jobs.data_dir == str(defaults_base() / "var/jobs")
+    assert config.models.sets["fr"].rec == str(tmp_path / "fr")  # the file's own: its folder
 
 
 def test_a_linked_file_keeps_the_links_folder(tmp_path: Path, elsewhere: Path) -> None:
