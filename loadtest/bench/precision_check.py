@@ -174,3 +174,33 @@ def markdown_line(report: dict[str, Any]) -> str:
         f"{BF16_MAX_CER_LOSS * 100:.1f} points per language, no more merged words): "
         + "; ".join(verdicts)
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make bench`'s precision check alone, on its pages: `python -m
+    loadtest.bench.precision_check --pages 8 --int8 --out bench-out/precision`."""
+    import argparse
+
+    from loadtest.engine_limit import real_page_set, write_page_set
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--pages", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--int8", action="store_true", help="int8 too (make convert-int8)")
+    parser.add_argument("--out", type=Path, default=Path("bench-out/precision"))
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    page_set = real_page_set(args.pages)
+    paths = write_page_set(page_set, args.out / "pages")
+    truths = {p.name: truth for p, (_, _, truth) in zip(paths, page_set, strict=True)}
+    report = check(args.out, args.out / "pages", truths, args.threads, int8=args.int8)
+    (args.out / "precision.json").write_text(json.dumps(report, indent=1))
+    print(markdown_line(report))
+    line = int8_line(report)
+    if line is not None:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
