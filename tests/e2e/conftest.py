@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -87,6 +88,17 @@ def start_server(
             cwd=Path(__file__).parents[2],  # the repository: `tests.fakes` imports
         )
     return Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
+
+
+@contextlib.contextmanager
+def serving(tmp: Path, config: str = CONFIG, **kwargs: Any) -> Iterator[Server]:
+    """`start_server(tmp, config, **kwargs)`, ready (`wait_ready`), stopped on the way out."""
+    srv = start_server(tmp, config, **kwargs)
+    try:
+        wait_ready(srv)
+        yield srv
+    finally:
+        stop_server(srv)
 
 
 def wait_ready(server: Server, timeout_s: float = 300.0) -> list[int]:

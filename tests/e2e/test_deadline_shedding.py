@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import SLOW_FAKE, Server, serving
 
 LATENCY_S = 1.0
 """Every batch's time: a page is at least a detection and a recognition batch, 2 s."""
@@ -33,12 +33,8 @@ cpu_instances = 1
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("deadline-shedding")
-    srv = start_server(tmp, CONFIG, backend=SLOW_FAKE, env={"OCR_FAKE_LATENCY_S": str(LATENCY_S)})
-    try:
-        wait_ready(srv)
+    with serving(tmp, CONFIG, backend=SLOW_FAKE, env={"OCR_FAKE_LATENCY_S": str(LATENCY_S)}) as srv:
         yield srv
-    finally:
-        stop_server(srv)
 
 
 def _post(server: Server, png: bytes, deadline_s: float | None = None) -> httpx.Response:

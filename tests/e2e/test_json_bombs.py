@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import SLOW_FAKE, Server, serving
 
 CONFIG = """
 [server]
@@ -33,12 +33,8 @@ cpu_instances = 1
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("json-bombs"), CONFIG, backend=SLOW_FAKE)
-    try:
-        wait_ready(srv)
+    with serving(tmp_path_factory.mktemp("json-bombs"), CONFIG, backend=SLOW_FAKE) as srv:
         yield srv
-    finally:
-        stop_server(srv)
 
 
 def test_a_60_mb_body_of_empty_objects_is_refused_while_livez_stays_fast(server: Server) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests import images
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server, serving
 
 STACKED_LINES = "tests.fakes.predictors:STACKED_LINES"
 HEIGHT, WIDTH = 20_000, 256
@@ -37,12 +37,8 @@ cpu_instances = 1
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("reading-order"), CONFIG, backend=STACKED_LINES)
-    try:
-        wait_ready(srv)
+    with serving(tmp_path_factory.mktemp("reading-order"), CONFIG, backend=STACKED_LINES) as srv:
         yield srv
-    finally:
-        stop_server(srv)
 
 
 def test_a_page_of_a_thousand_stacked_lines_gets_its_blocks(server: Server) -> None:
