@@ -45,18 +45,20 @@ async def _post(
     return await client.post(f"{url}/v1/ocr", content=page, headers={"content-type": "image/png"})
 
 
-def _sample(metrics: str, name: str) -> float:
-    match = re.search(rf'^{re.escape(name)}{{stage="det"}} (\S+)$', metrics, re.MULTILINE)
+def _sample(metrics: str, name: str, stage: str) -> float:
+    match = re.search(rf'^{re.escape(name)}{{stage="{stage}"}} (\S+)$', metrics, re.MULTILINE)
     return float(match.group(1)) if match else 0.0
 
 
-async def _until_in_flight(client: httpx.AsyncClient, url: str, count: int) -> None:
-    """Wait until `count` pages have reached detection (queued or run), so the server holds every
+async def _until_in_flight(
+    client: httpx.AsyncClient, url: str, count: int, stage: str = "det"
+) -> None:
+    """Wait until `count` pages have reached `stage` (queued or run), so the server holds every
     request; no time limit here: the test's own timeout bounds it."""
     while True:
         metrics = (await client.get(f"{url}/metrics")).text
-        reached = _sample(metrics, "ocr_queue_depth") + _sample(
-            metrics, "ocr_queue_wait_seconds_count"
+        reached = _sample(metrics, "ocr_queue_depth", stage) + _sample(
+            metrics, "ocr_queue_wait_seconds_count", stage
         )
         if reached >= count:
             return
@@ -130,7 +132,9 @@ def test_a_stuck_worker_does_not_hold_the_process_past_the_grace(tmp_path) -> No
                     asyncio.ensure_future(_post(client, server.url, page, paddlex=False))
                     for _ in range(2)
                 ]
-                await _until_in_flight(client, server.url, 2)
+                # /v1/ocr classifies each page's orientation first (the default), on the
+                # stopped worker: the pages wait there, never reaching detection.
+                await _until_in_flight(client, server.url, 2, stage="ori")
                 server.process.send_signal(signal.SIGTERM)
                 return list(await asyncio.gather(*posts))
 
