@@ -10,6 +10,8 @@
 #                       Chinese with English commands; the same guide as maint-guide)
 #   maint-guide-fr      /usr/share/doc/maint-guide-fr/maint-guide.fr.pdf (the same guide in French:
 #                       tests/e2e/test_languages.py reads its accents with lang=fr)
+#   maint-guide-de, -es, -it, -ja   the same guide in German, Spanish, Italian and Japanese:
+#                       python -m loadtest.bench.languages (make bench) reads each with its lang
 #   chromium            Debian's Chromium (/usr/bin/chromium): tests/e2e/test_web_ui.py drives the web
 #                       page in it with playwright; playwright's own browser download is never used
 #   postgresql          PostgreSQL's server (initdb, pg_ctl): the tests start their own throwaway one
@@ -26,8 +28,8 @@
 set -euo pipefail
 
 PACKAGES=(fonts-dejavu-core fonts-wqy-microhei libtasn1-doc shared-mime-info maint-guide
-  maint-guide-zh-cn maint-guide-fr chromium postgresql poppler-utils qpdf tesseract-ocr tesseract-ocr-eng
-  ghostscript)
+  maint-guide-zh-cn maint-guide-fr maint-guide-de maint-guide-es maint-guide-it maint-guide-ja
+  chromium postgresql poppler-utils qpdf tesseract-ocr tesseract-ocr-eng ghostscript)
 
 is_installed() {
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

@@ -24,7 +24,7 @@ import httpx
 
 from loadtest import onnx_export
 from loadtest.accuracy import pages_cer
-from loadtest.bench import batching, job_impact, precision_check
+from loadtest.bench import batching, job_impact, languages, precision_check
 from loadtest.client import Api, prepare_request, response_texts
 from loadtest.documents import Document, load_documents
 from loadtest.engine_limit import real_page_set, write_page_set
@@ -166,6 +166,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report["precision_check"] = precision_check.check(
         out, out / "pages", truths, threads, int8=int8
     )
+    if not args.skip_languages:
+        print("turned pages and languages (in process)...", file=sys.stderr)
+        report["languages"] = languages.measure(args.language_pages, threads)
     if not args.skip_batching:
         report["batching"] = batching.measure(out / "batching", page_set, documents, args)
 
@@ -644,6 +647,8 @@ def markdown(report: dict[str, Any]) -> str:
         int8_line = precision_check.int8_line(report["precision_check"])
         if int8_line is not None:
             lines.append(int8_line)
+    if "languages" in report:
+        lines += languages.markdown_lines(report["languages"])
     for worker, precision in report.get("ours_precision", {}).items():
         lines.append(f"- ours, device worker {worker}: {precision}")
     impact = report.get("job_impact")
@@ -714,6 +719,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=["int8", "f32"],
         help="also run our server at these openvino_precision settings, at --paddlex-levels "
         "('' = none; int8 where `make convert-int8` made the models)",
+    )
+    parser.add_argument(
+        "--skip-languages",
+        action="store_true",
+        help="skip the turned-page and language check (loadtest/bench/languages.py)",
+    )
+    parser.add_argument(
+        "--language-pages", type=int, default=4, help="pages per language, and turned pages"
     )
     parser.add_argument(
         "--skip-batching",
