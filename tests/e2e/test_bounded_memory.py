@@ -39,6 +39,10 @@ max_pdf_pages = 6
 max_page_side_px = 0
 [pipeline.det]
 max_side_limit = 1024
+[models]
+# One model set: a second one's detector (PP-OCRv6 small holds ~2x PP-OCRv5 mobile's working
+# memory a pixel) would set every page's charge, and these sizes are PP-OCRv5 mobile's.
+sets = {{}}
 [workers]
 devices = ["cpu"]
 cpu_workers = 2
