@@ -7,15 +7,26 @@ tests/unit/models/test_openvino_precision.py."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from models.openvino_precision import has_bf16
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server, serving, start_server, stop_server, wait_ready
 
 ov: Any = pytest.importorskip("openvino")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The default server at "auto", whatever precision the suite's environment forces (the
+    suite is also run with OCR_ENGINE__OPENVINO_PRECISION=bf16 and =f32: issue 41)."""
+    with serving(
+        tmp_path_factory.mktemp("auto"), env={"OCR_ENGINE__OPENVINO_PRECISION": "auto"}
+    ) as srv:
+        yield srv
 
 
 def test_readyz_and_the_log_say_each_workers_precision_and_why(server: Server) -> None:
