@@ -777,7 +777,8 @@ def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> 
     """Read `path` (or start from the defaults when None), apply the `OCR_*` overrides found in
     `environ` (none when None), and build the `AppConfig`, its paths absolute: the environment's
     relative to the working directory, the file's to its folder, and the defaults (those the file
-    leaves out, or all without a file) to the project's (`serving.config_paths`)."""
+    leaves out, or all without a file) to the project's, but for the data a server keeps
+    (`config_paths.DATA_KEYS`), whose default with a file is beside it (`serving.config_paths`)."""
     raw: dict[str, Any] = {}
     if path is not None:
         try:
@@ -790,7 +791,18 @@ def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> 
         raw = _file_paths_resolved(raw, config_paths.file_base(path))
     if environ is not None:
         raw = apply_env_overrides(raw, environ)
-    return with_paths_resolved(build(AppConfig, raw), config_paths.defaults_base())
+    config = build(AppConfig, raw)
+    if path is not None:  # the data a file's server keeps: beside the file, as it always was
+        data = config_paths.file_base(path)
+        sections = {
+            section: dataclasses.replace(
+                getattr(config, section),
+                **{key: config_paths.resolve_path(getattr(getattr(config, section), key), data)},
+            )
+            for section, key in config_paths.DATA_KEYS
+        }
+        config = dataclasses.replace(config, **sections)
+    return with_paths_resolved(config, config_paths.defaults_base())
 
 
 def _file_paths_resolved(raw: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -10,8 +10,10 @@ out or of every key without a file, are the project's `config.toml` values, so t
 relative to that file's folder where the package runs from its source tree (an editable install,
 `make install`: `make convert` put the conversions there), else to the working directory. A
 config written elsewhere with only a few keys (the bench's, the soak's, a user's) still finds
-the clone's conversions. `~` is expanded; absolute paths and
-empty values (none) are kept; `models.*` values starting with `embedded:` are not paths.
+the clone's conversions. The data a server keeps (`DATA_KEYS`: the job store) is the exception:
+a file that leaves it out keeps it beside the file, so two configs never share a store. `~` is
+expanded; absolute paths and empty values (none) are kept; `models.*` values starting with
+`embedded:` are not paths.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ PATH_KEYS: tuple[tuple[str, str], ...] = (
     ("jobs", "data_dir"),
 )
 """(section, key) of the other configuration values that are filesystem paths."""
+
+DATA_KEYS: tuple[tuple[str, str], ...] = (("jobs", "data_dir"),)
+"""Paths of the data a server keeps: their defaults, for a config file that leaves them out, are
+beside the file (each config its own job store: the tests run many servers at once), not the
+clone's."""
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 """The source tree this package runs from, when it does (its `config.toml` holds the defaults)."""

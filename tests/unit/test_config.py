@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -54,7 +55,9 @@ def test_load_config_none_is_defaults() -> None:
 
 
 def test_empty_file_is_defaults(tmp_path: Path) -> None:
-    assert load_config(_write(tmp_path, "")) == with_paths_resolved(AppConfig(), defaults_base())
+    defaults = with_paths_resolved(AppConfig(), defaults_base())
+    jobs = dataclasses.replace(defaults.jobs, data_dir=str(tmp_path / "var/jobs"))  # beside it
+    assert load_config(_write(tmp_path, "")) == dataclasses.replace(defaults, jobs=jobs)
 
 
 def test_values_from_file_are_applied(tmp_path: Path) -> None:

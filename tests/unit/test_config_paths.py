@@ -53,7 +53,8 @@ def test_the_defaults_a_file_leaves_out_are_the_projects(tmp_path: Path, elsewhe
     (tmp_path / "config.toml").write_text('[server]\nport = 9000\n[models.sets.fr]\nrec = "fr"\n')
     config = load_config(Path("..") / "config.toml")
     assert config.engine.onnx_dir == str(defaults_base() / "var/models/onnx")
-    assert config.jobs.data_dir == str(defaults_base() / "var/jobs")
+    # The data a server keeps stays beside its file: each config its own job store.
+    assert config.jobs.data_dir == str(tmp_path / "var/jobs")
     assert config.models.sets["fr"].rec == str(tmp_path / "fr")  # the file's own: its folder
 
 
