@@ -6,8 +6,10 @@ on tightly set lines that moves the CTC decoder's blank/space decision: under wh
 in f32 through `rt_info` is not honoured by OpenVINO 2026.4.1's CPU plugin when set from Python,
 so the model is cut in two at the input of its head (the last MatMul: the CTC head's fully
 connected layer, then its bias and softmax): the body compiles at bf16, the head at f32, and
-the body's output feeds the head. Measured on the bench and synthetic pages (docs/performance.md,
-"bf16 layouts"): no merged word where f32 has none, at the speed of whole-model bf16.
+the body's output feeds the head. Measured (docs/performance.md, "Which layers, and why"): with
+the detector at bf16 the synthetic PNG pages keep their words at ~0.94x whole-model bf16's
+speed, but the JPEG invoice page still read "Totalamount" and Chinese lost 0.12 CER points, so
+"auto" keeps PP-OCRv5 mobile's recogniser at f32; PP-OCRv6 small's passes with its head in f32.
 """
 
 from __future__ import annotations
