@@ -11,6 +11,7 @@ import pytest
 
 from models.embedded import embedded_model_dir
 from models.spec import ModelSpec, load_model_spec
+from serving.config import ModelsConfig
 from serving.workers import shm
 from tests import properties
 from tests.postgres import MISSING, PostgresServer, find_binaries
@@ -88,3 +89,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if properties.TRIED:
         terminalreporter.write_line(properties.summary())
+
+
+ONE_SET = ModelsConfig(ori="", sets={})
+"""The default det and rec alone: no page classifier and no other model set. For tests that
+compare with Paddle's text (the Paddle engine reads no ONNX classifier) or count a worker's
+models, and engines that cannot read PP-OCRv6 small (torch: its "SAME_UPPER" padding)."""

@@ -29,6 +29,7 @@ from serving.config import AppConfig, EngineConfig
 from serving.convert import calibration
 from serving.convert import run as convert_command
 from serving.engine.local import LocalEngine
+from tests.conftest import ONE_SET
 
 ov: Any = pytest.importorskip("openvino")
 nncf: Any = pytest.importorskip("nncf")
@@ -40,12 +41,13 @@ INT8_MAX_CER_LOSS_HERE = 0.05
 
 def _config(onnx_dir: Path, precision: Any) -> AppConfig:
     return AppConfig(
+        models=ONE_SET,
         engine=EngineConfig(
             cpu_backend="openvino",
             cpu_threads=2,
             onnx_dir=str(onnx_dir),
             openvino_precision=precision,
-        )
+        ),
     )
 
 

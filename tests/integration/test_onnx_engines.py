@@ -19,6 +19,7 @@ from serving.config import AppConfig, EngineConfig, PaddlexConfig, WorkersConfig
 from serving.engine.local import LocalEngine
 from serving.service.runtime import Runtime
 from tests import images
+from tests.conftest import ONE_SET
 from tests.integration.conftest import wait_ready
 from tests.local_client import local_client
 
@@ -43,6 +44,7 @@ def test_pages() -> dict[str, np.ndarray]:
 def _config(backend: str, onnx_dir: str, openvino_precision: str = "f32") -> AppConfig:
     """OpenVINO at f32 unless asked: these tests compare its text with Paddle's."""
     return AppConfig(
+        models=ONE_SET,
         engine=dataclasses.replace(
             EngineConfig(),
             cpu_backend=backend,

@@ -22,19 +22,21 @@ from serving.config import AppConfig, EngineConfig
 from serving.engine.choice import engine_choice, model_stages
 from serving.engine.local import LocalEngine
 from serving.request_options import ocr_options
+from tests.conftest import ONE_SET
 
 pytest.importorskip("openvino")
 
 
 def _config(onnx_dir: str, lone_threads: int) -> AppConfig:
     return AppConfig(
+        models=ONE_SET,
         engine=EngineConfig(
             cpu_backend="openvino",
             cpu_threads=1,
             cpu_lone_threads=lone_threads,
             onnx_dir=onnx_dir,
             openvino_precision="f32",
-        )
+        ),
     )
 
 

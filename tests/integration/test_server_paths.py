@@ -61,7 +61,8 @@ def make_client(tmp_path, monkeypatch) -> Iterator:
     def start(env: dict[str, str], *, cls: bool) -> TestClient:
         for key, value in env.items():
             monkeypatch.setenv(key, value)
-        models = ModelsConfig(cls=str(_cls_dir(tmp_path)) if cls else "")
+        # One set, no page classifier: the fakes here stand in for det, rec and cls only.
+        models = ModelsConfig(cls=str(_cls_dir(tmp_path)) if cls else "", ori="", sets={})
         config = AppConfig(
             models=models,
             pipeline=PipelineConfig(use_textline_orientation=cls),

@@ -19,6 +19,7 @@ from serving.config import AppConfig, DeviceClassConfig, EngineConfig, PaddlexCo
 from serving.engine.local import LocalEngine
 from serving.service.runtime import Runtime
 from tests import images
+from tests.conftest import ONE_SET
 from tests.integration.conftest import wait_ready
 
 # The test pages and Paddle's texts of them, shared with the CPU engines' tests (the converted
@@ -33,6 +34,7 @@ __all__ = ["paddle_texts", "test_pages"]
 
 def _config(onnx_dir: str, **workers: object) -> AppConfig:
     return AppConfig(
+        models=ONE_SET,
         engine=dataclasses.replace(
             EngineConfig(), cpu_backend="torch", cpu_threads=2, onnx_dir=onnx_dir
         ),
