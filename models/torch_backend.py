@@ -37,10 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from models.base import EngineBackend, Predictor, PredictorError, not_loaded
+from models.base import EngineBackend, EngineBackendError, Predictor, PredictorError, not_loaded
 from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
 from models.lane_predictor import LanePredictor
+from models.onnx_pads import SamePadding, check_same_pads, explicit_same_pads
 from models.spec import ModelSpec
 from models.staging import Lane, Slot, lane_slots
 from models.torch_graph import UnsupportedGraph, host_shapes
@@ -159,7 +160,10 @@ class TorchPredictor(LanePredictor):
             # The graph loaded here, not its path: given a path, onnx2torch writes a copy for
             # shape inference beside the model, which fails where models are read-only (the
             # container image under a read-only root filesystem).
-            graph = importlib.import_module("onnx").load(str(self._spec.onnx_file))
+            # onnx2torch has no SAME padding (PP-OCRv6 small's): written out (`models.onnx_pads`).
+            graph = explicit_same_pads(
+                importlib.import_module("onnx").load(str(self._spec.onnx_file))
+            )
             module = self._host_shapes(onnx2torch.convert(graph).eval()).to(device)
         except Exception as err:  # onnx2torch and torch raise many kinds
             raise PredictorError(
@@ -295,6 +299,23 @@ class TorchPredictor(LanePredictor):
         self._lane = None
 
 
+def prepare_torch(spec: ModelSpec, options: EngineOptions) -> ModelSpec:
+    """`prepare_onnx`, and a graph onnx2torch can take after `explicit_same_pads`.
+
+    Raises:
+        EngineBackendError: no conversion, or a SAME padding that depends on the input's size
+            (a model set with such a model is left out before any process starts).
+    """
+    found = prepare_onnx(spec, options)
+    if found.onnx_file is None:  # pragma: no cover - prepare_onnx answers ONNX specs
+        return found
+    try:
+        check_same_pads(found.onnx_file)
+    except SamePadding as err:
+        raise EngineBackendError(f"the torch engine cannot read {spec.model_name}: {err}") from err
+    return found
+
+
 def create_torch_predictor(spec: ModelSpec, options: EngineOptions) -> Predictor:
     """A torch predictor for the ONNX form of `spec` on `options.device`."""
     return TorchPredictor(spec, options)
@@ -305,6 +326,6 @@ TORCH = EngineBackend(
     devices=frozenset({"cpu", "gpu"}),
     formats=frozenset({"onnx"}),
     create=create_torch_predictor,
-    prepare=prepare_onnx,
+    prepare=prepare_torch,
 )
 """PyTorch (CUDA or CPU) on the ONNX conversions of the configured Paddle models."""

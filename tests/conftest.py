@@ -94,4 +94,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 ONE_SET = ModelsConfig(ori="", sets={})
 """The default det and rec alone: no page classifier and no other model set. For tests that
 compare with Paddle's text (the Paddle engine reads no ONNX classifier) or count a worker's
-models, and engines that cannot read PP-OCRv6 small (torch: its "SAME_UPPER" padding)."""
+models."""
