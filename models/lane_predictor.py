@@ -38,6 +38,12 @@ class LanePredictor(SpecPredictor):
         (`models.base.ArgmaxOutput`)."""
         self._argmax = True
 
+    @property
+    def lane(self) -> Lane:
+        """The lane its batches run on: its worker's, shared with the worker's other predictors
+        (`inflight_batches` launched and one being collated, all stages together)."""
+        return self._ready_lane()
+
     def _ready_lane(self) -> Lane:
         if self._lane is None:
             raise not_loaded(self.spec)

@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Sequence
@@ -244,6 +245,8 @@ visualize = false
 [models]
 det = "{(args.models / "det").resolve()}"
 rec = "{(args.models / "rec").resolve()}"
+ori = ""  # the bundle's det and rec alone: what Paddle read its pages with (tests/gpu/bundle.py)
+sets = {{}}
 
 [engine]
 gpu_backend = "{args.backend}"
@@ -266,7 +269,9 @@ data_dir = "{(args.work / "jobs").resolve()}"
 
 
 def app_config(args: argparse.Namespace) -> AppConfig:
-    models = ModelsConfig(det=str(args.models / "det"), rec=str(args.models / "rec"))
+    models = ModelsConfig(
+        det=str(args.models / "det"), rec=str(args.models / "rec"), ori="", sets={}
+    )  # the bundle's det and rec alone, as `config_toml`'s
     engine = dataclasses.replace(
         EngineConfig(),
         gpu_backend=args.backend,
@@ -400,26 +405,30 @@ def device_limit(
     min_seconds: float,
 ) -> dict[str, Any]:
     """The GPU engine limit: the pages' det and rec batches (`calls`, in the order one page at
-    a time made them) replayed on the device alone, each predictor's lane kept as a device
-    worker keeps it (its `inflight_batches` launched while the next is collated: `lane_slots`),
-    round after round for at least `min_seconds`; no CPU stage between. Before, two were kept in
-    flight whatever the lane's slots, and a lane of two slots refused the third (issue 40: the
-    dry run's "all 2 slots are in use")."""
-    from models.staging import Slot, StagedPredictor, lane_slots
+    a time made them) replayed on the device alone, each lane kept as a device worker keeps it
+    (its `inflight_batches` launched while the next is collated: `lane_slots`; one lane for all
+    of a worker's predictors, det and rec together), round after round for at least
+    `min_seconds`; no CPU stage between. Before, the batches in flight were counted per stage
+    against the lane's slots, and a worker's det and rec on one lane of two slots refused the
+    third (issue 40: the dry run's "all 2 slots are in use")."""
+    from models.staging import Slot, StagedPredictor
 
-    def slots(predictor: object) -> int:
+    def lane_of(stage: str, predictor: object) -> tuple[object, int]:
+        """The lane `predictor` runs on (its stage where it says none) and the batches that
+        lane keeps launched."""
         options = getattr(predictor, "options", None)
-        return lane_slots(int(getattr(options, "inflight_batches", 1)))
+        return getattr(predictor, "lane", stage), int(getattr(options, "inflight_batches", 1))
 
     def one_round() -> None:
-        in_flight: dict[str, list[Slot]] = {stage: [] for stage in predictors}
+        in_flight: dict[int, list[Slot]] = {}
         for stage, batch in calls:
             predictor = predictors[stage]
             if not isinstance(predictor, StagedPredictor):
                 predictor.run(batch)
                 continue
-            mine = in_flight[stage]
-            while len(mine) >= slots(predictor):  # every slot launched: the oldest comes back
+            lane, launched = lane_of(stage, predictor)
+            mine = in_flight.setdefault(id(lane), [])
+            while len(mine) >= launched:  # all launched: the oldest comes back first
                 oldest = mine.pop(0)
                 oldest.result()
                 oldest.release()
@@ -943,6 +952,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as err:  # the other parts still tell something
             report.setdefault("errors", {})[name] = f"{type(err).__name__}: {err}"
             print(f"gpu_check: the {name} part failed: {err}", file=sys.stderr)
+            traceback.print_exc()  # into bench.log: where it failed, not only what
         report.setdefault("part_s", {})[name] = round(time.monotonic() - started, 1)
         if name == "engine_limit" and name in report:
             pace = float(report[name]["gpu"]["pages_per_s"])

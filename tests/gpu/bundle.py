@@ -29,7 +29,7 @@ import cv2
 from loadtest.gpu.check import READ_WITH_FILE, read_with
 from models import convert
 from models.bundle import load_bundle
-from serving.config import AppConfig, EngineConfig
+from serving.config import AppConfig, EngineConfig, ModelsConfig
 from tests.gpu.conftest import Pages
 
 GPU_WHEELS = (
@@ -95,8 +95,12 @@ def render_pages(real_pages: int = 1) -> Pages:
         (index,) = pdf_pages.select_text_pages(pdf, 1)
         (image,) = pdf_pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
         chosen[f"{pdf.stem}-p{index + 1}"] = image
-    # Paddle itself, whatever engine the CPU default is now.
-    config = AppConfig(engine=dataclasses.replace(EngineConfig(), cpu_backend="paddle"))
+    # Paddle itself, whatever engine the CPU default is now, on the det and rec alone (Paddle
+    # reads no ONNX page classifier; the check's servers read the bundle's det and rec alone).
+    config = AppConfig(
+        models=ModelsConfig(ori="", sets={}),
+        engine=dataclasses.replace(EngineConfig(), cpu_backend="paddle"),
+    )
     engine = LocalEngine(config)
     engine.load()
     expected = {name: [ln.text for ln in engine.ocr(img).lines] for name, img in chosen.items()}

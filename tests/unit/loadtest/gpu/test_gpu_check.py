@@ -115,6 +115,12 @@ def test_the_servers_config_loads(tmp_path: Path) -> None:
         "buckets",
     )
     assert config.models.det == str((tmp_path / "models" / "det").resolve())
+    # The bundle's det and rec alone (Paddle read the pages with them): no page classifier,
+    # no other model set, which the bundle does not carry.
+    assert (config.models.ori, config.models.sets) == ("", {})
+    args.device = "gpu:0"
+    models = gpu_check.app_config(args).models
+    assert (models.ori, models.sets) == ("", {})
 
 
 def test_read_with_is_optional(tmp_path: Path) -> None:
@@ -242,15 +248,16 @@ class _HostOps:
 
 
 class _LanePredictor:
-    """A staged predictor on a lane of `inflight_batches + 1` slots, as a device worker's."""
+    """A staged predictor on a lane of `inflight_batches + 1` slots, as a device worker's; the
+    worker's predictors share one lane (`models.torch_backend.worker_lane`)."""
 
-    def __init__(self, inflight_batches: int) -> None:
+    def __init__(self, inflight_batches: int, lane: Any = None) -> None:
         from types import SimpleNamespace
 
         from models.staging import Lane, lane_slots
 
         self.options = SimpleNamespace(inflight_batches=inflight_batches)
-        self.lane = Lane(_HostOps(), max_slots=lane_slots(inflight_batches))
+        self.lane = lane or Lane(_HostOps(), max_slots=lane_slots(inflight_batches))
         self.launched = 0
 
     def stage(self, shape: tuple[int, ...]) -> Any:
@@ -265,13 +272,15 @@ class _LanePredictor:
 
 
 def test_the_engine_limit_keeps_each_lane_within_its_slots() -> None:
-    """Issue 40: the replay kept two batches in flight whatever the lane's slots, and a lane of
-    two (one in flight, one collating: the default) refused the third: the dry run's "all 2
-    slots are in use", which skipped the engine limit, the CPU side and the texts."""
+    """Issue 40: the replay kept batches in flight per stage, while a worker's det and rec share
+    one lane of `inflight_batches + 1` slots: with one in flight (the CPU's default), a det and a
+    rec batch launched took both slots and the next refused ("all 2 slots are in use", the dry
+    run's engine limit, which skipped the CPU side and the texts)."""
     import numpy as np
 
     for inflight in (1, 2):
-        det, rec = _LanePredictor(inflight), _LanePredictor(inflight)
+        det = _LanePredictor(inflight)
+        rec = _LanePredictor(inflight, lane=det.lane)
         calls = [("det", np.ones((1, 3, 8, 8), np.float32))]
         calls += [("rec", np.ones((4, 3, 4, 16), np.float32))] * 5
         calls *= 3
@@ -285,4 +294,3 @@ def test_the_engine_limit_keeps_each_lane_within_its_slots() -> None:
         assert det.launched == 2 * 3  # the warm round and one measured round
         assert rec.launched == 2 * 15
         assert det.lane.slots <= inflight + 1
-        assert rec.lane.slots == inflight + 1
