@@ -514,10 +514,16 @@ class DeviceClassConfig:
     inflight_batches: int = 1
     """Batches a worker of this kind holds at once: 2 on GPUs, so that the next batch's transfer
     overlaps the current one's compute; placement counts them all."""
+    queued_batches: int = 0
+    """Batches sent to a worker of this kind beyond those it runs, waiting in its pipe: 1 on
+    GPUs, so that when a batch ends the next is already there (the stream does not wait for the
+    main process to take the answer and send another; issue 40). 0 on the CPU, whose worker runs
+    one batch at a time and gains nothing from holding one more back from other workers."""
 
     def check(self, path: str) -> None:
         """Validate, naming the TOML path in errors."""
         _check(self.inflight_batches > 0, f"{path}.inflight_batches", "must be > 0")
+        _check(self.queued_batches >= 0, f"{path}.queued_batches", "must be >= 0")
         for stage in self.stages:
             _check(stage in STAGES, f"{path}.stages", f"unknown stage {stage!r}")
         for stage in STAGES:
@@ -531,7 +537,12 @@ class DeviceClassConfig:
 
 def _gpu_class() -> DeviceClassConfig:
     return DeviceClassConfig(
-        det=_gpu_det(), rec=_gpu_rec(), cls=_gpu_rec(), ori=_gpu_ori(), inflight_batches=2
+        det=_gpu_det(),
+        rec=_gpu_rec(),
+        cls=_gpu_rec(),
+        ori=_gpu_ori(),
+        inflight_batches=2,
+        queued_batches=1,
     )
 
 

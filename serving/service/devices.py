@@ -94,6 +94,7 @@ def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[Device
                     stages=kind.stages,
                     max_rows=max_rows,
                     engine=engine_choice(config, device, alone=True),
+                    queued_batches=kind.queued_batches,
                 )
             )
     return specs

@@ -1,9 +1,10 @@
 """Device worker processes seen from the main process: start, supervise, and feed them batches.
 
-Each worker is a supervised process (`serving.workers.supervisor`) with `inflight_batches`
-dispatch tasks: each pulls the next batch sized for that worker from the scheduler, sends it, and
-hands each item's outcome to its waiting request. A worker that dies is restarted; the items it
-held are queued again once, then failed with 503 (the pool's `RetryPolicy`).
+Each worker is a supervised process (`serving.workers.supervisor`) with `inflight_batches` +
+`queued_batches` dispatch tasks: each pulls the next batch sized for that worker from the
+scheduler, sends it, and hands each item's outcome to its waiting request. A worker that dies is
+restarted; the items it held are queued again once, then failed with 503 (the pool's
+`RetryPolicy`).
 """
 
 from __future__ import annotations
@@ -220,7 +221,8 @@ class DevicePool:
         """Start every worker (in parallel) and their dispatch loops."""
         await asyncio.gather(*(w.start() for w in self.workers))
         for worker in self.workers:
-            for _ in range(worker.inflight_batches):
+            # One task a batch it holds: those it runs, and those queued for when one ends.
+            for _ in range(worker.inflight_batches + worker.spec.queued_batches):
                 self._tasks.append(
                     asyncio.create_task(self._serve_forever(worker), name=worker.spec.name)
                 )

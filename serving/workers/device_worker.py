@@ -75,6 +75,9 @@ class DeviceSpec:
     """Largest batch (rows) this worker pulls per stage; sizes GPU TensorRT profiles."""
     engine: EngineChoice
     """Backend and options, built for this worker's own device (`serving.engine.choice`)."""
+    queued_batches: int = 0
+    """Batches the main process sends beyond the `inflight_batches` the worker runs: they wait
+    in the pipe until a running one ends (`workers.<kind>.queued_batches`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

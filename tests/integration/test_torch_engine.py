@@ -71,9 +71,9 @@ def test_rec_answers_the_argmax_of_what_it_computes(onnx_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def torch_client(onnx_dir: str) -> Iterator[TestClient]:
-    # Two batches in flight per worker, as on GPUs: the worker launches the next before it
-    # waits for the current one.
-    cpu = dataclasses.replace(DeviceClassConfig(), inflight_batches=2)
+    # Two batches in flight per worker and one queued, as on GPUs: the worker launches the next
+    # before it waits for the current one, and the third waits in its pipe.
+    cpu = dataclasses.replace(DeviceClassConfig(), inflight_batches=2, queued_batches=1)
     runtime = Runtime.build(_config(onnx_dir, cpu=cpu), jobs=False)
     with local_client(build_app(runtime)) as client:
         wait_ready(client)

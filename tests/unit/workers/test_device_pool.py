@@ -39,6 +39,7 @@ class FakeWorker:
     name: str = "cpu"
     behaviours: list[Behaviour | type[Exception]] = field(default_factory=list)
     inflight_batches: int = 1
+    queued_batches: int = 0
     restarts: int = 0
     starts: int = 0
     last_done_at: float = 0.0
@@ -62,6 +63,7 @@ class FakeWorker:
             device=self.name.split("#")[0],
             stages=("rec",),
             engine=EngineChoice(backend="fake", options=options),
+            queued_batches=self.queued_batches,
         )
 
     @property
@@ -213,6 +215,15 @@ def test_inflight_batches_run_concurrently_on_one_worker(inflight: int) -> None:
     _, outcomes = asyncio.run(run([worker], list(range(12))))
     assert outcomes == [2 * p for p in range(12)]
     assert worker.most_active == inflight
+
+
+def test_a_worker_is_sent_its_queued_batches_beyond_those_it_runs() -> None:
+    """`queued_batches`: the next batch is at the worker when one ends (issue 40), so with 2
+    running and 1 queued, 3 batches are with the worker at once."""
+    worker = FakeWorker(inflight_batches=2, queued_batches=1)
+    _, outcomes = asyncio.run(run([worker], list(range(12))))
+    assert outcomes == [2 * p for p in range(12)]
+    assert worker.most_active == 3
 
 
 def alone_flags(workers: list[FakeWorker]) -> list[bool]:

@@ -90,6 +90,37 @@ def test_worker_launches_the_next_batch_before_it_waits_for_the_current_one(pref
     assert not serving.is_alive()
 
 
+def test_a_queued_batch_waits_in_the_pipe_until_a_running_one_ends(prefix) -> None:
+    """`queued_batches`: the main process sends a third batch to a worker running two; the
+    worker launches it only once the first has ended (never more than `inflight_batches` on
+    the lane), and answers all three in order."""
+    device = TimedDevice(compute_s=0.05)
+    predictor = StagedFake(Lane(device))
+    engine = EngineChoice(backend="fake", options=EngineOptions(inflight_batches=2))
+    spec = DeviceSpec(
+        name="gpu:0", device="gpu:0", stages=("rec",), engine=engine, queued_batches=1
+    )
+    ours, theirs = multiprocessing.Pipe()
+    runner = DeviceWorkerChild(
+        spec=spec, setup=WorkerSetup(model_dirs={}, shm_prefix=prefix), conn=ours
+    )
+    runner.use({"rec": predictor})
+    serving = threading.Thread(target=runner.serve, daemon=True)
+    serving.start()
+    try:
+        for tag in (1, 2, 3):
+            theirs.send(("run", 10 + tag, "rec", [crops(tag, tag, prefix)], False))
+        answers = [theirs.recv() for _ in range(3)]
+        theirs.send(("stop",))
+        serving.join(timeout=10)
+    finally:
+        device.close()
+    assert [batch_id for _, batch_id, _ in answers] == [11, 12, 13]
+    assert predictor.events == [("launch", 1), ("launch", 2), ("launch", 3)]
+    assert device.log.index(("start", ("upload", 3))) > device.log.index(("end", ("compute", 1)))
+    assert not serving.is_alive()
+
+
 class FailingLaunch(StagedFake):
     """Refuses to launch, and fails items whose label is 0 when run synchronously."""
 
