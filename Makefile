@@ -42,8 +42,9 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test pyproject.toml
 
 install: $(VENV)/.installed
 
-# The torch engine (GPUs, or the CPU): `make install-torch convert`, then [engine] gpu_backend =
-# "torch" (docs/gpus.md). onnx2torch goes in without its torchvision requirement (pyproject.toml).
+# The torch engine (GPUs, or the CPU): `make install-torch convert`; [engine] gpu_backend = "auto"
+# (the default) serves GPUs with it when it sees one (docs/gpus.md). `make serve-gpu` does both and
+# serves. onnx2torch goes in without its torchvision requirement (pyproject.toml).
 ONNX2TORCH := onnx2torch==1.5.15
 
 $(VENV)/.installed-torch: $(VENV)/.installed pyproject.toml
@@ -179,6 +180,12 @@ image-test: install-test
 
 # The default CPU engine (OpenVINO) serves the models' ONNX conversions: `convert` makes them once.
 serve: install convert
+	$(BIN)/ocr-serve --config $(CONFIG)
+
+# A host with NVIDIA GPUs: torch's CUDA build (PyPI's default wheel) and the conversions it reads;
+# gpu_backend = "auto" then serves the GPUs with torch (the log and /readyz say so).
+.PHONY: serve-gpu
+serve-gpu: install-torch convert
 	$(BIN)/ocr-serve --config $(CONFIG)
 
 lint: install-test

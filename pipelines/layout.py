@@ -10,6 +10,13 @@ right. A title across two columns is cut off above them first (no vertical gutte
 then the columns apart, then each column into paragraphs: the text reads column by column, where
 PaddleOCR's order (top to bottom, then left to right) interleaves the columns' lines.
 
+Page furniture is read first and last: the page's top row of lines (a running header, a page
+number) when an empty band at least `furniture_gap` line heights tall parts it from the body is
+the first block, and the bottom row so parted (a footer) the last; the XY-cut orders the body
+between. Left to the XY-cut, a header at the top right, beside nothing but the heading below it,
+was a column of its own and read after that heading (issue 39, item 7: a born-digital page's
+"Shared MIME-info Database" after "1.3. Language used in this specification").
+
 The cuts are made with an explicit stack, not recursion (a page of ~1,000 stacked lines, each cut
 off the rest alone, once passed Python's recursion limit: a 500), each region's projections in
 numpy, and the work is bounded: once `MAX_WORK` line visits have been spent on a page, the regions
@@ -39,6 +46,10 @@ class LayoutParams:
     """Between lines above and below: a smaller gap is line spacing within a paragraph."""
     column_gap: float = 1.0
     """Between columns: wider than the space between two words of a line."""
+    furniture_gap: float = 0.8
+    """Between the page's top (bottom) row and the rest: that row is a header (footer), read
+    first (last). A paragraph's gap: the Shared MIME-info spec's running header is 0.96 line
+    heights above its heading as the detector boxes them (the text layer's boxes: 1.4)."""
 
 
 def reading_order(
@@ -59,9 +70,10 @@ def reading_order(
         return []
     heights = array[:, 3] - array[:, 1]
     line_height = max(float(np.median(heights)), 1.0)
-    blocks: list[list[int]] = []
+    header, body, footer = _furniture(array, line_height, params)
+    blocks = [header] if header else []
     work = 0
-    regions = [np.arange(len(array))]  # a stack: the next region to read on top
+    regions = [body] if len(body) else []  # a stack: the next region to read on top
     while regions:
         members = regions.pop()
         work += len(members)
@@ -73,7 +85,57 @@ def reading_order(
         before = array[members, axis + 2] <= where
         regions.append(members[~before])
         regions.append(members[before])
-    return blocks
+    return blocks + ([footer] if footer else [])
+
+
+def _furniture(
+    boxes: np.ndarray, line_height: float, params: LayoutParams
+) -> tuple[list[int], np.ndarray, list[int]]:
+    """(header, body, footer): the page's top row when the empty band under it is at least
+    `furniture_gap` line heights, its lines in reading order (else empty), the indices of the
+    lines between, and the bottom row likewise."""
+    everyone = np.arange(len(boxes))
+    widths, starts = _gaps(boxes, 1)
+    wide = np.flatnonzero(widths >= params.furniture_gap * line_height)
+    if not len(wide):
+        return [], everyone, []
+    tops, bottoms = boxes[:, 1], boxes[:, 3]
+    over = bottoms <= starts[wide[0]]  # above the topmost wide band
+    under = tops >= starts[wide[-1]] + widths[wide[-1]]  # below the lowest
+    header = _furniture_row(
+        boxes, everyone[over], _gutters(boxes[~over], line_height, params), line_height
+    )
+    footer = _furniture_row(
+        boxes, everyone[under], _gutters(boxes[~under], line_height, params), line_height
+    )
+    body = np.setdiff1d(everyone, np.asarray(header + footer, dtype=np.int64))
+    return header, body, footer
+
+
+def _gutters(boxes: np.ndarray, line_height: float, params: LayoutParams) -> np.ndarray:
+    """The body's column gutters: empty bands of its x projection at least `column_gap` line
+    heights wide, as (start, end) rows."""
+    widths, starts = _gaps(boxes, 0) if len(boxes) else (np.empty(0), np.empty(0))
+    keep = widths >= params.column_gap * line_height
+    return np.stack([starts[keep], starts[keep] + widths[keep]], axis=1)
+
+
+def _furniture_row(
+    boxes: np.ndarray, members: np.ndarray, gutters: np.ndarray, line_height: float
+) -> list[int]:
+    """`members` in reading order when they are one row of furniture, else empty: not when
+    they are several rows, nor when they are the body's columns' first (last) lines: none across
+    a gutter of the body, and one beginning where the column after that gutter begins (column
+    headings, read with their columns; a page number at the right margin begins elsewhere)."""
+    if not len(members) or len(_row_groups(boxes, members)) != 1:
+        return []
+    x0, x1 = boxes[members, 0], boxes[members, 2]
+    for start, end in gutters:
+        across = (x0 < end) & (x1 > start)
+        after = x0[x0 >= end]
+        if not across.any() and len(after) and after.min() - end < line_height:
+            return []
+    return _rows(boxes, members)
 
 
 def _best_cut(
@@ -106,6 +168,11 @@ def _gaps(boxes: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
 def _rows(boxes: np.ndarray, members: np.ndarray) -> list[int]:
     """One block's lines top to bottom; lines on one row (overlapping by half the lower one's
     height) left to right."""
+    return [i for row in _row_groups(boxes, members) for i in row]
+
+
+def _row_groups(boxes: np.ndarray, members: np.ndarray) -> list[list[int]]:
+    """The lines' rows, top to bottom, each left to right (`_rows`)."""
     order = members[np.lexsort((boxes[members, 0], boxes[members, 1]))]
     rows: list[list[int]] = []
     top = bottom = 0.0  # the current row's band: its lines' lowest top, highest bottom
@@ -119,4 +186,4 @@ def _rows(boxes: np.ndarray, members: np.ndarray) -> list[int]:
                 continue
         rows.append([i])
         top, bottom = y0, y1
-    return [i for row in rows for i in sorted(row, key=lambda j: boxes[j, 0])]
+    return [sorted(row, key=lambda j: boxes[j, 0]) for row in rows]

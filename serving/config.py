@@ -386,8 +386,11 @@ class EngineConfig:
     the fastest with Paddle's text, measured: README, CPU engines; "onnxruntime"; "paddle"; or
     "fake", model-shaped answers without loading a model, for dry runs and smoke tests). The ONNX
     engines serve the models' conversions (`make convert`)."""
-    gpu_backend: str = "paddle"
-    """Engine backend of GPU device workers."""
+    gpu_backend: str = "auto"
+    """Engine backend of GPU device workers: "auto" (torch when it is installed and sees a GPU,
+    else Paddle when its GPU build does, else none and `devices = "auto"` serves on the CPU; the
+    log and `/readyz` say which and why: `serving.engine.gpu_choice`), or a name in
+    `models.registry.BACKENDS` that runs on GPUs ("torch", "paddle")."""
     cpu_threads: int = 0
     """Math threads of a CPU device worker; 0 = the CPUs this process may use (`serving.cpus`)."""
     cpu_lone_threads: int = 0
@@ -451,6 +454,8 @@ class EngineConfig:
         _check(self.gpu_memory_pool_mb > 0, "engine.gpu_memory_pool_mb", "must be > 0")
         for kind in DEVICE_KINDS:
             name, path = self.backend_for(kind), f"engine.{kind}_backend"
+            if kind == "gpu" and name == "auto":  # chosen at start-up, where the GPUs are seen
+                continue
             known = choices_text(backend_names())
             _check(name in BACKENDS, path, f"unknown engine backend {name!r}: must be {known}")
             serving = choices_text(backend_names(kind))
@@ -458,7 +463,8 @@ class EngineConfig:
             _check(runs_here, path, f"{name} does not run on {kind} devices: {serving} do")
 
     def backend_for(self, kind: DeviceKind) -> str:
-        """The backend name configured for `kind` devices."""
+        """The backend name configured for `kind` devices ("auto" for GPUs: chosen at start-up,
+        `serving.engine.gpu_choice`)."""
         return self.cpu_backend if kind == "cpu" else self.gpu_backend
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from models.base import ArgmaxOutput
+from models.base import ArgmaxOutput, EngineBackendError
 from models.engine_options import EngineOptions, device_kind
 from models.openvino_backend import OpenVinoPredictor
 from models.openvino_precision import PrecisionChoice, summarise
 from models.registry import EngineChoice
 from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.config import AppConfig, EngineConfig
+from serving.engine.gpu_choice import AUTO, choose_gpu_engine
 from serving.model_sets import stage_kind
 
 
@@ -60,11 +61,24 @@ def engine_choice(config: AppConfig, device: str, *, alone: bool = False) -> Eng
 
     The one place `workers.<kind>.inflight_batches` becomes a limit: the main process's dispatch
     tasks per worker, the batches the worker holds launched, and its lane's page-locked slots
-    all read it from these options."""
+    all read it from these options.
+
+    Raises:
+        EngineBackendError: `engine.gpu_backend = "auto"` for a GPU, and no engine here uses one.
+    """
     kind = device_kind(device)
     workers = config.workers.gpu if kind == "gpu" else config.workers.cpu
+    backend = config.engine.backend_for(kind)
+    if backend == AUTO:
+        chosen = choose_gpu_engine()
+        if chosen.backend is None:
+            raise EngineBackendError(
+                f"{device}: engine.gpu_backend = 'auto' found no engine that uses a GPU here: "
+                f"{chosen.reason}"
+            )
+        backend = chosen.backend
     return EngineChoice(
-        backend=config.engine.backend_for(kind),
+        backend=backend,
         options=engine_options(
             config.engine,
             device,

@@ -201,6 +201,12 @@ SCHEMAS: dict[str, Json] = {
                 "at and why, e.g. OpenVINO's auto choice for this CPU)",
             },
             "cpu_workers": {"type": "object"},
+            "gpu_engine": {
+                "type": "object",
+                "description": "Which engine GPU device workers run and why: setting "
+                "(engine.gpu_backend), backend (torch, paddle, or cpu: none here uses a GPU), "
+                "gpus, reason",
+            },
             "error": {"type": "string"},
         },
     },

@@ -8,13 +8,13 @@ import dataclasses
 import logging
 import subprocess
 import sys
-from pathlib import Path
 
 from models.base import EngineBackendError
 from models.bundle import ModelBundle
 from models.registry import get_backend
 from serving.config import STAGES, AppConfig
 from serving.engine.choice import engine_choice
+from serving.engine.gpu_choice import AUTO, GpuEngineChoice, choose_gpu_engine, nvidia_gpus_present
 from serving.model_sets import ModelSet, stage_kind
 from serving.workers.device_worker import DeviceSpec
 
@@ -29,14 +29,6 @@ GPU_COUNT_CODE = {
     "torch": "import torch\nprint(torch.cuda.device_count() if torch.cuda.is_available() else 0)",
 }
 """How each GPU engine counts the GPUs it can use (asked in a child process)."""
-
-
-def nvidia_gpus_present(driver_dir: Path = Path("/proc/driver/nvidia/gpus")) -> int:
-    """NVIDIA GPUs the kernel driver lists, whatever any engine can use."""
-    try:
-        return sum(1 for _ in driver_dir.iterdir())
-    except OSError:
-        return 0
 
 
 def visible_gpus(backend: str = "paddle") -> int:
@@ -61,12 +53,24 @@ def visible_gpus(backend: str = "paddle") -> int:
     if count == 0 and present:
         logger.warning(
             "found %d NVIDIA GPU(s) but engine.gpu_backend = %r cannot use them, so devices = "
-            "'auto' serves on the CPU. To serve on them: pip install -e '.[torch]', make convert, "
-            'and set [engine] gpu_backend = "torch" (README: GPUs)',
+            "'auto' serves on the CPU. To serve on them: make serve-gpu (make install-torch "
+            'convert, then [engine] gpu_backend = "torch" or "auto"; README: GPUs)',
             present,
             backend,
         )
     return count
+
+
+def gpu_engine(config: AppConfig) -> GpuEngineChoice:
+    """Which engine GPU device workers run, and why, for the log and `/readyz`: with
+    `engine.gpu_backend = "auto"` probed (`serving.engine.gpu_choice`) when `workers.devices`
+    may hold a GPU, else the configured one."""
+    setting = config.engine.gpu_backend
+    if setting != AUTO:
+        return GpuEngineChoice(setting=setting, backend=setting, gpus=None, reason="configured")
+    if not any(d == "auto" or d.startswith("gpu:") for d in config.workers.devices):
+        return GpuEngineChoice(backend=None, gpus=0, reason="workers.devices names no GPU")
+    return choose_gpu_engine()
 
 
 def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[DeviceSpec]:
@@ -76,7 +80,12 @@ def device_specs(config: AppConfig, gpu_count: int | None = None) -> list[Device
     for entry in workers.devices:
         if entry == "auto":
             backend = config.engine.gpu_backend
-            count = visible_gpus(backend) if gpu_count is None else gpu_count
+            if gpu_count is not None:
+                count = gpu_count
+            elif backend == AUTO:
+                count = choose_gpu_engine().gpus or 0
+            else:
+                count = visible_gpus(backend)
             devices.extend([f"gpu:{i}" for i in range(count)] or ["cpu"])
         else:
             devices.append(entry)

@@ -16,6 +16,7 @@ from models.engine_options import device_kind
 from serving.config import STAGES, AppConfig
 from serving.decode.readers import DecodeLimits
 from serving.engine.choice import PRECISION_KEYS
+from serving.engine.gpu_choice import GpuEngineChoice
 from serving.errors import NotReady, ShuttingDown
 from serving.jobs.runner import JobRunner
 from serving.metrics import Metrics
@@ -32,6 +33,7 @@ from serving.service.devices import (
     check_engines,
     check_set_engines,
     device_specs,
+    gpu_engine,
     with_backend,
     with_sets,
     without_unread_orientation,
@@ -76,6 +78,8 @@ class Runtime:
     sets: ModelSets | None = None
     """Every model set served (`serving.model_sets`); None: `bundle` alone."""
     cost_model: CostModel = field(default_factory=CostModel)
+    gpu_engine: GpuEngineChoice | None = None
+    """Which engine GPU device workers run, and why (`engine.gpu_backend`; `/readyz`)."""
     """The devices' measured batch costs, as placement predicts with them (`/readyz`)."""
     """The whole memory budget (`server.memory_budget_bytes` or its default): pages are charged
     against `service.budget`, its share for pages (`page_memory.pages_share_bytes`)."""
@@ -119,6 +123,13 @@ class Runtime:
             company_possible=lambda: admission.inflight > 1,
             background_share=config.jobs.min_share,
             placement=Placement(model=cost_model),
+        )
+        gpu = gpu_engine(config)
+        logger.info(
+            "GPU engine: %s (engine.gpu_backend = %r: %s)",
+            gpu.backend or "none, the CPU serves",
+            gpu.setting,
+            gpu.reason,
         )
         specs = specs if specs is not None else device_specs(config)
         if backend is not None:
@@ -185,6 +196,7 @@ class Runtime:
             claim=claim,
             budget_bytes=budget_bytes,
             cost_model=cost_model,
+            gpu_engine=gpu,
         )
 
     @property
@@ -267,6 +279,7 @@ class Runtime:
             },
             "cost_model": self.cost_model.describe(),
             "batching": "exact" if self.service.batch_shapes is None else "bucketed",
+            **({"gpu_engine": self.gpu_engine.describe()} if self.gpu_engine else {}),
             "model_sets": self.describe_models(),
         }
         if self.startup_error:

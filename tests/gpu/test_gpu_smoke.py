@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from models.staging import StagedPredictor
-from serving.config import AppConfig
+from serving.config import AppConfig, build
 from serving.engine.choice import engine_choice
 from serving.engine.local import LocalEngine, ocr_page
 from serving.engine.warmup import WARMUP_TEXT, warmup_image
@@ -25,9 +25,12 @@ def _gpu_count() -> int:
 
 pytestmark = pytest.mark.skipif(_gpu_count() == 0, reason="needs a GPU and a GPU build of Paddle")
 
+PADDLE = {"engine": {"gpu_backend": "paddle"}}
+"""Paddle on the GPU, whatever else is installed ("auto", the default, takes torch first)."""
+
 
 def test_gpu_predictors_read_the_warmup_page_like_the_cpu() -> None:
-    config = AppConfig()
+    config = build(AppConfig, PADDLE)
     cpu = LocalEngine(config)
     cpu.load()
     engine = engine_choice(config, "gpu:0")
@@ -47,7 +50,7 @@ def test_gpu_predictors_read_the_warmup_page_like_the_cpu() -> None:
 
 
 def test_two_batches_in_flight_on_one_lane_answer_as_one_at_a_time() -> None:
-    config = AppConfig()
+    config = build(AppConfig, PADDLE)
     cpu = LocalEngine(config)
     cpu.load()
     predictor = engine_choice(config, "gpu:0").predictor(cpu.bundle.specs["rec"], max_batch_rows=8)

@@ -57,3 +57,42 @@ def test_the_work_is_bounded_and_every_line_still_read_once() -> None:
     assert time.perf_counter() - started < 5.0
     order = [i for block in blocks for i in block]
     assert order == list(range(20_000))
+
+
+def _read(boxes: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    return [boxes[i] for block in reading_order(boxes) for i in block]
+
+
+def test_a_running_header_at_the_top_right_reads_first() -> None:
+    # Shared MIME-info's page 2 (issue 39, item 7): the header beside nothing but the heading
+    # under it was a column of its own, read after the heading.
+    header, heading = (879, 94, 1120, 114), (249, 140, 813, 170)
+    body = _column(249, 1120, 215, 3, pitch=27, height=20)
+    boxes = [heading, *body, header]
+    order = _read(boxes)
+    assert order == [header, heading, *body]
+    assert reading_order(boxes)[0] == [len(boxes) - 1]  # the header is a block alone
+
+
+def test_a_footer_under_the_left_column_reads_last() -> None:
+    left, right = _column(50, 560, 100, 5), _column(640, 1150, 100, 5)
+    footer = (50, 380, 120, 410)  # a page number at the bottom left
+    header = (980, 20, 1150, 50), (50, 20, 400, 50)  # a running title and a date, one row
+    boxes = [*header, *left, *right, footer]
+    assert _read(boxes) == [header[1], header[0], *left, *right, footer]
+
+
+def test_column_headings_stay_with_their_columns() -> None:
+    # Each column's first line, a gap under both: not furniture, each read with its column.
+    left, right = _column(50, 560, 160, 4), _column(640, 1150, 160, 4)
+    headings = [(50, 100, 300, 130), (640, 100, 900, 130)]
+    boxes = [*headings, *left, *right]
+    assert _read(boxes) == [headings[0], *left, headings[1], *right]
+
+
+def test_rows_near_the_body_are_not_furniture() -> None:
+    # Line spacing under the top row and over the bottom one: one paragraph, no furniture.
+    boxes = _column(50, 600, 100, 4, pitch=40, height=30)
+    assert reading_order(boxes) == [[0, 1, 2, 3]]
+    # A page of two rows far apart: the first reads first.
+    assert reading_order([(50, 300, 600, 330), (700, 20, 900, 50)]) == [[1], [0]]

@@ -13,9 +13,12 @@ from serving.errors import ConfigError
 from serving.service.devices import device_specs, without_unread_orientation
 from serving.service.runtime import Runtime
 
+PADDLE = {"gpu_backend": "paddle"}
+"""GPUs on Paddle, as these tests were written for: "auto" (the default) finds none here."""
+
 
 def _specs(workers: dict[str, Any], gpus: int) -> list[tuple[str, str]]:
-    config = build(AppConfig, {"workers": workers})
+    config = build(AppConfig, {"workers": workers, "engine": PADDLE})
     return [(s.name, s.device) for s in device_specs(config, gpu_count=gpus)]
 
 
@@ -82,7 +85,7 @@ def test_cpu_workers_run_lone_batches_on_every_core_unless_told(
     specs = device_specs(config, gpu_count=0)
     assert [s.engine.options.lone_threads for s in specs] == [expected] * instances
     # GPU workers never: a GPU batch is not the CPU's.
-    gpu = build(AppConfig, {"workers": {"devices": ["gpu:0"]}})
+    gpu = build(AppConfig, {"workers": {"devices": ["gpu:0"]}, "engine": PADDLE})
     assert [s.engine.options.lone_threads for s in device_specs(gpu, gpu_count=1)] == [0]
 
 
@@ -97,7 +100,7 @@ def test_each_worker_gets_engine_options_for_its_own_device() -> None:
     config = build(
         AppConfig,
         {
-            "engine": {"precision": "fp16", "use_tensorrt": True},
+            "engine": {"precision": "fp16", "use_tensorrt": True, **PADDLE},
             "workers": {"devices": ["gpu:0", "cpu"]},
         },
     )
@@ -128,7 +131,8 @@ def test_page_orientation_is_served_by_the_devices_whose_engine_reads_it() -> No
     bundle = load_bundle(
         "embedded:PP-OCRv5_mobile_det", "embedded:PP-OCRv5_mobile_rec", ori=f"embedded:{ORI}"
     )
-    config = build(AppConfig, {"workers": {"devices": ["gpu:0", "cpu"], "cpu_instances": 1}})
+    workers = {"devices": ["gpu:0", "cpu"], "cpu_instances": 1}
+    config = build(AppConfig, {"workers": workers, "engine": PADDLE})
     specs = device_specs(config, gpu_count=1)  # the GPU on Paddle, which reads no ONNX model
     assert all("ori" in spec.stages for spec in specs)
     served, kept = without_unread_orientation(bundle, specs)
