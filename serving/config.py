@@ -231,6 +231,9 @@ class AuthConfig:
     max_inflight_pages: int = 0
     """Default per-key cap on pages in flight (`/ocr`, `/v1/ocr`, `/v1/render`); 0 = none
     beyond `server.max_inflight_pages`."""
+    open: bool = False
+    """With no keys and a bind beyond loopback, serve the jobs API anyway (else 403
+    `open_store_refused`: anyone on the network could read and delete every stored document)."""
 
     def __post_init__(self) -> None:
         _check(self.requests_per_s >= 0, "auth.requests_per_s", "must be >= 0")
