@@ -574,9 +574,20 @@ class WorkersConfig:
     cls_queue: QueueConfig = field(default_factory=lambda: QueueConfig(max_wait_ms=20.0))
     ori_queue: QueueConfig = field(default_factory=QueueConfig)
     restart_backoff_s: float = 1.0
+    cpu_task_cpu_s: float = 600.0
+    """CPU seconds one CPU worker call (a document's decode, a page's steps) may use before the
+    worker is killed (`RLIMIT_CPU`); 0 = no limit."""
+    cpu_max_open_files: int = 256
+    """Open files of one CPU worker (`RLIMIT_NOFILE`); 0 = inherited."""
+    cpu_address_space_bytes: int = 0
+    """Address space a CPU worker may add to its size once started (`RLIMIT_AS`; past it an
+    allocation fails with `MemoryError` in that call); 0 = the memory budget, at least 2 GiB."""
 
     def __post_init__(self) -> None:
         _check(self.cpu_workers >= 0, "workers.cpu_workers", "must be >= 0")
+        _check(self.cpu_task_cpu_s >= 0, "workers.cpu_task_cpu_s", "must be >= 0")
+        _check(self.cpu_max_open_files >= 0, "workers.cpu_max_open_files", "must be >= 0")
+        _check(self.cpu_address_space_bytes >= 0, "workers.cpu_address_space_bytes", "must be >= 0")
         _check(self.gpu_instances > 0, "workers.gpu_instances", "must be > 0")
         _check(self.cpu_instances > 0, "workers.cpu_instances", "must be > 0")
         _check(len(self.devices) > 0, "workers.devices", "must not be empty")
