@@ -115,7 +115,8 @@ class ServerConfig:
     overload_status: int = 503
     """Status for shed requests: 503 (default) or 429."""
     retry_after_s: int = 2
-    """Value of the Retry-After header on shed requests."""
+    """Least `Retry-After` on shed requests, in seconds; each answer's is drawn between its base
+    (this, or the measured pace's wait) and twice that (`serving.scheduling.retry_after`)."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM the process exits within this long: requests in flight get most of it, and those
     that cannot finish in time answer 503 shutting_down (`serving.server.ShutdownPlan`)."""
