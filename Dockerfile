@@ -7,7 +7,10 @@
 #     --build-arg BASE_IMAGE=paddlepaddle/paddle:3.2.2-gpu-cuda12.6-cudnn9.5 -t ocr-serving:gpu .
 #   docker build --build-arg VARIANT=gpu-torch --build-arg GPU_BACKEND=torch \
 #     -t ocr-serving:gpu-torch .                                            # NVIDIA GPUs, PyTorch
-# Every variant serves on 0.0.0.0:8000 as a non-root user (uid 10001), reads /etc/ocr/config.toml
+# Every variant serves on 0.0.0.0:8000 as a non-root user (uid 10001); with no API keys its jobs
+# API answers 403 there (anyone on the network could read the stored documents) unless
+# OCR_AUTH__OPEN=true, so give it keys (OCR_API_KEYS, OCR_AUTH__KEYS_FILE), or publish the port on
+# 127.0.0.1 and set OCR_AUTH__OPEN=true. It reads /etc/ocr/config.toml
 # (mount your own over it) plus OCR_<SECTION>__<KEY> environment overrides, keeps job data in the
 # /var/lib/ocr volume and carries the embedded PP-OCRv5 mobile models; other model directories go
 # under the /models volume.

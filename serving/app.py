@@ -19,6 +19,7 @@ from serving.http.hosts import HostCheckMiddleware
 from serving.http.key_reload import KeyReloader
 from serving.http.keys import load_keys
 from serving.http.listeners import ListenerMiddleware
+from serving.http.open_store import OpenStoreGuard, is_loopback_bind, store_refused
 from serving.http.request_id import RequestIdMiddleware
 from serving.http.routes import ROUTES
 from serving.http.security_headers import SecurityHeadersMiddleware
@@ -34,7 +35,9 @@ def middleware(
 ) -> list[Middleware]:
     """Security headers outermost, then request ids, then the listeners' routes and the API's
     requests at once (`serving/http/listeners.py`), then upload timeouts, then CORS (only with
-    `server.cors_origins`), then API keys, or with no keys the Host check (`serving/http/hosts.py`).
+    `server.cors_origins`), then API keys, or with no keys the Host check (`serving/http/hosts.py`)
+    and, on a bind beyond loopback without `auth.open`, the jobs API refused
+    (`serving/http/open_store.py`).
 
     CORS sits outside the key check so that browsers' preflight requests, which carry no key,
     are answered.
@@ -77,6 +80,15 @@ def middleware(
                 cors_origins=config.server.cors_origins,
             )
         )
+        if store_refused(config.server.host, open_access=config.auth.open):
+            logger.warning(
+                "jobs API refused (403 open_store_refused): no API keys and host %s is not "
+                "loopback; configure keys, or set auth.open = true to serve it to the network",
+                config.server.host,
+            )
+            stack.append(Middleware(OpenStoreGuard))
+        elif not is_loopback_bind(config.server.host):
+            logger.warning("jobs API open to the network without keys (auth.open = true)")
         return stack
     admins = sum(key.identity.role == "admin" for key in keys)
     logger.info("API keys: %d configured (%d admin)", len(keys), admins)

@@ -115,7 +115,8 @@ class ServerConfig:
     overload_status: int = 503
     """Status for shed requests: 503 (default) or 429."""
     retry_after_s: int = 2
-    """Value of the Retry-After header on shed requests."""
+    """Least `Retry-After` on shed requests, in seconds; each answer's is drawn between its base
+    (this, or the measured pace's wait) and twice that (`serving.scheduling.retry_after`)."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM the process exits within this long: requests in flight get most of it, and those
     that cannot finish in time answer 503 shutting_down (`serving.server.ShutdownPlan`)."""
@@ -231,6 +232,9 @@ class AuthConfig:
     max_inflight_pages: int = 0
     """Default per-key cap on pages in flight (`/ocr`, `/v1/ocr`, `/v1/render`); 0 = none
     beyond `server.max_inflight_pages`."""
+    open: bool = False
+    """With no keys and a bind beyond loopback, serve the jobs API anyway (else 403
+    `open_store_refused`: anyone on the network could read and delete every stored document)."""
 
     def __post_init__(self) -> None:
         _check(self.requests_per_s >= 0, "auth.requests_per_s", "must be >= 0")
@@ -588,9 +592,20 @@ class WorkersConfig:
     cls_queue: QueueConfig = field(default_factory=lambda: QueueConfig(max_wait_ms=20.0))
     ori_queue: QueueConfig = field(default_factory=QueueConfig)
     restart_backoff_s: float = 1.0
+    cpu_task_cpu_s: float = 600.0
+    """CPU seconds one CPU worker call (a document's decode, a page's steps) may use before the
+    worker is killed (`RLIMIT_CPU`); 0 = no limit."""
+    cpu_max_open_files: int = 256
+    """Open files of one CPU worker (`RLIMIT_NOFILE`); 0 = inherited."""
+    cpu_address_space_bytes: int = 0
+    """Address space a CPU worker may add to its size once started (`RLIMIT_AS`; past it an
+    allocation fails with `MemoryError` in that call); 0 = the memory budget, at least 2 GiB."""
 
     def __post_init__(self) -> None:
         _check(self.cpu_workers >= 0, "workers.cpu_workers", "must be >= 0")
+        _check(self.cpu_task_cpu_s >= 0, "workers.cpu_task_cpu_s", "must be >= 0")
+        _check(self.cpu_max_open_files >= 0, "workers.cpu_max_open_files", "must be >= 0")
+        _check(self.cpu_address_space_bytes >= 0, "workers.cpu_address_space_bytes", "must be >= 0")
         _check(self.gpu_instances > 0, "workers.gpu_instances", "must be > 0")
         _check(self.cpu_instances > 0, "workers.cpu_instances", "must be > 0")
         _check(len(self.devices) > 0, "workers.devices", "must not be empty")

@@ -84,6 +84,15 @@ class Overloaded(OcrError):
     code = "overloaded"
     default_message = "Server overloaded, retry later"
 
+    def __init__(self, message: str | None = None, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        """How long the server expects room to take to come back, where its state says
+        (`serving.scheduling.retry_after`); None: unknown."""
+
+    def __reduce__(self) -> tuple[type[OcrError], tuple[str, float | None]]:  # type: ignore[override]
+        return (type(self), (self.message, self.retry_after_s))
+
 
 class QuotaExceeded(OcrError):
     """An API key went past its own quota (429 with `Retry-After`); other keys are unaffected."""

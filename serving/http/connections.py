@@ -37,6 +37,8 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from serving.scheduling.retry_after import retry_after_s
+
 logger = logging.getLogger(__name__)
 
 LINGER_S = 5.0
@@ -108,7 +110,7 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
             over = _over_limit(open_sockets[0], per_client[self._address], limits)
             if over:
                 logger.warning("connection from %s refused: %s", self._address, over)
-                retry = f"retry-after: {limits.retry_after_s}\r\n".encode()
+                retry = f"retry-after: {retry_after_s(limits.retry_after_s)}\r\n".encode()
                 transport.write(_raw_answer("503 Service Unavailable", over, retry))
                 self._refused = True  # its request may be on the way: linger
                 self.transport.close()

@@ -29,6 +29,7 @@ from serving.config import ServerConfig
 from serving.errors import OcrError, Overloaded, QuotaExceeded
 from serving.http import paddlex_api, request_id
 from serving.http.endpoints import Handler, config_of
+from serving.scheduling.retry_after import retry_after_s
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +50,13 @@ def status_of(err: OcrError, server: ServerConfig) -> int:
 
 
 def retry_after(err: OcrError, server: ServerConfig) -> dict[str, str]:
-    """`Retry-After` for shed work, a key over its quota and every 503; no header otherwise."""
+    """`Retry-After` for shed work, a key over its quota and every 503 (spread, and from the
+    server's state where known: `serving.scheduling.retry_after`); no header otherwise."""
     if isinstance(err, QuotaExceeded) and err.retry_after_s is not None:
         return {"Retry-After": str(math.ceil(err.retry_after_s))}
     if isinstance(err, Overloaded | QuotaExceeded) or err.http_status == 503:
-        return {"Retry-After": str(server.retry_after_s)}
+        hint = err.retry_after_s if isinstance(err, Overloaded) else None
+        return {"Retry-After": str(retry_after_s(server.retry_after_s, hint))}
     return {}
 
 

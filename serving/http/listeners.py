@@ -15,6 +15,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.http.exceptions import send_refusal
+from serving.scheduling.retry_after import retry_after_s
 
 PROBES = frozenset(("/livez", "/readyz", "/health"))
 
@@ -28,7 +29,7 @@ class ListenerMiddleware:
         self.app = app
         self.max_requests = max_requests
         self.health_port = health_port
-        self.retry_after = str(retry_after_s).encode("ascii")
+        self.retry_after_s = retry_after_s
         self.running = 0
         """API requests running now (`/readyz` shows it)."""
 
@@ -57,7 +58,7 @@ class ListenerMiddleware:
                 "overloaded",
                 f"Too many requests at once ({self.max_requests}, server.limit_concurrency); "
                 "retry after Retry-After",
-                headers=[(b"retry-after", self.retry_after)],
+                headers=[(b"retry-after", str(retry_after_s(self.retry_after_s)).encode())],
             )
             return
         self.running += 1

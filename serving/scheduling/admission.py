@@ -47,12 +47,17 @@ class Admission:
         """
         if self.inflight > held:
             if self.inflight + pages > self.max_pages:
-                raise Overloaded(f"{self.inflight} pages in flight; limit {self.max_pages}")
+                excess = self.inflight + pages - self.max_pages
+                raise Overloaded(
+                    f"{self.inflight} pages in flight; limit {self.max_pages}",
+                    retry_after_s=None if self.page_s is None else excess * self.page_s,
+                )
             expected = self.expected_s(pages)
             if deadline_s is not None and expected is not None and expected > deadline_s:
                 raise Overloaded(
                     f"{self.inflight} pages in flight: at {self.page_s:.2f} s a page these would "
-                    f"be done in about {expected:.0f} s, past the {deadline_s:.0f} s deadline"
+                    f"be done in about {expected:.0f} s, past the {deadline_s:.0f} s deadline",
+                    retry_after_s=expected - deadline_s,
                 )
         elif self.inflight == 0:
             self._last_done = self.clock()  # busy from now: the first page's time is a sample

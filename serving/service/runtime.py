@@ -50,6 +50,7 @@ from serving.workers.device_pool import (
     discard_payload,
 )
 from serving.workers.device_worker import LONE_THREADS_KEY, DeviceSpec, WorkerSetup
+from serving.workers.sandbox import WorkerLimits, scrubbed_environ
 from serving.workers.watchdog import LoopWatchdog
 
 logger = logging.getLogger(__name__)
@@ -167,6 +168,15 @@ class Runtime:
             initargs=(str(bundle.rec.directory), prefix, sets.rec_dirs()),
             on_restart=metrics.worker_restarts.labels(kind="cpu").inc,
             background_share=config.jobs.min_share,
+            limits=WorkerLimits(
+                address_space_headroom_bytes=(
+                    config.workers.cpu_address_space_bytes or max(budget_bytes, 2 << 30)
+                ),
+                open_files=config.workers.cpu_max_open_files,
+                task_cpu_s=config.workers.cpu_task_cpu_s,
+            ),
+            # No keys, no database URL: they decode untrusted files (`serving.workers.sandbox`).
+            environ=lambda: scrubbed_environ(os.environ),
         )
         _track(metrics, admission, budget, scheduler, cpu, devices)
         for stage in queues_for_sets:

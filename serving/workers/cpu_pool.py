@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from serving.errors import OcrError, WorkerUnavailable
 from serving.scheduling.share import ShareQueue
 from serving.workers.cpu_worker import cpu_worker_main
 from serving.workers.proc import cancel_and_wait
+from serving.workers.sandbox import WorkerLimits
 from serving.workers.supervisor import RetryPolicy, WorkerDied, WorkerProcess, free_segments
 
 logger = logging.getLogger(__name__)
@@ -76,8 +77,14 @@ class CpuPool:
         start_timeout_s: float = 120.0,
         restart_backoff_s: float = 0.5,
         background_share: float = 0.0,
+        limits: WorkerLimits | None = None,
+        environ: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.workers = workers
+        self._limits = limits
+        self._environ = environ
+        """The environment each worker is spawned with, asked at each spawn
+        (`serving.workers.sandbox.scrubbed_environ`); None = ours."""
         self._initializer = initializer
         self._initargs = initargs
         self._on_restart = on_restart
@@ -192,11 +199,15 @@ class CpuPool:
             worker.spawned += 1
             process = WorkerProcess(
                 functools.partial(
-                    cpu_worker_main, initializer=self._initializer, initargs=self._initargs
+                    cpu_worker_main,
+                    initializer=self._initializer,
+                    initargs=self._initargs,
+                    limits=self._limits,
                 ),
                 name=f"ocr-cpu-{worker.index}",
                 replies=REPLIES,
                 on_orphan=_free_result,
+                environ=None if self._environ is None else self._environ(),
             )
             await process.start(self._start_timeout_s)
             return process

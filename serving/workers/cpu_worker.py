@@ -16,6 +16,7 @@ from typing import Any
 
 from serving.errors import OcrError
 from serving.workers.proc import release_free_heap
+from serving.workers.sandbox import WorkerLimits
 
 logger = logging.getLogger(__name__)
 
@@ -23,10 +24,16 @@ Call = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
 def cpu_worker_main(
-    conn: Connection, initializer: Callable[..., None], initargs: tuple[Any, ...]
+    conn: Connection,
+    initializer: Callable[..., None],
+    initargs: tuple[Any, ...],
+    limits: WorkerLimits | None = None,
 ) -> None:
-    """Process entry point (spawned by `serving.workers.cpu_pool`)."""
+    """Process entry point (spawned by `serving.workers.cpu_pool`); `limits` are set once the
+    initializer has run, the CPU time before each call (`serving.workers.sandbox`)."""
     initializer(*initargs)
+    limits = limits or WorkerLimits()
+    limits.apply()
     conn.send(("ready", None))
     while True:
         try:
@@ -36,6 +43,7 @@ def cpu_worker_main(
         if message is None:
             return
         fn, args = message
+        limits.arm_task()
         try:
             reply: tuple[str, Any] = ("ok", fn(*args))
         except Exception as err:  # every failure goes back to the caller, never kills the loop

@@ -27,13 +27,14 @@ import multiprocessing
 import queue
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from serving.workers import shm
+from serving.workers.sandbox import EnvSpawnProcess
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class WorkerProcess:
         on_exit: called on the loop once, when the process has exited or its pipe closed.
         on_orphan: called on the loop with a reply whose request nobody awaits any more (its
             caller was cancelled), to free what it holds; by default `free_segments(reply)`.
+        environ: the child's whole environment (`serving.workers.sandbox`); None = the parent's.
     """
 
     def __init__(
@@ -116,8 +118,10 @@ class WorkerProcess:
         on_notice: Callable[[Any], None] | None = None,
         on_exit: Callable[[], None] | None = None,
         on_orphan: Callable[[Any], None] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
+        self._environ = environ
         self._target = target
         self._replies = frozenset(replies)
         self._on_notice = on_notice
@@ -174,9 +178,18 @@ class WorkerProcess:
         loop = asyncio.get_running_loop()
         parent, child = SPAWN.Pipe()
         self._ready = loop.create_future()
-        self.process = SPAWN.Process(
-            target=self._target, args=(child,), name=self.name, daemon=True
-        )
+        if self._environ is None:
+            self.process = SPAWN.Process(
+                target=self._target, args=(child,), name=self.name, daemon=True
+            )
+        else:
+            self.process = EnvSpawnProcess(
+                target=self._target,
+                args=(child,),
+                name=self.name,
+                daemon=True,
+                environ=self._environ,
+            )
         try:
             async with asyncio.timeout(timeout_s):
                 # On an executor thread that lives on (see the module docstring).

@@ -25,6 +25,8 @@ CONFIG = """
 [server]
 host = "0.0.0.0"
 log_level = "info"
+[auth]
+open = true  # keys off on 0.0.0.0: the jobs API served anyway, so the Host check is what guards it
 [paddlex]
 visualize = false
 [workers]

@@ -102,7 +102,7 @@ def test_sigterm_answers_every_request_in_json_and_exits_within_the_grace(tmp_pa
             if response.status_code == 200:
                 assert (body["errorCode"] == 0) if paddlex else body["pages"], body
                 continue
-            assert response.headers["retry-after"] == "5"
+            assert 5 <= int(response.headers["retry-after"]) <= 10
             if paddlex:
                 assert body["errorCode"] == 503, body
                 assert "shutting down" in body["errorMsg"], body

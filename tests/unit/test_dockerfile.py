@@ -17,6 +17,7 @@ import pytest
 
 from serving import healthcheck
 from serving.config import load_config
+from serving.http.open_store import store_refused
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -158,6 +159,9 @@ def test_server_runs_as_configured(stages: dict[str, Stage]) -> None:
     assert healthcheck.readyz_url(config.server.host, config.server.health_port) == (
         "http://127.0.0.1:8001/readyz"
     )
+    # Keyless, the image's 0.0.0.0 bind refuses the jobs API until it is opened on purpose.
+    assert not config.auth.open
+    assert store_refused(config.server.host, open_access=config.auth.open)
 
 
 def test_install_script_serves_each_variant() -> None:

@@ -251,6 +251,12 @@ def test_network_policy_admits_the_serving_port_dns_and_postgresql_only(rendered
     assert all(rule.get("ports") for rule in egress)  # a rule without ports would allow any
     opened = {(p["protocol"], p["port"]) for rule in egress for p in rule["ports"]}
     assert opened == {("UDP", 53), ("TCP", 53), ("TCP", 5432)}
+    # Every egress rule names its peers: PostgreSQL's port to the database only, not any address.
+    assert all(rule.get("to") for rule in egress)
+    (database,) = [rule for rule in egress if {"protocol": "TCP", "port": 5432} in rule["ports"]]
+    assert database["to"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ocr-database"}}}
+    ]
     # URL inputs are off in the shipped config, so no http(s) egress is needed.
     config = load_config(REPO_ROOT / "config.toml")
     assert not config.input.allow_url

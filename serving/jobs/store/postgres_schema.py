@@ -7,10 +7,14 @@ others in a database, with a page's lease (`lease_owner`, `lease_expires_at`) an
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
+from psycopg import errors, sql
 from psycopg.rows import DictRow
 
 from serving.jobs.store.sqlite_schema import check_version, statements
+from serving.jobs.store.types import JobStoreUnavailable
 
 Connection = psycopg.Connection[DictRow]
 """A connection whose rows are dicts by column name."""
@@ -72,12 +76,45 @@ _MIGRATIONS: dict[int, str] = {
 }
 
 
+TABLES = ("ocr_jobs", "ocr_files", "ocr_pages")
+"""What the server reads and writes; `ocr_schema` it only reads once migrated."""
+MIGRATE_COMMAND = "python -m serving.jobs.migrate --url ADMIN_URL"
+
+
+def schema_version(conn: Connection) -> int | None:
+    """The schema's version; None where there is no `ocr_schema` table yet. Reads only."""
+    if _value(conn, "SELECT to_regclass('ocr_schema')") is None:
+        return None
+    row = conn.execute("SELECT version FROM ocr_schema").fetchone()
+    return 0 if row is None else int(row["version"])
+
+
 def migrate(conn: Connection) -> None:
     """Bring the schema to `SCHEMA_VERSION`; replicas starting together take turns.
 
+    A schema already at `SCHEMA_VERSION` is left alone without any DDL, so the server may run as
+    a role that can only read and write the tables; `python -m serving.jobs.migrate` migrates
+    with another (issue 37, item 13).
+
     Raises:
-        JobStoreUnavailable: the store was made by a newer version of the server.
+        JobStoreUnavailable: the store was made by a newer version of the server, or needs a
+            migration this role may not run.
     """
+    version = schema_version(conn)
+    if version == SCHEMA_VERSION:
+        return
+    check_version(version or 0, SCHEMA_VERSION)
+    try:
+        _migrate(conn)
+    except (errors.InsufficientPrivilege, errors.InvalidSchemaName) as err:
+        raise JobStoreUnavailable(
+            f"The job store's schema is at version {version or 0} and this server needs "
+            f"{SCHEMA_VERSION}, but its database role may not change the schema ({err}): "
+            f"migrate it with a role that may ({MIGRATE_COMMAND})"
+        ) from err
+
+
+def _migrate(conn: Connection) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
     conn.execute("CREATE TABLE IF NOT EXISTS ocr_schema (version INTEGER NOT NULL)")
     row = conn.execute("SELECT version FROM ocr_schema").fetchone()
@@ -90,3 +127,25 @@ def migrate(conn: Connection) -> None:
         conn.execute("INSERT INTO ocr_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
     elif version < SCHEMA_VERSION:
         conn.execute("UPDATE ocr_schema SET version = %s", (SCHEMA_VERSION,))
+
+
+def grant(conn: Connection, role: str) -> None:
+    """Let `role` run the server on the migrated schema: use it, read and write its tables,
+    number new jobs, read its version; no DDL."""
+    schema = sql.Identifier(str(_value(conn, "SELECT current_schema()")))
+    sequence = _value(conn, "SELECT pg_get_serial_sequence('ocr_jobs', 'n')")  # quoted already
+    who = sql.Identifier(role)
+    tables = sql.SQL(", ").join(sql.Identifier(table) for table in TABLES)
+    for statement in (
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, who),
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(tables, who),
+        sql.SQL("GRANT SELECT ON ocr_schema TO {}").format(who),
+        sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(sql.SQL(str(sequence)), who),
+    ):
+        conn.execute(statement)
+
+
+def _value(conn: Connection, query: str) -> Any:
+    """The one value a one-row query returns."""
+    row = conn.execute(query.encode()).fetchone()
+    return None if row is None else next(iter(row.values()))

@@ -35,7 +35,7 @@ def test_shed_work_answers_the_configured_status_with_retry_after(status: int) -
     paddlex = paddlex_error(Overloaded(), "log-1", server)
     for response in (native, paddlex):
         assert response.status_code == status
-        assert response.headers["retry-after"] == "7"
+        assert 7 <= int(response.headers["retry-after"]) <= 14  # spread up to twice the setting
     assert json.loads(paddlex.body) == {
         "logId": "log-1",
         "errorCode": status,
@@ -45,18 +45,19 @@ def test_shed_work_answers_the_configured_status_with_retry_after(status: int) -
 
 def test_every_503_carries_retry_after() -> None:
     response = native_error(NotReady(), ServerConfig(retry_after_s=3))
-    assert (response.status_code, response.headers["retry-after"]) == (503, "3")
+    assert response.status_code == 503
+    assert 3 <= int(response.headers["retry-after"]) <= 6
 
 
 def test_a_keys_429_carries_its_own_retry_after_or_the_servers() -> None:
     server = ServerConfig(overload_status=503, retry_after_s=3)
     response = native_error(QuotaExceeded("over", retry_after_s=41.2), server)
     assert response.status_code == 429
-    assert response.headers["retry-after"] == "42"
+    assert response.headers["retry-after"] == "42"  # the key's bucket's own time, exact
     assert json.loads(response.body)["error"]["code"] == "quota_exceeded"
     pages = paddlex_error(QuotaExceeded("pages"), "log-1", server)
     assert pages.status_code == 429
-    assert pages.headers["retry-after"] == "3"
+    assert 3 <= int(pages.headers["retry-after"]) <= 6
     assert json.loads(pages.body)["errorCode"] == 429
 
 
