@@ -6,15 +6,16 @@ shape the model runs at; `models.torch_backend` pads to it and crops the answer 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 TorchCompile = Literal["off", "default", "reduce-overhead"]
 """`torch.compile` mode of each model ("off": eager)."""
 TORCH_COMPILE_MODES: tuple[TorchCompile, ...] = get_args(TorchCompile)
 
-TorchShapes = Literal["exact", "buckets"]
-"""Run each batch at its own shape, or padded up to a bucket's."""
+TorchShapes = Literal["exact", "buckets", "auto"]
+"""Run each batch at its own shape, or padded up to a bucket's; "auto": buckets on a GPU whose
+server batches bucketed (`engine.batching`), else exact (`TorchOptions.resolved`)."""
 TORCH_SHAPES: tuple[TorchShapes, ...] = get_args(TorchShapes)
 
 REC_WIDTHS_PX: tuple[int, ...] = (320, 480, 640, 960, 1280, 1920, 2560, 3200)
@@ -30,18 +31,27 @@ class TorchOptions:
     (Inductor: Triton kernels on GPUs), or "reduce-overhead" (Inductor and CUDA graphs, one
     recorded per input shape). Compiling happens at warm-up and on each new shape; on the CPU it
     takes minutes per model and shape, so it is meant for GPUs with `shapes = "buckets"`."""
-    shapes: TorchShapes = "exact"
+    shapes: TorchShapes = "auto"
     """"exact": each batch runs at its own shape (Paddle's text). "buckets": the batch is padded
     with zeros up to its bucket (rows to `batch_bucket`, rec width to `rec_widths_px`,
     det height and width to multiples of `det_step_px`) and the answer cropped back, so a
     compiled or graph-captured model sees few shapes; the extra padding can change a few
-    characters."""
+    characters. "auto" (the default): buckets on a GPU where the server batches bucketed
+    (the scheduler pads pages and crops to these buckets already, and text is already within
+    its CER bound there), else exact: issue 40."""
     rec_widths_px: tuple[int, ...] = REC_WIDTHS_PX
     """Recogniser width buckets, ascending; a wider batch runs at its own width, and so does
     every batch when empty (measured on the CPU, 120 lines of the test pages: width buckets
     changed 5 lines, det and row buckets none)."""
     det_step_px: int = 128
     """Detector buckets: height and width rounded up to a multiple of this."""
+
+    def resolved(self, *, buckets: bool) -> TorchOptions:
+        """These options with `shapes = "auto"` decided: "buckets" where `buckets` (a GPU
+        whose server batches bucketed), else "exact"."""
+        if self.shapes != "auto":
+            return self
+        return replace(self, shapes="buckets" if buckets else "exact")
 
     def problems(self) -> list[tuple[str, str]]:
         """(key, what is wrong) for each invalid setting; checked by `EngineOptions` and by the
@@ -75,7 +85,7 @@ def bucket_shape(kind: str, shape: tuple[int, ...], options: TorchOptions) -> tu
     """The NCHW shape a `kind` ("det", "cls", "rec") batch of `shape` runs at: `shape` itself
     with `shapes = "exact"`, else its bucket (each dimension at least the batch's own)."""
     n, c, h, w = shape
-    if options.shapes == "exact":
+    if options.shapes != "buckets":  # "auto" is decided before a predictor sees it
         return shape
     n = batch_bucket(n)
     if kind == "det":

@@ -89,6 +89,11 @@ class ServerConfig:
     max_inflight_pages: int = 64
     """Admission cap: beyond this many pages in flight new requests are shed. Below it, requests
     that would finish past their deadline at the measured pace are shed too."""
+    inflight_pages_per_gpu: int = 256
+    """Pages admitted beyond `max_inflight_pages` for each GPU the server serves on: a GPU fills
+    det batches of 8 pages and rec batches of 96 lines only with hundreds of pages in flight
+    (issue 40; an estimate, ~150 pages/s x ~1.5 s a page from admission to answer, not yet
+    measured on a GPU). The memory budget still holds every page; /readyz says the sum."""
     limit_concurrency: int = 512
     """API requests running at once (the probes not counted, idle sockets neither); beyond it,
     503 `overloaded` with Retry-After at once (`serving.http.listeners`); 0 = no limit."""
@@ -139,6 +144,7 @@ class ServerConfig:
         _check(self.upload_idle_timeout_s > 0, "server.upload_idle_timeout_s", "must be > 0")
         _check(self.upload_timeout_s > 0, "server.upload_timeout_s", "must be > 0")
         _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
+        _check(self.inflight_pages_per_gpu >= 0, "server.inflight_pages_per_gpu", "must be >= 0")
         _check(self.limit_concurrency >= 0, "server.limit_concurrency", "must be >= 0 (0 = none)")
         _check(self.header_timeout_s > 0, "server.header_timeout_s", "must be > 0")
         _check(self.keep_alive_timeout_s > 0, "server.keep_alive_timeout_s", "must be > 0")

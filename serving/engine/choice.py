@@ -15,6 +15,7 @@ from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.config import AppConfig, EngineConfig
 from serving.engine.gpu_choice import AUTO, choose_gpu_engine
 from serving.model_sets import stage_kind
+from serving.scheduling.batch_shapes import batching_mode
 
 
 def engine_options(
@@ -47,7 +48,9 @@ def engine_options(
         trt_use_static=bool(engine.trt_cache_dir),
         trt_cache_dir=engine.trt_cache_dir or None,
         onnx_dir=engine.onnx_dir,
-        torch=engine.torch,
+        torch=engine.torch.resolved(
+            buckets=gpu and batching_mode(engine.batching, ("gpu",)) == "bucketed"
+        ),
         openvino_precision=engine.openvino_precision,
         openvino_f32_head=engine.openvino_f32_head,
         inflight_batches=inflight_batches,

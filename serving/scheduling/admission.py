@@ -16,11 +16,33 @@ from dataclasses import dataclass, field
 from serving.errors import Overloaded
 
 
+def admission_pages(max_inflight_pages: int, per_gpu: int, gpus: int) -> tuple[int, str]:
+    """The admission cap of a server with `gpus` GPU devices, and why, for `/readyz`:
+    `server.max_inflight_pages`, and `server.inflight_pages_per_gpu` more for each GPU.
+
+    >>> admission_pages(64, 256, 0)
+    (64, 'server.max_inflight_pages')
+    >>> admission_pages(64, 256, 2)[0]
+    576
+    """
+    if gpus == 0 or per_gpu == 0:
+        return max_inflight_pages, "server.max_inflight_pages"
+    pages = max_inflight_pages + per_gpu * gpus
+    why = (
+        f"server.max_inflight_pages ({max_inflight_pages}) + server.inflight_pages_per_gpu "
+        f"({per_gpu}) x {gpus} GPU{'s' if gpus > 1 else ''}: a GPU's batches fill only with "
+        "hundreds of pages in flight"
+    )
+    return pages, why
+
+
 @dataclass(slots=True, kw_only=True)
 class Admission:
     """Pages in flight; sheds beyond `max_pages`, or past the deadline at the measured pace."""
 
     max_pages: int
+    max_pages_why: str = "server.max_inflight_pages"
+    """Where `max_pages` comes from (`admission_pages`)."""
     smoothing: float = 0.2
     """Weight of the newest sample in the pace (exponential moving average)."""
     clock: Callable[[], float] = field(default=time.monotonic)
@@ -77,6 +99,11 @@ class Admission:
         else:
             self.page_s += self.smoothing * (sample - self.page_s)
 
-    def describe(self) -> dict[str, float | int | None]:
+    def describe(self) -> dict[str, float | int | str | None]:
         """For `/readyz`."""
-        return {"inflight_pages": self.inflight, "page_s": self.page_s, "max_pages": self.max_pages}
+        return {
+            "inflight_pages": self.inflight,
+            "page_s": self.page_s,
+            "max_pages": self.max_pages,
+            "max_pages_why": self.max_pages_why,
+        }

@@ -22,7 +22,7 @@ from serving.jobs.runner import JobRunner
 from serving.metrics import Metrics
 from serving.model_sets import ModelSets, load_sets, stage_kind
 from serving.request_options import OcrOptions, request_options
-from serving.scheduling.admission import Admission
+from serving.scheduling.admission import Admission, admission_pages
 from serving.scheduling.batch_shapes import BatchShapes, batching_mode
 from serving.scheduling.batching import Scheduler
 from serving.scheduling.cost_model import CostModel
@@ -113,7 +113,6 @@ class Runtime:
         queues.update(
             {stage: config.workers.queue(stage_kind(stage)) for stage in sets.extra_stages()}
         )
-        admission = Admission(max_pages=config.server.max_inflight_pages)
         budget_bytes = config.server.memory_budget_bytes or default_budget_bytes()
         budget = MemoryBudget(pages_share_bytes(budget_bytes))  # the rest: engines between pages
         cost_model = CostModel()  # what placement predicts each device's batches with
@@ -135,6 +134,11 @@ class Runtime:
         specs = specs if specs is not None else device_specs(config)
         if backend is not None:
             specs = with_backend(specs, backend)
+        gpus = len({s.device for s in specs if device_kind(s.device) == "gpu"})
+        max_pages, why = admission_pages(
+            config.server.max_inflight_pages, config.server.inflight_pages_per_gpu, gpus
+        )
+        admission = Admission(max_pages=max_pages, max_pages_why=why)
         bundle, specs = without_unread_orientation(bundle, specs)
         check_engines(bundle, specs)
         for model_set in sets.extra:  # a set no device's engine reads is left out, not fatal

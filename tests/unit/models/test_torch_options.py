@@ -77,3 +77,23 @@ def test_config_reads_engine_torch_and_names_the_key_it_refuses(tmp_path: Path) 
         build(type(load_config(None)), {"engine": {"torch": {"det_step_px": 0}}})
     with pytest.raises(ConfigError, match=r"engine\.torch\.compile"):
         build(type(load_config(None)), {"engine": {"torch": {"compile": "max"}}})
+
+
+def test_auto_shapes_are_buckets_on_a_gpu_that_batches_bucketed_else_exact() -> None:
+    """Issue 40: the default ("auto") gives a GPU worker the buckets the scheduler already pads
+    pages and crops to; a CPU worker, or a GPU told to batch exactly, runs exact shapes."""
+    import dataclasses
+
+    from serving.config import EngineConfig
+    from serving.engine.choice import engine_options
+
+    engine = EngineConfig()
+    assert engine.torch.shapes == "auto"
+    assert engine_options(engine, "gpu:0", 2).torch.shapes == "buckets"
+    assert engine_options(engine, "cpu", 2).torch.shapes == "exact"
+    exact = dataclasses.replace(engine, batching="exact")
+    assert engine_options(exact, "gpu:0", 2).torch.shapes == "exact"
+    told = dataclasses.replace(engine, torch=TorchOptions(shapes="buckets"))
+    assert engine_options(told, "cpu", 2).torch.shapes == "buckets"
+    # A predictor never sees "auto"; were it to, it would run exact shapes.
+    assert bucket_shape("rec", (3, 3, 48, 333), TorchOptions(shapes="auto")) == (3, 3, 48, 333)
