@@ -43,6 +43,18 @@ max_wait_ms = 1000.0
 """
 
 
+ONE_WORKER = """
+[paddlex]
+visualize = false
+[workers]
+devices = ["cpu"]
+cpu_workers = 1
+cpu_instances = 1
+"""
+"""One CPU worker and one device worker, on the CPU, and no visualize images: the small servers'
+config (model-free fakes, one-request checks). Put a `[server]` table before it, others after."""
+
+
 @dataclass
 class Server:
     url: str

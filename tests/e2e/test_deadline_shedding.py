@@ -14,20 +14,17 @@ import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, serving
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
 
 LATENCY_S = 1.0
 """Every batch's time: a page is at least a detection and a recognition batch, 2 s."""
-CONFIG = """
+CONFIG = (
+    """
 [server]
 log_level = "info"
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
 """
+    + ONE_WORKER
+)
 
 
 @pytest.fixture(scope="module")

@@ -12,20 +12,18 @@ from pathlib import Path
 import httpx
 
 from tests import images
-from tests.e2e.conftest import start_server, stop_server, wait_ready
+from tests.e2e.conftest import ONE_WORKER, start_server, stop_server, wait_ready
 
-CONFIG = """
+CONFIG = (
+    """
 [server]
 log_level = "info"
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-[jobs]
+"""
+    + ONE_WORKER
+    + """[jobs]
 data_dir = "{data_dir}"
 """
+)
 PNG = base64.b64encode(images.encode_png(images.latin_lines().image)).decode()
 
 

@@ -17,18 +17,15 @@ import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, serving
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
 
-CONFIG = """
+CONFIG = (
+    """
 [server]
 max_body_bytes = 80000000
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
 """
+    + ONE_WORKER
+)
 
 
 @pytest.fixture(scope="module")

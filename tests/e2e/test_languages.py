@@ -18,23 +18,20 @@ import pytest
 
 from loadtest import pages
 from loadtest.accuracy import cer
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import ONE_WORKER, Server, start_server, stop_server, wait_ready
 
 pytestmark = pytest.mark.e2e
 
 FRENCH_PDF = Path("/usr/share/doc/maint-guide-fr/maint-guide.fr.pdf")
 """Debian's maint-guide in French (package maint-guide-fr, scripts/system-deps.sh)."""
 
-CONFIG = """
+CONFIG = (
+    """
 [server]
 log_level = "info"
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
 """
+    + ONE_WORKER
+)
 """The shipped model sets (config.toml: PP-OCRv5 mobile, and PP-OCRv6 small)."""
 
 

@@ -13,22 +13,20 @@ import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, serving
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
 from tests.postgres import PostgresServer
 
-CONFIG = """
+CONFIG = (
+    """
 [server]
 host = "{host}"
 log_level = "info"
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-[jobs]
+"""
+    + ONE_WORKER
+    + """[jobs]
 data_dir = "{data_dir}"
 """
+)
 KEY = "k-safe-defaults-0123456789"
 PASSWORD = "pg-secret-in-the-url"
 PNG = images.encode_png(images.latin_lines().image)

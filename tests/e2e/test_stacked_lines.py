@@ -14,25 +14,22 @@ import numpy as np
 import pytest
 
 from tests import images
-from tests.e2e.conftest import Server, serving
+from tests.e2e.conftest import ONE_WORKER, Server, serving
 
 STACKED_LINES = "tests.fakes.predictors:STACKED_LINES"
 HEIGHT, WIDTH = 20_000, 256
 """Multiples of 32: the detector reads the page as sent, a line every 20 rows (1,000 lines)."""
-CONFIG = f"""
+CONFIG = (
+    f"""
 [server]
 log_level = "info"
 [input]
 max_page_side_px = {HEIGHT}
 [pipeline.det]
 max_side_limit = {HEIGHT}
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
 """
+    + ONE_WORKER
+)
 
 
 @pytest.fixture(scope="module")

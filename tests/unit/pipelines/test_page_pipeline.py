@@ -4,6 +4,7 @@ and the server's `OcrService` across its CPU stages and device workers (run inli
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import cv2
 import numpy as np
@@ -107,6 +108,22 @@ def test_a_step_refuses_outputs_it_does_not_await() -> None:
         DET.output(np.zeros((1, 8, 8), np.float32))
 
 
+def _read(image: np.ndarray, cls_params: ClsParams | None = None, **ori: Any) -> PageResult:
+    """`run_page` with the fakes: the classifier where `cls_params`, page orientation where
+    `ori` (its `ori` and `ori_params`)."""
+    return run_page(
+        image,
+        det=det,
+        rec=rec,
+        cls=cls if cls_params is not None else None,
+        det_params=DetParams(),
+        rec_params=REC_PARAMS,
+        cls_params=cls_params or ClsParams(),
+        charset=CHARSET,
+        **ori,
+    )
+
+
 @pytest.mark.parametrize("use_cls", [False, True])
 def test_the_server_path_answers_as_run_page(use_cls: bool) -> None:
     image = _page()
@@ -118,16 +135,7 @@ def test_the_server_path_answers_as_run_page(use_cls: bool) -> None:
         stages={},
         model_set="",
     )
-    expected = run_page(
-        image,
-        det=det,
-        rec=rec,
-        cls=cls if use_cls else None,
-        det_params=options.det,
-        rec_params=options.rec,
-        cls_params=options.cls or ClsParams(),
-        charset=CHARSET,
-    )
+    expected = _read(image, cls_params=options.cls)
     models = {"det": det, "rec": rec, "cls": cls}
     scheduler_stages: list[str] = []
 
@@ -162,28 +170,8 @@ def test_a_turned_page_reads_as_upright_in_the_sent_pages_boxes(quarters: int) -
     sent = np.ascontiguousarray(np.rot90(upright, -quarters))  # clockwise: the classifier's angle
     angle = 90 * quarters
     params = OriParams()
-    reference = run_page(
-        upright,
-        det=det,
-        rec=rec,
-        cls=None,
-        det_params=DetParams(),
-        rec_params=REC_PARAMS,
-        cls_params=ClsParams(),
-        charset=CHARSET,
-    )
-    expected = run_page(
-        sent,
-        det=det,
-        rec=rec,
-        cls=None,
-        det_params=DetParams(),
-        rec_params=REC_PARAMS,
-        cls_params=ClsParams(),
-        charset=CHARSET,
-        ori=_ori(angle),
-        ori_params=params,
-    )
+    reference = _read(upright)
+    expected = _read(sent, ori=_ori(angle), ori_params=params)
     assert [line.text for line in expected.lines] == [line.text for line in reference.lines]
     assert (expected.width, expected.height) == (sent.shape[1], sent.shape[0])
     height, width = upright.shape[:2]
