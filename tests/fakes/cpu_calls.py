@@ -58,12 +58,20 @@ def init_crash_on_mark() -> None:
     worker, as a pdfium crash would; other documents are read for real."""
     from serving.decode import documents
 
-    real = documents.stage_document
+    real_plan, real_stage = documents.staging_plan, documents.stage_document
 
-    def stage_document(path: str, kind: object, limits: object) -> int:
+    def crash_on_mark(path: str) -> None:
         with open(path, "rb") as f:
             if f.read(len(CRASH_MARK)) == CRASH_MARK:
                 os._exit(11)
-        return real(path, kind, limits)  # type: ignore[arg-type]
 
+    def staging_plan(path: str, kind: object, limits: object) -> object:
+        crash_on_mark(path)
+        return real_plan(path, kind, limits)  # type: ignore[arg-type]
+
+    def stage_document(path: str, kind: object, limits: object) -> int:
+        crash_on_mark(path)
+        return real_stage(path, kind, limits)  # type: ignore[arg-type]
+
+    documents.staging_plan = staging_plan  # type: ignore[assignment]
     documents.stage_document = stage_document  # type: ignore[assignment]
