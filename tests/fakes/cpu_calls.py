@@ -75,3 +75,24 @@ def init_crash_on_mark() -> None:
 
     documents.staging_plan = staging_plan  # type: ignore[assignment]
     documents.stage_document = stage_document  # type: ignore[assignment]
+
+
+POISON_MARK = b"poison-pill"
+"""What an image holds (in a PNG text chunk, say) for `init_cpu_worker_poisoned` to crash on."""
+
+
+def init_cpu_worker_poisoned(*args: object) -> None:
+    """The server's CPU worker initializer (`init_cpu_worker`); then decoding an image whose bytes
+    hold `POISON_MARK` kills the worker, as a decoder crash would (its header reads as usual)."""
+    from serving.decode import readers
+    from serving.workers.cpu_stages import init_cpu_worker
+
+    init_cpu_worker(*args)  # type: ignore[arg-type]
+    real = readers.decode_image
+
+    def decode_image(data: bytes, limits: readers.DecodeLimits) -> object:
+        if POISON_MARK in data:
+            os._exit(11)
+        return real(data, limits)
+
+    readers.decode_image = decode_image  # type: ignore[assignment]
