@@ -102,9 +102,7 @@ class WorkerCounter:
             cpu_stages.staging_plan, path, kind, self._limits, priority=self._priority
         )
         if not plan.frame_pixels:
-            return await self._cpu.run(
-                cpu_stages.stage_document, path, kind, self._limits, priority=self._priority
-            )
+            return plan.pages  # nothing to convert: counted is ready
         self.decoded_pixels += plan.decoded_pixels
         cap = self._max_decoded_pixels
         if cap is not None and self.decoded_pixels > cap:
@@ -114,16 +112,14 @@ class WorkerCounter:
                 f"screen); a job's animated images may decode {cap} pixels in all "
                 "(jobs.max_staging_pixels): send the frames as a multi-page TIFF or a PDF"
             )
-        cost = STAGING_BYTES_PER_PX * plan.frame_pixels
-        if self._budget is None:
-            return await self._convert(path, kind)
-        async with self._budget.hold(cost):
-            return await self._convert(path, kind)
-
-    async def _convert(self, path: str, kind: FileKind) -> int:
-        return await self._cpu.run(
-            cpu_stages.stage_document, path, kind, self._limits, priority=self._priority
-        )
+        async with contextlib.AsyncExitStack() as held:
+            if self._budget is not None:
+                await held.enter_async_context(
+                    self._budget.hold(STAGING_BYTES_PER_PX * plan.frame_pixels)
+                )
+            return await self._cpu.run(
+                cpu_stages.stage_document, path, kind, self._limits, priority=self._priority
+            )
 
 
 class UploadSlots:
