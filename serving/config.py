@@ -662,6 +662,15 @@ class JobsConfig:
     before it is dropped (504) and tried again (4 times at most). Longer than a request's
     `server.request_timeout_s`: nobody waits on a connection, and on a busy server a page of
     `max_inflight_pages` gets only its `min_share` of the devices."""
+    staging_timeout_s: float = 300.0
+    """How long one upload's documents may take to be read and readied (pages counted, animated
+    images converted), waiting behind interactive work included; beyond it, 504."""
+    max_staging_pixels: int = 2_000_000_000
+    """Pixels one job's animated images may decode when they are converted to pages (frames x
+    the logical screen each frame is drawn on), checked from their headers first; more get 413."""
+    max_uploads_per_key: int = 2
+    """Job uploads one API key (with authentication off: one client address) may have being
+    received or staged at once; more get 429."""
     min_share: float = 0.1
     """Share of the devices' time job pages keep while interactive work would take all of it
     (measured over the last minutes): below it, a job's batch goes first. 0: jobs run only when
@@ -676,6 +685,9 @@ class JobsConfig:
         _check(self.max_zip_entries > 0, "jobs.max_zip_entries", "must be > 0")
         _check(self.max_inflight_pages > 0, "jobs.max_inflight_pages", "must be > 0")
         _check(self.page_timeout_s > 0, "jobs.page_timeout_s", "must be > 0")
+        _check(self.staging_timeout_s > 0, "jobs.staging_timeout_s", "must be > 0")
+        _check(self.max_staging_pixels > 0, "jobs.max_staging_pixels", "must be > 0")
+        _check(self.max_uploads_per_key > 0, "jobs.max_uploads_per_key", "must be > 0")
         _check(0 <= self.min_share < 1, "jobs.min_share", "must be >= 0 and < 1")
         _check(
             self.store == "sqlite" or self.store.startswith(("postgresql://", "postgres://")),

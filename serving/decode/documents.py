@@ -72,6 +72,38 @@ def stage_document(path: str, kind: FileKind, limits: DecodeLimits) -> int:
     return pages
 
 
+class StagingPlan(NamedTuple):
+    """What readying a stored document (`stage_document`) will decode, from its headers."""
+
+    pages: int
+    frame_pixels: int
+    """Pixels of each frame decoded to convert an animated image (its logical screen, which
+    every frame is drawn onto whatever the frame's own size); 0: nothing is decoded (a PDF, a
+    single image, a TIFF)."""
+
+    @property
+    def decoded_pixels(self) -> int:
+        """Pixels decoded in all: the conversion's work."""
+        return self.pages * self.frame_pixels
+
+
+def staging_plan(path: str, kind: FileKind, limits: DecodeLimits) -> StagingPlan:
+    """What `stage_document` will decode, read from the headers (a PDF's pages are counted), so
+    that the server can charge it and refuse it before any frame is decoded.
+
+    Raises:
+        InvalidInput: the file does not read as a document, or a limit is exceeded.
+    """
+    if kind == "pdf":
+        return StagingPlan(count_pages(path, kind), 0)
+    data = _read(path)
+    pages = image_page_count(data, limits)
+    if pages > 1 and is_animated(data):
+        ((width, height),) = image_page_sizes(data, limits, only=0)
+        return StagingPlan(pages, width * height)
+    return StagingPlan(pages, 0)
+
+
 def page_sizes(
     source: bytes | str | Path, kind: FileKind, limits: DecodeLimits, *, index: int | None = None
 ) -> list[tuple[int, int]]:

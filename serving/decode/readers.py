@@ -308,9 +308,11 @@ def is_animated(data: bytes) -> bool:
 
 
 def frames_to_tiff(data: bytes, path: str, limits: DecodeLimits) -> int:
-    """Decode every frame of a multi-frame image in one pass and write them, as
-    `decode_image_page` decodes them, to a multi-page TIFF at `path` (lossless): a job then
-    decodes each page alone. One frame is held at a time. Returns the number of frames.
+    """Decode every frame of a multi-frame image in one pass and write them, as `decode_page`
+    decodes them (scaled to `max_page_side_px`, as `fit_page` scales them), to a multi-page TIFF
+    at `path` (lossless): a job then decodes each page alone, and a huge logical screen is not
+    stored at its full size for every frame. One frame is held at a time. Returns the number of
+    frames.
 
     Raises:
         InvalidInput: the bytes do not decode, or a limit (pixels, frames) is exceeded.
@@ -326,12 +328,23 @@ def frames_to_tiff(data: bytes, path: str, limits: DecodeLimits) -> int:
         ):
             for frame in ImageSequence.Iterator(img):
                 _check_pixels(frame.height, frame.width, limits)
-                frame.convert("RGB").save(out, format="TIFF", compression="tiff_adobe_deflate")
+                _fit_frame(frame.convert("RGB"), limits).save(
+                    out, format="TIFF", compression="tiff_adobe_deflate"
+                )
                 out.newFrame()
                 frames += 1
     except _PIL_ERRORS as err:
         raise InvalidInput("Invalid input file: not a decodable image") from err
     return frames
+
+
+def _fit_frame(rgb: Image.Image, limits: DecodeLimits) -> Image.Image:
+    """An RGB frame scaled as `fit_page` scales its BGR copy (area interpolation works on each
+    channel alone, so the pixels are the same), or as it is."""
+    size = fit_side(rgb.width, rgb.height, limits.max_page_side_px)
+    if size == rgb.size:
+        return rgb
+    return Image.fromarray(cv2.resize(np.asarray(rgb), size, interpolation=cv2.INTER_AREA))
 
 
 def open_pdf(source: bytes | str) -> pdfium.PdfDocument:

@@ -4,7 +4,8 @@ A document is rendered once per format by a CPU worker, from its stored page rec
 original upload, into `job_dir/outputs/` (deleted with the job), then sent from that file; the
 archive streams each document's file into a zip as it goes (`ZipStream`), so neither the main
 process nor the archive holds a document whole. Rendering holds the memory budget for what the
-worker will hold (`RENDER_COPIES`) and runs at background priority, behind interactive work.
+worker will hold (`RENDER_COPIES`; a PDF of an image, its frames as sent, sized from the upload's
+headers, not the OCR pages) and runs at background priority, behind interactive work.
 
 A document is ready once none of its pages is still to run: every page done, or the job ended
 (failed or cancelled) with some pages failed or never run, which come out without text (their
@@ -26,7 +27,12 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 
 from serving.errors import OcrError, PayloadTooLarge
 from serving.http.zip_stream import ZipStream
-from serving.jobs.document_files import StoredDocument, write_stored
+from serving.jobs.document_files import (
+    SOURCE_BYTES_PER_PX,
+    StoredDocument,
+    source_pixels,
+    write_stored,
+)
 from serving.jobs.runner import JobRunner
 from serving.jobs.store import JobStore
 from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo
@@ -248,7 +254,18 @@ async def rendered(
     try:
         cost = RENDER_COPIES * records_bytes + (1 << 20)
         if fmt == "pdf":  # the upload read and parsed, a frame decoded where it is re-encoded
-            cost += 3 * state.file.size_bytes + 4 * largest_px
+            sent_px = 0
+            if state.file.stored_as and state.file.kind == "image":
+                # The image's frame as sent, not the OCR page (scaled to `max_page_side_px`).
+                sent_px = await jobs.cpu.run(
+                    source_pixels,
+                    str(source),
+                    state.file.kind,
+                    state.file.pages,
+                    jobs.limits,
+                    priority=BACKGROUND,
+                )
+            cost += 3 * state.file.size_bytes + max(4 * largest_px, SOURCE_BYTES_PER_PX * sent_px)
         budget = jobs.budget
         if cost > budget.total_bytes:
             raise PayloadTooLarge(

@@ -9,7 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import IO, Any, cast
+from typing import IO, Any, TypeVar, cast
 
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -20,7 +20,7 @@ from starlette.routing import Route
 from serving.errors import OcrError, UnsupportedMediaType, ValidationFailed
 from serving.http.auth import identity_of
 from serving.http.body_limit import JOBS, limit_body
-from serving.http.endpoints import Handler, jobs_of, ocr_of
+from serving.http.endpoints import Handler, jobs_of, ocr_of, until_disconnect
 from serving.http.exceptions import native_errors
 from serving.http.job_documents import (
     archive_response,
@@ -41,12 +41,16 @@ from serving.http.params import (
     known_query,
 )
 from serving.http.uploads import FIELD_MAX_BYTES, form_error, gone_mid_upload
-from serving.jobs.files import BatchLimits, stage_uploads, worker_page_counter
+from serving.jobs.files import BatchLimits, stage_uploads
 from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
+from serving.jobs.staging import WorkerCounter
 from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
 from serving.outputs.formats import negotiate, parse_format
 from serving.request_options import NO_CLASSIFIER, overrides, parse_flag
+from serving.service.requests import JobRequests
+
+T = TypeVar("T")
 
 FOLLOW_CHECK_S = 30.0
 """A following stream rereads the job at least this often (a safety net; pages wake it). On a
@@ -72,11 +76,16 @@ async def create_job(request: Request) -> Response:
     """`POST /v1/jobs`: multipart, one or more `file` parts (images, PDFs, zips of them)."""
     runner = _runner(request)
     jobs = jobs_of(request)
-    config = jobs.config
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "multipart/form-data":
         raise UnsupportedMediaType("Send multipart/form-data with one or more `file` parts")
     await runner.open()
+    with jobs.uploads.hold(_client(request)):
+        return await _create(request, runner, jobs)
+
+
+async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Response:
+    config = jobs.config
     job_id = uuid.uuid4().hex
     limits = BatchLimits(
         max_files=config.max_files_per_job,
@@ -103,8 +112,22 @@ async def create_job(request: Request) -> Response:
                 if isinstance(value, UploadFile)
             ]
             dest = runner.store.job_dir(job_id) / "files"
-            count = worker_page_counter(jobs.cpu, jobs.limits, timeout_s=config.page_timeout_s)
-            documents = await asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
+            count = WorkerCounter(
+                jobs.cpu,
+                jobs.limits,
+                timeout_s=config.staging_timeout_s,
+                budget=jobs.budget,
+                max_decoded_pixels=config.max_staging_pixels,
+            )
+            staging = asyncio.ensure_future(
+                asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
+            )
+            try:
+                documents = await until_disconnect(request, _shielded(staging))
+            finally:  # the client went away, or the server stops: the thread ends before its
+                if not staging.done():  # files are discarded
+                    count.cancel()
+                    await asyncio.wait({staging})
     except HTTPException as err:
         runner.store.discard(job_id)
         raise _form_error(err.detail, config.max_files_per_job) from err
@@ -120,6 +143,20 @@ async def create_job(request: Request) -> Response:
     info = await runner.submit(job_id, documents, options, owner=_owner(request))
     body = {"id": info.id, "status": info.status, "pages_total": info.pages_total}
     return JSONResponse(body, status_code=202, headers={"Location": f"/v1/jobs/{info.id}"})
+
+
+async def _shielded(work: asyncio.Future[T]) -> T:
+    """`work`, left running when the waiter is cancelled."""
+    return await asyncio.shield(work)
+
+
+def _client(request: Request) -> str:
+    """Who `jobs.max_uploads_per_key` counts: the API key, or the client's address when
+    authentication is off."""
+    identity = identity_of(request)
+    if identity is not None:
+        return f"key:{identity.id}"
+    return f"address:{request.client.host if request.client else ''}"
 
 
 def _form_error(detail: str, max_files: int) -> OcrError:

@@ -12,6 +12,7 @@ server wrote, so no document's results cross the worker pipe, and writes the out
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,7 +25,7 @@ from PIL import Image
 from pipelines.layout import reading_order
 from serving.config import InputConfig
 from serving.decode import documents
-from serving.decode.readers import DecodeLimits, FileKind
+from serving.decode.readers import DecodeLimits, FileKind, image_page_sizes
 from serving.outputs.document import Document, Page, Source, TextMode, page_from_json
 from serving.outputs.formats import Format, render
 
@@ -59,6 +60,27 @@ def limits_of(config: InputConfig) -> DecodeLimits:
         max_frames_per_document=config.max_frames_per_document,
         max_page_side_px=config.max_page_side_px,
     )
+
+
+SOURCE_BYTES_PER_PX = 16
+"""What embedding an image upload's page in a PDF holds for each of its pixels as sent: the frame
+decoded, converted and re-packed by fpdf2 (14.6 B/px measured for an RGB PNG, 11 for a TIFF
+beyond its bytes, which are charged apart)."""
+
+
+def source_pixels(source: str, kind: FileKind, pages: int, limits: DecodeLimits) -> int:
+    """The largest page of a stored image upload in pixels as sent, which a PDF embeds whole,
+    read from its headers (a CPU worker's call: the upload is untrusted); 0 for a PDF, whose
+    pages are grafted, not drawn, and for an upload that is gone.
+
+    Raises:
+        InvalidInput: the headers do not read.
+    """
+    if kind == "pdf" or not Path(source).exists():
+        return 0
+    data = Path(source).read_bytes()
+    every = dataclasses.replace(limits, max_pdf_pages=max(pages, 1), max_page_side_px=0)
+    return max(width * height for width, height in image_page_sizes(data, every))
 
 
 def write_stored(task: StoredDocument) -> int:

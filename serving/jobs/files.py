@@ -2,31 +2,26 @@
 
 The server never parses a document itself: each stored file's pages are counted (and an animated
 image decoded once into a multi-page TIFF) by `serving.decode.documents.stage_document` in a CPU
-worker process (`worker_page_counter`), so a pdfium crash or a slow xref rebuild costs a worker,
-not the server (issue 26).
+worker process (`serving.jobs.staging.WorkerCounter`), so a pdfium crash or a slow xref rebuild
+costs a worker, not the server (issue 26).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from serving.decode.readers import DecodeLimits, FileKind, sniff_kind
+from serving.decode.readers import FileKind, sniff_kind
 from serving.errors import (
-    DeadlineExceeded,
     InvalidInput,
     OcrError,
     PayloadTooLarge,
     ValidationFailed,
 )
 from serving.jobs.zip_entries import count_entries
-from serving.workers import cpu_stages
-from serving.workers.cpu_pool import CpuPool
 
 PageCounter = Callable[[Path, FileKind], int]
 """Readies a stored document and returns its page count (`serving.decode.documents.stage_document`);
@@ -173,7 +168,7 @@ def stage_uploads(
     uploads: Sequence[tuple[str, IO[bytes]]], dest: Path, limits: BatchLimits, count: PageCounter
 ) -> list[Document]:
     """Copy uploads (name, stream) into `dest`, unpacking zips, checking every limit on the way;
-    `count` reads each stored document (`worker_page_counter`).
+    `count` reads each stored document (`serving.jobs.staging.WorkerCounter`).
 
     Raises:
         PayloadTooLarge: more bytes than `max_bytes`, uploaded or unpacked.
@@ -182,6 +177,7 @@ def stage_uploads(
         WorkerUnavailable: the CPU worker reading a document died (as many times as the pool
             retries).
         DeadlineExceeded: a document was not read within the counter's time.
+        ClientGone: the counter was cancelled (the client went away).
     """
     if not uploads:
         raise ValidationFailed("Send one or more files in multipart fields named `file`")
@@ -190,26 +186,3 @@ def stage_uploads(
     for name, stream in uploads:
         stager.add_stream(name, stream)
     return stager.documents
-
-
-def worker_page_counter(cpu: CpuPool, limits: DecodeLimits, *, timeout_s: float) -> PageCounter:
-    """A `PageCounter` for the staging thread that runs `stage_document` in `cpu`'s workers,
-    through the event loop running now (call this on it).
-
-    A document not read within `timeout_s` raises DeadlineExceeded; its call is cancelled, so the
-    pool kills the worker still reading it.
-    """
-    loop = asyncio.get_running_loop()
-
-    def count(path: Path, kind: FileKind) -> int:
-        call = cpu.run(cpu_stages.stage_document, str(path), kind, limits)
-        future = asyncio.run_coroutine_threadsafe(call, loop)
-        try:
-            return future.result(timeout=timeout_s)
-        except concurrent.futures.TimeoutError as err:
-            future.cancel()
-            raise DeadlineExceeded(
-                f"its pages were not counted within {timeout_s:g} s (jobs.page_timeout_s)"
-            ) from err
-
-    return count

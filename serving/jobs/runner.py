@@ -33,6 +33,7 @@ from serving.model_sets import ModelSets
 from serving.request_options import ocr_options, overrides
 from serving.scheduling.priorities import BACKGROUND
 from serving.service.ocr import OcrService
+from serving.workers.quarantine import file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -111,9 +112,15 @@ class JobRunner:
         """A runner over the configured store whose pages go through `service` at background
         priority, each read by the model set its job's options pick (`lang`, `model`)."""
         timeout_s = config.jobs.page_timeout_s
+        # A stored document never changes: hashed once for its pages (`serving.workers.quarantine`).
+        digests = functools.lru_cache(maxsize=256)(file_digest)
 
         async def ocr(task: PageTask) -> PageResult:
             options = ocr_options(bundle, config.pipeline, sets=sets, **overrides(task.options))
+            try:
+                digest = await asyncio.to_thread(digests, str(task.path))
+            except OSError:
+                digest = None  # gone: the worker says so
             output = await service.ocr_page_of(
                 str(task.path),
                 task.kind,
@@ -121,6 +128,7 @@ class JobRunner:
                 options,
                 priority=BACKGROUND,
                 timeout_s=timeout_s,
+                digest=digest,
             )
             return output.result
 

@@ -31,6 +31,7 @@ from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.scheduling.quotas import KeyPages, Tenant
 from serving.workers import cpu_stages, shm
 from serving.workers.cpu_pool import CpuPool
+from serving.workers.quarantine import PageKey, content_digest, read_as, reading
 from serving.workers.supervisor import free_segments
 
 logger = logging.getLogger(__name__)
@@ -171,10 +172,11 @@ class OcrService:
             DeadlineExceeded: not done within `timeout_s`.
         """
         async with self._admitted(timeout_s, tenant) as slot:
+            digest = await content_digest(data)  # pages that kill workers are quarantined
             # The document crosses to the workers once, in shared memory, whatever its pages.
             source = shm.put(np.frombuffer(data, np.uint8), self._prefix)
             try:
-                with self.scheduler.interactive_coming(priority):
+                with self.scheduler.interactive_coming(priority), reading(PageKey(digest, -1)):
                     plans = await self.cpu.run(
                         cpu_stages.page_plans, source, kind, self.limits, None, priority=priority
                     )
@@ -182,8 +184,11 @@ class OcrService:
                 charges = [self.charge(plan, kind, options.det, turned) for plan in plans]
                 slot.grow_to(len(plans))
                 return await all_or_none(
-                    self._document_page(
-                        source, kind, index, charge, options, visualize, slot.deadline, priority
+                    read_as(
+                        PageKey(digest, index),
+                        self._document_page(
+                            source, kind, index, charge, options, visualize, slot.deadline, priority
+                        ),
                     )
                     for index, charge in enumerate(charges)
                 )
@@ -199,11 +204,13 @@ class OcrService:
         *,
         priority: int,
         timeout_s: float,
+        digest: str | None = None,
     ) -> PageOutput:
         """OCR one page of a document: page `page_index` of a PDF, or an image (index 0).
 
         `source` is the file's bytes or its path, which the CPU worker reads (a long PDF is not
-        copied for each page). Batch jobs call this once per page, at background priority.
+        copied for each page). Batch jobs call this once per page, at background priority, with
+        the document's SHA-256 (`digest`): a page that kills workers is quarantined.
 
         Raises:
             InvalidInput: the page does not decode or breaks a limit.
@@ -211,20 +218,22 @@ class OcrService:
             Overloaded: too much work in flight.
             DeadlineExceeded: not done within `timeout_s`.
         """
+        key = None if digest is None else PageKey(digest, page_index)
         async with self._admitted(timeout_s) as slot:
-            (plan,) = await self.cpu.run(
-                cpu_stages.page_plans, source, kind, self.limits, page_index, priority=priority
-            )
-            return await self._document_page(
-                source,
-                kind,
-                page_index,
-                self.charge(plan, kind, options.det, options.ori is not None),
-                options,
-                False,
-                slot.deadline,
-                priority,
-            )
+            with reading(key):
+                (plan,) = await self.cpu.run(
+                    cpu_stages.page_plans, source, kind, self.limits, page_index, priority=priority
+                )
+                return await self._document_page(
+                    source,
+                    kind,
+                    page_index,
+                    self.charge(plan, kind, options.det, options.ori is not None),
+                    options,
+                    False,
+                    slot.deadline,
+                    priority,
+                )
 
     def charge(
         self, plan: PagePlan, kind: FileKind, det: DetParams, turned: bool = False

@@ -7,7 +7,7 @@ puts them in the app's state (`EndpointServices`), and each handler takes only t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import Counter
@@ -17,6 +17,7 @@ from pipelines.types import PageResult
 from serving.config import AppConfig, JobsConfig, PipelineConfig
 from serving.decode.readers import DecodeLimits, FileKind
 from serving.jobs.runner import JobRunner
+from serving.jobs.staging import UploadSlots
 from serving.metrics import Metrics
 from serving.model_sets import ModelSets
 from serving.outputs.document import Document, reading_orders
@@ -124,6 +125,10 @@ class JobRequests:
     cpu: CpuPool
     limits: DecodeLimits
     budget: MemoryBudget
+    uploads: UploadSlots = field(
+        default_factory=lambda: UploadSlots(JobsConfig().max_uploads_per_key)
+    )
+    """Uploads each client has being received and staged (`jobs.max_uploads_per_key`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

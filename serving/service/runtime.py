@@ -19,6 +19,7 @@ from serving.engine.choice import PRECISION_KEYS
 from serving.engine.gpu_choice import GpuEngineChoice
 from serving.errors import NotReady, ShuttingDown
 from serving.jobs.runner import JobRunner
+from serving.jobs.staging import UploadSlots
 from serving.metrics import Metrics
 from serving.model_sets import ModelSets, load_sets, stage_kind
 from serving.request_options import OcrOptions, request_options
@@ -252,6 +253,7 @@ class Runtime:
                 cpu=self.cpu,
                 limits=self.service.limits,
                 budget=self.service.budget,
+                uploads=UploadSlots(self.config.jobs.max_uploads_per_key),
             ),
         )
 

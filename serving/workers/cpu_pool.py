@@ -3,9 +3,10 @@ functions.
 
 Each worker runs one call at a time, fed from one queue. A worker that dies costs only the call it
 held: that call runs again on another worker (up to `max_attempts` times, the pool's
-`RetryPolicy`) while the worker is replaced in the background. A call whose caller went away is
-left to finish for `abandon_grace_s`, then its worker is killed; results that come back after
-their caller went away are freed, so no segment leaks.
+`RetryPolicy`) while the worker is replaced in the background; a call on a page that killed
+workers twice fails instead, and the page is refused from then on (`serving.workers.quarantine`).
+A call whose caller went away is left to finish for `abandon_grace_s`, then its worker is killed;
+results that come back after their caller went away are freed, so no segment leaks.
 
 (The standard `ProcessPoolExecutor` fails every call in flight when one worker dies, and spawns
 replacement workers inside `submit`, on the caller's thread: from the event loop, that spawn could
@@ -26,6 +27,7 @@ from serving.errors import OcrError, WorkerUnavailable
 from serving.scheduling.share import ShareQueue
 from serving.workers.cpu_worker import cpu_worker_main
 from serving.workers.proc import cancel_and_wait
+from serving.workers.quarantine import PageKey, Quarantine, page_read
 from serving.workers.sandbox import WorkerLimits
 from serving.workers.supervisor import RetryPolicy, WorkerDied, WorkerProcess, free_segments
 
@@ -44,6 +46,8 @@ class _Call:
     future: asyncio.Future[Any]
     attempts: int = 0
     priority: int = 0
+    page: PageKey | None = None
+    """The page the call works on (`quarantine.reading`): its deaths are counted."""
 
 
 @dataclass(eq=False, slots=True)
@@ -79,6 +83,7 @@ class CpuPool:
         background_share: float = 0.0,
         limits: WorkerLimits | None = None,
         environ: Callable[[], Mapping[str, str]] | None = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
         self.workers = workers
         self._limits = limits
@@ -99,6 +104,8 @@ class CpuPool:
         self._tasks: list[asyncio.Task[None]] = []
         self._aborted: OcrError | None = None
         self.restarts = 0
+        self.quarantine = quarantine or Quarantine()
+        """Pages that killed workers (`serving.workers.quarantine`)."""
 
     @property
     def ready(self) -> bool:
@@ -133,12 +140,18 @@ class CpuPool:
         Raises:
             WorkerUnavailable: the pool is not running, or workers died running this call
                 `max_attempts` times.
+            PageQuarantined: the page the call works on (`quarantine.reading`) killed workers
+                `quarantine.deaths` times, this call's or earlier ones.
         """
         if self._aborted is not None:
             raise self._aborted
         if self._wakeup is None:
             raise WorkerUnavailable("The CPU worker pool is not running")
-        call = _Call(fn, args, asyncio.get_running_loop().create_future(), priority=priority)
+        page = page_read()
+        self.quarantine.check(page)
+        call = _Call(
+            fn, args, asyncio.get_running_loop().create_future(), priority=priority, page=page
+        )
         await self._enqueue(call)
         try:
             return await call.future  # type: ignore[no-any-return]
@@ -230,7 +243,9 @@ class CpuPool:
         except WorkerDied as died:
             if died.before_sending:
                 call.attempts -= 1
-            await self._on_death(worker, call, time.monotonic() - started)
+            await self._on_death(
+                worker, call, time.monotonic() - started, blamed=not died.before_sending
+            )
             return
         finally:
             worker.call = None
@@ -244,7 +259,10 @@ class CpuPool:
         else:
             call.future.set_exception(value)
 
-    async def _on_death(self, worker: _Worker, call: _Call, ran_s: float) -> None:
+    async def _on_death(
+        self, worker: _Worker, call: _Call, ran_s: float, *, blamed: bool = True
+    ) -> None:
+        """`worker`'s process died running `call` (`blamed`), or before it got it."""
         process, worker.process = worker.process, None
         if process is not None:
             process.kill()
@@ -260,7 +278,13 @@ class CpuPool:
             )
         if call.future.done():
             return
-        if not self.retry.may_retry(call.attempts):
+        refusal = None
+        if blamed and call.page is not None:
+            refusal = self.quarantine.died(call.page)
+        if refusal is not None:
+            logger.error("CPU worker %d: %s", worker.index, refusal.message)
+            call.future.set_exception(refusal)
+        elif not self.retry.may_retry(call.attempts):
             call.future.set_exception(WorkerUnavailable())
         else:
             await self._enqueue(call, front=True)

@@ -125,6 +125,12 @@ def stage_document(path: str, kind: FileKind, limits: DecodeLimits) -> int:
     return documents.stage_document(path, kind, limits)
 
 
+def staging_plan(path: str, kind: FileKind, limits: DecodeLimits) -> documents.StagingPlan:
+    """What readying a job's stored document will decode, from its headers
+    (`serving.decode.documents.staging_plan`)."""
+    return documents.staging_plan(path, kind, limits)
+
+
 def _bytes_or_path(source: shm.ShmRef | bytes | str) -> bytes | str:
     """A document staged in shared memory (it stays there for its other pages) as bytes."""
     if isinstance(source, shm.ShmRef):

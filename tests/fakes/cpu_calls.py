@@ -58,12 +58,41 @@ def init_crash_on_mark() -> None:
     worker, as a pdfium crash would; other documents are read for real."""
     from serving.decode import documents
 
-    real = documents.stage_document
+    real_plan, real_stage = documents.staging_plan, documents.stage_document
 
-    def stage_document(path: str, kind: object, limits: object) -> int:
+    def crash_on_mark(path: str) -> None:
         with open(path, "rb") as f:
             if f.read(len(CRASH_MARK)) == CRASH_MARK:
                 os._exit(11)
-        return real(path, kind, limits)  # type: ignore[arg-type]
 
+    def staging_plan(path: str, kind: object, limits: object) -> object:
+        crash_on_mark(path)
+        return real_plan(path, kind, limits)  # type: ignore[arg-type]
+
+    def stage_document(path: str, kind: object, limits: object) -> int:
+        crash_on_mark(path)
+        return real_stage(path, kind, limits)  # type: ignore[arg-type]
+
+    documents.staging_plan = staging_plan  # type: ignore[assignment]
     documents.stage_document = stage_document  # type: ignore[assignment]
+
+
+POISON_MARK = b"poison-pill"
+"""What an image holds (in a PNG text chunk, say) for `init_cpu_worker_poisoned` to crash on."""
+
+
+def init_cpu_worker_poisoned(*args: object) -> None:
+    """The server's CPU worker initializer (`init_cpu_worker`); then decoding an image whose bytes
+    hold `POISON_MARK` kills the worker, as a decoder crash would (its header reads as usual)."""
+    from serving.decode import readers
+    from serving.workers.cpu_stages import init_cpu_worker
+
+    init_cpu_worker(*args)  # type: ignore[arg-type]
+    real = readers.decode_image
+
+    def decode_image(data: bytes, limits: readers.DecodeLimits) -> object:
+        if POISON_MARK in data:
+            os._exit(11)
+        return real(data, limits)
+
+    readers.decode_image = decode_image  # type: ignore[assignment]

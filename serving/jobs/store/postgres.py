@@ -52,6 +52,7 @@ from serving.jobs.store.queries import (
 )
 from serving.jobs.store.rows import job_info, page_task
 from serving.jobs.store.types import (
+    MAX_CLAIMS,
     FinishedPage,
     JobInfo,
     JobNotFound,
@@ -66,8 +67,6 @@ T = TypeVar("T")
 
 _RETRIES = 5
 """Tries of a transaction that PostgreSQL aborted for a deadlock or a serialisation conflict."""
-MAX_CLAIMS = 5
-"""Claims of one page that never ended (its replicas died or stalled) before it is failed."""
 
 
 class PostgresJobStore(JobDirs):

@@ -6,9 +6,11 @@ Layout under the data directory: `jobs.sqlite3` (schema version in `PRAGMA user_
 result, the exact NDJSON line). Every page is its own unit of work: `claim_next` marks it running,
 and `complete_page` writes its result file atomically and marks it done in one transaction, only if
 it is still running, so a page is committed at most once; `open` sets pages left running by a
-killed process back to pending, so each page is committed exactly once. Commits survive power
-loss: SQLite syncs its WAL on every commit (`synchronous = FULL`), and uploads, result files and
-the directory entries naming them are fsynced before the rows that point at them are committed.
+killed process back to pending, so each page is committed exactly once, unless it was claimed
+`MAX_CLAIMS` times: a page that kills the process each time it runs is failed (`page_abandoned`).
+Commits survive power loss: SQLite syncs its WAL on every commit (`synchronous = FULL`), and
+uploads, result files and the directory entries naming them are fsynced before the rows that
+point at them are committed.
 
 Methods are synchronous and serialised by a lock; async callers run them with `asyncio.to_thread`.
 Timestamps are wall-clock seconds (`time.time()`), since they must mean the same after a restart.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
@@ -42,6 +45,7 @@ from serving.jobs.store.queries import (
 from serving.jobs.store.rows import job_info, page_task
 from serving.jobs.store.sqlite_schema import migrate
 from serving.jobs.store.types import (
+    MAX_CLAIMS,
     FinishedPage,
     JobInfo,
     JobNotFound,
@@ -49,6 +53,8 @@ from serving.jobs.store.types import (
     JobStoreUnavailable,
     PageTask,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class SqliteJobStore(JobDirs):
@@ -114,6 +120,7 @@ class SqliteJobStore(JobDirs):
                 db.execute("PRAGMA busy_timeout = 5000")
                 migrate(db)
                 with _transaction(db):
+                    self._fail_abandoned(db)
                     reset = db.execute(
                         "UPDATE pages SET status = 'pending' WHERE status = 'running' AND job_id IN"
                         " (SELECT id FROM jobs WHERE status IN ('queued', 'running'))"
@@ -342,6 +349,23 @@ class SqliteJobStore(JobDirs):
             (job_id, seq),
         ).fetchone()
         return row is not None and tuple(row) == ("running", "running")
+
+    def _fail_abandoned(self, db: sqlite3.Connection) -> None:
+        """Fail the pages left running that were claimed `MAX_CLAIMS` times: each claim ended
+        with the process (killed, out of memory), so the page itself may be what kills it; it
+        must not do so at every start (as PostgreSQL's store does)."""
+        for page in db.execute(
+            "SELECT p.job_id, p.seq, p.attempts FROM pages p JOIN jobs j ON j.id = p.job_id"
+            " WHERE p.status = 'running' AND j.status IN ('queued', 'running')"
+            " AND p.attempts >= ?",
+            (MAX_CLAIMS,),
+        ).fetchall():
+            message = (
+                f"Abandoned after {page['attempts']} claims that never ended: the server"
+                " stopped (killed, out of memory) each time it ran the page"
+            )
+            logger.warning("job %s page %d: %s", page["job_id"], page["seq"], message)
+            self._finish_page(db, page["job_id"], page["seq"], "failed", "page_abandoned", message)
 
     def _finish_page(
         self,

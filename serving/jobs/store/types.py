@@ -145,3 +145,9 @@ def iso_time(timestamp: float | None) -> str | None:
     if timestamp is None:
         return None
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")
+
+
+MAX_CLAIMS = 5
+"""Claims of one page that never ended (its process died, or its replica died or stalled) before
+it is failed (`page_abandoned`): the page itself may be what kills them. More than the runner's
+own tries of a page (`serving.jobs.runner.MAX_ATTEMPTS`), which each count a claim."""

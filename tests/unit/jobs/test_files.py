@@ -15,7 +15,8 @@ from PIL import Image
 
 from serving.decode.readers import DecodeLimits, FileKind
 from serving.errors import InvalidInput, WorkerUnavailable
-from serving.jobs.files import BatchLimits, stage_uploads, worker_page_counter
+from serving.jobs.files import BatchLimits, stage_uploads
+from serving.jobs.staging import WorkerCounter
 from serving.workers.cpu_pool import CpuPool
 from tests import images
 from tests.fakes import cpu_calls
@@ -54,7 +55,7 @@ def _uploads(files: dict[str, bytes]) -> list[tuple[str, io.BytesIO]]:
 
 
 async def _stage(pool: CpuPool, files: dict[str, bytes], dest: Path) -> list:
-    count = worker_page_counter(pool, DECODE, timeout_s=120)
+    count = WorkerCounter(pool, DECODE, timeout_s=120)
     return await asyncio.to_thread(stage_uploads, _uploads(files), dest, LIMITS, count)
 
 

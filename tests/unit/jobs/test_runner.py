@@ -271,7 +271,9 @@ async def test_job_pages_go_at_background_priority_with_the_jobs_page_timeout(
     seen: dict[str, object] = {}
 
     class Service:
-        async def ocr_page_of(self, *args: object, priority: int, timeout_s: float) -> object:
+        async def ocr_page_of(
+            self, *args: object, priority: int, timeout_s: float, digest: str | None
+        ) -> object:
             seen.update(priority=priority, timeout_s=timeout_s)
             raise Overloaded()
 

@@ -18,6 +18,7 @@ from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.service.runtime import Runtime
 from serving.workers import cpu_stages, supervisor
 from serving.workers.cpu_pool import CpuPool
+from serving.workers.quarantine import PageKey, PageQuarantined, reading
 from tests.fakes import cpu_calls
 
 
@@ -101,6 +102,29 @@ def test_a_call_that_kills_every_worker_fails_alone_with_503() -> None:
                 await asyncio.wait_for(poison, 120)
             assert await asyncio.wait_for(asyncio.gather(*healthy), 120) == [0, 2, 4, 6, 8]
             assert pool.restarts >= 3
+        finally:
+            await pool.stop()
+
+    asyncio.run(main())
+
+
+def test_a_page_that_killed_two_workers_is_quarantined_by_its_content() -> None:
+    """Issue 37, item 6: a page that kills workers fails after two deaths (not 3 tries here and
+    4 of a job's runner), and the same page later is refused without a worker."""
+
+    async def main() -> None:
+        pool = await _started(_pool(max_attempts=3))
+        poison, other = PageKey("ab" * 32, 0), PageKey("ab" * 32, 1)
+        try:
+            with reading(poison), pytest.raises(PageQuarantined, match=r"Page 0 .* killed 2"):
+                await asyncio.wait_for(pool.run(cpu_calls.die), 120)
+            assert pool.restarts == 2
+            with reading(poison), pytest.raises(PageQuarantined):
+                await pool.run(cpu_calls.add, 1, 1)  # refused before it runs
+            with reading(other):
+                assert await asyncio.wait_for(pool.run(cpu_calls.add, 1, 1), 120) == 2
+            with pytest.raises(WorkerUnavailable):  # work on no page: retried as before
+                await asyncio.wait_for(pool.run(cpu_calls.die), 120)
         finally:
             await pool.stop()
 

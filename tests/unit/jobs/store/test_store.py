@@ -20,7 +20,7 @@ from serving.jobs.store.job_dirs import ORPHAN_MIN_AGE_S
 from serving.jobs.store.postgres import PostgresJobStore
 from serving.jobs.store.sqlite import SqliteJobStore
 from serving.jobs.store.sqlite_schema import SCHEMA_VERSION, statements
-from serving.jobs.store.types import JobNotFound, JobStoreUnavailable
+from serving.jobs.store.types import MAX_CLAIMS, JobNotFound, JobStoreUnavailable
 from tests.clock import ManualClock
 from tests.postgres import PostgresServer
 
@@ -164,6 +164,36 @@ def test_reopen_resets_running_pages(tmp_path: Path, clock: ManualClock) -> None
         assert sorted(p.seq for p in pages) == [0, 1, 2]
     finally:
         again.close()
+
+
+def test_a_page_that_kills_the_process_at_every_claim_is_failed(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Issue 37, item 6: pages left running went back to pending at every start, so a page that
+    kills the whole process (out of memory, a crash) looped for ever; PostgreSQL's store fails
+    it after `MAX_CLAIMS`, and so does SQLite's now, while the job goes on."""
+    store = SqliteJobStore(tmp_path / "jobs", clock=clock)
+    store.open()
+    _create(store, "a", (2,))
+    for claim in range(1, MAX_CLAIMS + 1):
+        task = store.claim_next()
+        assert task is not None
+        assert (task.seq, task.attempts) == (0, claim)
+        store.close()  # as after kill -9, the page still marked running
+        store = SqliteJobStore(tmp_path / "jobs", clock=clock)
+        assert store.open() == (1 if claim < MAX_CLAIMS else 0)
+    try:
+        info = store.get_job("a")
+        assert info.pages_failed == 1
+        assert info.failed[0].code == "page_abandoned"
+        assert f"after {MAX_CLAIMS} claims" in info.failed[0].message
+        task = store.claim_next()  # the job goes on with its other page
+        assert task is not None
+        assert task.seq == 1
+        assert store.complete_page("a", task.seq, _line(task.seq))
+        assert store.get_job("a").status == "failed"
+    finally:
+        store.close()
 
 
 def test_cancel_stops_claims_and_commits(store: JobStore, clock: ManualClock) -> None:

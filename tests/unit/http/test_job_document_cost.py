@@ -1,0 +1,85 @@
+"""A job document's PDF is charged for its image as sent, read from the upload's headers, not for
+the page OCR read (issue 37, item 7): that page is scaled to `input.max_page_side_px`, while the
+PDF embeds the upload whole (up to `input.max_image_pixels`, ~179 Mpx). Real SQLite store, real
+rendering in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from serving.config import JobsConfig
+from serving.decode.readers import DecodeLimits
+from serving.errors import PayloadTooLarge
+from serving.http.job_documents import DocumentState, document_states, rendered
+from serving.jobs.document_files import SOURCE_BYTES_PER_PX
+from serving.jobs.files import Document
+from serving.jobs.runner import JobRunner
+from serving.jobs.store.sqlite import SqliteJobStore
+from serving.scheduling.memory_budget import MemoryBudget
+from serving.service.requests import JobRequests
+from tests.fakes.service import InlineCpuPool
+
+MIB = 1 << 20
+SIDE = 3000
+"""The upload's side; OCR read it at 1000 px."""
+LIMITS = DecodeLimits(
+    max_pdf_pages=10, pdf_render_scale=1.0, max_image_pixels=1 << 28, max_page_side_px=1000
+)
+
+
+async def _never(task: object) -> object:
+    raise AssertionError("no page runs here")
+
+
+@pytest.fixture
+def runner(tmp_path: Path):
+    store = SqliteJobStore(tmp_path / "jobs")
+    store.open()
+    files = store.job_dir("j") / "files"
+    files.mkdir(parents=True)
+    buf = io.BytesIO()
+    Image.new("RGB", (SIDE, SIDE), "white").save(buf, format="PNG")
+    (files / "1").write_bytes(buf.getvalue())
+    document = Document(
+        name="big.png", path=files / "1", kind="image", pages=1, size_bytes=len(buf.getvalue())
+    )
+    store.create_job("j", [document], {})
+    task = store.claim_next()
+    assert task is not None
+    record = {"page": 0, "width": 1000, "height": 1000, "lines": []}  # as OCR read it
+    store.complete_page("j", task.seq, json.dumps(record).encode())
+    yield JobRunner(store=store, ocr=_never, config=JobsConfig())  # type: ignore[arg-type]
+    store.close()
+
+
+def _render(runner: JobRunner, budget: MemoryBudget) -> Path:
+    jobs = JobRequests(
+        runner=runner,
+        config=runner.config,
+        cpu=InlineCpuPool(),  # type: ignore[arg-type]
+        limits=LIMITS,
+        budget=budget,
+    )
+
+    async def main() -> Path:
+        (state,) = await document_states(runner.store, runner.store.get_job("j"))
+        assert isinstance(state, DocumentState)
+        return await rendered(jobs, runner, "j", state, "pdf")
+
+    return asyncio.run(main())
+
+
+def test_a_pdf_of_an_image_is_charged_for_the_image_as_sent(runner: JobRunner) -> None:
+    needs = SOURCE_BYTES_PER_PX * SIDE * SIDE  # ~137 MiB; the OCR page's 1 Mpx, ~4 MiB before
+    with pytest.raises(PayloadTooLarge, match=r"server\.memory_budget_bytes"):
+        _render(runner, MemoryBudget(needs - MIB))
+    budget = MemoryBudget(needs + 64 * MIB)
+    path = _render(runner, budget)
+    assert path.read_bytes().startswith(b"%PDF")
+    assert budget.used_bytes == 0
