@@ -15,7 +15,6 @@ from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.config import AppConfig, EngineConfig
 from serving.engine.gpu_choice import AUTO, choose_gpu_engine
 from serving.model_sets import stage_kind
-from serving.scheduling.batch_shapes import batching_mode
 
 
 def engine_options(
@@ -48,9 +47,8 @@ def engine_options(
         trt_use_static=bool(engine.trt_cache_dir),
         trt_cache_dir=engine.trt_cache_dir or None,
         onnx_dir=engine.onnx_dir,
-        torch=engine.torch.resolved(
-            buckets=gpu and batching_mode(engine.batching, ("gpu",)) == "bucketed"
-        ),
+        # A GPU batches bucketed unless told exact (`serving.scheduling.batch_shapes`).
+        torch=engine.torch.resolved(buckets=gpu and engine.batching != "exact"),
         openvino_precision=engine.openvino_precision,
         openvino_f32_head=engine.openvino_f32_head,
         inflight_batches=inflight_batches,

@@ -15,6 +15,7 @@ from starlette.types import Message
 from serving.app import build_app
 from serving.config import AppConfig, JobsConfig
 from serving.jobs.runner import JobRunner
+from serving.jobs.staging import UploadSlots
 from serving.jobs.store.sqlite import SqliteJobStore as JobStore
 from serving.jobs.store.types import PageTask
 from serving.metrics import Metrics
@@ -43,7 +44,9 @@ def _runtime(tmp_path: Path) -> Runtime:
         metrics=metrics,
         budget=budget,
         ocr=types.SimpleNamespace(check_ready=lambda: None),
-        jobs=types.SimpleNamespace(runner=runner, config=config.jobs),
+        jobs=types.SimpleNamespace(
+            runner=runner, config=config.jobs, uploads=UploadSlots(config.jobs.max_uploads_per_key)
+        ),
     )
     return cast(
         Runtime,
