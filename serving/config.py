@@ -235,11 +235,22 @@ class AuthConfig:
     open: bool = False
     """With no keys and a bind beyond loopback, serve the jobs API anyway (else 403
     `open_store_refused`: anyone on the network could read and delete every stored document)."""
+    max_jobs: int = 100
+    """Default per-key cap on jobs kept in the job store, finished ones included until deleted or
+    expired; one more gets 429 `stored_quota_exceeded`. With keys off, the cap of all jobs
+    together. 0 = none."""
+    max_stored_bytes: int = 5 * 1024**3
+    """Default per-key cap on the uploaded bytes of its jobs in the store (as `max_jobs`)."""
+    max_stored_pages: int = 20_000
+    """Default per-key cap on the pages of its jobs in the store (as `max_jobs`)."""
 
     def __post_init__(self) -> None:
         _check(self.requests_per_s >= 0, "auth.requests_per_s", "must be >= 0")
         _check(self.burst_requests >= 0, "auth.burst_requests", "must be >= 0")
         _check(self.max_inflight_pages >= 0, "auth.max_inflight_pages", "must be >= 0")
+        _check(self.max_jobs >= 0, "auth.max_jobs", "must be >= 0")
+        _check(self.max_stored_bytes >= 0, "auth.max_stored_bytes", "must be >= 0")
+        _check(self.max_stored_pages >= 0, "auth.max_stored_pages", "must be >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -640,6 +651,12 @@ class JobsConfig:
     a results stream for pages finished elsewhere."""
     retention_s: float = 86400.0
     """Finished jobs (succeeded, failed, cancelled) are deleted this long after they end."""
+    queued_expiry_s: float = 86400.0
+    """A job none of whose pages started this long after it was submitted fails, each page with
+    `expired` (then `retention_s` deletes it)."""
+    min_free_disk_bytes: int = 1024**3
+    """An upload (`POST /v1/jobs`) is refused with 507 unless the disks of `data_dir` and of the
+    multipart spool (the temporary directory) keep this much free beyond its declared size."""
     max_files_per_job: int = 100
     """Files in one job, counting each document inside an uploaded zip; more get 422."""
     max_pages_per_job: int = 1000
@@ -664,6 +681,8 @@ class JobsConfig:
     def __post_init__(self) -> None:
         _check(bool(self.data_dir), "jobs.data_dir", "must not be empty")
         _check(self.retention_s > 0, "jobs.retention_s", "must be > 0")
+        _check(self.queued_expiry_s > 0, "jobs.queued_expiry_s", "must be > 0")
+        _check(self.min_free_disk_bytes >= 0, "jobs.min_free_disk_bytes", "must be >= 0")
         _check(self.max_files_per_job > 0, "jobs.max_files_per_job", "must be > 0")
         _check(self.max_pages_per_job > 0, "jobs.max_pages_per_job", "must be > 0")
         _check(self.max_upload_bytes > 0, "jobs.max_upload_bytes", "must be > 0")
