@@ -97,6 +97,10 @@ class ServerConfig:
     answer: else it is closed (408 first when it sent part of one: `serving.http.connections`)."""
     keep_alive_timeout_s: float = 5.0
     """An idle keep-alive connection is closed this long after its last answer."""
+    send_idle_timeout_s: float = 30.0
+    """A client that reads none of its answer for this long, while the server has more to send
+    than the socket takes, is disconnected: the answer is dropped and the memory budget it was
+    charged to given back (`serving.http.connections`)."""
     max_connections: int = 2048
     """Sockets open at once; beyond, a new one gets 503 and is closed. 0 = no limit."""
     max_connections_per_client: int = 256
@@ -142,6 +146,7 @@ class ServerConfig:
         _check(self.limit_concurrency >= 0, "server.limit_concurrency", "must be >= 0 (0 = none)")
         _check(self.header_timeout_s > 0, "server.header_timeout_s", "must be > 0")
         _check(self.keep_alive_timeout_s > 0, "server.keep_alive_timeout_s", "must be > 0")
+        _check(self.send_idle_timeout_s > 0, "server.send_idle_timeout_s", "must be > 0")
         _check(self.max_connections >= 0, "server.max_connections", "must be >= 0 (0 = none)")
         _check(
             self.max_connections_per_client >= 0,
@@ -259,6 +264,15 @@ class PaddlexConfig:
 
     visualize: bool = True
     """Default for the request's `visualize` field (PaddleX's default is true)."""
+    visualize_max_pixels: int = 1_000_000
+    """Pixels of each picture `visualize` answers (`inputImage`, `ocrImage`): scaled down to it."""
+    visualize_max_bytes: int = 512 * 1024
+    """Bytes of each picture's JPEG (before base64): encoded at lower quality, then scaled down
+    further, until it fits."""
+
+    def __post_init__(self) -> None:
+        _check(self.visualize_max_pixels >= 1024, "paddlex.visualize_max_pixels", "must be >= 1024")
+        _check(self.visualize_max_bytes >= 4096, "paddlex.visualize_max_bytes", "must be >= 4096")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
