@@ -154,30 +154,39 @@ def stored_usage(db: Database, sql: Dialect, owner: str | None) -> StoredUsage:
 
 
 def expire_queued(db: Database, sql: Dialect, *, created_before: float, now: float) -> list[str]:
-    """Fail the jobs still queued (no page started) that were created before then, each pending
-    page with `expired`, in `db`'s transaction; returns their ids. Their files stay until the
-    job is deleted or its retention ends."""
+    """Fail the jobs still queued (no page started) that were created before then, each page
+    with `expired`, in `db`'s transaction; returns their ids. Their files stay until the job is
+    deleted or its retention ends.
+
+    The job's row is ended first, only while it is queued: a replica that claims one of its
+    pages meanwhile either started it first (the job is running: not expired) or finds it ended
+    and cannot commit the page, which is failed with the others.
+    """
     p = sql.param
-    ids = [
+    candidates = [
         row["id"]
         for row in db.execute(
             f"SELECT id FROM {sql.jobs} WHERE status = 'queued' AND created_at < {p}",
             (created_before,),
         )
     ]
-    for job_id in ids:
-        failed = db.execute(
+    expired = []
+    for job_id in candidates:
+        ended = db.execute(
+            f"UPDATE {sql.jobs} SET status = 'failed', pages_failed = pages_total,"
+            f" finished_at = {p} WHERE id = {p} AND status = 'queued'",
+            (now, job_id),
+        ).rowcount
+        if ended != 1:
+            continue
+        db.execute(
             f"UPDATE {sql.pages} SET status = 'failed', finished_order = seq + 1,"
             f" error_code = 'expired', error_message = {p}"
-            f" WHERE job_id = {p} AND status = 'pending'",
+            f" WHERE job_id = {p} AND status IN ('pending', 'running')",
             (EXPIRED_MESSAGE, job_id),
-        ).rowcount
-        db.execute(
-            f"UPDATE {sql.jobs} SET status = 'failed', pages_failed = pages_failed + {p},"
-            f" finished_at = {p} WHERE id = {p} AND status = 'queued'",
-            (failed, now, job_id),
         )
-    return ids
+        expired.append(job_id)
+    return expired
 
 
 EXPIRED_MESSAGE = "The job waited in the queue past jobs.queued_expiry_s and was not run"
