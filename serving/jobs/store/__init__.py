@@ -112,8 +112,9 @@ class JobStore(Protocol):
         """Delete jobs that finished more than `retention_s` ago; returns their ids."""
 
     def claim_next(self) -> PageTask | None:
-        """Claim the next page to run: of the active job with the fewest pages running, then the
-        oldest, so jobs share the runner's slots; None when there is none."""
+        """Claim the next page to run: of the owner (API key) with the fewest pages running, then
+        its active job with the fewest, then the oldest, so tenants share the runner's slots and
+        then their jobs do; None when there is none."""
 
     def complete_page(self, job_id: str, seq: int, line: bytes) -> bool:
         """Commit a claimed page's result line; False (nothing written) when the claim is gone:
