@@ -102,6 +102,10 @@ class ServerConfig:
     answer: else it is closed (408 first when it sent part of one: `serving.http.connections`)."""
     keep_alive_timeout_s: float = 5.0
     """An idle keep-alive connection is closed this long after its last answer."""
+    send_idle_timeout_s: float = 30.0
+    """A client that reads none of its answer for this long, while the server has more to send
+    than the socket takes, is disconnected: the answer is dropped and the memory budget it was
+    charged to given back (`serving.http.connections`)."""
     max_connections: int = 2048
     """Sockets open at once; beyond, a new one gets 503 and is closed. 0 = no limit."""
     max_connections_per_client: int = 256
@@ -148,6 +152,7 @@ class ServerConfig:
         _check(self.limit_concurrency >= 0, "server.limit_concurrency", "must be >= 0 (0 = none)")
         _check(self.header_timeout_s > 0, "server.header_timeout_s", "must be > 0")
         _check(self.keep_alive_timeout_s > 0, "server.keep_alive_timeout_s", "must be > 0")
+        _check(self.send_idle_timeout_s > 0, "server.send_idle_timeout_s", "must be > 0")
         _check(self.max_connections >= 0, "server.max_connections", "must be >= 0 (0 = none)")
         _check(
             self.max_connections_per_client >= 0,
@@ -241,11 +246,22 @@ class AuthConfig:
     open: bool = False
     """With no keys and a bind beyond loopback, serve the jobs API anyway (else 403
     `open_store_refused`: anyone on the network could read and delete every stored document)."""
+    max_jobs: int = 100
+    """Default per-key cap on jobs kept in the job store, finished ones included until deleted or
+    expired; one more gets 429 `stored_quota_exceeded`. With keys off, the cap of all jobs
+    together. 0 = none."""
+    max_stored_bytes: int = 5 * 1024**3
+    """Default per-key cap on the uploaded bytes of its jobs in the store (as `max_jobs`)."""
+    max_stored_pages: int = 20_000
+    """Default per-key cap on the pages of its jobs in the store (as `max_jobs`)."""
 
     def __post_init__(self) -> None:
         _check(self.requests_per_s >= 0, "auth.requests_per_s", "must be >= 0")
         _check(self.burst_requests >= 0, "auth.burst_requests", "must be >= 0")
         _check(self.max_inflight_pages >= 0, "auth.max_inflight_pages", "must be >= 0")
+        _check(self.max_jobs >= 0, "auth.max_jobs", "must be >= 0")
+        _check(self.max_stored_bytes >= 0, "auth.max_stored_bytes", "must be >= 0")
+        _check(self.max_stored_pages >= 0, "auth.max_stored_pages", "must be >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -254,6 +270,15 @@ class PaddlexConfig:
 
     visualize: bool = True
     """Default for the request's `visualize` field (PaddleX's default is true)."""
+    visualize_max_pixels: int = 1_000_000
+    """Pixels of each picture `visualize` answers (`inputImage`, `ocrImage`): scaled down to it."""
+    visualize_max_bytes: int = 512 * 1024
+    """Bytes of each picture's JPEG (before base64): encoded at lower quality, then scaled down
+    further, until it fits."""
+
+    def __post_init__(self) -> None:
+        _check(self.visualize_max_pixels >= 1024, "paddlex.visualize_max_pixels", "must be >= 1024")
+        _check(self.visualize_max_bytes >= 4096, "paddlex.visualize_max_bytes", "must be >= 4096")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -646,6 +671,12 @@ class JobsConfig:
     a results stream for pages finished elsewhere."""
     retention_s: float = 86400.0
     """Finished jobs (succeeded, failed, cancelled) are deleted this long after they end."""
+    queued_expiry_s: float = 86400.0
+    """A job none of whose pages started this long after it was submitted fails, each page with
+    `expired` (then `retention_s` deletes it)."""
+    min_free_disk_bytes: int = 1024**3
+    """An upload (`POST /v1/jobs`) is refused with 507 unless the disks of `data_dir` and of the
+    multipart spool (the temporary directory) keep this much free beyond its declared size."""
     max_files_per_job: int = 100
     """Files in one job, counting each document inside an uploaded zip; more get 422."""
     max_pages_per_job: int = 1000
@@ -679,6 +710,8 @@ class JobsConfig:
     def __post_init__(self) -> None:
         _check(bool(self.data_dir), "jobs.data_dir", "must not be empty")
         _check(self.retention_s > 0, "jobs.retention_s", "must be > 0")
+        _check(self.queued_expiry_s > 0, "jobs.queued_expiry_s", "must be > 0")
+        _check(self.min_free_disk_bytes >= 0, "jobs.min_free_disk_bytes", "must be >= 0")
         _check(self.max_files_per_job > 0, "jobs.max_files_per_job", "must be > 0")
         _check(self.max_pages_per_job > 0, "jobs.max_pages_per_job", "must be > 0")
         _check(self.max_upload_bytes > 0, "jobs.max_upload_bytes", "must be > 0")

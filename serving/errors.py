@@ -110,6 +110,22 @@ class QuotaExceeded(OcrError):
         return (type(self), (self.message, self.retry_after_s))
 
 
+class StoredQuotaExceeded(QuotaExceeded):
+    """An API key holds its most jobs, stored bytes or stored pages (429): it may submit again
+    once it deletes jobs or they expire (`jobs.retention_s`)."""
+
+    code = "stored_quota_exceeded"
+    default_message = "This key stores its most jobs; delete some or wait for them to expire"
+
+
+class InsufficientStorage(OcrError):
+    """The disk an upload would go to is too full to take it (507); nothing was written."""
+
+    http_status = 507
+    code = "insufficient_storage"
+    default_message = "Not enough free disk space for this upload; retry later"
+
+
 class DeadlineExceeded(OcrError):
     """The request did not finish within `server.request_timeout_s`."""
 

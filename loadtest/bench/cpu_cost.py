@@ -125,7 +125,7 @@ def measure(pages: Sequence[np.ndarray], config: AppConfig) -> dict[str, Any]:
                 outputs.extend(values)
                 row["device_rec_s"] += spent
             started = time.thread_time()
-            cpu_stages.finish(nxt, outputs, prepared.image, options.rec, False)
+            cpu_stages.finish(nxt, outputs, prepared.image, options.rec, None)
             row["cpu_finish_s"] = time.thread_time() - started
             row["lines"] = sum(len(b) for b in nxt.state.batches)
             row["mpx"] = image.shape[0] * image.shape[1] / 1e6

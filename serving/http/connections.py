@@ -15,6 +15,11 @@ request line, held every slot for ever: every later request, the probes included
   (the socket's peer: behind a proxy that is the proxy), answered `503` with `Retry-After` and
   closed at once beyond either; the health listener's sockets are not counted.
 
+- a client that stops reading its answer (uvicorn waits on it for ever, holding the answer and
+  the memory budget it is charged to) is disconnected once it has taken no byte for
+  `send_idle_timeout_s` while more wait than the socket takes; the answer's task then ends, and
+  gives back its charge (`serving.http.answers`).
+
 Requests, not sockets, are what `server.limit_concurrency` counts (`serving.http.listeners`).
 
 An answer given before the request has arrived whole (a 413 at the body's cap, a 408, the 503
@@ -61,6 +66,9 @@ class ConnectionLimits:
     """Sockets open at once from one peer address."""
     retry_after_s: int
     """`Retry-After` on the 503 that refuses a socket past a count."""
+    send_idle_timeout_s: float = 0.0
+    """A client that takes none of the answer's bytes for this long, while more wait than the
+    socket takes, is disconnected; 0: never."""
     uncounted_port: int = 0
     """A local port whose sockets count against neither cap (`server.health_port`: the probes
     reach the server while the API's sockets are all taken); its sockets are timed all the same."""
@@ -96,6 +104,9 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
         _linger_deadline = 0.0
         _last_byte_at = 0.0
         _refused = False
+        _send_timer: asyncio.TimerHandle | None = None
+        _unsent = 0
+        """Bytes waiting for the client at the last look (`send_idle_timeout_s`)."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -129,6 +140,7 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
                     del per_client[self._address]
                 self._address = None
             self._cancel_head_timer()
+            self._cancel_send_timer()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -176,6 +188,43 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
                 return
             wait_s = min(self._last_byte_at + LINGER_IDLE_S, self._linger_deadline) - now
             self._linger_timer = self.loop.call_later(wait_s, self._linger_check)
+
+        def pause_writing(self) -> None:
+            """More waits than the socket takes: time the client's reading from now."""
+            super().pause_writing()
+            if limits.send_idle_timeout_s > 0 and self._send_timer is None:
+                self._unsent = self._raw.get_write_buffer_size()
+                self._send_timer = self.loop.call_later(
+                    limits.send_idle_timeout_s, self._send_check
+                )
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._cancel_send_timer()
+
+        def _send_check(self) -> None:
+            """Disconnect a client that took no byte in `send_idle_timeout_s`; else look again."""
+            self._send_timer = None
+            unsent = self._raw.get_write_buffer_size()
+            if self._lost or unsent == 0:
+                return
+            if unsent >= self._unsent:
+                logger.info(
+                    "client %s read none of its answer for %g s (server.send_idle_timeout_s): "
+                    "disconnected with %d bytes unsent",
+                    self.client[0] if self.client else "?",
+                    limits.send_idle_timeout_s,
+                    unsent,
+                )
+                self._raw.abort()  # connection_lost ends the answer's wait (`flow.drain`)
+                return
+            self._unsent = unsent
+            self._send_timer = self.loop.call_later(limits.send_idle_timeout_s, self._send_check)
+
+        def _cancel_send_timer(self) -> None:
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

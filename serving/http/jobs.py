@@ -9,6 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, TypeVar, cast
 
 from starlette.datastructures import UploadFile
@@ -17,10 +18,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from serving.errors import OcrError, UnsupportedMediaType, ValidationFailed
+from serving.errors import OcrError, StoredQuotaExceeded, UnsupportedMediaType, ValidationFailed
 from serving.http.auth import identity_of
 from serving.http.body_limit import JOBS, limit_body
-from serving.http.endpoints import Handler, jobs_of, ocr_of, until_disconnect
+from serving.http.endpoints import Handler, config_of, jobs_of, ocr_of, until_disconnect
 from serving.http.exceptions import native_errors
 from serving.http.job_documents import (
     archive_response,
@@ -29,6 +30,7 @@ from serving.http.job_documents import (
     list_body,
     pick,
 )
+from serving.http.job_limits import check_free_disk, check_room, stored_limits, upload_bytes
 from serving.http.ocr_outputs import parse_mode
 from serving.http.params import (
     FORMAT_QUERY,
@@ -86,6 +88,12 @@ async def create_job(request: Request) -> Response:
 
 async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Response:
     config = jobs.config
+    # Refused before the body is read: no upload for nothing.
+    owner = _owner(request)
+    stored = stored_limits(request, config_of(request))
+    need_bytes = upload_bytes(request, config.max_upload_bytes)
+    check_free_disk(Path(config.data_dir), need_bytes, config.min_free_disk_bytes)
+    await asyncio.to_thread(check_room, runner.store, owner, stored)
     job_id = uuid.uuid4().hex
     limits = BatchLimits(
         max_files=config.max_files_per_job,
@@ -140,7 +148,11 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
     # From here the files stay whatever happens: a submit that fails after its row was
     # committed (a commit whose outcome is unknown, a cancellation while its thread commits)
     # leaves a job that needs them. Files of a job never recorded go to the store's orphan sweep.
-    info = await runner.submit(job_id, documents, options, owner=_owner(request))
+    try:
+        info = await runner.submit(job_id, documents, options, owner=owner, limits=stored)
+    except StoredQuotaExceeded:  # nothing was recorded: its files go now
+        runner.store.discard(job_id)
+        raise
     body = {"id": info.id, "status": info.status, "pages_total": info.pages_total}
     return JSONResponse(body, status_code=202, headers={"Location": f"/v1/jobs/{info.id}"})
 

@@ -12,6 +12,7 @@ their SHA-256, so logs and metrics never carry a secret. Named keys come from th
     requests_per_s = 5.0         # optional, else auth.requests_per_s
     burst_requests = 10          # optional, else auth.burst_requests
     max_inflight_pages = 20      # optional, else auth.max_inflight_pages
+    max_jobs = 50                # optional, else auth.max_jobs (and max_stored_bytes, _pages)
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ def load_keys(config: AuthConfig, environ: Mapping[str, str]) -> tuple[ApiKey, .
         requests_per_s=config.requests_per_s,
         burst_requests=config.burst_requests,
         max_inflight_pages=config.max_inflight_pages,
+        max_jobs=config.max_jobs,
+        max_stored_bytes=config.max_stored_bytes,
+        max_stored_pages=config.max_stored_pages,
     )
     secrets: list[str] = []
     if config.api_keys_env:

@@ -10,12 +10,13 @@ from typing import Any
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from serving.config import choices_text
 from serving.decode.readers import FileKind
 from serving.errors import ValidationFailed
 from serving.http import request_id
+from serving.http.answers import charged_json
 from serving.outputs.document import (
     TEXT_MODES,
     Document,
@@ -117,11 +118,12 @@ async def answer(
     named after the upload (`name`, else "document"): the hOCR's and ALTO's source, the PDF's
     title, and the file name in `Content-Disposition` (`scan.png.pdf`, as a job's documents)."""
     headers = {request_id.HEADER: request_id.current_or_new()}
-    if want.format == "json" and not want.layout:
-        return JSONResponse(json_body(pages, want), headers=headers)
+    if want.format == "json":  # charged until the client has read it (`serving.http.answers`)
+        orders = None
+        if want.layout:
+            orders = await renderer.reading_orders([page.result for page in pages])
+        return charged_json(json_body(pages, want, orders), budget=renderer.budget, headers=headers)
     orders = await renderer.reading_orders([page.result for page in pages])
-    if want.format == "json":
-        return JSONResponse(json_body(pages, want, orders), headers=headers)
     document = Document(
         name=name or "document",
         pages=tuple(

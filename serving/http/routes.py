@@ -11,6 +11,7 @@ from serving.config import AppConfig
 from serving.decode.readers import FileKind, frames_type
 from serving.errors import InvalidInput
 from serving.http import json_body, ocr_outputs, paddlex_api, request_id, url_fetch
+from serving.http.answers import charged_json
 from serving.http.auth import identity_of
 from serving.http.body_limit import PADDLEX, RAW, limit_body
 from serving.http.endpoints import (
@@ -74,7 +75,8 @@ async def paddlex_ocr(request: Request) -> Response:
             frames_type=frames_type(data),
             return_word_box=parsed.return_word_box,
         )
-        return JSONResponse(paddlex_api.envelope(log_id, result))
+        # Its pictures may be megabytes: charged until the client has read them.
+        return charged_json(paddlex_api.envelope(log_id, result), budget=budget_of(request))
     except Exception as exc:  # the HTTP boundary: every failure is answered in the envelope
         return paddlex_error(exc, log_id, config.server)
     finally:

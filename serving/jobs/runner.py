@@ -4,10 +4,11 @@ A feed task claims pending pages from the store while fewer than `jobs.max_infli
 flight (all jobs together), and runs each in its own task; a page's result is committed once. A
 page refused for overload (interactive work comes first) goes back to pending and waits its turn
 for as long as that lasts; one that met another passing condition (a worker restart, a deadline)
-is tried again up to `MAX_ATTEMPTS` times. A second task deletes finished jobs past
-`jobs.retention_s`. On a store shared by replicas (PostgreSQL) the feed also looks for work every
-`jobs.poll_interval_s` (other replicas queue jobs and leave pages), and a third task renews the
-leases of the pages in flight, stopping those the store says this server no longer holds.
+is tried again up to `MAX_ATTEMPTS` times. A second task fails jobs left queued past
+`jobs.queued_expiry_s` and deletes finished jobs past `jobs.retention_s`. On a store shared by
+replicas (PostgreSQL) the feed also looks for work every `jobs.poll_interval_s` (other replicas
+queue jobs and leave pages), and a third task renews the leases of the pages in flight, stopping
+those the store says this server no longer holds.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from serving.errors import OcrError, Overloaded
 from serving.jobs.files import Document
 from serving.jobs.options import page_record
 from serving.jobs.store import JobStore, build_store
-from serving.jobs.store.types import STATUSES, JobInfo, JobNotFound, JobStatus, PageTask
+from serving.jobs.store.types import (
+    STATUSES,
+    JobInfo,
+    JobNotFound,
+    JobStatus,
+    PageTask,
+    StoredLimits,
+)
 from serving.metrics import Metrics
 from serving.model_sets import ModelSets
 from serving.request_options import ocr_options, overrides
@@ -92,7 +100,9 @@ class JobRunner:
         self.events = JobEvents()
         self._ocr = ocr
         self._metrics = metrics
-        self._sweep_interval_s = sweep_interval_s or min(max(config.retention_s / 10, 1.0), 600.0)
+        self._sweep_interval_s = sweep_interval_s or min(
+            max(min(config.retention_s, config.queued_expiry_s) / 10, 1.0), 600.0
+        )
         self._retry_backoff_s = retry_backoff_s
         self._wake = asyncio.Event()
         self._open_lock = asyncio.Lock()
@@ -198,11 +208,16 @@ class JobRunner:
         options: dict[str, Any],
         *,
         owner: str | None = None,
+        limits: StoredLimits | None = None,
     ) -> JobInfo:
         """Record a job whose documents are staged under `store.job_dir(job_id)`; it is queued,
-        owned by the API key `owner` (None: authentication is off)."""
+        owned by the API key `owner` (None: authentication is off), within the owner's `limits`.
+
+        Raises:
+            StoredQuotaExceeded: the job would take its owner past `limits` (nothing recorded).
+        """
         info = await asyncio.to_thread(
-            self.store.create_job, job_id, documents, options, owner=owner
+            self.store.create_job, job_id, documents, options, owner=owner, limits=limits
         )
         logger.info("job %s queued: %d files, %d pages", job_id, len(documents), info.pages_total)
         self._wake.set()
@@ -351,16 +366,23 @@ class JobRunner:
         while True:
             if self.store.is_open:
                 try:
+                    expired = await asyncio.to_thread(
+                        self.store.expire_queued, self.config.queued_expiry_s
+                    )
                     deleted = await asyncio.to_thread(
                         self.store.purge_expired, self.config.retention_s
                     )
                 except Exception:  # the runner's boundary: retry at the next sweep
                     logger.exception("jobs: retention sweep failed")
-                    deleted = []
+                    expired, deleted = [], []
+                for job_id in expired:
+                    logger.info("job %s expired in the queue (jobs.queued_expiry_s)", job_id)
+                    self.events.notify(job_id)
                 for job_id in deleted:
                     self.events.notify(job_id)
                 if deleted:
                     logger.info("jobs: deleted %d jobs past retention", len(deleted))
+                if deleted or expired:
                     await self._refresh_metrics()
             await asyncio.sleep(self._sweep_interval_s)
 

@@ -184,6 +184,8 @@ def _text_layer(pdf: FPDF, page: Page, placement: _Placement) -> None:
     sx, sy = placement.scale(page)
     pdf.text_mode = TextMode.INVISIBLE
     for line in page.lines:
+        if not line.words:  # a line read as blanks only (an ideographic space): nothing to lay
+            continue
         spaced = _spaced(line)
         for word, following, space in zip(line.words, [*line.words[1:], None], spaced, strict=True):
             x0, y0, x1, y1 = word.box

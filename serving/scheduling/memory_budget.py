@@ -142,6 +142,12 @@ class MemoryBudget:
                 self._grant()  # the head may have left: those behind it may fit now
             raise
 
+    def take_held(self, nbytes: int) -> None:
+        """Count `nbytes` already held (an answer made, waiting to be sent) at once, past the
+        total if need be: they are in memory whatever the budget says, so pages wait for them
+        to be given back (`release`) rather than add to them."""
+        self.used_bytes += nbytes
+
     def abort(self, error: OcrError) -> int:
         """Fail every page waiting for room with `error`, and refuse new ones (shutdown).
         Returns how many."""

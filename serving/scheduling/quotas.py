@@ -1,7 +1,9 @@
 """Per-key quotas: requests per second (a token bucket per key) and pages in flight per key.
 
 Policy only, with the time passed in: the API key middleware asks `RateLimits.take` before a
-request runs, and `OcrService` charges `KeyPages` where it admits pages. Neither knows HTTP. Without
+request runs, and `OcrService` charges `KeyPages` where it admits pages. What a key may keep in
+the job store (`max_jobs`, `max_stored_bytes`, `max_stored_pages`) the store checks as it records
+a job (`serving.jobs.store.types.StoredLimits`). Neither knows HTTP. Without
 them one key could take the whole server: admission (`serving.scheduling.admission`) sheds load
 fairly for the server, not between the tenants sharing it.
 """
@@ -25,6 +27,12 @@ class KeyQuota:
     """Requests that may come at once after a quiet spell; 0: one second's worth (at least 1)."""
     max_inflight_pages: int = 0
     """Pages of this key's requests in flight together (`/ocr`, `/v1/ocr`, `/v1/render`)."""
+    max_jobs: int = 0
+    """Jobs this key keeps in the job store, finished ones included until deleted or expired."""
+    max_stored_bytes: int = 0
+    """Bytes of uploaded files of this key's jobs in the store."""
+    max_stored_pages: int = 0
+    """Pages of this key's jobs in the store."""
 
     @property
     def capacity(self) -> float:

@@ -31,6 +31,7 @@ from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.scheduling.quotas import KeyPages, Tenant
 from serving.workers import cpu_stages, shm
 from serving.workers.cpu_pool import CpuPool
+from serving.workers.page_pictures import PictureLimits
 from serving.workers.quarantine import PageKey, content_digest, read_as, reading
 from serving.workers.supervisor import free_segments
 
@@ -136,8 +137,11 @@ class OcrService:
         clock: Callable[[], float] = time.monotonic,
         page_costs: Callable[[], PageCosts] = PageCosts,
         batch_shapes: BatchShapes | None = None,
+        pictures: PictureLimits | None = None,
     ) -> None:
         self.cpu = cpu
+        self.pictures = pictures or PictureLimits()
+        """How large `visualize`'s pictures may be (`[paddlex]`)."""
         self.scheduler = scheduler
         self.limits = limits
         self.admission = admission
@@ -422,7 +426,7 @@ class OcrService:
                 cpu_stages.finish,
                 page.image,  # pictures are drawn on the page as sent, as the boxes are
                 options.rec,
-                visualize,
+                self.pictures if visualize else None,
                 options.model_set,
                 last=True,
             )

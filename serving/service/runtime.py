@@ -51,6 +51,7 @@ from serving.workers.device_pool import (
     discard_payload,
 )
 from serving.workers.device_worker import LONE_THREADS_KEY, DeviceSpec, WorkerSetup
+from serving.workers.page_pictures import PictureLimits
 from serving.workers.sandbox import WorkerLimits, scrubbed_environ
 from serving.workers.watchdog import LoopWatchdog
 
@@ -196,6 +197,10 @@ class Runtime:
             prefix=prefix,
             page_costs=lambda: PageCosts.measured(w.info for w in devices.workers),
             batch_shapes=BatchShapes.of(batching, config.engine.torch),
+            pictures=PictureLimits(
+                max_pixels=config.paddlex.visualize_max_pixels,
+                max_bytes=config.paddlex.visualize_max_bytes,
+            ),
         )
         return cls(
             config=config,

@@ -8,7 +8,6 @@ once per process by `init_cpu_worker`.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import math
 import os
@@ -28,6 +27,7 @@ from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 from serving.decode import documents
 from serving.decode.readers import DecodeLimits, FileKind
 from serving.workers import shm
+from serving.workers.page_pictures import PictureLimits, visualize_page
 from serving.workers.proc import die_with_parent
 
 _CHARSET: tuple[str, ...] = ()
@@ -225,15 +225,15 @@ def finish(
     outputs: Sequence[tuple[np.ndarray, np.ndarray]],
     image: shm.ShmRef,
     rec_params: RecParams,
-    visualize: bool,
+    visualize: PictureLimits | None,
     model_set: str = "",
 ) -> tuple[PageResult, dict[str, str]]:
-    """`pipelines.page.finish`, and the page's pictures if asked."""
+    """`pipelines.page.finish`, and the page's pictures within `visualize` if asked."""
     charset = _CHARSETS[model_set] if model_set else _CHARSET
     result = pipeline.finish(_state(step), outputs, rec_params, charset)
     images: dict[str, str] = {}
-    if visualize:
-        images = visualize_page(shm.view(image), result)
+    if visualize is not None:
+        images = visualize_page(shm.view(image), result, visualize)
     return result, images
 
 
@@ -268,26 +268,3 @@ def _state(step: SharedStep) -> PageState:
         crops.append(flat[start : start + size].reshape(shape))
         start += size
     return dataclasses.replace(step.state, crops=tuple(crops))
-
-
-def visualize_page(image: np.ndarray, result: PageResult) -> dict[str, str]:
-    """PaddleX's `inputImage` and `ocrImage` as base64 JPEGs, at most 2000 x 2000.
-
-    `ocrImage` draws the recognised boxes over the page; PaddleX adds a panel with the text
-    rendered in a CJK font, which is left out here (the text is in `rec_texts`).
-    """
-    drawn = image.copy()
-    for line in result.lines:
-        cv2.polylines(drawn, [line.poly.astype(np.int32).reshape(-1, 1, 2)], True, (0, 0, 255), 2)
-    return {"inputImage": _jpeg_b64(image), "ocrImage": _jpeg_b64(drawn)}
-
-
-def _jpeg_b64(image: np.ndarray, max_side: int = 2000) -> str:
-    h, w = image.shape[:2]
-    scale = min(1.0, max_side / max(h, w))
-    if scale < 1.0:
-        image = cv2.resize(image, (max(1, int(w * scale)), max(1, int(h * scale))))
-    ok, buf = cv2.imencode(".jpg", image)
-    if not ok:
-        raise ValueError("JPEG encoding failed")
-    return base64.b64encode(buf.tobytes()).decode("ascii")

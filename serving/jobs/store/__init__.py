@@ -18,7 +18,14 @@ from typing import Any, Protocol
 
 from serving.config import JobsConfig
 from serving.jobs.files import Document
-from serving.jobs.store.types import FinishedPage, JobInfo, JobStatus, PageTask
+from serving.jobs.store.types import (
+    FinishedPage,
+    JobInfo,
+    JobStatus,
+    PageTask,
+    StoredLimits,
+    StoredUsage,
+)
 
 
 class JobStore(Protocol):
@@ -67,9 +74,22 @@ class JobStore(Protocol):
         options: dict[str, Any],
         *,
         owner: str | None = None,
+        limits: StoredLimits | None = None,
     ) -> JobInfo:
         """Record a queued job whose documents already sit under `job_dir(job_id) / "files"`,
-        submitted by the API key `owner` (None: authentication is off)."""
+        submitted by the API key `owner` (None: authentication is off), within the owner's
+        `limits` (checked with the owner's other submits serialised).
+
+        Raises:
+            StoredQuotaExceeded: the job would take its owner past `limits` (nothing recorded).
+        """
+
+    def usage(self, owner: str | None) -> StoredUsage:
+        """Jobs, bytes of uploads and pages `owner` holds in the store, every status."""
+
+    def expire_queued(self, max_queued_s: float) -> list[str]:
+        """Fail the jobs still queued (none of their pages started) `max_queued_s` after they
+        were created, each page with `expired`; returns their ids."""
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages."""
@@ -92,8 +112,9 @@ class JobStore(Protocol):
         """Delete jobs that finished more than `retention_s` ago; returns their ids."""
 
     def claim_next(self) -> PageTask | None:
-        """Claim the next page to run: of the active job with the fewest pages running, then the
-        oldest, so jobs share the runner's slots; None when there is none."""
+        """Claim the next page to run: of the owner (API key) with the fewest pages running, then
+        its active job with the fewest, then the oldest, so tenants share the runner's slots and
+        then their jobs do; None when there is none."""
 
     def complete_page(self, job_id: str, seq: int, line: bytes) -> bool:
         """Commit a claimed page's result line; False (nothing written) when the claim is gone:

@@ -44,11 +44,13 @@ from serving.jobs.store.postgres_schema import Connection, migrate
 from serving.jobs.store.queries import (
     POSTGRES,
     count_jobs,
+    expire_queued,
     expired_jobs,
     insert_job,
     read_finished,
     read_job,
     set_cancelled,
+    stored_usage,
 )
 from serving.jobs.store.rows import job_info, page_task
 from serving.jobs.store.types import (
@@ -59,6 +61,8 @@ from serving.jobs.store.types import (
     JobStatus,
     JobStoreUnavailable,
     PageTask,
+    StoredLimits,
+    StoredUsage,
 )
 
 logger = logging.getLogger(__name__)
@@ -67,6 +71,8 @@ T = TypeVar("T")
 
 _RETRIES = 5
 """Tries of a transaction that PostgreSQL aborted for a deadlock or a serialisation conflict."""
+_OWNER_LOCK = 0x71756F7461
+"""Seed of the `pg_advisory_xact_lock` key of an owner's submits (its quota is checked by one)."""
 
 
 class PostgresJobStore(JobDirs):
@@ -145,19 +151,42 @@ class PostgresJobStore(JobDirs):
         options: dict[str, Any],
         *,
         owner: str | None = None,
+        limits: StoredLimits | None = None,
     ) -> JobInfo:
-        """Record a queued job whose documents already sit under `job_dir(job_id) / "files"`.
+        """Record a queued job whose documents already sit under `job_dir(job_id) / "files"`,
+        within its owner's `limits` (one submit of an owner at a time checks them, in every
+        replica: an advisory lock on the owner).
 
         The documents and the directories naming them reach the disk before the job's rows.
+
+        Raises:
+            StoredQuotaExceeded: the job would take its owner past `limits`.
         """
         self.sync_uploads(job_id, documents)
         now = self._clock()
 
-        return self._call(
-            lambda conn: insert_job(
-                conn, POSTGRES, job_id, documents, options, now=now, owner=owner
+        def insert(conn: Connection) -> JobInfo:
+            if limits is not None:
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))",
+                    (owner or "", _OWNER_LOCK),
+                )
+            return insert_job(
+                conn, POSTGRES, job_id, documents, options, now=now, owner=owner, limits=limits
             )
+
+        return self._call(insert)
+
+    def expire_queued(self, max_queued_s: float) -> list[str]:
+        """Fail the jobs still queued `max_queued_s` after they were created; returns their ids."""
+        now = self._clock()
+        return self._call(
+            lambda conn: expire_queued(conn, POSTGRES, created_before=now - max_queued_s, now=now)
         )
+
+    def usage(self, owner: str | None) -> StoredUsage:
+        """What `owner` holds in the store (None: jobs submitted without a key)."""
+        return self._call(lambda conn: stored_usage(conn, POSTGRES, owner))
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages.
@@ -228,8 +257,9 @@ class PostgresJobStore(JobDirs):
     # --- pages --------------------------------------------------------------------------------
 
     def claim_next(self) -> PageTask | None:
-        """Lease the next page, a pending one or one whose lease lapsed, of the active job with the
-        fewest pages running (in all replicas), then the oldest: jobs share the runners' slots.
+        """Lease the next page, a pending one or one whose lease lapsed, of the tenant (owner) with
+        the fewest pages running (in all replicas), then its active job with the fewest, then the
+        oldest: tenants share the runners' slots, then their jobs do.
 
         None when there is none (or every candidate is being claimed by another replica).
         """
@@ -239,14 +269,16 @@ class PostgresJobStore(JobDirs):
             self._fail_abandoned(conn, now)
             page = conn.execute(
                 "WITH active AS ("
-                " SELECT j.id, j.n, (SELECT count(*) FROM ocr_pages r"
+                " SELECT j.id, j.n, j.owner, (SELECT count(*) FROM ocr_pages r"
                 "  WHERE r.job_id = j.id AND r.status = 'running') AS running"
                 " FROM ocr_jobs j WHERE j.status IN ('queued', 'running')),"
+                " tenants AS (SELECT owner, sum(running) AS running FROM active GROUP BY owner),"
                 " next AS ("
                 " SELECT p.job_id, p.seq FROM ocr_pages p JOIN active a ON a.id = p.job_id"
+                " JOIN tenants t ON t.owner IS NOT DISTINCT FROM a.owner"
                 " WHERE p.status = 'pending'"
                 f"  OR (p.status = 'running' AND p.lease_expires_at < {DB_NOW})"
-                " ORDER BY a.running, a.n, p.seq LIMIT 1 FOR UPDATE OF p SKIP LOCKED)"
+                " ORDER BY t.running, a.running, a.n, p.seq LIMIT 1 FOR UPDATE OF p SKIP LOCKED)"
                 " UPDATE ocr_pages p SET status = 'running', attempts = p.attempts + 1,"
                 f" lease_owner = %(owner)s, lease_expires_at = {DB_NOW} + %(lease_s)s"
                 " FROM next WHERE p.job_id = next.job_id AND p.seq = next.seq"

@@ -18,11 +18,21 @@ from serving.jobs.store.rows import (
     job_info,
     page_rows,
 )
-from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
+from serving.jobs.store.types import (
+    STATUSES,
+    FinishedPage,
+    JobInfo,
+    JobNotFound,
+    StoredLimits,
+    StoredUsage,
+)
 
 
 class Cursor(Protocol):
     """The rows of a query: `sqlite3.Cursor`, or a psycopg cursor."""
+
+    @property
+    def rowcount(self) -> int: ...
 
     def fetchone(self) -> Any: ...
 
@@ -68,9 +78,20 @@ def insert_job(
     *,
     now: float,
     owner: str | None = None,
+    limits: StoredLimits | None = None,
 ) -> JobInfo:
-    """Insert a queued job's rows (the job, its files, its pages) in `db`'s transaction."""
+    """Insert a queued job's rows (the job, its files, its pages) in `db`'s transaction, once
+    `limits` (the owner's) allow it; the caller's transaction serialises the owner's submits.
+
+    Raises:
+        StoredQuotaExceeded: the job would take its owner past `limits`.
+    """
     p = sql.param
+    if limits is not None:
+        adding = StoredUsage(
+            1, sum(d.size_bytes for d in documents), sum(d.pages for d in documents)
+        )
+        limits.check(owner, stored_usage(db, sql, owner), adding)
     db.execute(
         f"INSERT INTO {sql.jobs} (id, status, options, pages_total, created_at, owner)"
         f" VALUES ({p}, 'queued', {p}, {p}, {p}, {p})",
@@ -113,6 +134,62 @@ def expired_jobs(db: Database, sql: Dialect, *, finished_before: float) -> list[
         (finished_before,),
     )
     return [row["id"] for row in rows]
+
+
+def stored_usage(db: Database, sql: Dialect, owner: str | None) -> StoredUsage:
+    """What `owner` (None: jobs submitted without a key) holds in the store, every status."""
+    p = sql.param
+    same = f"(owner = {p} OR (owner IS NULL AND CAST({p} AS TEXT) IS NULL))"
+    jobs = db.execute(
+        f"SELECT COUNT(*) AS n, COALESCE(SUM(pages_total), 0) AS pages FROM {sql.jobs}"
+        f" WHERE {same}",
+        (owner, owner),
+    ).fetchone()
+    stored = db.execute(
+        f"SELECT COALESCE(SUM(f.size_bytes), 0) AS n FROM {sql.files} f"
+        f" JOIN {sql.jobs} j ON j.id = f.job_id WHERE {same.replace('owner', 'j.owner')}",
+        (owner, owner),
+    ).fetchone()
+    return StoredUsage(int(jobs["n"]), int(stored["n"]), int(jobs["pages"]))
+
+
+def expire_queued(db: Database, sql: Dialect, *, created_before: float, now: float) -> list[str]:
+    """Fail the jobs still queued (no page started) that were created before then, each page
+    with `expired`, in `db`'s transaction; returns their ids. Their files stay until the job is
+    deleted or its retention ends.
+
+    The job's row is ended first, only while it is queued: a replica that claims one of its
+    pages meanwhile either started it first (the job is running: not expired) or finds it ended
+    and cannot commit the page, which is failed with the others.
+    """
+    p = sql.param
+    candidates = [
+        row["id"]
+        for row in db.execute(
+            f"SELECT id FROM {sql.jobs} WHERE status = 'queued' AND created_at < {p}",
+            (created_before,),
+        )
+    ]
+    expired = []
+    for job_id in candidates:
+        ended = db.execute(
+            f"UPDATE {sql.jobs} SET status = 'failed', pages_failed = pages_total,"
+            f" finished_at = {p} WHERE id = {p} AND status = 'queued'",
+            (now, job_id),
+        ).rowcount
+        if ended != 1:
+            continue
+        db.execute(
+            f"UPDATE {sql.pages} SET status = 'failed', finished_order = seq + 1,"
+            f" error_code = 'expired', error_message = {p}"
+            f" WHERE job_id = {p} AND status IN ('pending', 'running')",
+            (EXPIRED_MESSAGE, job_id),
+        )
+        expired.append(job_id)
+    return expired
+
+
+EXPIRED_MESSAGE = "The job waited in the queue past jobs.queued_expiry_s and was not run"
 
 
 def count_jobs(db: Database, sql: Dialect) -> dict[str, int]:

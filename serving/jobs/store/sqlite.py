@@ -36,11 +36,13 @@ from serving.jobs.store.job_dirs import ORPHAN_MIN_AGE_S, JobDirs
 from serving.jobs.store.queries import (
     SQLITE,
     count_jobs,
+    expire_queued,
     expired_jobs,
     insert_job,
     read_finished,
     read_job,
     set_cancelled,
+    stored_usage,
 )
 from serving.jobs.store.rows import job_info, page_task
 from serving.jobs.store.sqlite_schema import migrate
@@ -52,6 +54,8 @@ from serving.jobs.store.types import (
     JobStatus,
     JobStoreUnavailable,
     PageTask,
+    StoredLimits,
+    StoredUsage,
 )
 
 logger = logging.getLogger(__name__)
@@ -152,15 +156,33 @@ class SqliteJobStore(JobDirs):
         options: dict[str, Any],
         *,
         owner: str | None = None,
+        limits: StoredLimits | None = None,
     ) -> JobInfo:
-        """Record a job whose documents already sit under `job_dir(job_id) / "files"`.
+        """Record a job whose documents already sit under `job_dir(job_id) / "files"`, within
+        its owner's `limits`.
 
         The documents and the directories holding them reach the disk before the job's row.
+
+        Raises:
+            StoredQuotaExceeded: the job would take its owner past `limits`.
         """
         self.sync_uploads(job_id, documents)
         now = self._clock()
         with self._locked() as db, _transaction(db):
-            return insert_job(db, SQLITE, job_id, documents, options, now=now, owner=owner)
+            return insert_job(
+                db, SQLITE, job_id, documents, options, now=now, owner=owner, limits=limits
+            )
+
+    def expire_queued(self, max_queued_s: float) -> list[str]:
+        """Fail the jobs still queued `max_queued_s` after they were created; returns their ids."""
+        now = self._clock()
+        with self._locked() as db, _transaction(db):
+            return expire_queued(db, SQLITE, created_before=now - max_queued_s, now=now)
+
+    def usage(self, owner: str | None) -> StoredUsage:
+        """What `owner` holds in the store (None: jobs submitted without a key)."""
+        with self._locked() as db:
+            return stored_usage(db, SQLITE, owner)
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages.
@@ -227,14 +249,18 @@ class SqliteJobStore(JobDirs):
     # --- pages --------------------------------------------------------------------------------
 
     def claim_next(self) -> PageTask | None:
-        """Mark the next pending page running: of the active job with the fewest pages running,
-        then the oldest (jobs share the runner's slots); None when there is none."""
+        """Mark the next pending page running: of the tenant (owner) with the fewest pages
+        running, then its active job with the fewest, then the oldest (tenants share the runner's
+        slots, then their jobs do); None when there is none."""
         now = self._clock()
         with self._locked() as db, _transaction(db):
             for job in db.execute(
                 "SELECT j.id, j.options FROM jobs j WHERE j.status IN ('queued', 'running')"
-                " ORDER BY (SELECT COUNT(*) FROM pages r"
-                "  WHERE r.job_id = j.id AND r.status = 'running'), j.rowid"
+                " ORDER BY (SELECT COUNT(*) FROM pages r JOIN jobs o ON o.id = r.job_id"
+                "  WHERE o.owner IS j.owner AND o.status IN ('queued', 'running')"
+                "  AND r.status = 'running'),"
+                " (SELECT COUNT(*) FROM pages r WHERE r.job_id = j.id AND r.status = 'running'),"
+                " j.rowid"
             ).fetchall():
                 row = db.execute(
                     "SELECT p.job_id, p.seq, p.file_idx, p.page, p.attempts,"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from serving.decode.readers import FileKind
-from serving.errors import OcrError
+from serving.errors import OcrError, StoredQuotaExceeded
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 ACTIVE: tuple[JobStatus, ...] = ("queued", "running")
@@ -30,6 +30,45 @@ class JobStoreUnavailable(OcrError):
     http_status = 503
     code = "job_store_unavailable"
     default_message = "The job store is unavailable"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredLimits:
+    """What one API key may keep in the store, every job it holds counted whatever its status
+    (finished jobs keep their files and results until deleted or expired); 0 is no limit."""
+
+    max_jobs: int = 0
+    max_bytes: int = 0
+    """Bytes of uploaded files."""
+    max_pages: int = 0
+
+    def check(self, owner: str | None, held: StoredUsage, adding: StoredUsage) -> None:
+        """Refuse a job that would take `owner` past a limit.
+
+        Raises:
+            StoredQuotaExceeded: it would (429; the message names the limit and the key's usage).
+        """
+        who = "jobs submitted without a key" if owner is None else f"key {owner}"
+        for name, limit, now, more, setting in (
+            ("jobs", self.max_jobs, held.jobs, adding.jobs, "max_jobs"),
+            ("bytes", self.max_bytes, held.bytes, adding.bytes, "max_stored_bytes"),
+            ("pages", self.max_pages, held.pages, adding.pages, "max_stored_pages"),
+        ):
+            if limit and now + more > limit:
+                raise StoredQuotaExceeded(
+                    f"The store holds {now} {name} of {who}; this job adds {more} and the "
+                    f"limit is {limit} ({setting}): delete finished jobs "
+                    "(DELETE /v1/jobs/{id}) or wait for them to expire"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredUsage:
+    """Jobs, bytes of uploaded files and pages one key holds in the store."""
+
+    jobs: int
+    bytes: int
+    pages: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,6 +22,14 @@ def _keys_file(tmp_path: Path, text: str) -> AuthConfig:
     return AuthConfig(keys_file=str(path), api_keys_env="")
 
 
+STORED = {
+    "max_jobs": AuthConfig().max_jobs,
+    "max_stored_bytes": AuthConfig().max_stored_bytes,
+    "max_stored_pages": AuthConfig().max_stored_pages,
+}
+"""What a key may keep in the job store, `[auth]`'s defaults unless its entry says."""
+
+
 def test_hash_is_the_sha256_hex_of_the_secret() -> None:
     assert hash_key("test") == hashlib.sha256(b"test").hexdigest()
     assert hash_key(b"test") == hash_key("test")
@@ -35,7 +43,7 @@ def test_plain_keys_are_users_named_by_their_hash_never_the_secret() -> None:
     ]
     for key, secret in zip(keys, (ALICE, ROOT), strict=True):
         assert key.identity.role == "user"
-        assert key.identity.quota == KeyQuota(requests_per_s=2.0)
+        assert key.identity.quota == KeyQuota(requests_per_s=2.0, **STORED)
         assert key.digest == hashlib.sha256(secret.encode()).digest()
         assert secret not in repr(key)
 
@@ -64,10 +72,12 @@ def test_named_keys_file(tmp_path: Path) -> None:
     assert alice == Identity(
         id="alice",
         role="user",
-        quota=KeyQuota(requests_per_s=5.0, burst_requests=3, max_inflight_pages=20),
+        quota=KeyQuota(requests_per_s=5.0, burst_requests=3, max_inflight_pages=20, **STORED),
     )
     assert root == Identity(
-        id="ops.root", role="admin", quota=KeyQuota(burst_requests=3, max_inflight_pages=7)
+        id="ops.root",
+        role="admin",
+        quota=KeyQuota(burst_requests=3, max_inflight_pages=7, **STORED),
     )
     keys = load_keys(config, {})
     assert identify(ALICE.encode(), keys) == alice

@@ -284,3 +284,27 @@ async def test_job_pages_go_at_background_priority_with_the_jobs_page_timeout(
     with pytest.raises(Overloaded):
         await runner._ocr(task)
     assert seen == {"priority": BACKGROUND, "timeout_s": 1234.0}
+
+
+async def test_a_job_left_queued_past_its_expiry_fails_expired(tmp_path: Path) -> None:
+    """Both slots held by a running job: the job queued behind it expires, the running one not."""
+    ocr = FakeOcr()
+    ocr.gate = asyncio.Event()
+    runner = _runner(tmp_path, ocr, queued_expiry_s=0.05)
+    await runner.start()
+    try:
+        await _submit(runner, "busy", (2,))
+        async with asyncio.timeout(10):
+            await ocr.two_in_flight.wait()
+        await _submit(runner, "waiting", (1, 1))
+        await _until_finished(runner, "waiting")
+        info = await runner.get("waiting")
+        assert (info.status, info.pages_failed) == ("failed", 2)
+        assert {page.code for page in info.failed} == {"expired"}
+        assert (await runner.get("busy")).status == "running"
+        ocr.gate.set()
+        await _until_finished(runner, "busy")
+        assert (await runner.get("busy")).status == "succeeded"
+        assert len(ocr.calls) == 2  # busy's two pages; none of the expired job's
+    finally:
+        await runner.stop()

@@ -91,3 +91,12 @@ def test_redo_replaces_an_earlier_ocr_layer_and_keeps_printed_text() -> None:
     pages = redone.split("\f")
     assert pages[0].split() == ["second", "reading"]  # the earlier layer gone, not beside it
     assert pages[1].split() == ["Shared", "MIME-info", "Database"]  # printed text kept, alone
+
+
+@needs_poppler
+def test_a_line_read_as_blanks_only_lays_nothing_and_fails_nothing() -> None:
+    """A line whose text is an ideographic space has no words: before, the PDF failed (500)."""
+    scan = Document(
+        name="scan.jpg", pages=_document(b"", "\u3000").pages, source=Source("image/jpeg", _scan())
+    )
+    assert _words(render_bytes(scan, "pdf")) == []

@@ -148,3 +148,25 @@ def test_a_stopping_server_takes_no_body() -> None:
     budget.abort(ShuttingDown())
     with pytest.raises(ShuttingDown), BodyCharge(budget, copies=1) as charge:
         charge.add(1)
+
+
+def test_an_answer_held_is_counted_at_once_and_pages_wait_until_it_is_sent() -> None:
+    """An answer is already in memory: counted past the total if need be, never waiting; pages
+    wait until it is given back (`serving.http.answers`)."""
+
+    async def main() -> None:
+        budget = MemoryBudget(100)
+        budget.take_held(80)
+        budget.take_held(40)  # past the total: it is held whatever the budget says
+        assert budget.used_bytes == 120
+        page = asyncio.create_task(budget.acquire(30))
+        await asyncio.sleep(0)
+        assert budget.waiting == 1
+        budget.release(80)
+        await page
+        assert budget.used_bytes == 70
+        budget.release(40)
+        budget.release(30)
+        assert budget.used_bytes == 0
+
+    asyncio.run(main())
