@@ -17,6 +17,7 @@ from argparse import ArgumentParser
 from typing import Any
 
 from ocrmypdf import hookimpl
+from ocrmypdf.exceptions import BadArgsError
 
 from serving.ocrmypdf_plugin.backend import PluginSettings
 from serving.ocrmypdf_plugin.engine import ServingOcrEngine
@@ -77,9 +78,10 @@ def check_options(options: Any) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line for every page
     settings = PluginSettings.of(options)
     if settings.retries < 0 or settings.timeout_s <= 0:
-        from ocrmypdf.exceptions import BadArgsError
-
         raise BadArgsError("--ocr-retries must be >= 0 and --ocr-timeout-s > 0")
+    if options.pdf_renderer == "sandwich":
+        # Ours is OCRmyPDF 17's generate_ocr, which its fpdf2 renderer draws (auto, hocr too).
+        raise BadArgsError("ocr-serving: use --pdf-renderer auto or fpdf2, not sandwich")
     if settings.server is None and not options.use_threads:
         # Local mode's runtime lives in this process: page workers must be its threads.
         logger.info("ocr-serving local mode: page workers run as threads")

@@ -7,6 +7,7 @@ word as printed (no box estimated from character counts)."""
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from PIL import Image
 
 from serving.ocrmypdf_plugin.backend import backend_for
 from serving.ocrmypdf_plugin.client import OcrServerError
+
+logger = logging.getLogger(__name__)
 
 TESSERACT_CODES = {
     "eng": "en",
@@ -176,9 +179,16 @@ class ServingOcrEngine(OcrEngine):
     @staticmethod
     def get_orientation(input_file: Path, options: OcrOptions) -> OrientationConfidence:
         data, _, _ = _image(input_file)
-        page = backend_for(options).ocr(
-            data, {"orientation": "auto", "lang": paddle_lang(options.languages)}
-        )
+        try:
+            page = backend_for(options).ocr(
+                data, {"orientation": "auto", "lang": paddle_lang(options.languages)}
+            )
+        except OcrServerError as err:
+            if err.status != 422:
+                raise
+            # The server has no page classifier (422 names it): the page stays as it is.
+            logger.warning("--rotate-pages: %s; pages are left as they are", err)
+            return OrientationConfidence(angle=0, confidence=0.0)
         found = page.get("orientation")
         if not found or not found["turned"]:
             return OrientationConfidence(angle=0, confidence=0.0)

@@ -247,6 +247,17 @@ def test_503_then_200_is_retried_after_retry_after(
         assert cer(truth, text) <= MAX_CER
 
 
+def test_a_page_refused_after_the_retries_stops_the_run_with_the_status(
+    flaky: str, scanned: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.pdf"
+    run = ocrmypdf("--plugin", PLUGIN, "--ocr-server", flaky, "--ocr-retries", "0", scanned, out)
+    assert run.returncode == 7, run.stderr  # OCRmyPDF's child_process_error, as a failed Tesseract
+    assert "answered 503 to POST /v1/ocr: overloaded: busy" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not out.exists()
+
+
 def test_a_server_that_is_down_is_a_clear_error(scanned: Path, tmp_path: Path) -> None:
     down = f"http://127.0.0.1:{free_port()}"
     run = ocrmypdf("--plugin", PLUGIN, "--ocr-server", down, scanned, tmp_path / "out.pdf")
@@ -255,6 +266,12 @@ def test_a_server_that_is_down_is_a_clear_error(scanned: Path, tmp_path: Path) -
     assert f"cannot reach the OCR server at {down}" in run.stderr
     assert "Traceback" not in run.stderr
     assert not (tmp_path / "out.pdf").exists()
+    sandwich = ocrmypdf(
+        "--plugin", PLUGIN, "--ocr-server", down, "--pdf-renderer", "sandwich", scanned,
+        tmp_path / "out.pdf",
+    )  # fmt: skip
+    assert sandwich.returncode == 1
+    assert "not sandwich" in sandwich.stderr
 
 
 def test_languages_are_the_servers(server: Server, scanned: Path, tmp_path: Path) -> None:

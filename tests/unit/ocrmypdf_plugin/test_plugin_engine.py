@@ -1,0 +1,83 @@
+"""The plugin's engine without a server: the `/v1/ocr` JSON as OCRmyPDF's `OcrElement` tree, the
+language names, and which runs it takes (the real `ocrmypdf`: tests/e2e/test_ocrmypdf_plugin.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ocrmypdf import OcrClass
+
+import serving.ocrmypdf_plugin as plugin
+from serving.ocrmypdf_plugin.engine import ServingOcrEngine, paddle_lang, page_elements
+
+pytestmark = pytest.mark.unit
+
+
+def _line(text: str, x: int, y: int) -> dict[str, Any]:
+    words = []
+    for i, word in enumerate(text.split()):
+        words.append({"text": word, "box": [x + 50 * i, y, x + 50 * i + 40, y + 20], "score": 0.9})
+    return {
+        "text": text,
+        "score": 0.95,
+        "box": [[x, y], [x + 200, y], [x + 200, y + 20], [x, y + 20]],
+        "words": words,
+    }
+
+
+PAGE = {
+    "width": 500,
+    "height": 400,
+    # PaddleOCR's order: the right column's line first; the blocks give reading order.
+    "lines": [_line("right column", 300, 10), _line("left one", 10, 10), _line("left two", 10, 40)],
+    "blocks": [
+        {"box": [10, 10, 210, 60], "lines": [1, 2]},
+        {"box": [300, 10, 500, 30], "lines": [0]},
+    ],
+}
+
+
+def test_blocks_become_paragraphs_in_reading_order_with_word_boxes() -> None:
+    root, text = page_elements(PAGE, (500, 400), 150.0, 3)
+    assert root.ocr_class == OcrClass.PAGE
+    assert (root.dpi, root.page_number) == (150.0, 3)
+    assert [p.ocr_class for p in root.children] == [OcrClass.PARAGRAPH] * 2
+    assert [[line.text for line in p.children] for p in root.children] == [
+        ["left one", "left two"],
+        ["right column"],
+    ]
+    word = root.children[0].children[0].children[1]
+    assert (word.ocr_class, word.text, word.confidence) == (OcrClass.WORD, "one", 90.0)
+    assert word.bbox is not None
+    assert (word.bbox.left, word.bbox.top, word.bbox.right, word.bbox.bottom) == (60, 10, 100, 30)
+    assert text == "left one\nleft two\n\nright column\n"
+
+
+def test_a_page_read_scaled_down_is_scaled_back_to_the_image_sent() -> None:
+    root, _ = page_elements(PAGE, (1000, 800), 300.0, 0)
+    word = root.children[1].children[0].children[0]
+    assert word.bbox is not None
+    assert (word.bbox.left, word.bbox.top, word.bbox.right, word.bbox.bottom) == (600, 20, 680, 60)
+
+
+def test_an_empty_page_is_an_empty_tree() -> None:
+    root, text = page_elements({"width": 5, "height": 5, "lines": []}, (5, 5), 72.0, 0)
+    assert (root.children, text) == ([], "")
+
+
+def test_tesseract_language_names_map_to_ours() -> None:
+    assert paddle_lang(["eng"]) == "en"
+    assert paddle_lang(["fra", "eng"]) == "fr"
+    assert paddle_lang(["chi_sim"]) == "ch"
+    assert paddle_lang(["fr"]) == "fr"
+
+
+@pytest.mark.parametrize(
+    ("engine", "ours"), [("auto", True), ("tesseract", False), ("none", False)]
+)
+def test_only_auto_selects_our_engine(engine: str, ours: bool) -> None:
+    options = SimpleNamespace(ocr_engine=engine)
+    assert isinstance(plugin.get_ocr_engine(options), ServingOcrEngine) is ours
+    assert plugin.get_ocr_engine(None) is None
