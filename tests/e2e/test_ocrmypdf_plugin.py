@@ -183,6 +183,10 @@ class _FlakyProxy(BaseHTTPRequestHandler):
 
     upstream = ""
     refused: list[str] = []  # noqa: RUF012 (one test's record)
+    to_refuse = N_PAGES
+    together: threading.Barrier | None = None
+    """When set, each page waits here until the other page's request is in too."""
+    met: list[bool] = []  # noqa: RUF012
 
     def _forward(self, body: bytes | None) -> None:
         response = httpx.request(
@@ -203,7 +207,13 @@ class _FlakyProxy(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
-        if self.path.startswith("/v1/ocr") and len(self.refused) < N_PAGES:
+        if self.path.startswith("/v1/ocr") and self.together is not None:
+            try:
+                self.together.wait()
+                self.met.append(True)
+            except threading.BrokenBarrierError:
+                self.met.append(False)
+        if self.path.startswith("/v1/ocr") and len(self.refused) < self.to_refuse:
             self.refused.append(self.path)
             payload = b'{"error": {"code": "overloaded", "message": "busy", "request_id": "x"}}'
             self.send_response(503)
@@ -223,6 +233,9 @@ class _FlakyProxy(BaseHTTPRequestHandler):
 def flaky(server: Server) -> Iterator[str]:
     _FlakyProxy.upstream = server.url
     _FlakyProxy.refused = []
+    _FlakyProxy.to_refuse = N_PAGES
+    _FlakyProxy.together = None
+    _FlakyProxy.met = []
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyProxy)
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
@@ -245,6 +258,17 @@ def test_503_then_200_is_retried_after_retry_after(
     texts = pdftotext(out.read_bytes()).split("\f")
     for truth, text in zip(real_pages()[1], texts, strict=False):
         assert cer(truth, text) <= MAX_CER
+
+
+def test_jobs_pages_reach_the_server_together(flaky: str, scanned: Path, tmp_path: Path) -> None:
+    """`--jobs 2`: both pages' requests are in flight at once (each waits at the proxy for the
+    other; sent one after the other, the first would wait out the barrier's timeout alone)."""
+    _FlakyProxy.to_refuse = 0
+    _FlakyProxy.together = threading.Barrier(N_PAGES, timeout=120)
+    out = tmp_path / "out.pdf"
+    run = ocrmypdf("--plugin", PLUGIN, "--ocr-server", flaky, "--jobs", "2", scanned, out)
+    assert run.returncode == 0, run.stderr
+    assert _FlakyProxy.met == [True] * N_PAGES
 
 
 def test_a_page_refused_after_the_retries_stops_the_run_with_the_status(

@@ -10,6 +10,7 @@ import pytest
 from ocrmypdf import OcrClass
 
 import serving.ocrmypdf_plugin as plugin
+from serving.ocrmypdf_plugin import engine
 from serving.ocrmypdf_plugin.engine import ServingOcrEngine, paddle_lang, page_elements
 
 pytestmark = pytest.mark.unit
@@ -81,3 +82,14 @@ def test_only_auto_selects_our_engine(engine: str, ours: bool) -> None:
     options = SimpleNamespace(ocr_engine=engine)
     assert isinstance(plugin.get_ocr_engine(options), ServingOcrEngine) is ours
     assert plugin.get_ocr_engine(None) is None
+
+
+def test_languages_are_the_servers_under_both_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Served:
+        def languages(self) -> set[str]:
+            return {"en", "fr", "ch"}
+
+    monkeypatch.setattr(engine, "backend_for", lambda options: Served())
+    names = ServingOcrEngine.languages(SimpleNamespace())  # type: ignore[arg-type]
+    assert {"en", "eng", "fr", "fra", "ch", "chi_sim"} <= set(names)
+    assert "deu" not in names
