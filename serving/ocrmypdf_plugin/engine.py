@@ -12,6 +12,7 @@ from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from ocrmypdf import OcrClass, OcrElement
 from ocrmypdf._options import OcrOptions
 from ocrmypdf.exceptions import MissingDependencyError
@@ -77,11 +78,43 @@ def _line_bounds(poly: Sequence[Sequence[float]]) -> list[float]:
     return [min(xs), min(ys), max(xs), max(ys)]
 
 
-def _line_element(line: dict[str, Any], scale: float) -> OcrElement:
+MIN_INK_CONTRAST = 64
+"""Grey levels between a word box's darkest and lightest pixel below which it is not trimmed."""
+
+
+def hug_ink(gray: np.ndarray | None, box: BoundingBox) -> BoundingBox:
+    """`box` narrowed to the columns with ink in it, on the page's greyscale `gray`.
+
+    Our word boxes come from the recogniser's CTC alignment and reach into the spaces between
+    words; OCRmyPDF fits each word's glyphs to its box and puts a space after it, which then
+    overlaps the next word, and pdftotext reads the two as one ("thisand": 10% of the test
+    pages' words). Tesseract's boxes hug the ink; trimmed to it, ours leave the gap a reader
+    takes for a space. Only ever narrower; a box without clear ink stays as it is.
+    """
+    if gray is None:
+        return box
+    x0, x1 = max(int(box.left), 0), min(int(np.ceil(box.right)), gray.shape[1])
+    y0, y1 = max(int(box.top), 0), min(int(np.ceil(box.bottom)), gray.shape[0])
+    crop = gray[y0:y1, x0:x1]
+    if crop.size == 0:
+        return box
+    darkest, lightest = int(crop.min()), int(crop.max())
+    if lightest - darkest < MIN_INK_CONTRAST:
+        return box
+    columns = np.flatnonzero((crop < (darkest + lightest) / 2).any(axis=0))
+    return BoundingBox(
+        left=max(box.left, float(x0 + columns[0])),
+        top=box.top,
+        right=min(box.right, float(x0 + columns[-1] + 1)),
+        bottom=box.bottom,
+    )
+
+
+def _line_element(line: dict[str, Any], scale: float, gray: np.ndarray | None) -> OcrElement:
     words = [
         OcrElement(
             ocr_class=OcrClass.WORD,
-            bbox=_bbox(word["box"], scale),
+            bbox=hug_ink(gray, _bbox(word["box"], scale)),
             text=word["text"],
             confidence=round(100 * float(word["score"]), 2),
         )
@@ -98,11 +131,16 @@ def _line_element(line: dict[str, Any], scale: float) -> OcrElement:
 
 
 def page_elements(
-    page: dict[str, Any], size: tuple[int, int], dpi: float, page_number: int
+    page: dict[str, Any],
+    size: tuple[int, int],
+    dpi: float,
+    page_number: int,
+    gray: np.ndarray | None = None,
 ) -> tuple[OcrElement, str]:
     """The `/v1/ocr` JSON `page` (with `words` and `blocks`) as OCRmyPDF's page tree and its
     plain text (blocks in reading order, a blank line between), in the pixels of the image of
-    `size` OCRmyPDF sent (a page the server read scaled down is scaled back up)."""
+    `size` OCRmyPDF sent (a page the server read scaled down is scaled back up); with the
+    image's greyscale `gray`, each word's box narrowed to its ink (`hug_ink`)."""
     width, height = size
     scale = width / page["width"] if page.get("width") else 1.0
     lines = page["lines"]
@@ -110,7 +148,7 @@ def page_elements(
     paragraphs = []
     texts = []
     for block in blocks:
-        members = [_line_element(lines[i], scale) for i in block["lines"]]
+        members = [_line_element(lines[i], scale, gray) for i in block["lines"]]
         members = [line for line in members if line.children]
         if not members:
             continue
@@ -145,6 +183,11 @@ def _image(input_file: Path) -> tuple[bytes, tuple[int, int], float]:
         size = img.size
         dpi = img.info.get("dpi", (72.0, 72.0))
     return data, size, float(dpi[0] if isinstance(dpi, tuple) else dpi)
+
+
+def _gray(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as img:
+        return np.asarray(img.convert("L"))
 
 
 class ServingOcrEngine(OcrEngine):
@@ -215,7 +258,7 @@ class ServingOcrEngine(OcrEngine):
             "lang": paddle_lang(options.languages),
         }
         page = backend_for(options).ocr(data, params)
-        return page_elements(page, size, dpi, page_number)
+        return page_elements(page, size, dpi, page_number, _gray(data))
 
     @staticmethod
     def generate_hocr(

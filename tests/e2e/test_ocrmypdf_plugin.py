@@ -39,6 +39,8 @@ MAX_CER = 0.03
 """pdftotext of the output against the pages' own text layer."""
 CER_OVER_JSON = 0.005
 """The issue's bound: the text layer reads within half a point of our JSON's CER."""
+MIN_WORDS_KEPT = 0.97
+"""pdftotext's words against the JSON's, for the same image (98.8% here)."""
 MIN_WORDS_ON_BOX = 0.9
 """Share of the JSON's words (of 3 characters or more) that pdftotext finds on their boxes. Not
 all: the JSON comes from our render of the page, OCRmyPDF's from its own, and a few words read
@@ -131,6 +133,9 @@ def test_searchable_pdf_reads_the_pages_text_with_words_on_their_boxes(
         json_text = "\n".join(page["lines"][i]["text"] for b in page["blocks"] for i in b["lines"])
         assert cer(truth, text) <= MAX_CER
         assert cer(truth, layer) <= cer(truth, json_text) + CER_OVER_JSON
+        # The spaces too: pdftotext parts the words as the JSON does (trimmed to their ink, our
+        # boxes leave the gaps it reads as spaces; untrimmed, 10% of the words ran together).
+        assert len(text.split()) >= MIN_WORDS_KEPT * len(json_text.split())
         # Each word of the JSON answer, in points, where pdftotext finds it: a word there holds
         # its text (pdftotext joins words a narrow gap parts) and the JSON box's centre.
         pt_per_px = width_pt / page["width"]

@@ -6,12 +6,19 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 from ocrmypdf import OcrClass
+from ocrmypdf.hocrtransform import BoundingBox
 
 import serving.ocrmypdf_plugin as plugin
 from serving.ocrmypdf_plugin import engine
-from serving.ocrmypdf_plugin.engine import ServingOcrEngine, paddle_lang, page_elements
+from serving.ocrmypdf_plugin.engine import (
+    ServingOcrEngine,
+    hug_ink,
+    paddle_lang,
+    page_elements,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -93,3 +100,15 @@ def test_languages_are_the_servers_under_both_names(monkeypatch: pytest.MonkeyPa
     names = ServingOcrEngine.languages(SimpleNamespace())  # type: ignore[arg-type]
     assert {"en", "eng", "fr", "fra", "ch", "chi_sim"} <= set(names)
     assert "deu" not in names
+
+
+def test_word_boxes_hug_their_ink_and_never_grow() -> None:
+    gray = np.full((40, 100), 255, np.uint8)
+    gray[10:30, 20:50] = 0  # a word's ink
+    box = BoundingBox(left=12, top=5, right=60, bottom=35)
+    hugged = hug_ink(gray, box)
+    assert (hugged.left, hugged.top, hugged.right, hugged.bottom) == (20, 5, 50, 35)
+    assert hug_ink(gray, BoundingBox(left=25, top=5, right=40, bottom=35)).left == 25
+    blank = BoundingBox(left=60, top=5, right=90, bottom=35)
+    assert hug_ink(gray, blank) == blank  # no ink: as the server placed it
+    assert hug_ink(None, box) == box
