@@ -23,7 +23,7 @@ import pytest
 
 from loadtest import pages
 from loadtest.accuracy import cer
-from tests.e2e.conftest import CONFIG, Server, free_port
+from tests.e2e.conftest import CONFIG, Server, free_port, serving
 from tests.images import make_pdf
 from tests.poppler import needs_poppler, pdftotext
 
@@ -341,7 +341,28 @@ def test_local_mode_runs_the_models_in_process(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(CONFIG)
     out = tmp_path / "out.pdf"
-    run = ocrmypdf("--plugin", PLUGIN, "--ocr-config", config, scan, out)
+    # Page workers as processes would each lack the runtime: the plugin makes them threads.
+    run = ocrmypdf("--plugin", PLUGIN, "--ocr-config", config, "--no-use-threads", scan, out)
     assert run.returncode == 0, run.stderr
     assert "ocr-serving" in pikepdf.open(out).open_metadata().get("xmp:CreatorTool", "")
+    assert cer(truths[0], pdftotext(out.read_bytes())) <= MAX_CER
+
+
+def test_api_key_from_the_environment(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("plugin-key\n")
+    images, truths = real_pages()
+    scan = tmp_path / "one.pdf"
+    scan.write_bytes(make_pdf(images[:1], dpi=DPI))
+    out = tmp_path / "out.pdf"
+    with serving(tmp_path, CONFIG + f'[auth]\napi_keys_file = "{keys}"\n') as keyed:
+        refused = ocrmypdf("--plugin", PLUGIN, "--ocr-server", keyed.url, scan, out)
+        assert refused.returncode == 3, refused.stderr
+        assert "answered 401 to GET /v1/models: unauthorized" in refused.stderr
+        run = ocrmypdf(
+            "--plugin", PLUGIN, "--ocr-server", keyed.url, scan, out,
+            env={"OCR_SERVER_API_KEY": "plugin-key"},
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "plugin-key" not in run.stderr
     assert cer(truths[0], pdftotext(out.read_bytes())) <= MAX_CER
