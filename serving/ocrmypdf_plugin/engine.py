@@ -59,6 +59,26 @@ The server calls a page turned only past its own threshold, so a turned page's s
 (0.93 for the test's sideways page: 27.8 here, where 15 times it fell short)."""
 
 
+MIN_SKEW_LINE_ASPECT = 4.0
+"""Lines at least this many times as long as they are tall give the page's skew (a short line's
+top edge says little about its angle)."""
+
+
+def skew_degrees(lines: Sequence[dict[str, Any]]) -> float:
+    """The page's deskew angle for OCRmyPDF (degrees counter-clockwise, as PIL's `rotate` takes
+    it): the median slope of the long lines' top edges, 0 without any. Boxes' corners run
+    clockwise from the top left, in pixels with y down: a top edge falling to the right is text
+    turned clockwise, which a positive (counter-clockwise) turn undoes."""
+    angles = []
+    for line in lines:
+        (x0, y0), (x1, y1), _, (x3, y3) = line["box"][:4]
+        length = float(np.hypot(x1 - x0, y1 - y0))
+        height = float(np.hypot(x3 - x0, y3 - y0))
+        if length >= MIN_SKEW_LINE_ASPECT * max(height, 1.0):
+            angles.append(float(np.degrees(np.arctan2(y1 - y0, x1 - x0))))
+    return float(np.median(angles)) if angles else 0.0
+
+
 def paddle_lang(languages: Sequence[str]) -> str:
     """The `lang` sent for OCRmyPDF's `-l`: the first language named, in PaddleOCR's code (the
     model set that reads it reads the whole page; sets read several languages each)."""
@@ -240,6 +260,16 @@ class ServingOcrEngine(OcrEngine):
         return OrientationConfidence(
             angle=int(found["angle"]), confidence=ORIENTATION_CONFIDENCE * float(found["score"])
         )
+
+    @staticmethod
+    def get_deskew(input_file: Path, options: OcrOptions) -> float:
+        # --deskew: one more read of the page, for its lines' slopes (OCRmyPDF then turns the
+        # image and sends it to generate_ocr).
+        data, _, _ = _image(input_file)
+        page = backend_for(options).ocr(
+            data, {"orientation": "off", "lang": paddle_lang(options.languages)}
+        )
+        return skew_degrees(page["lines"])
 
     @staticmethod
     def supports_generate_ocr() -> bool:

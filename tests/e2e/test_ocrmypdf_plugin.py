@@ -5,8 +5,10 @@ against a real `ocr-serve`, read back by poppler as a reader would."""
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -20,6 +22,7 @@ import httpx
 import numpy as np
 import pikepdf
 import pytest
+from PIL import Image
 
 from loadtest import pages
 from loadtest.accuracy import cer
@@ -35,6 +38,8 @@ PDF_NAME = "maint-guide.en.pdf"
 DPI = 100
 """The scans' resolution: small pages keep the test cheap; PP-OCRv5 reads them well."""
 N_PAGES = 2
+SKEW_DEGREES = 3.0
+"""--deskew's page: turned this much counter-clockwise, as a page laid crooked on the scanner."""
 ZH_DPI = 150
 """Chinese glyphs need more pixels than Latin ones."""
 ZH_MAX_CER = 0.08
@@ -182,6 +187,36 @@ def test_a_chinese_page_with_tesseracts_language_name(server: Server, tmp_path: 
     json_text = "\n".join(page["lines"][i]["text"] for b in page["blocks"] for i in b["lines"])
     assert cer(truth, pdftotext(out.read_bytes(), "-raw")) <= cer(truth, json_text) + CER_OVER_JSON
     assert cer(truth, pdftotext(out.read_bytes())) <= ZH_MAX_CER
+
+
+def _slope_degrees(page: dict[str, Any]) -> float:
+    """The median angle of the page's long lines' top edges (y down: positive falls right)."""
+    edges = [(line["box"][0], line["box"][1]) for line in page["lines"]]
+    angles = [
+        math.degrees(math.atan2(right[1] - left[1], right[0] - left[0]))
+        for left, right in edges
+        if right[0] - left[0] > 300
+    ]
+    return statistics.median(angles)
+
+
+def test_deskew_straightens_a_skewed_page(server: Server, tmp_path: Path) -> None:
+    images, truths = real_pages()
+    upright = Image.fromarray(np.ascontiguousarray(images[0][:, :, ::-1]))
+    tilted = upright.rotate(SKEW_DEGREES, resample=Image.Resampling.BICUBIC, fillcolor="white")
+    scan = tmp_path / "skewed.pdf"
+    scan.write_bytes(make_pdf([np.ascontiguousarray(np.asarray(tilted)[:, :, ::-1])], dpi=DPI))
+    out = tmp_path / "out.pdf"
+    run = ocrmypdf(
+        "--plugin", PLUGIN, "--ocr-server", server.url, "--deskew", "-k", scan, out,
+        env={"TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (before,) = tmp_path.glob("ocrmypdf.io.*/*_rasterize.png")
+    (after,) = tmp_path.glob("ocrmypdf.io.*/*_pp_deskew.png")
+    assert abs(_slope_degrees(_json_page(server, before.read_bytes())) + SKEW_DEGREES) < 0.5
+    assert abs(_slope_degrees(_json_page(server, after.read_bytes()))) < 0.5
+    assert cer(truths[0], pdftotext(out.read_bytes())) <= MAX_CER
 
 
 def test_rotate_pages_turns_a_sideways_page_upright(server: Server, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from serving.ocrmypdf_plugin.engine import (
     hug_ink,
     paddle_lang,
     page_elements,
+    skew_degrees,
 )
 
 pytestmark = pytest.mark.unit
@@ -112,3 +113,22 @@ def test_word_boxes_hug_their_ink_and_never_grow() -> None:
     blank = BoundingBox(left=60, top=5, right=90, bottom=35)
     assert hug_ink(gray, blank) == blank  # no ink: as the server placed it
     assert hug_ink(None, box) == box
+
+
+def _quad(x: float, y: float, length: float, degrees: float, height: float = 20) -> dict[str, Any]:
+    """A line's box turned `degrees` clockwise on the page (y down), corners clockwise."""
+    rad = np.radians(degrees)
+    along = np.array([np.cos(rad), np.sin(rad)]) * length
+    down = np.array([-np.sin(rad), np.cos(rad)]) * height
+    p0 = np.array([x, y])
+    corners = [p0, p0 + along, p0 + along + down, p0 + down]
+    return {"box": [c.tolist() for c in corners]}
+
+
+def test_skew_is_the_long_lines_median_slope() -> None:
+    lines = [_quad(10, 10 + 30 * i, 600, 2.0) for i in range(5)]
+    lines.append(_quad(10, 400, 600, -10.0))  # one outlier
+    lines.append(_quad(10, 500, 40, 30.0))  # a short line: not counted
+    assert skew_degrees(lines) == pytest.approx(2.0)
+    assert skew_degrees([]) == 0.0
+    assert skew_degrees([_quad(0, 0, 30, 5.0)]) == 0.0
