@@ -20,7 +20,8 @@
 #   qpdf                qpdf --check: tests check our PDFs' structure
 #   tesseract-ocr       Tesseract 5 with its English model (tesseract-ocr-eng), and ghostscript: the
 #   tesseract-ocr-eng   OCR engine and PDF/A fallback OCRmyPDF runs in the side-by-side bench
-#   ghostscript         (python -m loadtest.bench.ocrmypdf_compare)
+#   ghostscript         (python -m loadtest.bench.ocrmypdf_compare) and in the plugin's tests
+#                       (tests/e2e/test_ocrmypdf_plugin.py: --output-type pdfa, --ocr-engine tesseract)
 #
 # The PDFs are real documents nobody here wrote; loadtest/pages.py renders them and uses their text
 # layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or

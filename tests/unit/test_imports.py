@@ -225,7 +225,13 @@ SERVING_ALLOWED: dict[str, tuple[str, ...]] = {
 the config and errors; the engine in one process no HTTP, queues, service or jobs; the model
 conversion the engine; the scheduling's policy a page's sizes and options."""
 
-SERVICE_USERS = ("serving.service", "serving.http", "serving.jobs", "serving.batch")
+SERVICE_USERS = (
+    "serving.service",
+    "serving.http",
+    "serving.jobs",
+    "serving.batch",
+    "serving.ocrmypdf_plugin",  # its local mode runs the runtime, as `ocr-batch` does
+)
 """The packages that may import `serving.service` (besides the frame: app, cli)."""
 
 FRAME_ENTRIES = ("serving.app", "serving.cli", "serving.server", "serving.__main__")

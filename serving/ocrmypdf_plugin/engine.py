@@ -1,0 +1,305 @@
+"""Our OCR as an OCRmyPDF 17 engine: each page image goes to `/v1/ocr?words=true&layout=true`
+(a server, or the runtime in process), and the answer becomes OCRmyPDF's `OcrElement` tree:
+paragraphs in reading order (the answer's `blocks`), their lines, and each line's words with the
+boxes the recogniser's CTC alignment gives, so OCRmyPDF lays every word of the text layer on the
+word as printed (no box estimated from character counts)."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Sequence, Set
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ocrmypdf import OcrClass, OcrElement
+from ocrmypdf._options import OcrOptions
+from ocrmypdf.exceptions import MissingDependencyError
+from ocrmypdf.hocrtransform import BoundingBox
+from ocrmypdf.pluginspec import OcrEngine, OrientationConfidence
+from PIL import Image
+
+from serving.ocrmypdf_plugin.backend import backend_for
+from serving.ocrmypdf_plugin.client import OcrServerError
+
+logger = logging.getLogger(__name__)
+
+TESSERACT_CODES = {
+    "eng": "en",
+    "fra": "fr",
+    "deu": "de",
+    "spa": "es",
+    "ita": "it",
+    "por": "pt",
+    "nld": "nl",
+    "pol": "pl",
+    "tur": "tr",
+    "vie": "vi",
+    "ces": "cs",
+    "dan": "da",
+    "fin": "fi",
+    "swe": "sv",
+    "nor": "no",
+    "ron": "ro",
+    "hun": "hu",
+    "rus": "ru",
+    "ukr": "uk",
+    "chi_sim": "ch",
+    "chi_tra": "chinese_cht",
+    "jpn": "japan",
+    "kor": "korean",
+}
+"""OCRmyPDF's (Tesseract's) language names -> ours (PaddleOCR's), so that `-l fra` works as
+`-l fr` does; PaddleOCR's own codes are accepted as they are."""
+ORIENTATION_CONFIDENCE = 30.0
+"""What a page the classifier found turned reports, times its score (0 to 1): OCRmyPDF turns a
+page when this passes `--rotate-pages-threshold` (14 by default, in Tesseract's unbounded units).
+The server calls a page turned only past its own threshold, so a turned page's score is high
+(0.93 for the test's sideways page: 27.8 here, where 15 times it fell short)."""
+
+
+MIN_SKEW_LINE_ASPECT = 4.0
+"""Lines at least this many times as long as they are tall give the page's skew (a short line's
+top edge says little about its angle)."""
+
+
+def skew_degrees(lines: Sequence[dict[str, Any]]) -> float:
+    """The page's deskew angle for OCRmyPDF (degrees counter-clockwise, as PIL's `rotate` takes
+    it): the median slope of the long lines' top edges, 0 without any. Boxes' corners run
+    clockwise from the top left, in pixels with y down: a top edge falling to the right is text
+    turned clockwise, which a positive (counter-clockwise) turn undoes."""
+    angles = []
+    for line in lines:
+        (x0, y0), (x1, y1), _, (x3, y3) = line["box"][:4]
+        length = float(np.hypot(x1 - x0, y1 - y0))
+        height = float(np.hypot(x3 - x0, y3 - y0))
+        if length >= MIN_SKEW_LINE_ASPECT * max(height, 1.0):
+            angles.append(float(np.degrees(np.arctan2(y1 - y0, x1 - x0))))
+    return float(np.median(angles)) if angles else 0.0
+
+
+def paddle_lang(languages: Sequence[str]) -> str:
+    """The `lang` sent for OCRmyPDF's `-l`: the first language named, in PaddleOCR's code (the
+    model set that reads it reads the whole page; sets read several languages each)."""
+    first = languages[0] if languages else "eng"
+    return TESSERACT_CODES.get(first, first)
+
+
+def _bbox(box: Sequence[float], scale: float) -> BoundingBox:
+    return BoundingBox(
+        left=box[0] * scale, top=box[1] * scale, right=box[2] * scale, bottom=box[3] * scale
+    )
+
+
+def _line_bounds(poly: Sequence[Sequence[float]]) -> list[float]:
+    xs = [p[0] for p in poly]
+    ys = [p[1] for p in poly]
+    return [min(xs), min(ys), max(xs), max(ys)]
+
+
+MIN_INK_CONTRAST = 64
+"""Grey levels between a word box's darkest and lightest pixel below which it is not trimmed."""
+
+
+def hug_ink(gray: np.ndarray | None, box: BoundingBox) -> BoundingBox:
+    """`box` narrowed to the columns with ink in it, on the page's greyscale `gray`.
+
+    Our word boxes come from the recogniser's CTC alignment and reach into the spaces between
+    words; OCRmyPDF fits each word's glyphs to its box and puts a space after it, which then
+    overlaps the next word, and pdftotext reads the two as one ("thisand": 10% of the test
+    pages' words). Tesseract's boxes hug the ink; trimmed to it, ours leave the gap a reader
+    takes for a space. Only ever narrower; a box without clear ink stays as it is.
+    """
+    if gray is None:
+        return box
+    x0, x1 = max(int(box.left), 0), min(int(np.ceil(box.right)), gray.shape[1])
+    y0, y1 = max(int(box.top), 0), min(int(np.ceil(box.bottom)), gray.shape[0])
+    crop = gray[y0:y1, x0:x1]
+    if crop.size == 0:
+        return box
+    darkest, lightest = int(crop.min()), int(crop.max())
+    if lightest - darkest < MIN_INK_CONTRAST:
+        return box
+    columns = np.flatnonzero((crop < (darkest + lightest) / 2).any(axis=0))
+    return BoundingBox(
+        left=max(box.left, float(x0 + columns[0])),
+        top=box.top,
+        right=min(box.right, float(x0 + columns[-1] + 1)),
+        bottom=box.bottom,
+    )
+
+
+def _line_element(line: dict[str, Any], scale: float, gray: np.ndarray | None) -> OcrElement:
+    words = [
+        OcrElement(
+            ocr_class=OcrClass.WORD,
+            bbox=hug_ink(gray, _bbox(word["box"], scale)),
+            text=word["text"],
+            confidence=round(100 * float(word["score"]), 2),
+        )
+        for word in line.get("words", [])
+        if word["text"].strip()
+    ]
+    return OcrElement(
+        ocr_class=OcrClass.LINE,
+        bbox=_bbox(_line_bounds(line["box"]), scale),
+        text=line["text"],
+        confidence=round(100 * float(line["score"]), 2),
+        children=words,
+    )
+
+
+def page_elements(
+    page: dict[str, Any],
+    size: tuple[int, int],
+    dpi: float,
+    page_number: int,
+    gray: np.ndarray | None = None,
+) -> tuple[OcrElement, str]:
+    """The `/v1/ocr` JSON `page` (with `words` and `blocks`) as OCRmyPDF's page tree and its
+    plain text (blocks in reading order, a blank line between), in the pixels of the image of
+    `size` OCRmyPDF sent (a page the server read scaled down is scaled back up); with the
+    image's greyscale `gray`, each word's box narrowed to its ink (`hug_ink`)."""
+    width, height = size
+    scale = width / page["width"] if page.get("width") else 1.0
+    lines = page["lines"]
+    blocks = page.get("blocks") or [{"lines": list(range(len(lines)))}]
+    paragraphs = []
+    texts = []
+    for block in blocks:
+        members = [_line_element(lines[i], scale, gray) for i in block["lines"]]
+        members = [line for line in members if line.children]
+        if not members:
+            continue
+        paragraphs.append(
+            OcrElement(
+                ocr_class=OcrClass.PARAGRAPH,
+                bbox=BoundingBox(
+                    left=min(m.bbox.left for m in members if m.bbox),
+                    top=min(m.bbox.top for m in members if m.bbox),
+                    right=max(m.bbox.right for m in members if m.bbox),
+                    bottom=max(m.bbox.bottom for m in members if m.bbox),
+                ),
+                children=members,
+            )
+        )
+        texts.append("\n".join(m.text for m in members))
+    root = OcrElement(
+        ocr_class=OcrClass.PAGE,
+        bbox=BoundingBox(left=0, top=0, right=width, bottom=height),
+        dpi=dpi,
+        page_number=page_number,
+        children=paragraphs,
+    )
+    return root, "\n\n".join(texts) + ("\n" if texts else "")
+
+
+def _image(input_file: Path) -> tuple[bytes, tuple[int, int], float]:
+    """The image's bytes as OCRmyPDF wrote it (PNG/TIFF: the server reads either), its size and
+    its horizontal DPI."""
+    data = input_file.read_bytes()
+    with Image.open(io.BytesIO(data)) as img:
+        size = img.size
+        dpi = img.info.get("dpi", (72.0, 72.0))
+    return data, size, float(dpi[0] if isinstance(dpi, tuple) else dpi)
+
+
+def _gray(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as img:
+        return np.asarray(img.convert("L"))
+
+
+class ServingOcrEngine(OcrEngine):
+    """PaddleOCR's models as this project serves them."""
+
+    @staticmethod
+    def version() -> str:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("ocr-serving")
+        except PackageNotFoundError:
+            return "0"
+
+    @staticmethod
+    def creator_tag(options: OcrOptions) -> str:
+        return f"ocr-serving {ServingOcrEngine.version()} (PaddleOCR models)"
+
+    def __str__(self) -> str:
+        return f"ocr-serving {self.version()}"
+
+    @staticmethod
+    def languages(options: OcrOptions) -> Set[str]:
+        # OCRmyPDF asks before any page, while checking its options, where it reports a missing
+        # dependency (exit 3, as for a missing Tesseract) but would show any other error raw.
+        try:
+            served = backend_for(options).languages()
+        except OcrServerError as err:
+            raise MissingDependencyError(str(err)) from err
+        return served | {name for name, code in TESSERACT_CODES.items() if code in served}
+
+    @staticmethod
+    def get_orientation(input_file: Path, options: OcrOptions) -> OrientationConfidence:
+        data, _, _ = _image(input_file)
+        try:
+            page = backend_for(options).ocr(
+                data, {"orientation": "auto", "lang": paddle_lang(options.languages)}
+            )
+        except OcrServerError as err:
+            if err.status != 422:
+                raise
+            # The server has no page classifier (422 names it): the page stays as it is.
+            logger.warning("--rotate-pages: %s; pages are left as they are", err)
+            return OrientationConfidence(angle=0, confidence=0.0)
+        found = page.get("orientation")
+        if not found or not found["turned"]:
+            return OrientationConfidence(angle=0, confidence=0.0)
+        # The classifier's class is the angle OCRmyPDF turns the page by (a page turned a
+        # quarter counter-clockwise is class 270, and OCRmyPDF's /Rotate 270 sets it upright).
+        return OrientationConfidence(
+            angle=int(found["angle"]), confidence=ORIENTATION_CONFIDENCE * float(found["score"])
+        )
+
+    @staticmethod
+    def get_deskew(input_file: Path, options: OcrOptions) -> float:
+        # --deskew: one more read of the page, for its lines' slopes (OCRmyPDF then turns the
+        # image and sends it to generate_ocr).
+        data, _, _ = _image(input_file)
+        page = backend_for(options).ocr(
+            data, {"orientation": "off", "lang": paddle_lang(options.languages)}
+        )
+        return skew_degrees(page["lines"])
+
+    @staticmethod
+    def supports_generate_ocr() -> bool:
+        return True
+
+    @staticmethod
+    def generate_ocr(
+        input_file: Path, options: OcrOptions, page_number: int = 0
+    ) -> tuple[OcrElement, str]:
+        data, size, dpi = _image(input_file)
+        # OCRmyPDF turns pages itself (--rotate-pages): the page is read as it comes.
+        params = {
+            "words": "true",
+            "layout": "true",
+            "orientation": "off",
+            "lang": paddle_lang(options.languages),
+        }
+        page = backend_for(options).ocr(data, params)
+        return page_elements(page, size, dpi, page_number, _gray(data))
+
+    @staticmethod
+    def generate_hocr(
+        input_file: Path, output_hocr: Path, output_text: Path, options: OcrOptions
+    ) -> None:
+        raise NotImplementedError("ocr-serving implements generate_ocr (OCRmyPDF 17)")
+
+    @staticmethod
+    def generate_pdf(
+        input_file: Path, output_pdf: Path, output_text: Path, options: OcrOptions
+    ) -> None:
+        raise NotImplementedError(
+            "ocr-serving implements generate_ocr: use --pdf-renderer auto or fpdf2"
+        )
