@@ -5,8 +5,9 @@
 #   docker build -t ocr-serving:cpu .                                       # CPU (the default)
 #   docker build --build-arg VARIANT=gpu --build-arg CPU_BACKEND=paddle \
 #     --build-arg BASE_IMAGE=paddlepaddle/paddle:3.2.2-gpu-cuda12.6-cudnn9.5 -t ocr-serving:gpu .
-#   docker build --build-arg VARIANT=gpu-torch --build-arg GPU_BACKEND=torch \
-#     -t ocr-serving:gpu-torch .                                            # NVIDIA GPUs, PyTorch
+#   docker build --build-arg VARIANT=gpu-torch -t ocr-serving:gpu-torch .   # NVIDIA GPUs, PyTorch
+# GPU_BACKEND (default auto: torch where its CUDA build sees a GPU, else Paddle's GPU build, else
+# the CPU; issue 39) may name one engine instead.
 # Every variant serves on 0.0.0.0:8000 as a non-root user (uid 10001); with no API keys its jobs
 # API answers 403 there (anyone on the network could read the stored documents) unless
 # OCR_AUTH__OPEN=true, so give it keys (OCR_API_KEYS, OCR_AUTH__KEYS_FILE), or publish the port on
@@ -54,7 +55,7 @@ open("/wheels/requirements-gpu.txt", "w").write("\n".join(gpu) + "\n")'
 # ---- server: every variant, one stage: the engine installed for VARIANT, then what runs it ----
 FROM ${BASE_IMAGE} AS server
 ARG VARIANT=cpu
-ARG GPU_BACKEND=paddle
+ARG GPU_BACKEND=auto
 # The engine of CPU devices (config.toml's default, OpenVINO, unless told otherwise): openvino and
 # onnxruntime bring their extra and the default models' ONNX conversions, made at build time.
 ARG CPU_BACKEND=openvino
