@@ -10,7 +10,8 @@ batch computed, from timing events recorded on the compute stream around each mo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -41,22 +42,31 @@ def busy_fraction(intervals: Sequence[tuple[float, float]]) -> float | None:
 
 
 def compute_busy(
-    predictor: Any, batch: np.ndarray, *, batches: int = 10, sizes: tuple[tuple[int, int], ...] = ()
+    predictor: Any,
+    batch: np.ndarray,
+    *,
+    batches: int = 10,
+    sizes: tuple[tuple[int, int], ...] = (),
+    new_event: Callable[[], Any] | None = None,
+    synchronize: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
     """Stream `batches` copies of the uint8 `batch` through a CUDA `predictor` as a device
     worker does (`inflight_batches` launched, each collated into its `stage_pixels` slot while
-    the one before computes), with CUDA timing events around every model run on the compute
-    stream (the lane's `ops.compute` wrapped a while); the compute stream's `busy_fraction`."""
-    import torch
+    the one before computes), with timing events (`new_event`: CUDA's, with timing) around every
+    model run on the compute stream (the lane's `ops.compute` wrapped a while); the compute
+    stream's `busy_fraction`."""
+    if new_event is None or synchronize is None:
+        import torch
 
+        new_event = new_event or functools.partial(torch.cuda.Event, enable_timing=True)
+        synchronize = synchronize or torch.cuda.synchronize
     lane = predictor.lane
     ops = lane.ops
     marks: list[tuple[Any, Any]] = []
 
     def compute(*args: Any) -> Any:
         stream = args[-1]
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start, end = new_event(), new_event()
         start.record(stream)
         out = ops.compute(*args)
         end.record(stream)
@@ -81,7 +91,7 @@ def compute_busy(
         for slot in in_flight:
             slot.result()
             slot.release()
-        torch.cuda.synchronize()
+        synchronize()
     finally:
         lane.ops = ops
     origin = marks[0][0]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.gpu import check as gpu_check
+from loadtest.gpu import probes
 from pipelines.types import ClsParams
 from serving.config import load_config
 
@@ -469,7 +470,7 @@ def test_busy_fraction_counts_the_compute_streams_time_over_a_steady_window() ->
 
 def test_the_overlap_on_the_cpu_is_not_measured_not_passed(tmp_path: Path) -> None:
     report = _report(texts_equal=True, top=25.0)
-    report["overlap"] = gpu_check.overlap_check(argparse.Namespace(device="cpu"))
+    report["overlap"] = probes.overlap_check(argparse.Namespace(device="cpu"))
     s = gpu_check.summary(report)
     assert s["overlap"] == "not measured"
     report["summary"] = s
@@ -512,3 +513,50 @@ def test_texts_compared_at_one_batching_pass_equal_in_fp32_and_near_in_fp16(
         assert gpu_check.compare_texts(args, [], expected, many)["passes"] is False
     finally:
         del gpu_check.cpu_texts
+
+
+class _ClockEvent:
+    """A timing event on the host clock (CUDA's `Event(enable_timing=True)` stand-in)."""
+
+    def record(self, stream: Any = None) -> None:
+        import time
+
+        self.at = time.monotonic()
+
+    def elapsed_time(self, other: _ClockEvent) -> float:
+        return (other.at - self.at) * 1000
+
+
+def test_compute_busy_streams_uint8_batches_two_in_flight_and_times_each_model_run() -> None:
+    """The overlap part's loop, on a lane of host ops whose model run sleeps: every batch goes
+    in as uint8 with its rows' sizes, two in flight, one timed interval a model run, and the
+    lane's ops are given back."""
+    import time
+
+    import numpy as np
+
+    from loadtest.gpu.overlap import compute_busy
+
+    predictor = _PixelPredictor(2)
+    ops = predictor.lane.ops
+
+    def slow(x: Any) -> Any:
+        time.sleep(0.02)
+        return x * 2
+
+    predictor.launch = lambda slot: predictor.lane.launch(slot, slow)  # type: ignore[method-assign]
+    batch = np.zeros((4, 3, 8, 16), np.uint8)
+    got = compute_busy(
+        predictor,
+        batch,
+        batches=6,
+        sizes=((8, 10),) * 4,
+        new_event=_ClockEvent,
+        synchronize=lambda: None,
+    )
+    assert predictor.lane.ops is ops
+    assert (got["batches"], got["in_flight"], got["shape"]) == (6, 2, [4, 3, 8, 16])
+    assert got["compute_ms"] >= 15
+    # On the host each run is issued and done at once: the stream idles while the next is
+    # collated, a little; the figure is computed, whatever it is, and bounded by 1.
+    assert 0 < got["busy_fraction"] <= 1
