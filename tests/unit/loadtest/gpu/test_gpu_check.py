@@ -560,3 +560,64 @@ def test_compute_busy_streams_uint8_batches_two_in_flight_and_times_each_model_r
     # On the host each run is issued and done at once: the stream idles while the next is
     # collated, a little; the figure is computed, whatever it is, and bounded by 1.
     assert 0 < got["busy_fraction"] <= 1
+
+
+def test_a_cut_run_of_the_script_leaves_the_benchmarks_log_and_needs_no_make(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: bench.log left only at the end, so a run the device tool cut returned none of
+    it; it is now copied to $OUT every 5 s. A stand-in Python prints one part's line and hangs;
+    the script's process group is then killed, as a cut run's is; and `make` (a stand-in
+    that leaves a mark) is never called."""
+    import os
+    import signal
+    import stat
+    import subprocess
+    import time
+
+    root = Path(__file__).parents[4]
+    bundle = tmp_path / "bundle"
+    for need in ("models/det", "models/rec", "pages", "wheels"):
+        (bundle / need).mkdir(parents=True)
+    (bundle / "pages" / "expected.json").write_text("{}")
+    (bundle / "manifest.json").write_text("{}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    python.write_text(
+        "#!/bin/bash\n"
+        'if [[ $1 == - ]]; then cat >/dev/null; echo "{}" >"$2"; exit 0; fi\n'
+        "if [[ $* == *--merge-tests* ]]; then exit 0; fi\n"
+        'echo "gpu_check: part syncs done"; exec sleep 120\n'
+    )
+    make = bin_dir / "make"
+    make.write_text(f"#!/bin/bash\ntouch {tmp_path / 'make-called'}\nexit 99\n")
+    for stub in (python, make):
+        stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "OUT": str(out),
+        "GPU_CHECK_WHEELS": "0",
+        "GPU_CHECK_WORK": str(tmp_path / "work"),
+    }
+    argv = ["bash", "scripts/gpu-check.sh", "--bundle", str(bundle), "--python", str(python)]
+    script = subprocess.Popen(
+        [*argv, "--dry-run"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (out / "bench.log").is_file():
+            time.sleep(0.5)
+        time.sleep(1)
+    finally:
+        os.killpg(script.pid, signal.SIGKILL)
+        script.wait()
+    assert "part syncs done" in (out / "bench.log").read_text()
+    assert not (tmp_path / "make-called").exists()
