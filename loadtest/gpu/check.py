@@ -59,7 +59,13 @@ import numpy as np
 
 from loadtest import servers
 from loadtest.documents import load_documents
-from loadtest.gpu.device_batches import PageCalls, page_calls, replay, server_batches
+from loadtest.gpu.device_batches import (
+    PageCalls,
+    in_flight,
+    page_calls,
+    replay,
+    server_batches,
+)
 from loadtest.gpu.probes import (
     launch_timing,
     overlap_check,
@@ -326,7 +332,9 @@ def engine_limit(
     args: argparse.Namespace, images: list[np.ndarray], share_s: float
 ) -> dict[str, Any]:
     """The GPU engine limit within about `share_s`: the pages' det and rec inputs, as uint8
-    pixels in the real pipeline's bucketed shapes, grouped into the server's batches
+    pixels in the real pipeline's bucketed shapes, as many copies of each as a det batch holds
+    (`device_batches.in_flight`: the server at high concurrency over a few pages), grouped into
+    the server's batches
     (`device_batches.server_batches` with `gpu_limits`) and replayed on the device alone
     (`device_batches.replay`); and, for information, the pipeline in one process (CPU work
     inline, one page at a time). Writes the det maps `REPLAY` answers with."""
@@ -338,13 +346,16 @@ def engine_limit(
     wall = time.monotonic() - started
     maps = {key: m for page in pages for key, m in page.maps.items()}
     np.savez(args.work / "det-maps.npz", **maps)  # type: ignore[arg-type]
-    calls = [call for page in pages for call in page.calls]
-    batches = server_batches(calls, gpu_limits(args))
+    limits = gpu_limits(args)
+    copies = limits["det"].max_batch_size  # a det batch's pages (1 on the CPU)
+    calls = in_flight([page.calls for page in pages], copies)
+    batches = server_batches(calls, limits)
     predictors = {stage: engine.predictors[stage] for stage in ("det", "rec")}
     min_s = min(args.min_seconds, share_s / 3)
     result: dict[str, Any] = {
         "gpu": {
-            **replay(predictors, batches, len(images), min_s),
+            **replay(predictors, batches, copies * len(images), min_s),
+            "copies_of_each_page": copies,
             "calls_one_page_at_a_time": len(calls),
             "limits": {k: dataclasses.asdict(v) for k, v in gpu_limits(args).items()},
         },

@@ -13,7 +13,8 @@ launch-bound, so the server beat the "limit" and its 0.8x criterion meant nothin
    up to `[workers.gpu]`'s `max_batch_size` rows and `max_cost`);
 3. `replay`: the batches launched on the lane as a device worker launches them (uint8 pixels
    into `stage_pixels` slots where the predictor normalises on its device, its
-   `inflight_batches` in flight), round after round.
+   `inflight_batches` in flight), round after round; a round holds `in_flight` copies of each
+   page, as many as a det batch holds, as a load test's many requests over a few pages do.
 """
 
 from __future__ import annotations
@@ -81,6 +82,16 @@ def page_calls(
     step = after_det(step.state, image, call("det", step.pixels), options.det, options.rec, None)
     page = finish(step.state, call("rec", step.pixels), options.rec, charset)
     return PageCalls(calls, [line.text for line in page.lines], maps)
+
+
+def in_flight(pages: Sequence[Sequence[DeviceCall]], copies: int) -> list[DeviceCall]:
+    """The calls of `copies` copies of each page, page after page, copy after copy: what the
+    scheduler holds when a load test keeps many requests in flight over a few distinct pages
+    (it sends them in turn), so that det batches can fill with pages of one size even where
+    the pages differ in size."""
+    if copies < 1:
+        raise ValueError(f"copies must be >= 1, got {copies}")
+    return [call for _ in range(copies) for page in pages for call in page]
 
 
 def bucket_and_cost(call: DeviceCall) -> tuple[tuple[Any, ...], int]:

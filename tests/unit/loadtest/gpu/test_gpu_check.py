@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from loadtest.gpu import check as gpu_check
 from loadtest.gpu import probes
 from pipelines.types import ClsParams
@@ -400,6 +402,29 @@ def test_server_batches_group_the_pages_inputs_as_the_scheduler_would() -> None:
     tiny = {"det": gpu.det, "rec": dataclasses.replace(gpu.rec, max_cost=320 * 25)}
     by_cost = server_batches(pages[:9], tiny)  # cost caps before rows do
     assert [b.pixels.data.shape[0] for b in by_cost if b.stage == "rec"][:1] == [20]
+
+
+def test_a_round_holds_as_many_copies_of_each_page_as_a_det_batch_so_det_batches_fill() -> None:
+    """Three pages of three sizes: one page at a time, or even all at once, no det batch holds
+    more than one page; with 8 copies of each in flight (a load test's many requests over a few
+    pages), every det batch is full, and rec rows of all copies share their width's batches."""
+    from loadtest.gpu.device_batches import in_flight, server_batches
+    from serving.config import WorkersConfig
+
+    gpu = WorkersConfig().gpu
+    limits = {"det": gpu.det, "rec": gpu.rec}
+    pages = [
+        [_call("det", 1, 640, width), _call("rec", 5, 48, 320), _call("rec", 1, 48, 960)]
+        for width in (512, 640, 768)
+    ]
+    once = server_batches(in_flight(pages, 1), limits)
+    assert [b.pixels.data.shape[0] for b in once if b.stage == "det"] == [1, 1, 1]
+    full = server_batches(in_flight(pages, gpu.det.max_batch_size), limits)
+    assert [b.pixels.data.shape[0] for b in full if b.stage == "det"] == [8, 8, 8]
+    # 320 wide: 24 calls of 5 rows, 19 to a batch (96 rows at most); 960 wide: 24 of 1 row.
+    assert sorted(b.pixels.data.shape[0] for b in full if b.stage == "rec") == [24, 25, 95]
+    with pytest.raises(ValueError, match="copies"):
+        in_flight(pages, 0)
 
 
 def test_page_calls_keep_the_pipelines_uint8_inputs_in_bucketed_shapes() -> None:
