@@ -7,11 +7,14 @@
 # 1. installs the bundle's wheels (--no-index) into a folder put first on PYTHONPATH;
 # 2. checks the imports and that torch sees a GPU (env.json);
 # 3. runs the benchmark, loadtest/gpu/check.py, what matters first, in --budget-s: syncs per
-#    forward, GPU engine limit, server at 32/64/128, CPU-side limit, gpu:0+cpu, texts
-#    (gpu-check.json, gpu-check.md, logs.txt, rewritten after each part, so a command cut short
-#    still reports what it measured);
+#    forward and per uint8 launch, compute stream overlap, GPU engine limit (server-sized
+#    batches), server at 32/64/128 (within admission), CPU-side limit, gpu:0+cpu, texts,
+#    launch times, load and warm-up times (gpu-check.json, gpu-check.md, logs.txt, rewritten
+#    after each part, so a command cut short still reports what it measured);
 # 4. runs tests/gpu on the bundle's converted models and pages in the time left
-#    (gpu-tests.log), and adds their outcomes to the report (skipped tests as skipped).
+#    (gpu-tests.log), and adds their outcomes to the report (skipped tests as skipped, the
+#    Paddle ones as not applicable). bench.log and gpu-tests.log are copied to --out every few
+#    seconds while their step runs, so a cut run returns them too. Needs bash and Python only.
 # The whole command stays within GPU_CHECK_BUDGET_S (default 450 s: under 8 minutes). --out
 # (default: $OUT where set, else gpu-check-out) gets 6 files, none in a folder: env.json,
 # gpu-check.json, gpu-check.md, logs.txt, gpu-tests.log and bench.log, logs cut to their last
@@ -37,7 +40,7 @@ while [[ $# -gt 0 ]]; do
         --python) PY=$2; shift 2 ;;
         --dry-run) DRY_RUN=1; shift ;;
         --) shift; BENCH_ARGS=("$@"); break ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -92,24 +95,46 @@ else
         --cpu-threads 2 --min-seconds 1 --level-seconds 1 --request-timeout-s 300 --max-pages 3)
 fi
 left() { echo $((BUDGET_S - ($(date +%s) - started))); }
+# Copies the end of log $1 to $2 every 5 s until killed: a run cut short still returns it.
+mirror() {
+    while sleep 5; do
+        tail -c $LOG_TAIL_BYTES "$1" >"$WORK/.mirror.tmp" 2>/dev/null \
+            && mv -f "$WORK/.mirror.tmp" "$2"
+    done
+}
+mirror_pid=
+stop_mirror() {
+    if [[ -n $mirror_pid ]]; then
+        kill "$mirror_pid" 2>/dev/null
+        wait "$mirror_pid" 2>/dev/null
+    fi
+    mirror_pid=
+}
+trap stop_mirror EXIT
 
 echo "== benchmark ($(( $(left) * 2 / 3 )) s of $(left) s left)"
+: >"$WORK/bench.log"
+mirror "$WORK/bench.log" "$OUT_DIR/bench.log" & mirror_pid=$!
 "$PY" -m loadtest.gpu --models "$BUNDLE/models" --pages "$BUNDLE/pages" \
     --out "$OUT_DIR" --work "$WORK/bench" --budget-s $(( $(left) * 2 / 3 )) \
     "${DEFAULTS[@]}" "${BENCH_ARGS[@]}" >"$WORK/bench.log" 2>&1
 bench_rc=$?
+stop_mirror
 tail -n 40 "$WORK/bench.log"
 tail -c $LOG_TAIL_BYTES "$WORK/bench.log" >"$OUT_DIR/bench.log"
 
 tests_s=$(( $(left) - 15 ))
 echo "== tests/gpu (${tests_s} s left for them)"
 if (( tests_s > 30 )); then
+    : >"$WORK/gpu-tests.log"
+    mirror "$WORK/gpu-tests.log" "$OUT_DIR/gpu-tests.log" & mirror_pid=$!
     # Interrupted at the budget's end, pytest still writes what ran to junit.xml.
     OCR_GPU_MODELS="$BUNDLE/models" OCR_GPU_PAGES="$BUNDLE/pages" \
         timeout -s INT -k 10 "$tests_s" "$PY" -m pytest tests/gpu -q -p no:cacheprovider \
         -o addopts="-ra" -o timeout="${GPU_TEST_TIMEOUT_S:-180}" \
         --junitxml "$WORK/junit.xml" >"$WORK/gpu-tests.log" 2>&1
     tests_rc=$?
+    stop_mirror
 else
     echo "no time left for tests/gpu" >"$WORK/gpu-tests.log"
     tests_rc=124

@@ -3,26 +3,35 @@
 Parts, in this order (what matters first), within `--budget-s` in all; a part that the time
 left cannot hold is skipped and reported as skipped, and the results are saved after each:
 
-1. `syncs`: host synchronisations per det and rec forward, counted under
-   `torch.cuda.set_sync_debug_mode("warn")`, and whether one raises under "error";
-2. `engine_limit`: the GPU engine limit, the device work alone: every det and rec batch of the
-   pages (as one page at a time makes them, `--torch-shapes` buckets), replayed on the lane
-   with two in flight, page after page; and, for information, the whole pipeline in one
-   process (CPU work inline), which also records the detection maps `REPLAY` answers with;
-3. `server`: the server on [device] at each `--concurrency` (32, 64, 128): pages/s, p50/p95,
-   mean det and rec rows a batch (/metrics), the fraction of time the GPU is busy (NVML,
-   nvidia-smi or `torch.cuda.utilization`; else "not measured"), peak GPU memory;
-4. `cpu_side`: the CPU-side limit, the same server whose device answers instantly with the
+1. `syncs`: host synchronisations per det and rec forward and per `launch` of uint8 pixels,
+   counted under `torch.cuda.set_sync_debug_mode("warn")`, and whether one raises under "error"
+   (`loadtest.gpu.probes`);
+2. `overlap`: the compute stream's busy share of a steady window with two server-sized uint8
+   batches in flight, from CUDA events (`loadtest.gpu.overlap`; >= 90% passes; not measured on
+   the CPU);
+3. `engine_limit`: the GPU engine limit, the device work alone: the pages' det and rec inputs
+   (uint8, in the pipeline's bucketed shapes) grouped into the server's batches and replayed
+   through `stage_pixels` with the lane's batches in flight (`loadtest.gpu.device_batches`);
+   and, for information, the pipeline in one process (CPU work inline), which also records the
+   detection maps `REPLAY` answers with;
+4. `server`: the server on [device] at each `--concurrency` (32, 64, 128) at or below its
+   `/readyz` admission: pages/s, p50/p95, mean det and rec rows a batch (/metrics), the fraction
+   of time the GPU is busy (NVML, nvidia-smi or `torch.cuda.utilization`; else "not
+   measured"), peak GPU memory;
+5. `cpu_side`: the CPU-side limit, the same server whose device answers instantly with the
    recorded maps (`REPLAY`), so pages/s is what its CPU workers can prepare;
-5. `mixed`: the server on [device, "cpu"] at the highest concurrency;
-6. `texts`: the pages' texts against the same engine on this machine's CPU (and Paddle's);
-7. `launch`: how long a launch takes to return, against its batch.
+6. `mixed`: the server on [device, "cpu"] at the highest concurrency;
+7. `texts`: the pages' texts against the same engine on this machine's CPU at the same
+   (bucketed) batching: equal in fp32, within `FP16_CER_MAX` in fp16 (and Paddle's);
+8. `launch`: how long a launch takes to return, against its batch;
+9. `warmup`: each model's load and warm-up (compile) time.
 
 The ratio the issue asks for: server pages/s at the highest concurrency over min(GPU engine
 limit, CPU-side limit). `--out` gets `OUT_FILES` only (the device tool returns at most 8 files);
 configs, logs, maps and the jobs' databases stay in `--work`. On a machine without a GPU it runs
 the same steps on `--device cpu` with tiny settings (a dry run; its figures mean nothing).
-`--merge-tests JUNIT` adds tests/gpu's outcomes (skipped ones as skipped) to a saved report.
+`--merge-tests JUNIT` adds tests/gpu's outcomes (skipped ones as skipped, `NOT_APPLICABLE` ones
+apart) to a saved report.
 """
 
 from __future__ import annotations
@@ -40,26 +49,49 @@ import tempfile
 import threading
 import time
 import traceback
-import warnings
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 from loadtest import servers
 from loadtest.documents import load_documents
-from loadtest.engine_limit import measure
+from loadtest.gpu.device_batches import (
+    PageCalls,
+    in_flight,
+    page_calls,
+    replay,
+    server_batches,
+)
+from loadtest.gpu.probes import (
+    launch_timing,
+    overlap_check,
+    sync_counts,
+    torch_options,
+    warmup_timing,
+)
 from loadtest.run import run_level
 from models.base import EngineBackend, Predictor
 from models.engine_options import DEVICE_KINDS, EngineOptions
 from models.fake_predictor import FakePredictor
 from models.spec import MODEL_FORMATS, ModelSpec
-from models.torch_options import TORCH_COMPILE_MODES, TORCH_SHAPES, TorchCompile, TorchOptions
-from serving.config import AppConfig, EngineConfig, ModelsConfig, PaddlexConfig, WorkersConfig
+from models.torch_options import TORCH_COMPILE_MODES, TORCH_SHAPES
+from serving.config import (
+    AppConfig,
+    EngineConfig,
+    ModelsConfig,
+    PaddlexConfig,
+    StageLimits,
+    WorkersConfig,
+)
 from serving.cpus import available_cpus
+from serving.engine.choice import model_stages
 from serving.engine.local import LocalEngine
+from serving.request_options import OcrOptions, ocr_options
+from serving.scheduling.batch_shapes import BatchShapes
 
 READ_WITH_FILE = "read-with.json"
 """Beside the bundle's expected.json: the versions of Paddle, OpenCV and numpy that read it."""
@@ -68,18 +100,23 @@ REPLAY_ENV = "OCR_REPLAY_DET_MAPS"
 OUT_FILES = ("gpu-check.json", "gpu-check.md", "logs.txt")
 """All the check writes to `--out`, the summaries first; scripts/gpu-check.sh adds env.json,
 gpu-tests.log and bench.log: 6 of the 8 files the device tool returns."""
+FP16_CER_MAX = 0.001
+"""How far fp16's texts may read from the CPU's fp32 ones (0.1 CER points, the bound the issue
+sets bf16 on the CPU); fp32 must read them exactly."""
 LOG_TAIL_BYTES = 128 << 10
 """The end of each server's log that logs.txt keeps."""
 LOGS_MAX_BYTES = 1 << 20
 """logs.txt at most (the device tool returns 16 MiB a file, 64 MiB in all)."""
 PART_MIN_S = {
     "syncs": 15.0,
+    "overlap": 15.0,
     "engine_limit": 30.0,
     "server": 60.0,
     "cpu_side": 40.0,
     "mixed": 40.0,
     "texts": 20.0,
     "launch": 15.0,
+    "warmup": 15.0,
 }
 """The parts in order, each with the time it needs at least: one that cannot have it is
 skipped (reported as skipped) so the check ends within `--budget-s`."""
@@ -126,27 +163,6 @@ REPLAY = EngineBackend(
     create=_replay,
 )
 """Instant device answers: recorded det maps, model-shaped rec output (CPU-side limit)."""
-
-
-class Recorder:
-    """Wraps a predictor; keeps its input batches while `keep` (the GPU engine limit replays
-    them) and, for det, one output map per input shape (`REPLAY`)."""
-
-    def __init__(self, inner: Predictor) -> None:
-        self.inner = inner
-        self.maps: dict[str, np.ndarray] = {}
-        self.batches: list[np.ndarray] = []
-        self.keep = True
-
-    def run(self, batch: np.ndarray) -> np.ndarray:
-        out = self.inner.run(batch)
-        self.maps.setdefault(f"{batch.shape[2]}x{batch.shape[3]}", out[0].copy())
-        if self.keep:
-            self.batches.append(batch.copy())
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class GpuSampler:
@@ -253,6 +269,8 @@ gpu_backend = "{args.backend}"
 cpu_backend = "{args.cpu_backend}"
 precision = "{args.precision}"
 cpu_threads = {args.cpu_threads}
+batching = "bucketed"  # what a GPU server runs ("auto"), on the dry run's CPU too: the engine
+                       # limit's batches and the texts compared are bucketed (`read_pages`)
 
 [engine.torch]
 compile = "{args.torch_compile}"
@@ -278,225 +296,74 @@ def app_config(args: argparse.Namespace) -> AppConfig:
         cpu_backend=args.cpu_backend if args.device == "cpu" else EngineConfig().cpu_backend,
         precision=args.precision if args.device != "cpu" else "fp32",
         cpu_threads=args.cpu_threads,
+        batching="bucketed",
         torch=torch_options(args),
     )
     return AppConfig(models=models, engine=engine, workers=WorkersConfig(), paddlex=PaddlexConfig())
 
 
-def torch_options(args: argparse.Namespace) -> TorchOptions:
-    """`[engine.torch]` of the run (compiling takes minutes on a CPU: off there)."""
-    compile_mode: TorchCompile = args.torch_compile if args.device != "cpu" else "off"
-    return TorchOptions(compile=compile_mode, shapes=args.torch_shapes)
+def gpu_limits(args: argparse.Namespace) -> dict[str, StageLimits]:
+    """The det and rec batch limits of the device the server runs on (`[workers.gpu]` or
+    `[workers.cpu]`, the check's server config sets neither)."""
+    workers = WorkersConfig()
+    limits = workers.cpu if args.device == "cpu" else workers.gpu
+    return {"det": limits.det, "rec": limits.rec}
 
 
-LAUNCH_SHAPES = {"det": (2, 3, 960, 960), "rec": (96, 3, 48, 1280)}
-"""Large GPU batches (`[workers.gpu]` limits), where a launch that waits shows most."""
+def bucketed_options(engine: LocalEngine) -> OcrOptions:
+    """The page options of bucketed batching (what the check's server runs: `config_toml`)."""
+    shapes = BatchShapes.of("bucketed", engine.config.engine.torch)
+    if shapes is None:  # pragma: no cover - "bucketed" always has shapes
+        raise ValueError("bucketed batching without shapes")
+    return shapes.apply(ocr_options(engine.bundle, engine.config.pipeline))
 
 
-def launch_timing(args: argparse.Namespace, repeats: int = 5) -> dict[str, Any]:
-    """Per model, the median time `launch` takes to return and the whole batch's (launch to
-    result), on `LAUNCH_SHAPES`: a forward that reads the device back makes the first nearly
-    the second (issue 27); a forward that only queues work returns in a small part of it. On
-    the CPU both are the batch (it runs when issued)."""
-    from models.spec import load_model_spec
-    from models.torch_backend import TorchPredictor
-
-    options = EngineOptions(
-        device=args.device,
-        precision=args.precision if args.device != "cpu" else "fp32",
-        torch=torch_options(args),
-    )
-    rng = np.random.default_rng(0)
-    result: dict[str, Any] = {}
-    shapes = LAUNCH_SHAPES if args.device != "cpu" else SYNC_SHAPES  # a dry run: smaller
-    for kind, shape in shapes.items():
-        predictor = TorchPredictor(load_model_spec(args.models / kind, kind), options)
-        predictor.load()
-        if kind == "rec":
-            predictor.output_argmax()
-        batch = rng.uniform(-1, 1, shape).astype(np.float32)
-        launch_ms, batch_ms = [], []
-        for i in range(repeats + 1):
-            slot = predictor.stage(shape)
-            slot.input[...] = batch
-            started = time.monotonic()
-            predictor.launch(slot)
-            launched = time.monotonic()
-            slot.result()
-            done = time.monotonic()
-            slot.release()
-            if i > 0:  # the first compiles and warms up
-                launch_ms.append((launched - started) * 1000)
-                batch_ms.append((done - started) * 1000)
-        result[kind] = {
-            "shape": list(shape),
-            "host_reads_free": predictor.host_reads_free,
-            "launch_ms": round(float(np.median(launch_ms)), 2),
-            "batch_ms": round(float(np.median(batch_ms)), 2),
-        }
-        predictor.close()
-    return result
-
-
-SYNC_SHAPES = {"det": (1, 3, 960, 736), "rec": (32, 3, 48, 640)}
-"""A page's det input and a rec batch, for counting host synchronisations."""
-
-
-def sync_counts(args: argparse.Namespace) -> dict[str, Any]:
-    """Per model, host synchronisations in one forward (issue 27: none), counted as the
-    warnings `torch.cuda.set_sync_debug_mode("warn")` gives, and what "error" mode does; and
-    the dtype the forward ran in (fp16 where `--precision fp16`). Not measured without CUDA."""
-    import torch
-
-    from models.spec import load_model_spec
-    from models.torch_backend import TorchPredictor
-
-    options = EngineOptions(
-        device=args.device,
-        precision=args.precision if args.device != "cpu" else "fp32",
-        torch=torch_options(args),
-    )
-    cuda = args.device != "cpu" and torch.cuda.is_available()
-    rng = np.random.default_rng(0)
-    result: dict[str, Any] = {"measured": cuda}
-    for kind, shape in SYNC_SHAPES.items():
-        predictor = TorchPredictor(load_model_spec(args.models / kind, kind), options)
-        predictor.load()
-        if kind == "rec":
-            predictor.output_argmax()
-        x = torch.from_numpy(rng.uniform(-1, 1, shape).astype(np.float32))
-        x = x.to(predictor.torch_device)
-        y = predictor.forward(x)  # warm: allocator, cuDNN plans
-        entry: dict[str, Any] = {
-            "shape": list(shape),
-            "host_reads_free": predictor.host_reads_free,
-            "output_dtype": str(getattr(y, "dtype", "?")),
-            "syncs_per_forward": None,
-        }
-        if cuda:
-            torch.cuda.synchronize()
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                try:
-                    predictor.forward(x)
-                finally:
-                    torch.cuda.set_sync_debug_mode("default")
-            entry["syncs_per_forward"] = sum("synchroniz" in str(w.message) for w in caught)
-            torch.cuda.synchronize()
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                predictor.forward(x)
-                entry["error_mode"] = "no error"
-            except RuntimeError as err:
-                entry["error_mode"] = f"raised: {err}"[:300]
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-            torch.cuda.synchronize()
-        predictor.close()
-        result[kind] = entry
-    return result
-
-
-def device_limit(
-    predictors: dict[str, Predictor],
-    calls: Sequence[tuple[str, np.ndarray]],
-    pages: int,
-    min_seconds: float,
-) -> dict[str, Any]:
-    """The GPU engine limit: the pages' det and rec batches (`calls`, in the order one page at
-    a time made them) replayed on the device alone, each lane kept as a device worker keeps it
-    (its `inflight_batches` launched while the next is collated: `lane_slots`; one lane for all
-    of a worker's predictors, det and rec together), round after round for at least
-    `min_seconds`; no CPU stage between. Before, the batches in flight were counted per stage
-    against the lane's slots, and a worker's det and rec on one lane of two slots refused the
-    third (issue 40: the dry run's "all 2 slots are in use")."""
-    from models.staging import Slot, StagedPredictor
-
-    def lane_of(stage: str, predictor: object) -> tuple[object, int]:
-        """The lane `predictor` runs on (its stage where it says none) and the batches that
-        lane keeps launched."""
-        options = getattr(predictor, "options", None)
-        return getattr(predictor, "lane", stage), int(getattr(options, "inflight_batches", 1))
-
-    def one_round() -> None:
-        in_flight: dict[int, list[Slot]] = {}
-        for stage, batch in calls:
-            predictor = predictors[stage]
-            if not isinstance(predictor, StagedPredictor):
-                predictor.run(batch)
-                continue
-            lane, launched = lane_of(stage, predictor)
-            mine = in_flight.setdefault(id(lane), [])
-            while len(mine) >= launched:  # all launched: the oldest comes back first
-                oldest = mine.pop(0)
-                oldest.result()
-                oldest.release()
-            slot = predictor.stage(batch.shape)
-            slot.input[...] = batch
-            predictor.launch(slot)
-            mine.append(slot)
-        for mine in in_flight.values():
-            for slot in mine:
-                slot.result()
-                slot.release()
-
-    one_round()  # warm: shapes seen for the first time
-    rounds = 0
-    started = time.monotonic()
-    while rounds == 0 or time.monotonic() - started < min_seconds:
-        one_round()
-        rounds += 1
-    wall = time.monotonic() - started
-    rows: dict[str, int] = {}
-    for stage, batch in calls:
-        rows[stage] = rows.get(stage, 0) + int(batch.shape[0])
-    return {
-        "pages_per_s": round(pages * rounds / wall, 4),
-        "rounds": rounds,
-        "wall_s": round(wall, 3),
-        "batches_a_round": len(calls),
-        "rows_a_round": rows,
-    }
+def read_pages(engine: LocalEngine, images: Sequence[np.ndarray]) -> list[PageCalls]:
+    """Each page read in process with bucketed batching, every model call's uint8 input kept
+    (`device_batches.page_calls`)."""
+    predictors = {stage: engine.predictors[stage] for stage in ("det", "rec")}
+    stages = model_stages(predictors)
+    options = bucketed_options(engine)
+    charset = engine.bundle.charset
+    return [page_calls(predictors, stages, image, options, charset) for image in images]
 
 
 def engine_limit(
     args: argparse.Namespace, images: list[np.ndarray], share_s: float
 ) -> dict[str, Any]:
-    """The GPU engine limit (`device_limit`) within about `share_s`, and the whole pipeline in
-    one process (CPU work inline: for information, not the bound); writes the det maps
-    `REPLAY` answers with."""
+    """The GPU engine limit within about `share_s`: the pages' det and rec inputs, as uint8
+    pixels in the real pipeline's bucketed shapes, as many copies of each as a det batch holds
+    (`device_batches.in_flight`: the server at high concurrency over a few pages), grouped into
+    the server's batches
+    (`device_batches.server_batches` with `gpu_limits`) and replayed on the device alone
+    (`device_batches.replay`); and, for information, the pipeline in one process (CPU work
+    inline, one page at a time). Writes the det maps `REPLAY` answers with."""
     engine = LocalEngine(app_config(args), device=args.device)
     engine.load()
-    inner = {stage: engine.predictors[stage] for stage in ("det", "rec")}
-    calls: list[tuple[str, np.ndarray]] = []
-    recorders = {stage: Recorder(p) for stage, p in inner.items()}
-    for recorder in recorders.values():
-        recorder.keep = False
-    engine.predictors.update(recorders)
-    for image in images[:1]:  # warm-up page, not recorded
-        engine.ocr(image)
-    for recorder in recorders.values():
-        recorder.batches = []
-        recorder.keep = True
-    limit, texts = measure(engine, images, warmup=0, rounds=1)
-    for stage, recorder in recorders.items():
-        recorder.keep = False
-        calls += [(stage, b) for b in recorder.batches]
-    np.savez(args.work / "det-maps.npz", **recorders["det"].maps)  # type: ignore[arg-type]
-    # Replay in the order of the pages: each page's det batch, then its rec batches.
-    order = _page_order(recorders["det"].batches, recorders["rec"].batches)
+    read_pages(engine, images[:1])  # warm-up page, not timed
+    started = time.monotonic()
+    pages = read_pages(engine, images)
+    wall = time.monotonic() - started
+    maps = {key: m for page in pages for key, m in page.maps.items()}
+    np.savez(args.work / "det-maps.npz", **maps)  # type: ignore[arg-type]
+    limits = gpu_limits(args)
+    copies = limits["det"].max_batch_size  # a det batch's pages (1 on the CPU)
+    calls = in_flight([page.calls for page in pages], copies)
+    batches = server_batches(calls, limits)
+    predictors = {stage: engine.predictors[stage] for stage in ("det", "rec")}
     min_s = min(args.min_seconds, share_s / 3)
     result: dict[str, Any] = {
-        "gpu": device_limit(inner, order or calls, len(images), min_s),
-        "pipeline": dataclasses.asdict(limit),
-        "texts": texts,
+        "gpu": {
+            **replay(predictors, batches, copies * len(images), min_s),
+            "copies_of_each_page": copies,
+            "calls_one_page_at_a_time": len(calls),
+            "limits": {k: dataclasses.asdict(v) for k, v in gpu_limits(args).items()},
+        },
+        "pipeline": {"pages_per_s": round(len(images) / wall, 4) if wall else None},
+        "batching": "bucketed",
+        "texts": [page.texts for page in pages],
     }
-    if 0 < limit.wall_s < min_s:  # more pages in one process, for the figure's sake
-        rounds = max(1, min(args.rounds, math.ceil(min_s / limit.wall_s)))
-        more, _ = measure(engine, images, warmup=0, rounds=rounds)
-        result["pipeline"] = dataclasses.asdict(more)
-    for predictor in inner.values():
+    for predictor in predictors.values():
         predictor.close()
     try:
         import torch
@@ -508,34 +375,34 @@ def engine_limit(
     return result
 
 
-def _page_order(det: list[np.ndarray], rec: list[np.ndarray]) -> list[tuple[str, np.ndarray]]:
-    """Det and rec batches interleaved about as the pages made them: rec batches spread evenly
-    after the det batch of their page (the recorder kept each stage's batches apart)."""
-    if not det:
-        return [("rec", b) for b in rec]
-    order: list[tuple[str, np.ndarray]] = []
-    per_page = len(rec) / len(det)
-    taken = 0
-    for i, batch in enumerate(det):
-        order.append(("det", batch))
-        upto = round((i + 1) * per_page)
-        order += [("rec", b) for b in rec[taken:upto]]
-        taken = upto
-    return order
-
-
 def cpu_texts(args: argparse.Namespace, images: list[np.ndarray]) -> list[list[str]]:
-    """The same engine on this machine's CPU, what the device must read exactly: Paddle's texts
-    were read where the bundle was made, with another OpenCV (OpenCV 5's `minAreaRect` gives the
-    same rectangles as 4.x with width and height swapped, corners 1e-4 px apart, and crops that
-    move a borderline character)."""
+    """The same engine on this machine's CPU at the same batching (bucketed, as the device's
+    texts were read: `read_pages`), what the device must read exactly in fp32: Paddle's texts
+    were read where the bundle was made, in exact mode and with another OpenCV (OpenCV 5's
+    `minAreaRect` gives the same rectangles as 4.x with width and height swapped, corners 1e-4
+    px apart, and crops that move a borderline character)."""
     config = app_config(argparse.Namespace(**{**vars(args), "device": "cpu"}))
     engine = LocalEngine(config, device="cpu")
     engine.load()
-    texts = [[line.text for line in engine.ocr(image).lines] for image in images]
+    texts = [page.texts for page in read_pages(engine, images)]
     for predictor in engine.predictors.values():
         predictor.close()
     return texts
+
+
+def cer(want: Sequence[list[str]], got: Sequence[list[str]]) -> float | None:
+    """Character error rate of `got` against `want`, pages' lines joined by newlines: edit
+    distance over `want`'s characters (None where rapidfuzz is missing or nothing was read)."""
+    try:
+        from rapidfuzz.distance import Levenshtein
+    except ImportError:
+        return None
+    pairs = ["\n".join(w) for w in want], ["\n".join(g) for g in got]
+    chars = sum(len(w) for w in pairs[0])
+    if not chars:
+        return None
+    errors = sum(Levenshtein.distance(w, g) for w, g in zip(*pairs, strict=True))
+    return round(errors / chars, 5)
 
 
 def text_differences(
@@ -579,15 +446,22 @@ def compare_texts(
     expected: dict[str, Any],
     read: list[list[str]],
 ) -> dict[str, Any]:
-    """The device's texts against this machine's CPU (must be equal) and Paddle's (for
-    information: another machine, other libraries)."""
+    """The device's texts against this machine's CPU at the same batching (bucketed both):
+    equal in fp32, within `FP16_CER_MAX` in fp16 (`texts_pass`); and Paddle's (for information:
+    exact batching, another machine, other libraries)."""
     pages = list(expected)
     cpu = read if args.device == "cpu" else cpu_texts(args, images)
     paddle = [e["texts"] for e in expected.values()]
     vs_cpu = text_differences(pages, cpu, read)
     vs_paddle = text_differences(pages, paddle, read)
+    cer_vs_cpu = cer(cpu, read)
+    fp16 = args.precision == "fp16" and args.device != "cpu"
     return {
+        "batching": "bucketed",
         "equal_to_cpu": not vs_cpu,
+        "cer_vs_cpu": cer_vs_cpu,
+        "passes": (not vs_cpu) or (fp16 and cer_vs_cpu is not None and cer_vs_cpu <= FP16_CER_MAX),
+        "rule": f"within {FP16_CER_MAX} CER of the CPU's (fp16)" if fp16 else "equal (fp32)",
         "equal_to_paddle": not vs_paddle,
         "vs_cpu": vs_cpu,
         "vs_paddle": vs_paddle,
@@ -602,6 +476,16 @@ def level_requests(args: argparse.Namespace, concurrency: int, pace_pages_s: flo
     `--level-seconds` at `pace_pages_s`, the engine limit (on a GPU, 64 requests are over in
     seconds)."""
     return int(max(args.requests, 2 * concurrency, math.ceil(pace_pages_s * args.level_seconds)))
+
+
+def levels_within(levels: Sequence[int], max_pages: int | None) -> tuple[list[int], list[int]]:
+    """The concurrency levels at or below the server's admission (`/readyz`'s
+    `admission.max_pages`: one page a request here), and those above it, which would measure
+    503s (issue 40: the headline ran at 128 where 64 pages were admitted); all of them where
+    the server does not say."""
+    if not max_pages:
+        return list(levels), []
+    return [c for c in levels if c <= max_pages], [c for c in levels if c > max_pages]
 
 
 def serve_levels(
@@ -631,6 +515,13 @@ def serve_levels(
     try:
         ready_s = server.wait_ready("/readyz", timeout_s=min(args.ready_timeout_s, budget.left_s()))
         result["ready_s"] = round(ready_s, 1)
+        ready = httpx.get(f"{server.url}/readyz", timeout=10).json()
+        result["admission"] = ready.get("admission")
+        result["ready_devices"] = ready.get("devices")
+        result["batching"] = ready.get("batching")
+        levels, over = levels_within(levels, (ready.get("admission") or {}).get("max_pages"))
+        if over:
+            result["over_admission"] = over
         runs = []
         for concurrency in levels:
             if budget.left_s() < args.level_seconds:
@@ -685,6 +576,15 @@ def _top(run: dict[str, Any] | None) -> float | None:
     return levels[-1]["throughput_pages_s"] if levels else None
 
 
+def overlap_verdict(overlap: dict[str, Any] | None) -> str:
+    """The overlap part in words: "passed", "FAILED", "not measured" (a CPU run), or "not run"."""
+    if not overlap:
+        return "not run"
+    if not overlap.get("measured"):
+        return "not measured"
+    return "passed" if overlap.get("passes") else "FAILED"
+
+
 def summary(report: dict[str, Any]) -> dict[str, Any]:
     """The headline: the server at its highest concurrency over min(GPU engine limit, CPU-side
     limit), both limits measured apart (the one-process pipeline is not a bound: it does the CPU
@@ -708,7 +608,13 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
         "syncs_per_forward": {
             k: v.get("syncs_per_forward") for k, v in syncs.items() if isinstance(v, dict)
         },
+        "syncs_per_launch_uint8": {
+            k: v.get("syncs_per_launch_uint8") for k, v in syncs.items() if isinstance(v, dict)
+        },
+        "overlap": overlap_verdict(report.get("overlap")),
+        "levels_over_admission": (report.get("server") or {}).get("over_admission", []),
         "texts_equal_to_cpu": (report.get("texts") or {}).get("equal_to_cpu"),
+        "texts_pass": (report.get("texts") or {}).get("passes"),
         "skipped": sorted(report.get("skipped", {})),
         "tests": tests.get("verdict", "not run"),
     }
@@ -721,6 +627,25 @@ def _fmt(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+def overlap_figures(overlap: dict[str, Any] | None) -> str:
+    """Each model's busy share and median compute, for the Markdown line."""
+    if not overlap or not overlap.get("measured"):
+        return f" ({overlap['why']})" if overlap and overlap.get("why") else ""
+    figures = [
+        f"{kind} {_fmt(o['busy_fraction'])} of {_fmt(o['compute_ms'])} ms batches"
+        for kind, o in overlap.items()
+        if isinstance(o, dict)
+    ]
+    return f" ({', '.join(figures)})"
+
+
+def texts_verdict(texts: dict[str, Any] | None) -> str:
+    if not texts:
+        return "not compared"
+    passed = "passed" if texts.get("passes") else "FAILED"
+    return f"{passed} ({texts.get('rule', '-')}; CER {_fmt(texts.get('cer_vs_cpu'))})"
+
+
 def markdown(report: dict[str, Any]) -> str:
     s = report["summary"]
     limits = report.get("engine_limit") or {}
@@ -729,10 +654,16 @@ def markdown(report: dict[str, Any]) -> str:
         f"# GPU check ({report['device']}, {report['backend']}, {report['precision']})",
         "",
         "- host syncs per forward: "
-        + (", ".join(f"{k} {_fmt(v)}" for k, v in s["syncs_per_forward"].items()) or "-"),
-        f"- GPU engine limit (device work alone, {gpu.get('batches_a_round', '-')} batches a "
-        f"round, shapes {report['torch']['shapes']}): {_fmt(s['gpu_engine_limit_pages_s'])} "
-        f"pages/s",
+        + (", ".join(f"{k} {_fmt(v)}" for k, v in s["syncs_per_forward"].items()) or "-")
+        + "; per launch of uint8 pixels: "
+        + (", ".join(f"{k} {_fmt(v)}" for k, v in s["syncs_per_launch_uint8"].items()) or "-"),
+        f"- compute stream busy with two batches in flight (>= 90% of a steady window): "
+        f"{s['overlap']}{overlap_figures(report.get('overlap'))}",
+        f"- GPU engine limit (device work alone, the server's batches: "
+        f"{gpu.get('batches_a_round', '-')} a round of {gpu.get('calls_one_page_at_a_time', '-')} "
+        f"page calls, rows a batch {gpu.get('rows_a_batch', '-')}, uint8 in "
+        f"{gpu.get('uint8_in', '-')}, shapes {report['torch']['shapes']}): "
+        f"{_fmt(s['gpu_engine_limit_pages_s'])} pages/s",
         f"- pipeline in one process (CPU work inline, not a bound): "
         f"{_fmt(s['pipeline_one_process_pages_s'])} pages/s (GPU memory allocated in process: "
         f"{_fmt(limits.get('gpu_max_allocated_mib'))} MiB)",
@@ -742,6 +673,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"{_fmt(s['ratio_to_bound'])} x min(GPU engine limit, CPU-side limit) "
         f"({'meets' if s['meets_0_8'] else 'does not meet'} 0.8"
         f"{'' if s['bound_complete'] else '; a limit is missing'})",
+        f"- texts against the CPU's, both bucketed: {texts_verdict(report.get('texts'))}",
+        f"- server levels above admission (not run): "
+        f"{', '.join(map(str, s['levels_over_admission'])) or 'none'}",
         f"- tests/gpu: {s['tests']}",
         f"- skipped: {', '.join(s['skipped']) or 'nothing'}",
         "",
@@ -776,7 +710,15 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"- {kind} forward {tuple(entry['shape'])}: "
                 f"{_fmt(entry['syncs_per_forward'])} syncs, ran in {entry['output_dtype']}, "
-                f"sync debug mode error: {entry.get('error_mode', 'not measured')}"
+                f"sync debug mode error: {entry.get('error_mode', 'not measured')}; launch of "
+                f"uint8 pixels: {_fmt(entry.get('syncs_per_launch_uint8'))} syncs, error mode: "
+                f"{entry.get('launch_error_mode', 'not measured')}"
+            )
+    for kind, timing in (report.get("warmup") or {}).items():
+        if isinstance(timing, dict):
+            lines.append(
+                f"- {kind} start-up (compile {report['warmup']['compile']}): load "
+                f"{_fmt(timing['load_s'])} s, warm-up {_fmt(timing['warmup_s'])} s"
             )
     skipped = [f"- skipped {name}: {why}" for name, why in report.get("skipped", {}).items()]
     errors = [
@@ -801,38 +743,56 @@ def tests_markdown(report: dict[str, Any]) -> list[str]:
     tests = report.get("tests")
     if not tests:
         return ["tests/gpu: not run (or not merged)."]
+    not_applicable = tests.get("not_applicable", {})
     return [
         f"tests/gpu: {len(tests['passed'])} passed, {len(tests['failed'])} failed, "
-        f"{len(tests['skipped'])} skipped (a skip proves nothing): {tests['verdict']}",
+        f"{len(tests['skipped'])} skipped (a skip proves nothing), "
+        f"{len(not_applicable)} not applicable: {tests['verdict']}",
         *(f"- failed {name}" for name in tests["failed"]),
         *(f"- skipped {name}: {why}" for name, why in tests["skipped"].items()),
+        *(f"- not applicable {name}: {why}" for name, why in not_applicable.items()),
     ]
 
 
+NOT_APPLICABLE = "not applicable:"
+"""How a GPU test's skip reason starts where it cannot run on the GPU machine by design (the
+Paddle smoke tests: the GPU bundle has no Paddle); such skips count as not applicable, not as
+missing, so the verdict can be "passed"."""
+
+
 def junit_outcomes(path: Path) -> dict[str, Any]:
-    """tests/gpu's outcomes from pytest's JUnit XML: passed, failed, and skipped with reasons;
-    the verdict is "passed" only when nothing failed and nothing was skipped."""
+    """tests/gpu's outcomes from pytest's JUnit XML: passed, failed, skipped with reasons, and
+    not applicable (skipped with a reason that starts with `NOT_APPLICABLE`); the verdict is
+    "passed" only when something passed, nothing failed and nothing was skipped otherwise."""
     passed: list[str] = []
     failed: list[str] = []
     skipped: dict[str, str] = {}
+    not_applicable: dict[str, str] = {}
     if path.is_file():
         for case in ElementTree.parse(path).getroot().iter("testcase"):
             name = f"{case.get('classname', '')}::{case.get('name', '')}"
             if case.find("failure") is not None or case.find("error") is not None:
                 failed.append(name)
             elif (skip := case.find("skipped")) is not None:
-                skipped[name] = skip.get("message", "")[:200]
+                why = skip.get("message", "")[:200]
+                (not_applicable if NOT_APPLICABLE in why else skipped)[name] = why
             else:
                 passed.append(name)
     if failed:
         verdict = f"FAILED ({len(failed)})"
-    elif not passed and not skipped:
-        verdict = "not run"
+    elif not passed:
+        verdict = "not run" if not skipped else f"incomplete: 0 passed, {len(skipped)} skipped"
     elif skipped:
         verdict = f"incomplete: {len(passed)} passed, {len(skipped)} skipped"
     else:
         verdict = "passed"
-    return {"passed": passed, "failed": failed, "skipped": skipped, "verdict": verdict}
+    return {
+        "passed": passed,
+        "failed": failed,
+        "skipped": skipped,
+        "not_applicable": not_applicable,
+        "verdict": verdict,
+    }
 
 
 def texts_markdown(texts: dict[str, Any] | None) -> list[str]:
@@ -932,6 +892,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parts: dict[str, Callable[[], Any]] = {
         "syncs": lambda: sync_counts(args),
+        "overlap": lambda: overlap_check(args),
         "engine_limit": lambda: engine_limit(args, images, share_s=budget.left_s() / 4),
         "server": lambda: serve("server", [args.device], levels),
         "cpu_side": lambda: serve(
@@ -940,6 +901,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mixed": lambda: serve("mixed", [args.device, "cpu"], levels[-1:]),
         "texts": lambda: compare_texts(args, images, expected, report["engine_limit"]["texts"]),
         "launch": lambda: launch_timing(args, repeats=1 if args.device == "cpu" else 5),
+        "warmup": lambda: warmup_timing(args),
     }
     for name, part in parts.items():
         why = skip_reason(name, args, report, skip, budget.left_s())
@@ -969,7 +931,7 @@ def skip_reason(
         return "--skip"
     if name == "mixed" and args.device == "cpu":
         return "the device is the CPU already"
-    if name in ("launch", "syncs") and args.backend != "torch":
+    if name in ("launch", "syncs", "overlap", "warmup") and args.backend != "torch":
         return f"torch only ({args.backend})"
     if name in ("cpu_side", "texts") and "engine_limit" not in report:
         return "needs the engine limit's maps and texts"

@@ -24,7 +24,7 @@ from tests.gpu.bundle import copy_models
 pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
 
 ROOT = Path(__file__).parents[2]
-PARTS = ("syncs", "engine_limit", "server", "cpu_side", "texts", "launch")
+PARTS = ("syncs", "overlap", "engine_limit", "server", "cpu_side", "texts", "launch", "warmup")
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +67,19 @@ def test_the_gpu_checks_dry_run_runs_every_part(bundle: Path, tmp_path: Path) ->
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for part in PARTS:
         assert part in report, (part, report.get("skipped"), bench_log[-2000:])
-    assert report["engine_limit"]["gpu"]["pages_per_s"] > 0
+    limit = report["engine_limit"]["gpu"]
+    assert limit["pages_per_s"] > 0
+    assert limit["uint8_in"] == {"det": True, "rec": True}  # stage_pixels, as the server
     assert report["texts"]["equal_to_cpu"] is True
+    assert report["texts"]["passes"] is True
+    assert report["texts"]["batching"] == report["server"]["batching"] == "bucketed"
+    # No CUDA events on the CPU: the overlap is reported as not measured, never as passed.
+    assert report["summary"]["overlap"] == "not measured"
+    assert report["server"]["admission"]["max_pages"] >= 1
+    assert report["summary"]["levels_over_admission"] == []
+    assert set(report["warmup"]) >= {"det", "rec"}
     assert [level["successes"] for level in report["server"]["levels"]] == [2]
     files = list(out.iterdir())
+    assert {"env.json", "bench.log", "gpu-tests.log", "logs.txt"} <= {f.name for f in files}
     assert len(files) <= 8
     assert all(f.is_file() for f in files)

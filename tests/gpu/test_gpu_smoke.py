@@ -23,7 +23,10 @@ def _gpu_count() -> int:
     return int(paddle.device.cuda.device_count())
 
 
-pytestmark = pytest.mark.skipif(_gpu_count() == 0, reason="needs a GPU and a GPU build of Paddle")
+pytestmark = pytest.mark.skipif(
+    _gpu_count() == 0,
+    reason="not applicable: needs a GPU build of Paddle (the GPU bundle carries none)",
+)
 
 PADDLE = {"engine": {"gpu_backend": "paddle"}}
 """Paddle on the GPU, whatever else is installed ("auto", the default, takes torch first)."""

@@ -70,6 +70,42 @@ def test_forwards_do_not_synchronise(gpu_models: ModelsConfig, precision: Precis
                     torch.cuda.set_sync_debug_mode("default")
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_launches_of_uint8_pixels_do_not_synchronise(
+    gpu_models: ModelsConfig, precision: Precision
+) -> None:
+    """The server's path (issue 40): uint8 pixels staged with each row's size, copied in,
+    normalised on the device, the model, the copy out; `launch` returns without waiting (the
+    slot's result waits by design, outside the mode)."""
+    import torch
+
+    if precision == "fp16" and not DEVICE.startswith("gpu"):
+        pytest.skip("fp16 (autocast) is for GPUs")
+    from loadtest.gpu.probes import pixel_sizes
+
+    predictors = _predictors(gpu_models, TorchOptions(), precision)
+    cuda = predictors["det"].torch_device.startswith("cuda")
+    rng = np.random.default_rng(4)
+    for kind, shapes in SHAPES.items():
+        predictor = predictors[kind]
+        for shape in shapes:
+            pixels = rng.integers(0, 256, shape, dtype=np.uint8)
+            for checked in (False, True):  # the first warms the allocator and cuDNN plans
+                slot = predictor.stage_pixels(shape)
+                slot.input[...] = pixels
+                slot.sizes = pixel_sizes(kind, shape)
+                if cuda and checked:
+                    torch.cuda.synchronize()
+                    torch.cuda.set_sync_debug_mode("error")
+                try:
+                    predictor.launch(slot)
+                finally:
+                    if cuda:
+                        torch.cuda.set_sync_debug_mode("default")
+                assert slot.result().shape[0] == shape[0]
+                slot.release()
+
+
 @pytest.mark.timeout(1200)
 def test_compiled_buckets_answer_what_eager_answers(gpu_models: ModelsConfig) -> None:
     if not DEVICE.startswith("gpu"):
