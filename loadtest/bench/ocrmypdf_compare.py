@@ -25,7 +25,8 @@ they read the English pages too (our `ocr-batch` reads with them by default). Ea
 read back by `pdftotext` (poppler) page by page and scored against the truth: CER after
 `loadtest.accuracy.normalize_text`, per language (en, zh) and per kind of page (English,
 Chinese, degraded). Pages/s is reported for the run and for its correct pages alone (CER at most
-`--correct-cer`): a fast run that writes garbage counts only what it read. A tool that cannot be
+`--correct-cer`): a fast run that writes garbage counts only what it read; with the 1-minute load
+average after each tool, as other work on the machine moves the rates. A tool that cannot be
 installed or run keeps its row with the reason (its log's error line). Writes `compare.json`,
 the PDFs, logs and the scans under `--out`, and prints a Markdown table.
 """
@@ -311,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     scans_pdf(scans, args.dpi, scans_path)
     first_path = args.out / "first-page.pdf"
     scans_pdf(scans[:1], args.dpi, first_path)
+    load_1m_start = round(os.getloadavg()[0], 1)
     server = OurServer(config=args.config, log=args.out / "ocr-serve.log")
     rows: list[dict[str, Any]] = []
     try:
@@ -327,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             row = score(label, pdf, scans, wall_s, args.correct_cer)
             row["first_page_alone_s"] = None if first_s is None else round(first_s, 1)
             row["pages_per_s_after_startup"] = after_startup(len(scans), wall_s, first_s)
+            row["load_1m_after"] = round(os.getloadavg()[0], 1)  # other work on the machine
             rows.append(row)
     finally:
         server.stop()
@@ -336,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": args.jobs,
         "dpi": args.dpi,
         "correct_cer": args.correct_cer,
+        "load_1m_start": load_1m_start,
         "server_ready_s": None if server.ready_s is None else round(server.ready_s, 1),
         "input_bytes": scans_path.stat().st_size,
         "pages": [{"page": s.label, "kind": s.kind, "lang": s.lang} for s in scans],
