@@ -139,8 +139,11 @@ bench-engines: install-test convert
 	bash scripts/system-deps.sh
 	$(PY) -m loadtest.bench.cpu_engines --out bench-out/engines $(BENCH_ENGINES_ARGS)
 
-# Searchable PDFs side by side with OCRmyPDF (Tesseract, English) on the same scanned pages: CER of
-# pdftotext on each PDF, pages/s, output size (loadtest/bench/ocrmypdf_compare.py; docs/jobs.md).
+# Searchable PDFs side by side on the same scanned pages: ocr-batch --format pdf, OCRmyPDF with our
+# plugin against our server, with Tesseract, and with the PyPI PaddleOCR plugins (each in its own
+# venv under var/ocrmypdf-plugins): CER of pdftotext per language, pages/s, output size
+# (loadtest/bench/ocrmypdf_compare.py; docs/outputs.md). Shorter: BENCH_OCRMYPDF_ARGS="--tools
+# ours,plugin,tesseract --no-startup-run".
 .PHONY: bench-ocrmypdf
 bench-ocrmypdf: install-test convert
 	bash scripts/system-deps.sh

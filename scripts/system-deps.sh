@@ -22,6 +22,8 @@
 #   tesseract-ocr-eng   OCR engine and PDF/A fallback OCRmyPDF runs in the side-by-side bench
 #   ghostscript         (python -m loadtest.bench.ocrmypdf_compare) and in the plugin's tests
 #                       (tests/e2e/test_ocrmypdf_plugin.py: --output-type pdfa, --ocr-engine tesseract)
+#   tesseract-ocr-chi-sim   Tesseract's Simplified Chinese: the bench's `-l chi_sim+eng` row, so
+#                       Tesseract is measured on the Chinese pages with a model that reads them
 #
 # The PDFs are real documents nobody here wrote; loadtest/pages.py renders them and uses their text
 # layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
@@ -30,7 +32,7 @@ set -euo pipefail
 
 PACKAGES=(fonts-dejavu-core fonts-wqy-microhei libtasn1-doc shared-mime-info maint-guide
   maint-guide-zh-cn maint-guide-fr maint-guide-de maint-guide-es maint-guide-it maint-guide-ja
-  chromium postgresql poppler-utils qpdf tesseract-ocr tesseract-ocr-eng ghostscript)
+  chromium postgresql poppler-utils qpdf tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim ghostscript)
 
 is_installed() {
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

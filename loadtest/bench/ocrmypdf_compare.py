@@ -1,22 +1,34 @@
-"""Searchable PDFs side by side: `ocr-batch --format pdf` against OCRmyPDF on the same scans.
+"""Searchable PDFs side by side: our `format=pdf`, OCRmyPDF with our plugin, with Tesseract and
+with the third-party PaddleOCR plugins, on the same scans, in one run.
 
     python -m loadtest.bench.ocrmypdf_compare --pages 12 --out ocrmypdf-out
 
 Real pages (text pages of Debian's manuals, English and Chinese, whose text layer is the truth)
 are rendered at `--dpi` and saved as scans: JPEG, and every third page degraded as a poor scan
 is (a slight skew, blur, noise, harder JPEG). The scans go into one image-only PDF (img2pdf: the
-JPEGs as they are), and each tool makes a searchable PDF of it, timed from its command's start to
-its exit (model loading included), and once more on the first page alone, so that the pages
-after the first over the time they added give a rate past the start-up:
+JPEGs as they are), and each tool (`loadtest.bench.ocrmypdf_tools`) makes a searchable PDF of it,
+timed from its command's start to its exit (model loading included), and once more on the first
+page alone, so that the pages after the first over the time they added give a rate past the
+start-up. OCRmyPDF runs with `--jobs` = the cores (`--jobs`):
 
-- ours: `ocr-batch scans.pdf --format pdf` (in process; `--config`, default config.toml);
-- OCRmyPDF with its defaults and Tesseract's English (`ocrmypdf -l eng`; `--tesseract-lang
-  chi_sim+eng` needs Debian's tesseract-ocr-chi-sim).
+- `ours`: `ocr-batch scans.pdf --format pdf` (in process; `--config`, default config.toml);
+- `plugin`: `ocrmypdf --plugin serving.ocrmypdf_plugin --ocr-server URL -l chi_sim` against our
+  server, started once by the bench as `make serve` starts it (same `--config`);
+- `tesseract`: OCRmyPDF's defaults, `-l` each of `--tesseract-langs` (`eng`, and `chi_sim+eng`
+  where Tesseract has `chi_sim`: Debian's tesseract-ocr-chi-sim);
+- `ocrmypdf-paddleocr`, `ocrmypdf-rapidocr`, `ocrmypdf-paddleocr-plus`: the PyPI plugins at
+  their pinned versions, each in its own venv under `--plugin-venvs` (made on first use),
+  `--plugin MODULE -l chi_sim` as their READMEs say.
 
-Each PDF's text is read back by `pdftotext` (poppler) page by page and scored against the
-truth: CER after `loadtest.accuracy.normalize_text`, per page and per kind of page (English,
-Chinese, degraded). Also reported: pages/s and the output's size. Writes `compare.json`, the PDFs
-and the scans under `--out`, and prints a Markdown table.
+`-l chi_sim` (`--paddle-lang`) picks PaddleOCR's `ch` models for every PaddleOCR-based tool:
+they read the English pages too (our `ocr-batch` reads with them by default). Each PDF's text is
+read back by `pdftotext` (poppler) page by page and scored against the truth: CER after
+`loadtest.accuracy.normalize_text`, per language (en, zh) and per kind of page (English,
+Chinese, degraded). Pages/s is reported for the run and for its correct pages alone (CER at most
+`--correct-cer`): a fast run that writes garbage counts only what it read; with the 1-minute load
+average after each tool, as other work on the machine moves the rates. A tool that cannot be
+installed or run keeps its row with the reason (its log's error line). Writes `compare.json`,
+the PDFs, logs and the scans under `--out`, and prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ import os
 import shutil
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +49,15 @@ import cv2
 import numpy as np
 
 from loadtest.accuracy import char_edits
+from loadtest.bench.ocrmypdf_tools import (
+    THIRD_PARTY_PLUGINS,
+    OurServer,
+    ThirdPartyPlugin,
+    ToolFailed,
+    plugin_venv,
+    run_ocrmypdf,
+    run_ours,
+)
 from loadtest.engine_limit import real_page_set
 from serving.cpus import available_cpus
 
@@ -51,6 +72,8 @@ class Scan:
     label: str
     kind: str
     """english, chinese or degraded."""
+    lang: str
+    """en or zh: the manual's language."""
     jpeg: bytes
     truth: str
 
@@ -77,12 +100,10 @@ def make_scans(pages: int, dpi: float) -> list[Scan]:
         ok, jpeg = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 55 if degraded else 90])
         if not ok:
             raise RuntimeError(f"cannot encode {label}")
-        kind = "chinese" if label.startswith(CHINESE_PDF_STEM) else "english"
-        scans.append(
-            Scan(
-                label=label, kind="degraded" if degraded else kind, jpeg=jpeg.tobytes(), truth=truth
-            )
-        )
+        chinese = label.startswith(CHINESE_PDF_STEM)
+        kind = "degraded" if degraded else "chinese" if chinese else "english"
+        lang = "zh" if chinese else "en"
+        scans.append(Scan(label=label, kind=kind, lang=lang, jpeg=jpeg.tobytes(), truth=truth))
     return scans
 
 
@@ -107,65 +128,44 @@ def pdf_page_texts(pdf: Path, pages: int) -> list[str]:
     return texts
 
 
-def timed(command: list[str], log: Path) -> float:
-    """Run `command` (its output to `log`); its wall seconds.
-
-    Raises:
-        RuntimeError: it failed.
-    """
-    started = time.monotonic()
-    with log.open("wb") as sink:
-        done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, check=False)
-    elapsed = time.monotonic() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}; see {log}")
-    return elapsed
+def _rate(edits: int, chars: int) -> float:
+    return round(edits / chars, 4) if chars else 0.0
 
 
-def score(tool: str, pdf: Path, scans: list[Scan], wall_s: float) -> dict[str, Any]:
-    """The tool's row: CER of `pdftotext` against the truth, overall and per kind of page."""
+def score(
+    tool: str, pdf: Path, scans: list[Scan], wall_s: float, correct_cer: float = 0.1
+) -> dict[str, Any]:
+    """The tool's row: CER of `pdftotext` against the truth, overall, per language and per kind
+    of page; pages/s of the run and of its correct pages (CER at most `correct_cer`) alone."""
     texts = pdf_page_texts(pdf, len(scans))
     kinds: dict[str, list[int]] = {}
+    langs: dict[str, list[int]] = {}
     per_page = []
+    correct = 0
     for scan, text in zip(scans, texts, strict=True):
         edits, chars = char_edits(scan.truth, text)
-        totals = kinds.setdefault(scan.kind, [0, 0])
-        totals[0] += edits
-        totals[1] += chars
-        per_page.append({"page": scan.label, "kind": scan.kind, "cer": round(edits / chars, 4)})
+        for groups, key in ((kinds, scan.kind), (langs, scan.lang)):
+            totals = groups.setdefault(key, [0, 0])
+            totals[0] += edits
+            totals[1] += chars
+        page_cer = _rate(edits, chars)
+        correct += page_cer <= correct_cer
+        per_page.append({"page": scan.label, "kind": scan.kind, "lang": scan.lang, "cer": page_cer})
     edits = sum(t[0] for t in kinds.values())
     chars = sum(t[1] for t in kinds.values())
     return {
         "tool": tool,
-        "cer": round(edits / chars, 4),
-        "cer_by_kind": {kind: round(e / n, 4) for kind, (e, n) in sorted(kinds.items())},
+        "cer": _rate(edits, chars),
+        "cer_by_lang": {lang: _rate(e, n) for lang, (e, n) in sorted(langs.items())},
+        "cer_by_kind": {kind: _rate(e, n) for kind, (e, n) in sorted(kinds.items())},
         "pages": len(scans),
+        "correct_pages": correct,
         "wall_s": round(wall_s, 1),
         "pages_per_s": round(len(scans) / wall_s, 3),
+        "correct_pages_per_s": round(correct / wall_s, 3),
         "output_bytes": pdf.stat().st_size,
         "per_page": per_page,
     }
-
-
-def run_ours(scans_path: Path, out: Path, config: Path | None) -> tuple[Path, float]:
-    """`ocr-batch --format pdf` on `scans_path`; its PDF and wall seconds."""
-    batch_out = out / f"ours-{scans_path.stem}"
-    shutil.rmtree(batch_out, ignore_errors=True)
-    command = [str(Path(sys.executable).with_name("ocr-batch")), str(scans_path)]
-    command += ["--out", str(batch_out), "--format", "pdf", "--quiet"]
-    if config is not None:
-        command += ["--config", str(config)]
-    wall_s = timed(command, out / f"ours-{scans_path.stem}.log")
-    return batch_out / f"{scans_path.name}.pdf", wall_s
-
-
-def run_ocrmypdf(scans_path: Path, out: Path, lang: str, jobs: int) -> tuple[Path, float]:
-    """OCRmyPDF with its defaults and Tesseract's `lang` on `scans_path`; its PDF and wall
-    seconds."""
-    target = out / f"ocrmypdf-{scans_path.stem}.pdf"
-    executable = Path(sys.executable).with_name("ocrmypdf")
-    command = [str(executable), "-l", lang, "--jobs", str(jobs), str(scans_path), str(target)]
-    return target, timed(command, out / f"ocrmypdf-{scans_path.stem}.log")
 
 
 def after_startup(pages: int, wall_s: float, first_page_s: float | None) -> float | None:
@@ -176,8 +176,89 @@ def after_startup(pages: int, wall_s: float, first_page_s: float | None) -> floa
     return round((pages - 1) / (wall_s - first_page_s), 3)
 
 
+def missing_tesseract_langs(spec: str, installed: set[str]) -> list[str]:
+    """The languages of an OCRmyPDF `-l` spec (`chi_sim+eng`) that Tesseract does not have."""
+    return [lang for lang in spec.split("+") if lang not in installed]
+
+
+def tesseract_langs() -> set[str]:
+    """What `tesseract --list-langs` lists (it honours TESSDATA_PREFIX)."""
+    done = subprocess.run(["tesseract", "--list-langs"], capture_output=True, text=True)
+    return {line.strip() for line in done.stdout.splitlines()[1:] if line.strip()}
+
+
+Runner = Callable[[Path], tuple[Path, float]]
+
+
+def tool_runs(args: argparse.Namespace, server: OurServer) -> list[tuple[str, str, Runner]]:
+    """(name for --tools, label, runner) of each tool, in the table's order."""
+    out: Path = args.out
+    ocrmypdf_python = Path(sys.executable)
+    runs: list[tuple[str, str, Runner]] = [
+        ("ours", "`ocr-batch --format pdf`", lambda path: run_ours(path, out, args.config)),
+    ]
+
+    def plugin(path: Path) -> tuple[Path, float]:
+        options = ["--plugin", "serving.ocrmypdf_plugin", "--ocr-server", server.url()]
+        options += ["-l", args.paddle_lang]
+        return run_ocrmypdf("plugin", ocrmypdf_python, options, path, out, args.jobs)
+
+    runs.append(("plugin", f"OCRmyPDF + our plugin `-l {args.paddle_lang}`", plugin))
+    installed = tesseract_langs()
+    for spec in args.tesseract_langs.split(","):
+
+        def tesseract(path: Path, spec: str = spec) -> tuple[Path, float]:
+            missing = missing_tesseract_langs(spec, installed)
+            if missing:
+                raise ToolFailed("tesseract", f"Tesseract has no {'+'.join(missing)} traineddata")
+            name = f"tesseract-{spec.replace('+', '-')}"
+            return run_ocrmypdf(name, ocrmypdf_python, ["-l", spec], path, out, args.jobs)
+
+        runs.append(("tesseract", f"OCRmyPDF + Tesseract `-l {spec}`", tesseract))
+    for third in THIRD_PARTY_PLUGINS:
+
+        def third_party(path: Path, third: ThirdPartyPlugin = third) -> tuple[Path, float]:
+            log = out / f"{third.package}-install.log"
+            python = plugin_venv(args.plugin_venvs, third, log)
+            options = ["--plugin", third.module, "-l", args.paddle_lang]
+            return run_ocrmypdf(third.package, python, options, path, out, args.jobs)
+
+        label = f"OCRmyPDF + {third.package} {third.version} `-l {args.paddle_lang}`"
+        runs.append((third.package, label, third_party))
+    return runs
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else str(value)
+
+
+def markdown_table(rows: list[dict[str, Any]], langs: list[str], kinds: list[str]) -> str:
+    """The rows as a Markdown table; a failed tool's row says why."""
+    head = ["tool", "CER", *(f"CER {x}" for x in [*langs, *kinds])]
+    head += ["pages/s", "correct pages/s", "pages/s past start-up", "one page alone, s", "bytes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        if "error" in row:
+            cells = [row["tool"], f"failed: {row['error']}", *[""] * (len(head) - 2)]
+        else:
+            by = [row["cer_by_lang"].get(x) for x in langs]
+            by += [row["cer_by_kind"].get(x) for x in kinds]
+            cells = [row["tool"], f"{row['cer']:.1%}"]
+            cells += ["" if cer is None else f"{cer:.1%}" for cer in by]
+            cells += [
+                str(row["pages_per_s"]),
+                f"{row['correct_pages_per_s']} ({row['correct_pages']}/{row['pages']})",
+                _cell(row.get("pages_per_s_after_startup")),
+                _cell(row.get("first_page_alone_s")),
+                f"{row['output_bytes']:,}",
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run both tools on the same scans and print the table; 0 when both made their PDF."""
+    """Run the tools on the same scans and print the table; 0 when each made its PDF."""
+    names = ["ours", "plugin", "tesseract", *(t.package for t in THIRD_PARTY_PLUGINS)]
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench.ocrmypdf_compare")
     parser.add_argument("--out", type=Path, default=Path("ocrmypdf-out"))
     parser.add_argument("--pages", type=int, default=12, help="pages over the 4 manuals")
@@ -186,12 +267,31 @@ def main(argv: list[str] | None = None) -> int:
         "--config",
         type=Path,
         default=Path("config.toml") if Path("config.toml").exists() else None,
-        help="ocr-batch's config (default: ./config.toml, the server's)",
+        help="ocr-batch's and the server's config (default: ./config.toml, as make serve)",
     )
-    parser.add_argument("--tesseract-lang", default="eng", help="OCRmyPDF's -l (default eng)")
+    parser.add_argument(
+        "--tesseract-langs",
+        default="eng,chi_sim+eng",
+        help="OCRmyPDF's -l for each Tesseract run, comma-separated (default eng,chi_sim+eng)",
+    )
+    parser.add_argument(
+        "--paddle-lang", default="chi_sim", help="OCRmyPDF's -l for the PaddleOCR-based plugins"
+    )
     parser.add_argument("--jobs", type=int, default=available_cpus(), help="OCRmyPDF's --jobs")
     parser.add_argument(
-        "--tools", default="ours,ocrmypdf", help="which to run, comma-separated (default both)"
+        "--plugin-venvs",
+        type=Path,
+        default=Path("var/ocrmypdf-plugins"),
+        help="where each third-party plugin's venv is made (default var/ocrmypdf-plugins)",
+    )
+    parser.add_argument(
+        "--correct-cer",
+        type=float,
+        default=0.1,
+        help="a page counts as correct at this CER or under (default 0.1)",
+    )
+    parser.add_argument(
+        "--tools", default=",".join(names), help=f"which to run, comma-separated: {','.join(names)}"
     )
     parser.add_argument(
         "--no-startup-run",
@@ -199,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         help="skip each tool's run on the first page alone (which measures its start-up)",
     )
     args = parser.parse_args(argv)
+    chosen = args.tools.split(",")
+    unknown = sorted(set(chosen) - set(names))
+    if unknown:
+        parser.error(f"unknown --tools {','.join(unknown)}; choose from {','.join(names)}")
     for needed in ("pdftotext", "tesseract"):
         if shutil.which(needed) is None:
             parser.error(f"{needed} is not installed (scripts/system-deps.sh installs it)")
@@ -208,47 +312,45 @@ def main(argv: list[str] | None = None) -> int:
     scans_pdf(scans, args.dpi, scans_path)
     first_path = args.out / "first-page.pdf"
     scans_pdf(scans[:1], args.dpi, first_path)
-    runs = {
-        "ocr-batch --format pdf": lambda path: run_ours(path, args.out, args.config),
-        f"OCRmyPDF -l {args.tesseract_lang}": lambda path: run_ocrmypdf(
-            path, args.out, args.tesseract_lang, args.jobs
-        ),
-    }
-    rows = []
-    for tool, name in zip(runs, ("ours", "ocrmypdf"), strict=True):
-        if name not in args.tools.split(","):
-            continue
-        first_s = None if args.no_startup_run else runs[tool](first_path)[1]
-        pdf, wall_s = runs[tool](scans_path)
-        row = score(tool, pdf, scans, wall_s)
-        row["first_page_alone_s"] = None if first_s is None else round(first_s, 1)
-        row["pages_per_s_after_startup"] = after_startup(len(scans), wall_s, first_s)
-        rows.append(row)
+    load_1m_start = round(os.getloadavg()[0], 1)
+    server = OurServer(config=args.config, log=args.out / "ocr-serve.log")
+    rows: list[dict[str, Any]] = []
+    try:
+        for name, label, runner in tool_runs(args, server):
+            if name not in chosen:
+                continue
+            print(f"running {label}...", file=sys.stderr)
+            try:
+                first_s = None if args.no_startup_run else runner(first_path)[1]
+                pdf, wall_s = runner(scans_path)
+            except ToolFailed as failed:
+                rows.append({"tool": label, "error": failed.reason})
+                continue
+            row = score(label, pdf, scans, wall_s, args.correct_cer)
+            row["first_page_alone_s"] = None if first_s is None else round(first_s, 1)
+            row["pages_per_s_after_startup"] = after_startup(len(scans), wall_s, first_s)
+            row["load_1m_after"] = round(os.getloadavg()[0], 1)  # other work on the machine
+            rows.append(row)
+    finally:
+        server.stop()
     report = {
         "command": " ".join(["python -m loadtest.bench.ocrmypdf_compare", *(argv or sys.argv[1:])]),
         "cpu_count": os.cpu_count(),
+        "jobs": args.jobs,
         "dpi": args.dpi,
+        "correct_cer": args.correct_cer,
+        "load_1m_start": load_1m_start,
+        "server_ready_s": None if server.ready_s is None else round(server.ready_s, 1),
         "input_bytes": scans_path.stat().st_size,
-        "pages": [{"page": s.label, "kind": s.kind} for s in scans],
+        "pages": [{"page": s.label, "kind": s.kind, "lang": s.lang} for s in scans],
         "rows": rows,
     }
     (args.out / "compare.json").write_text(json.dumps(report, indent=1) + "\n")
-    kinds = sorted({s.kind for s in scans})
+    langs = sorted({s.lang for s in scans})
+    kinds = ["degraded"] if any(s.kind == "degraded" for s in scans) else []  # the rest: langs
     print(f"{len(scans)} pages at {args.dpi:g} dpi, scans.pdf {report['input_bytes']:,} bytes")
-    print(
-        "| tool | CER | "
-        + " | ".join(f"CER {k}" for k in kinds)
-        + " | pages/s | pages/s after start-up | one page alone, s | output bytes |"
-    )
-    print("|---|---|" + "---|" * len(kinds) + "---|---|---|---|")
-    for row in rows:
-        by_kind = " | ".join(f"{row['cer_by_kind'].get(k, 0.0):.1%}" for k in kinds)
-        print(
-            f"| {row['tool']} | {row['cer']:.1%} | {by_kind} | {row['pages_per_s']} | "
-            f"{row['pages_per_s_after_startup']} | {row['first_page_alone_s']} | "
-            f"{row['output_bytes']:,} |"
-        )
-    return 0
+    print(markdown_table(rows, langs, kinds))
+    return 1 if any("error" in row for row in rows) else 0
 
 
 if __name__ == "__main__":

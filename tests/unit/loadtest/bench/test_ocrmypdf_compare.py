@@ -14,6 +14,8 @@ from loadtest.bench.ocrmypdf_compare import (
     Scan,
     after_startup,
     degrade,
+    markdown_table,
+    missing_tesseract_langs,
     pdf_page_texts,
     scans_pdf,
     score,
@@ -33,7 +35,7 @@ def _scan(label: str, kind: str, truth: str, *, degraded: bool = False) -> Scan:
     pixels = degrade(image, seed=1) if degraded else image
     ok, jpeg = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 80])
     assert ok
-    return Scan(label=label, kind=kind, jpeg=jpeg.tobytes(), truth=truth)
+    return Scan(label=label, kind=kind, lang="en", jpeg=jpeg.tobytes(), truth=truth)
 
 
 def test_scans_are_embedded_as_sent(tmp_path: Path) -> None:
@@ -51,8 +53,9 @@ def test_scans_are_embedded_as_sent(tmp_path: Path) -> None:
     assert pdf_page_texts(path, 2) == ["\f", "\f"]  # image only: no text yet
 
 
-def test_score_reads_each_page_and_groups_by_kind(tmp_path: Path) -> None:
-    truths = ["Delivery to Baker Street", "The quick brown fox"]
+def test_score_reads_each_page_and_groups_by_language_and_kind(tmp_path: Path) -> None:
+    truths = ["Delivery to Baker Street", "The quick brown fox", "Jumps over the lazy dog"]
+    read = ["Delivery to Baker Street", "The quick brown box", "Jvmqs ovxr thx lzy dg"]
     pages = tuple(
         Page(
             width=600,
@@ -60,19 +63,58 @@ def test_score_reads_each_page_and_groups_by_kind(tmp_path: Path) -> None:
             blocks=group_blocks([make_line(text, 0.9, [[10, 10], [500, 10], [500, 50], [10, 50]])]),
             index=i,
         )
-        for i, text in enumerate(["Delivery to Baker Street", "The quick brown box"])
+        for i, text in enumerate(read)
     )
     pdf = tmp_path / "ours.pdf"
     pdf.write_bytes(render_bytes(Document(name="ours", pages=pages), "pdf"))
+    kinds = [("english", "en"), ("degraded", "en"), ("chinese", "zh")]
     scans = [
-        Scan(label=f"p{i}", kind=k, jpeg=b"", truth=t)
-        for i, (k, t) in enumerate(zip(["english", "degraded"], truths, strict=True))
+        Scan(label=f"p{i}", kind=k, lang=lang, jpeg=b"", truth=t)
+        for i, ((k, lang), t) in enumerate(zip(kinds, truths, strict=True))
     ]
-    row = score("ours", pdf, scans, wall_s=4.0)
-    assert row["cer_by_kind"] == {"degraded": round(1 / 16, 4), "english": 0.0}
-    assert row["cer"] == round(1 / (21 + 16), 4)  # characters without spaces
-    assert row["pages_per_s"] == 0.5
+    row = score("ours", pdf, scans, wall_s=4.0, correct_cer=0.1)
+    # characters without spaces: 21, 16 and 19; the third page has 6 edits
+    assert row["cer_by_kind"] == {
+        "chinese": round(6 / 19, 4),
+        "degraded": round(1 / 16, 4),
+        "english": 0.0,
+    }
+    assert row["cer_by_lang"] == {"en": round(1 / (21 + 16), 4), "zh": round(6 / 19, 4)}
+    assert row["cer"] == round(7 / (21 + 16 + 19), 4)
+    assert row["pages_per_s"] == 0.75
+    # only the pages read right count towards the correct rate
+    assert (row["correct_pages"], row["correct_pages_per_s"]) == (2, 0.5)
     assert row["output_bytes"] == pdf.stat().st_size
+
+
+def test_the_table_keeps_a_failed_tool_with_its_reason() -> None:
+    ok = {
+        "tool": "ours",
+        "cer": 0.014,
+        "cer_by_lang": {"en": 0.012, "zh": 0.016},
+        "cer_by_kind": {"english": 0.018},
+        "pages": 12,
+        "correct_pages": 11,
+        "pages_per_s": 0.274,
+        "correct_pages_per_s": 0.251,
+        "pages_per_s_after_startup": 0.383,
+        "first_page_alone_s": 15.1,
+        "output_bytes": 3380133,
+    }
+    failed = {"tool": "ocrmypdf-paddleocr 0.1.1", "error": "exit 2: Exception: no network"}
+    lines = markdown_table([ok, failed], ["en", "zh"], ["degraded", "english"]).splitlines()
+    assert lines[0].startswith("| tool | CER | CER en | CER zh | CER degraded | CER english |")
+    assert lines[2] == (
+        "| ours | 1.4% | 1.2% | 1.6% |  | 1.8% | 0.274 | 0.251 (11/12) | 0.383 | 15.1 | 3,380,133 |"
+    )
+    cells = lines[3].split(" | ")
+    assert cells[1] == "failed: exit 2: Exception: no network"
+    assert len(cells) == len(lines[0].split(" | "))
+
+
+def test_tesseract_languages_missing_from_a_spec() -> None:
+    assert missing_tesseract_langs("chi_sim+eng", {"eng", "osd"}) == ["chi_sim"]
+    assert missing_tesseract_langs("eng", {"eng", "osd"}) == []
 
 
 def test_the_rate_after_start_up_counts_the_pages_after_the_first() -> None:
