@@ -56,14 +56,13 @@ class TorchOptions:
     det_step_px: int = 128
     """Detector buckets: height and width rounded up to a multiple of this."""
 
-    def resolved(self, *, buckets: bool, gpu: bool = False) -> TorchOptions:
-        """These options with `shapes = "auto"` decided ("buckets" where `buckets`: a GPU whose
-        server batches bucketed, else "exact") and `compile = "auto"` ("default" on a `gpu`, else
-        "off")."""
-        shapes = self.shapes
-        if shapes == "auto":
-            shapes = "buckets" if buckets else "exact"
-        return replace(self, shapes=shapes, compile=self.compile_mode(gpu=gpu))
+    def resolved(self, *, buckets: bool) -> TorchOptions:
+        """These options with `shapes = "auto"` decided: "buckets" where `buckets` (a GPU
+        whose server batches bucketed), else "exact". `compile = "auto"` stays, for the
+        predictor to decide and say why (`compile_mode`)."""
+        if self.shapes != "auto":
+            return self
+        return replace(self, shapes="buckets" if buckets else "exact")
 
     def compile_mode(self, *, gpu: bool) -> TorchCompile:
         """The mode a model on a GPU (`gpu`) or the CPU compiles in: `compile`, "auto" decided."""

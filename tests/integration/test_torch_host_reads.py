@@ -211,5 +211,5 @@ def test_models_compile_whole_and_answer_as_eager(
 def test_exact_mode_is_the_default_on_the_cpu() -> None:
     """Paddle's texts (test_torch_engine.py) come from the CPU's default: each batch at its own
     shape, eager ("auto" on the CPU)."""
-    options = EngineOptions().torch.resolved(buckets=False, gpu=False)
-    assert (options.compile, options.shapes) == ("off", "exact")
+    options = EngineOptions().torch.resolved(buckets=False)
+    assert (options.compile_mode(gpu=False), options.shapes) == ("off", "exact")

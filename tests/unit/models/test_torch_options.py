@@ -113,10 +113,10 @@ def test_auto_compile_is_on_for_a_gpu_with_its_batch_sizes_and_off_on_the_cpu() 
         config, engine=dataclasses.replace(config.engine, gpu_backend="torch")
     )
     gpu = engine_choice(config, "gpu:0").options
-    assert gpu.torch.compile == "default"
+    assert gpu.torch.compile_mode(gpu=gpu.is_gpu) == "default"
     assert (gpu.max_rows("det"), gpu.max_rows("rec")) == (8, 96)
     cpu = engine_choice(config, "cpu").options
-    assert cpu.torch.compile == "off"
+    assert cpu.torch.compile_mode(gpu=cpu.is_gpu) == "off"
     assert cpu.max_rows("rec") == config.workers.cpu.rec.max_batch_size
     assert TorchOptions(compile="reduce-overhead").compile_mode(gpu=False) == "reduce-overhead"
 
