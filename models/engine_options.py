@@ -11,7 +11,8 @@ from models.torch_options import TorchOptions
 DeviceKind = Literal["cpu", "gpu"]
 DEVICE_KINDS: tuple[DeviceKind, ...] = get_args(DeviceKind)
 
-Precision = Literal["fp32", "fp16"]
+Precision = Literal["fp32", "fp16", "bf16"]
+"""Compute precision: fp16 on GPUs; bf16 (torch autocast) on GPUs and the CPU."""
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
 OpenVinoPrecision = Literal["f32", "bf16", "int8"]
@@ -61,7 +62,8 @@ class EngineOptions:
     gpu_memory_pool_mb: int = 100
     """Initial GPU memory pool of the predictor."""
     precision: Precision = "fp32"
-    """GPU compute precision (and TensorRT engine precision when `use_tensorrt`)."""
+    """GPU compute precision (and TensorRT engine precision when `use_tensorrt`); "bf16" is the
+    torch engine's autocast in bfloat16, the CPU's stand-in for fp16 (tests)."""
     allow_tf32: bool = False
     """Let CUDA matmuls and convolutions use TF32 (torch engine; faster, less exact)."""
     use_tensorrt: bool = False
@@ -82,6 +84,9 @@ class EngineOptions:
 
     torch: TorchOptions = field(default_factory=TorchOptions)
     """The torch engine's compilation and shape buckets (`[engine.torch]`)."""
+    max_batch_rows: tuple[tuple[str, int], ...] = ()
+    """(model kind, most rows a batch of it may have) as the worker's batches are limited
+    (`workers.<kind>.<stage>.max_batch_size`): the batch sizes a compiled model is warmed at."""
     inflight_batches: int = 1
     """Batches the device worker running this engine holds launched at once, and the main
     process sends it at once (`workers.<kind>.inflight_batches`); its lane keeps one page-locked
@@ -105,8 +110,10 @@ class EngineOptions:
                 f"gpu_memory_pool_mb must be >= 1, got {self.gpu_memory_pool_mb}"
             )
         if self.precision not in PRECISIONS:
-            raise EngineOptionsError(f"precision must be 'fp32' or 'fp16', got {self.precision!r}")
-        if not self.is_gpu and (self.precision != "fp32" or self.use_tensorrt):
+            raise EngineOptionsError(
+                f"precision must be 'fp32', 'fp16' or 'bf16', got {self.precision!r}"
+            )
+        if not self.is_gpu and (self.precision == "fp16" or self.use_tensorrt):
             raise EngineOptionsError("fp16 and TensorRT need a GPU device ('gpu:N')")
         if self.openvino_precision not in OPENVINO_PRECISION_SETTINGS:
             raise EngineOptionsError(
@@ -119,6 +126,10 @@ class EngineOptions:
             raise EngineOptionsError(
                 f"trt_max_batch_size must be >= 1, got {self.trt_max_batch_size}"
             )
+
+    def max_rows(self, kind: str) -> int:
+        """The most rows a `kind` batch may have (`max_batch_rows`; 1 where not given)."""
+        return dict(self.max_batch_rows).get(kind, 1)
 
     @property
     def kind(self) -> DeviceKind:

@@ -4,8 +4,10 @@ At `load()` the cached ONNX conversion (`models.convert`, made ahead by `make co
 a torch module with `onnx2torch` (about 0.2 s), whose shape arithmetic `models.torch_graph`
 then moves to the host (0.3-0.6 s): a forward never reads a device value back, so on a GPU
 `launch` returns as soon as the work is queued (issue 27). It runs under
-`torch.inference_mode()`, eagerly by default (any batch, height and width) or compiled
-(`[engine.torch] compile`, `torch.compile(fullgraph=True)`), at each batch's own shape or
+`torch.inference_mode()`, compiled on a GPU by default (`[engine.torch] compile = "auto"`,
+`torch.compile(fullgraph=True)` with a dynamic batch axis and every served shape compiled at
+warm-up: `models.torch_compile`) and eagerly on the CPU or where compiling fails, at each
+batch's own shape or
 padded up to shape buckets (`[engine.torch] shapes`, `models.torch_options`). On `gpu:N` it
 runs on CUDA with the worker's `models.staging.Lane`: batches are collated straight into
 page-locked slots, copied with `non_blocking=True` on the lane's upload stream, computed on its
@@ -20,8 +22,9 @@ recogniser answers with each step's best class and its probability, computed on 
 Numerics: fp32 by default, with TF32 off (`engine.allow_tf32`); `engine.precision = "fp16"`
 runs the forward under `torch.autocast` (float16): convolutions and matmuls in half precision,
 softmax, and the recogniser's LayerNorm variance (`pow`, `sqrt`, `div`), in fp32, as autocast
-keeps them. (Casting the whole module with `.half()` changed 1 character in 12 lines on PP-OCRv5
-mobile; autocast is not measured on a GPU yet.)
+keeps them; "bf16" the same in bfloat16, on the CPU too (where CI proves the autocast path).
+(Casting the whole module with `.half()` changed 1 character in 12 lines on PP-OCRv5 mobile;
+autocast is not measured on a GPU yet.)
 Installed by the `torch` extra (`pip install -e '.[torch]'`); PyPI's torch is the CUDA build.
 """
 
@@ -42,10 +45,19 @@ from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
 from models.lane_predictor import LanePredictor
 from models.onnx_pads import SamePadding, check_same_pads, explicit_same_pads
+from models.paddle_predictor import warmup_shape
 from models.spec import ModelSpec
 from models.staging import Lane, Slot, lane_slots
+from models.torch_compile import (
+    CompileState,
+    compile_module,
+    compiled_shape,
+    mark_dynamic,
+    warm_up,
+    warmup_shapes,
+)
 from models.torch_graph import UnsupportedGraph, host_shapes
-from models.torch_options import bucket_shape, rec_buckets
+from models.torch_options import bucket_shape
 from pipelines.pixels import lookup_table
 
 logger = logging.getLogger(__name__)
@@ -136,6 +148,8 @@ class TorchPredictor(LanePredictor):
         self.host_reads_free = False
         """Whether `models.torch_graph` kept every shape value on the host (set by `load`)."""
         self._table: Any = None
+        self.compile_state = CompileState(mode="off", reason="not loaded")
+        """What the model runs as (compiled or eager) and why; final after `warmup`."""
 
     @property
     def torch_device(self) -> str:
@@ -176,16 +190,17 @@ class TorchPredictor(LanePredictor):
         self._lane = worker_lane(device, inflight_batches=self._options.inflight_batches)
         logger.info(
             "loaded %s model=%s device=%s precision=%s tf32=%s host_reads_free=%s compile=%s "
-            "shapes=%s in %.2fs",
+            "shapes=%s in %.2fs (compile: %s)",
             self._spec.kind,
             self._spec.model_name,
             device,
             self._options.precision,
             self._options.allow_tf32,
             self.host_reads_free,
-            self._options.torch.compile,
+            self.compile_state.mode,
             self._options.torch.shapes,
             time.monotonic() - started,
+            self.compile_state.reason,
         )
 
     def _host_shapes(self, module: Any) -> Any:
@@ -205,10 +220,25 @@ class TorchPredictor(LanePredictor):
         return rewritten
 
     def _compiled(self, module: Any) -> Any:
-        mode = self._options.torch.compile
+        options = self._options.torch
+        mode = options.compile_mode(gpu=self._options.is_gpu)
+        setting = f"engine.torch.compile = {options.compile!r}"
         if mode == "off":
+            why = " (eager on the CPU)" if options.compile == "auto" else ""
+            self.compile_state = CompileState(mode="off", reason=setting + why)
             return module
-        return self._torch.compile(module, fullgraph=True, mode=mode)
+        if not self.host_reads_free:  # a graph with device shape reads breaks `fullgraph`
+            self.compile_state = CompileState(
+                mode="off", reason=f"{setting}, but its shapes are read on the device: eager"
+            )
+            return module
+        self.compile_state = CompileState(mode=mode, reason=setting)
+        return compile_module(self._torch, module, mode, options.cache_dir)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether batches run through the compiled model (else eagerly)."""
+        return self._module is not None and self._module is not self._eager
 
     def _forward(self, x: Any) -> Any:
         return self.forward(x)
@@ -246,17 +276,28 @@ class TorchPredictor(LanePredictor):
             raise not_loaded(self._spec)
         n, _, h, w = (int(d) for d in x.shape)
         bn, _, bh, bw = bucket_shape(self._spec.kind, tuple(x.shape), self._options.torch)
-        fp16 = self._options.precision == "fp16"
+        precision = self._options.precision
+        half = torch.bfloat16 if precision == "bf16" else torch.float16
+        kind = self._spec.kind
         with (
             torch.inference_mode(),
-            torch.autocast(device_type=x.device.type, dtype=torch.float16, enabled=fp16),
+            torch.autocast(device_type=x.device.type, dtype=half, enabled=precision != "fp32"),
         ):
             if (bn, bh, bw) != (n, h, w):
                 x = torch.nn.functional.pad(x, (0, bw - w, 0, bh - h, 0, 0, 0, bn - n))
-            graphed = self._options.torch.compile == "reduce-overhead"
+            module = self._module
+            if self.compiled and compiled_shape(kind, (bn, 3, bh, bw), self._options.torch):
+                if not x.is_inference():
+                    # Dynamo guards on it: a graph compiled for the uint8 path's (and padding's)
+                    # inference tensors would compile again for a float32 upload's tensor.
+                    x = x.clone()
+                mark_dynamic(torch, x, kind, self._options.torch)
+            else:
+                module = self._eager
+            graphed = module is not self._eager and self.compile_state.mode == "reduce-overhead"
             if graphed:
                 torch.compiler.cudagraph_mark_step_begin()
-            y = self._module(x)
+            y = module(x)
             if isinstance(y, list | tuple):
                 y = y[0]
             if graphed:  # the next replay overwrites a CUDA graph's output; ours is in flight
@@ -272,24 +313,50 @@ class TorchPredictor(LanePredictor):
             return y.contiguous()
 
     def warmup(self) -> None:
-        """Run one small zero input; a compiled recogniser runs each width bucket too (that is
-        when it compiles), and falls back to eager where compiling fails."""
+        """Run one small zero input; a compiled model first runs every shape serving needs
+        (`models.torch_compile.warmup_shapes`: that is when it compiles), and runs eagerly where
+        compiling fails or passes `engine.torch.compile_budget_s`."""
+        if self.compiled:
+            self._warm_compiled()
+        super().warmup()
+
+    def _warm_compiled(self) -> None:
+        options = self._options.torch
+        shapes = warmup_shapes(
+            self._spec,
+            options,
+            max_rows=self._options.max_rows(self._spec.kind),
+            small=warmup_shape(self._spec),
+        )
+        state = self.compile_state
         try:
-            super().warmup()
-            if self._options.torch.compile != "off" and self._spec.rec_params is not None:
-                height = self._spec.rec_params.image_height
-                for shape in rec_buckets(self._options.torch, height=height, max_batch=1):
-                    self.run(np.zeros(shape, dtype=np.float32))
-        except PredictorError:
-            if self._module is self._eager:
-                raise
+            spent_s = warm_up(
+                lambda shape: self.run(np.zeros(shape, dtype=np.float32)),
+                shapes,
+                budget_s=options.compile_budget_s,
+            )
+        except Exception as err:  # Dynamo, Inductor and their compilers raise many kinds
             logger.exception(
                 "compiling %s model %s failed; it runs eagerly",
                 self._spec.kind,
                 self._spec.model_name,
             )
             self._module = self._eager
-            super().warmup()
+            self.compile_state = CompileState(
+                mode="off", reason=f"{state.reason}, compiling failed ({err}): eager"
+            )
+            return
+        self.compile_state = CompileState(
+            mode=state.mode, reason=state.reason, warmup_s=spent_s, graphs=len(shapes)
+        )
+        logger.info(
+            "compiled %s model=%s mode=%s: %d shapes warmed in %.1fs",
+            self._spec.kind,
+            self._spec.model_name,
+            state.mode,
+            len(shapes),
+            spent_s,
+        )
 
     def close(self) -> None:
         """Drop the module (its device memory returns to torch's cache)."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-TorchCompile = Literal["off", "default", "reduce-overhead"]
-"""`torch.compile` mode of each model ("off": eager)."""
+TorchCompile = Literal["auto", "off", "default", "reduce-overhead"]
+"""`torch.compile` mode of each model ("off": eager; "auto": "default" on a GPU, else "off")."""
 TORCH_COMPILE_MODES: tuple[TorchCompile, ...] = get_args(TorchCompile)
 
 TorchShapes = Literal["exact", "buckets", "auto"]
@@ -26,11 +26,21 @@ REC_WIDTHS_PX: tuple[int, ...] = (320, 480, 640, 960, 1280, 1920, 2560, 3200)
 class TorchOptions:
     """How the torch engine prepares and runs its models."""
 
-    compile: TorchCompile = "off"
-    """`torch.compile(fullgraph=True)` mode of each model: "off" (eager, the fallback), "default"
-    (Inductor: Triton kernels on GPUs), or "reduce-overhead" (Inductor and CUDA graphs, one
-    recorded per input shape). Compiling happens at warm-up and on each new shape; on the CPU it
-    takes minutes per model and shape, so it is meant for GPUs with `shapes = "buckets"`."""
+    compile: TorchCompile = "auto"
+    """`torch.compile(fullgraph=True)` mode of each model: "auto" (the default: "default" on a
+    GPU, "off" on the CPU, where Inductor takes minutes a real model), "off" (eager, also the
+    fallback where compiling fails), "default" (Inductor: Triton kernels on GPUs) or
+    "reduce-overhead" (Inductor and CUDA graphs, one recorded per input shape). The batch axis is
+    dynamic (and the detector's height and width), so a recogniser compiles one graph per width
+    bucket (and one for single rows); every served bucket is compiled at warm-up, before the
+    worker reports ready (`models.torch_compile`)."""
+    cache_dir: str = "var/cache/torch"
+    """Inductor's cache (`TORCHINDUCTOR_CACHE_DIR`, Triton's kernels included) of the worker, kept
+    across restarts so that a restart loads compiled kernels in seconds; "" = torch's default
+    (under /tmp)."""
+    compile_budget_s: float = 900.0
+    """Seconds a model's compiling warm-up may take; past it the model runs eagerly (said in
+    `/readyz`), so that a start never waits longer on compiling."""
     shapes: TorchShapes = "auto"
     """"exact": each batch runs at its own shape (Paddle's text). "buckets": the batch is padded
     with zeros up to its bucket (rows to `batch_bucket`, rec width to `rec_widths_px`,
@@ -48,10 +58,17 @@ class TorchOptions:
 
     def resolved(self, *, buckets: bool) -> TorchOptions:
         """These options with `shapes = "auto"` decided: "buckets" where `buckets` (a GPU
-        whose server batches bucketed), else "exact"."""
+        whose server batches bucketed), else "exact". `compile = "auto"` stays, for the
+        predictor to decide and say why (`compile_mode`)."""
         if self.shapes != "auto":
             return self
         return replace(self, shapes="buckets" if buckets else "exact")
+
+    def compile_mode(self, *, gpu: bool) -> TorchCompile:
+        """The mode a model on a GPU (`gpu`) or the CPU compiles in: `compile`, "auto" decided."""
+        if self.compile != "auto":
+            return self.compile
+        return "default" if gpu else "off"
 
     def problems(self) -> list[tuple[str, str]]:
         """(key, what is wrong) for each invalid setting; checked by `EngineOptions` and by the
@@ -66,6 +83,8 @@ class TorchOptions:
             found.append(("rec_widths_px", "must be positive and ascending"))
         if self.det_step_px < 1:
             found.append(("det_step_px", "must be >= 1"))
+        if self.compile_budget_s <= 0:
+            found.append(("compile_budget_s", "must be > 0"))
         return found
 
 

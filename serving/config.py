@@ -438,7 +438,8 @@ class EngineConfig:
     """Bounds oneDNN's per-shape cache (an unbounded one leaks with varying input sizes)."""
     gpu_memory_pool_mb: int = 500
     precision: Precision = "fp32"
-    """"fp32" or "fp16" (GPU only)."""
+    """"fp32", "fp16" (GPU only) or "bf16" (the torch engine's autocast in bfloat16, on GPUs and
+    the CPU: the CPU's stand-in for fp16 in tests; Paddle reads it as fp32)."""
     allow_tf32: bool = False
     """TF32 for CUDA matmuls and convolutions (torch engine on GPUs); off keeps fp32 exact."""
     use_tensorrt: bool = False
@@ -480,7 +481,7 @@ class EngineConfig:
             "engine.openvino_precision",
             f"must be {choices_text(OPENVINO_PRECISION_SETTINGS)}",
         )
-        _check(self.precision in PRECISIONS, "engine.precision", "must be fp32 or fp16")
+        _check(self.precision in PRECISIONS, "engine.precision", "must be fp32, fp16 or bf16")
         _check(
             self.batching in BATCHING_SETTINGS,
             "engine.batching",

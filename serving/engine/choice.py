@@ -12,7 +12,7 @@ from models.openvino_backend import OpenVinoPredictor
 from models.openvino_precision import PrecisionChoice, summarise
 from models.registry import EngineChoice
 from pipelines.stages import MODEL_STAGES, ModelStage
-from serving.config import AppConfig, EngineConfig
+from serving.config import STAGES, AppConfig, EngineConfig
 from serving.engine.gpu_choice import AUTO, choose_gpu_engine
 from serving.model_sets import stage_kind
 
@@ -24,6 +24,7 @@ def engine_options(
     *,
     inflight_batches: int = 1,
     lone_threads: int = 0,
+    max_batch_rows: tuple[tuple[str, int], ...] = (),
 ) -> EngineOptions:
     """Predictor settings for one device ("cpu" or "gpu:N") from the `[engine]` section, the
     batches its worker holds at once (`workers.<kind>.inflight_batches`) and the threads of a
@@ -39,7 +40,7 @@ def engine_options(
         enable_mkldnn=engine.enable_mkldnn and not gpu,
         mkldnn_cache_capacity=engine.mkldnn_cache_capacity,
         gpu_memory_pool_mb=engine.gpu_memory_pool_mb,
-        precision="fp16" if gpu and engine.precision == "fp16" else "fp32",
+        precision=engine.precision if gpu or engine.precision == "bf16" else "fp32",
         allow_tf32=engine.allow_tf32 and gpu,
         use_tensorrt=engine.use_tensorrt and gpu,
         trt_workspace_bytes=engine.trt_workspace_bytes,
@@ -49,6 +50,7 @@ def engine_options(
         onnx_dir=engine.onnx_dir,
         # A GPU batches bucketed unless told exact (`serving.scheduling.batch_shapes`).
         torch=engine.torch.resolved(buckets=gpu and engine.batching != "exact"),
+        max_batch_rows=max_batch_rows,
         openvino_precision=engine.openvino_precision,
         openvino_f32_head=engine.openvino_f32_head,
         inflight_batches=inflight_batches,
@@ -86,6 +88,7 @@ def engine_choice(config: AppConfig, device: str, *, alone: bool = False) -> Eng
             config.cpu_threads,
             inflight_batches=workers.inflight_batches,
             lone_threads=config.cpu_lone_threads if alone else 0,
+            max_batch_rows=tuple((s, workers.limits(s).max_batch_size) for s in STAGES),
         ),
     )
 
@@ -104,6 +107,29 @@ def model_stages(predictors: Mapping[str, object]) -> dict[str, ModelStage[Any]]
     return stages
 
 
+COMPILE_KEYS = ("compile", "compile_reason")
+"""What `compile_report` adds to a torch device worker's ready report, and `/readyz` shows."""
+
+
+def compile_report(predictors: Mapping[str, object]) -> dict[str, str]:
+    """Whether a worker's torch models run compiled, and why (the setting, the warm-up's
+    seconds, or why compiling was given up for eager), for its start-up log and `/readyz`;
+    empty for other engines."""
+    from models.torch_backend import TorchPredictor
+
+    states = {
+        stage: p.compile_state for stage, p in predictors.items() if isinstance(p, TorchPredictor)
+    }
+    if not states:
+        return {}
+    modes = sorted({state.mode for state in states.values()})
+    reasons = []
+    for stage, state in states.items():
+        warmed = f", {state.graphs} shapes warmed in {state.warmup_s:.1f} s" if state.graphs else ""
+        reasons.append(f"{stage}: {state.mode} ({state.reason}{warmed})")
+    return {"compile": "/".join(modes), "compile_reason": "; ".join(reasons)}
+
+
 PRECISION_KEYS = ("precision", "precision_reason", "precision_layers")
 """What `precision_report` adds to a device worker's ready report, and `/readyz` shows of it."""
 
@@ -119,5 +145,6 @@ def precision_report(predictors: Mapping[str, object], options: EngineOptions) -
     }
     if choices:
         return summarise(choices)
-    reason = "engine.precision" if options.is_gpu else "engine.precision (fp16 is GPU only)"
+    as_set = options.is_gpu or options.precision == "bf16"
+    reason = "engine.precision" if as_set else "engine.precision (fp16 is GPU only)"
     return {"precision": options.precision, "precision_reason": reason}

@@ -198,7 +198,8 @@ SCHEMAS: dict[str, Json] = {
                 "type": "object",
                 "description": "Loopback callers only, as the rest. Per device worker: ready, "
                 "pid, restarts, precision and precision_reason (which precision its models run "
-                "at and why, e.g. OpenVINO's auto choice for this CPU)",
+                "at and why, e.g. OpenVINO's auto choice for this CPU); torch workers: compile "
+                "and compile_reason (compiled or eager, and why)",
             },
             "cpu_workers": {"type": "object"},
             "gpu_engine": {

@@ -15,7 +15,7 @@ from models.bundle import ModelBundle
 from models.engine_options import device_kind
 from serving.config import STAGES, AppConfig
 from serving.decode.readers import DecodeLimits
-from serving.engine.choice import PRECISION_KEYS
+from serving.engine.choice import COMPILE_KEYS, PRECISION_KEYS
 from serving.engine.gpu_choice import GpuEngineChoice
 from serving.errors import NotReady, ShuttingDown
 from serving.jobs.runner import JobRunner
@@ -287,7 +287,11 @@ class Runtime:
                     "ready": w.ready,
                     "pid": w.pid,
                     "restarts": w.restarts,
-                    **{k: w.info[k] for k in (*PRECISION_KEYS, LONE_THREADS_KEY) if k in w.info},
+                    **{
+                        k: w.info[k]
+                        for k in (*PRECISION_KEYS, *COMPILE_KEYS, LONE_THREADS_KEY)
+                        if k in w.info
+                    },
                 }
                 for w in self.devices.workers
             },

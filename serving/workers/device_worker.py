@@ -35,7 +35,7 @@ from models.spec import load_model_spec
 from models.staging import PixelInput, Slot, StagedPredictor
 from pipelines.pixels import normalize, row_sizes
 from pipelines.stages import ModelStage, Stage
-from serving.engine.choice import model_stages, precision_report
+from serving.engine.choice import compile_report, model_stages, precision_report
 from serving.errors import OcrError, PredictorFailed
 from serving.model_sets import stage_kind
 from serving.workers import shm
@@ -481,6 +481,7 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
         return
     info["pid"] = os.getpid()
     info.update(precision_report(worker.predictors, spec.engine.options))
+    info.update(compile_report(worker.predictors))
     logger.info("device worker %s ready: %s", spec.name, info)
     conn.send(("ready", info))
     try:

@@ -20,6 +20,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from loadtest.server_metrics import parse_histograms
+from models.torch_options import TorchOptions
 from serving.app import build_app
 from serving.config import (
     AppConfig,
@@ -52,6 +53,9 @@ def _config(models: ModelsConfig, *, precision: str = "fp32", instances: int = 2
             cpu_backend="torch",
             precision=precision,
             batching="bucketed",  # as "auto" on a GPU, and where these run on the CPU too
+            # Eager, as these tests measured it; compile = "auto" would compile every bucket
+            # at each server's start (tests/integration/test_torch_compile.py).
+            torch=TorchOptions(compile="off"),
         ),
         workers=dataclasses.replace(
             WorkersConfig(),
@@ -144,7 +148,7 @@ def test_fp16_server_turns_ready_and_reads_nearly_the_same(
 
         rec = TorchPredictor(
             load_bundle(gpu_models.det, gpu_models.rec).rec,
-            EngineOptions(device=DEVICE, precision="fp16"),
+            EngineOptions(device=DEVICE, precision="fp16", torch=TorchOptions(compile="off")),
         )
         rec.load()
         ran: set[torch.dtype] = set()
@@ -200,7 +204,7 @@ def test_pipelined_lane_gives_the_synchronous_answers(gpu_models: ModelsConfig) 
     from models.torch_backend import TorchPredictor
 
     rec = load_bundle(gpu_models.det, gpu_models.rec).rec
-    predictor = TorchPredictor(rec, EngineOptions(device=DEVICE))
+    predictor = TorchPredictor(rec, EngineOptions(device=DEVICE, torch=TorchOptions(compile="off")))
     predictor.load()
     rng = np.random.default_rng(0)
     batches = [rng.random((n, 3, 48, w), dtype=np.float32) for n, w in [(6, 320), (32, 960)] * 4]

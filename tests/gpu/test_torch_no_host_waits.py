@@ -51,7 +51,7 @@ def test_forwards_do_not_synchronise(gpu_models: ModelsConfig, precision: Precis
 
     if precision == "fp16" and not DEVICE.startswith("gpu"):
         pytest.skip("fp16 (autocast) is for GPUs")
-    predictors = _predictors(gpu_models, TorchOptions(), precision)
+    predictors = _predictors(gpu_models, TorchOptions(compile="off"), precision)
     device = torch.device(predictors["det"].torch_device)
     rng = np.random.default_rng(0)
     for kind, shapes in SHAPES.items():
@@ -114,7 +114,7 @@ def test_compiled_buckets_answer_what_eager_answers(gpu_models: ModelsConfig) ->
         )
     import torch
 
-    buckets = TorchOptions(shapes="buckets")
+    buckets = TorchOptions(shapes="buckets", compile="off")
     eager = _predictors(gpu_models, buckets)
     compiled = _predictors(gpu_models, TorchOptions(shapes="buckets", compile="default"))
     rng = np.random.default_rng(1)

@@ -102,6 +102,11 @@ def test_torch_server_batches_pages_and_reads_what_paddle_reads(
         assert got == paddle_texts[name], name
     ready = torch_client.get("/readyz").json()
     assert ready["ready"] is True
+    # compile = "auto" (the default) is eager on the CPU, and /readyz says so (issue 40).
+    assert ready["devices"]
+    for worker in ready["devices"].values():
+        assert worker["compile"] == "off", worker
+        assert "eager on the CPU" in worker["compile_reason"], worker
 
 
 def test_torch_reads_pp_ocrv6_small_and_turns_pages_as_openvino_does(

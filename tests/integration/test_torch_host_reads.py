@@ -3,7 +3,8 @@ CPU: every read of a tensor's value by Python (`.item`, `.tolist`, `.cpu`, `.num
 `int`, `float`, `__index__`) passes through `__torch_function__`, so a `TorchFunctionMode`
 counts them; on a GPU each would wait for all the work queued before it. The det and rec
 forwards make none, at exact shapes and at every bucket of a small bucket set, where the
-converted graph as onnx2torch makes it reads dozens. Both models compile whole
+converted graph as onnx2torch makes it reads dozens; so does `launch` with uint8 pixels, the
+server's path (copy in, normalisation on the device, forward, copy out). Both models compile whole
 (`torch.compile(fullgraph=True)`) and the compiled forward answers what the eager one does.
 That the exact mode still reads Paddle's texts is `test_torch_engine.py`."""
 
@@ -133,6 +134,32 @@ def test_forwards_read_nothing_from_the_device(
             assert ran == set(rec_buckets(BUCKETS, height=48, max_batch=4))
 
 
+@pytest.mark.parametrize("mode", ["exact", "buckets"])
+@pytest.mark.parametrize("kind", ["det", "rec"])
+def test_launch_with_uint8_pixels_reads_nothing_from_the_device(
+    predictors: dict[str, dict[str, TorchPredictor]], mode: str, kind: str
+) -> None:
+    """The server's path (issue 40): uint8 pixels collated into a slot (`stage_pixels`), some
+    rows shorter than the batch (`sizes`: zeroed on the device), launched: the copy in, the
+    lookup-table normalisation, the forward and the copy out read nothing back (on the CPU lane
+    the copy out was a `.numpy()`)."""
+    predictor = predictors[mode][kind]
+    rng = np.random.default_rng(4)
+    for shape in _shapes(kind):
+        n, _, height, width = shape
+        slot = predictor.stage_pixels(shape)
+        slot.input[...] = rng.integers(0, 256, shape, dtype=np.uint8)
+        slot.sizes = tuple((height - 8 * (i % 2), width - 16 * (i % 2)) for i in range(n))
+        try:
+            with HostReads() as reads:
+                predictor.launch(slot)
+            out = slot.result()
+        finally:
+            slot.release()
+        assert dict(reads.counts) == {}, f"{kind} at {shape} ({mode}) read the device"
+        assert out.shape[0] == n
+
+
 @pytest.mark.filterwarnings("ignore:Using a non-tuple sequence:UserWarning")  # onnx2torch's Slice
 def test_the_counter_sees_the_reads_of_the_graph_as_converted(specs: dict[str, ModelSpec]) -> None:
     """The control: onnx2torch's own modules read shapes back (dozens a forward), so a zero
@@ -181,8 +208,8 @@ def test_models_compile_whole_and_answer_as_eager(
     torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
 
 
-def test_exact_mode_is_the_default() -> None:
-    """Paddle's texts (test_torch_engine.py) come from the default: each batch at its own
-    shape, eager."""
-    options = EngineOptions().torch
-    assert (options.compile, options.shapes) == ("off", "exact")
+def test_exact_mode_is_the_default_on_the_cpu() -> None:
+    """Paddle's texts (test_torch_engine.py) come from the CPU's default: each batch at its own
+    shape, eager ("auto" on the CPU)."""
+    options = EngineOptions().torch.resolved(buckets=False)
+    assert (options.compile_mode(gpu=False), options.shapes) == ("off", "exact")

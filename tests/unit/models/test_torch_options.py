@@ -97,3 +97,60 @@ def test_auto_shapes_are_buckets_on_a_gpu_that_batches_bucketed_else_exact() -> 
     assert engine_options(told, "cpu", 2).torch.shapes == "buckets"
     # A predictor never sees "auto"; were it to, it would run exact shapes.
     assert bucket_shape("rec", (3, 3, 48, 333), TorchOptions(shapes="auto")) == (3, 3, 48, 333)
+
+
+def test_auto_compile_is_on_for_a_gpu_with_its_batch_sizes_and_off_on_the_cpu() -> None:
+    """Issue 40: `compile = "auto"` (the default) compiles on a GPU, warmed at the batch sizes
+    its worker is sent (`workers.gpu.<stage>.max_batch_size`), and runs eagerly on the CPU."""
+    import dataclasses
+
+    from serving.config import AppConfig
+    from serving.engine.choice import engine_choice
+
+    config = AppConfig()
+    assert config.engine.torch.compile == "auto"
+    config = dataclasses.replace(
+        config, engine=dataclasses.replace(config.engine, gpu_backend="torch")
+    )
+    gpu = engine_choice(config, "gpu:0").options
+    assert gpu.torch.compile_mode(gpu=gpu.is_gpu) == "default"
+    assert (gpu.max_rows("det"), gpu.max_rows("rec")) == (8, 96)
+    cpu = engine_choice(config, "cpu").options
+    assert cpu.torch.compile_mode(gpu=cpu.is_gpu) == "off"
+    assert cpu.max_rows("rec") == config.workers.cpu.rec.max_batch_size
+    assert TorchOptions(compile="reduce-overhead").compile_mode(gpu=False) == "reduce-overhead"
+
+
+def test_bf16_runs_on_the_cpu_and_fp16_does_not() -> None:
+    assert EngineOptions(precision="bf16").precision == "bf16"
+    with pytest.raises(EngineOptionsError, match="fp16"):
+        EngineOptions(precision="fp16")
+    with pytest.raises(EngineOptionsError, match="compile_budget_s"):
+        EngineOptions(torch=TorchOptions(compile_budget_s=0))
+
+
+def test_warmup_shapes_cover_every_served_bucket() -> None:
+    from models.spec import ModelSpec
+    from models.torch_compile import warmup_shapes
+    from pipelines.types import DetParams, RecParams
+
+    rec = ModelSpec(
+        kind="rec",
+        model_name="r",
+        directory=Path("r"),
+        onnx_file=Path("r/inference.onnx"),
+        rec_params=RecParams(),
+        character_dict=("a",),
+    )
+    shapes = warmup_shapes(rec, BUCKETS, max_rows=5, small=(1, 3, 48, 320))
+    assert shapes == rec_buckets(BUCKETS, height=48, max_batch=5)
+    assert {s[0] for s in shapes} == {1, 2, 4, 8}
+    det = ModelSpec(
+        kind="det",
+        model_name="d",
+        directory=Path("d"),
+        onnx_file=Path("d/inference.onnx"),
+        det_params=DetParams(),
+    )
+    shapes = warmup_shapes(det, BUCKETS, max_rows=2, small=(1, 3, 64, 64))
+    assert shapes == [(1, 3, 128, 128), (2, 3, 128, 128), (1, 3, 1792, 1280), (2, 3, 1792, 1280)]
