@@ -44,7 +44,7 @@ from models.base import EngineBackend, EngineBackendError, Predictor, PredictorE
 from models.convert import prepare_onnx
 from models.engine_options import EngineOptions
 from models.lane_predictor import LanePredictor
-from models.onnx_pads import SamePadding, check_same_pads, explicit_same_pads
+from models.onnx_rewrites import SamePadding, check_same_pads, for_onnx2torch
 from models.paddle_predictor import warmup_shape
 from models.spec import ModelSpec
 from models.staging import Lane, Slot, lane_slots
@@ -174,10 +174,9 @@ class TorchPredictor(LanePredictor):
             # The graph loaded here, not its path: given a path, onnx2torch writes a copy for
             # shape inference beside the model, which fails where models are read-only (the
             # container image under a read-only root filesystem).
-            # onnx2torch has no SAME padding (PP-OCRv6 small's): written out (`models.onnx_pads`).
-            graph = explicit_same_pads(
-                importlib.import_module("onnx").load(str(self._spec.onnx_file))
-            )
+            # Into the form onnx2torch converts: SAME padding written out (PP-OCRv6 small), weights
+            # of Constant nodes as initializers (the text-line classifier): `models.onnx_rewrites`.
+            graph = for_onnx2torch(importlib.import_module("onnx").load(str(self._spec.onnx_file)))
             module = self._host_shapes(onnx2torch.convert(graph).eval()).to(device)
         except Exception as err:  # onnx2torch and torch raise many kinds
             raise PredictorError(
@@ -367,7 +366,7 @@ class TorchPredictor(LanePredictor):
 
 
 def prepare_torch(spec: ModelSpec, options: EngineOptions) -> ModelSpec:
-    """`prepare_onnx`, and a graph onnx2torch can take after `explicit_same_pads`.
+    """`prepare_onnx`, and a graph onnx2torch can take after `for_onnx2torch`.
 
     Raises:
         EngineBackendError: no conversion, or a SAME padding that depends on the input's size

@@ -52,7 +52,7 @@ def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_bucketed_torch_server_reads_the_pages(torch_server: Server) -> None:
-    # lang=fr: the PP-OCRv6 small set (SAME-padded convolutions, `models.onnx_pads`).
+    # lang=fr: the PP-OCRv6 small set (SAME-padded convolutions, `models.onnx_rewrites`).
     for page, lang in (
         (images.latin_lines(), ""),
         (images.chinese_lines(), ""),

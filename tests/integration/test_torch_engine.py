@@ -112,10 +112,14 @@ def test_torch_server_batches_pages_and_reads_what_paddle_reads(
 def test_torch_reads_pp_ocrv6_small_and_turns_pages_as_openvino_does(
     onnx_dir: str, test_pages: dict[str, np.ndarray]
 ) -> None:
-    """PP-OCRv6 small's SAME-padded convolutions (`models.onnx_pads`) and the page classifier
-    on torch: the same lines as OpenVINO at f32, on upright pages and one turned 90 degrees."""
+    """PP-OCRv6 small's SAME-padded convolutions and the packaged text-line classifier's weights
+    in Constant nodes (`models.onnx_rewrites`), and the page classifier, on torch: the same lines
+    as OpenVINO at f32, on upright pages and one turned 90 degrees."""
     v6 = AppConfig().models.sets["PP-OCRv6_small"]
-    models = dataclasses.replace(AppConfig().models, det=v6.det, rec=v6.rec, sets={})
+    models = dataclasses.replace(
+        AppConfig().models, det=v6.det, rec=v6.rec, cls="embedded:ch_ppocr_mobile_v2.0_cls", sets={}
+    )
+    pipeline = dataclasses.replace(AppConfig().pipeline, use_textline_orientation=True)
     pages = {name: page for name, page in test_pages.items() if ":" not in name}
     pages["turned"] = np.ascontiguousarray(np.rot90(next(iter(pages.values()))))
     texts = {}
@@ -123,11 +127,12 @@ def test_torch_reads_pp_ocrv6_small_and_turns_pages_as_openvino_does(
         engine_config = dataclasses.replace(
             _config(onnx_dir).engine, cpu_backend=backend, openvino_precision="f32"
         )
-        engine = LocalEngine(
-            dataclasses.replace(_config(onnx_dir), models=models, engine=engine_config)
+        config = dataclasses.replace(
+            _config(onnx_dir), models=models, engine=engine_config, pipeline=pipeline
         )
+        engine = LocalEngine(config)
         engine.load()
-        assert "ori" in engine.predictors
+        assert {"ori", "cls"} <= set(engine.predictors)
         texts[backend] = {
             name: [ln.text for ln in engine.ocr(p).lines] for name, p in pages.items()
         }

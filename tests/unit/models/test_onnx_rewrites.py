@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from models.onnx_pads import SamePadding, check_same_pads, explicit_same_pads
+from models.onnx_rewrites import SamePadding, check_same_pads, explicit_same_pads
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -62,3 +62,20 @@ def test_a_stride_that_makes_the_padding_depend_on_the_input_is_refused(tmp_path
         check_same_pads(path)
     onnx.save(_graph("SAME_UPPER", 2), str(path))
     check_same_pads(path)  # stride 1: rewritable, no error
+
+
+def test_weights_in_constant_nodes_become_initializers_and_compute_the_same() -> None:
+    """The packaged text-line classifier holds its weights in Constant nodes, which onnx2torch's
+    Conv cannot read (`KeyError: 'conv1_weights'`); as initializers they compute the same."""
+    from models.onnx_rewrites import constants_as_initializers
+
+    model = _graph("SAME_UPPER", 3)
+    (weights,) = list(model.graph.initializer)
+    del model.graph.initializer[:]
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["w"], value=weights))
+    x = np.random.default_rng(2).normal(size=(1, 2, 6, 9)).astype(np.float32)
+    expected = _run(model, x)
+    rewritten = constants_as_initializers(model)
+    assert [init.name for init in rewritten.graph.initializer] == ["w"]
+    assert "Constant" not in {node.op_type for node in rewritten.graph.node}
+    np.testing.assert_array_equal(_run(rewritten, x), expected)

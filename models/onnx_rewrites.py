@@ -1,12 +1,17 @@
-"""ONNX `auto_pad="SAME_*"` written out as explicit `pads`, for converters that lack it.
+"""ONNX graphs rewritten into the form onnx2torch converts (`for_onnx2torch`), same arithmetic.
 
-onnx2torch raises NotImplementedError on `SAME_UPPER`/`SAME_LOWER`, which PP-OCRv6 small's
-detector and recogniser use (two 2x2 convolutions and a 2x2 max-pool each, stride 1). With
-stride 1 and dilation 1 the padding does not depend on the input's size: `kernel - 1` in all,
-the odd one at the end (UPPER) or at the start (LOWER), so the node is rewritten with those
-`pads` and `auto_pad` removed, which onnx2torch serves (asymmetric pads as a padding module,
--inf for max-pooling). With a larger stride the padding depends on each input's size; such a
-node is refused (`SamePadding`), before any process loads the model, by `check_same_pads`.
+- **SAME padding** (`explicit_same_pads`): onnx2torch raises NotImplementedError on
+  `auto_pad="SAME_UPPER"`/`"SAME_LOWER"`, which PP-OCRv6 small's detector and recogniser use (two
+  2x2 convolutions and a 2x2 max-pool each, stride 1). With stride 1 and dilation 1 the padding
+  does not depend on the input's size: `kernel - 1` in all, the odd one at the end (UPPER) or at
+  the start (LOWER), so the node gets those `pads` and loses `auto_pad`, which onnx2torch serves
+  (asymmetric pads as a padding module, -inf for max-pooling). With a larger stride the padding
+  depends on each input's size; such a node is refused (`SamePadding`), before any process loads
+  the model, by `check_same_pads`.
+- **Weights in Constant nodes** (`constants_as_initializers`): onnx2torch's Conv reads its weights
+  from the graph's initializers only (`KeyError: 'conv1_weights'`), and the packaged text-line
+  classifier (`ch_ppocr_mobile_v2.0_cls`, opset 11) holds every weight in a `Constant` node; each
+  tensor-valued Constant becomes an initializer of the same name.
 """
 
 from __future__ import annotations
@@ -81,6 +86,33 @@ def explicit_same_pads(model: Any) -> Any:
         del node.attribute[:]
         node.attribute.extend([*kept, helper.make_attribute("pads", pads)])
     return model
+
+
+def constants_as_initializers(model: Any) -> Any:
+    """`model` with each tensor-valued `Constant` node moved into the graph's initializers under
+    its output's name; modified in place and returned."""
+    graph = model.graph
+    kept = []
+    for node in graph.node:
+        value = next((a for a in node.attribute if a.name == "value"), None)
+        if node.op_type == "Constant" and value is not None and len(node.output) == 1:
+            tensor = value.t
+            tensor.name = node.output[0]
+            graph.initializer.append(tensor)
+        else:
+            kept.append(node)
+    del graph.node[:]
+    graph.node.extend(kept)
+    return model
+
+
+def for_onnx2torch(model: Any) -> Any:
+    """`model` rewritten as onnx2torch needs it (the module doc); modified in place and returned.
+
+    Raises:
+        SamePadding: a node's SAME padding depends on its input's size.
+    """
+    return explicit_same_pads(constants_as_initializers(model))
 
 
 def check_same_pads(onnx_file: Path) -> None:
