@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests import images
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import ONE_WORKER, Server, start_server, stop_server, wait_ready
 
 MAX_BODY = 16_000_000
 BUDGET = 200_000_000
@@ -36,13 +36,7 @@ max_body_bytes = {MAX_BODY}
 memory_budget_bytes = {BUDGET}
 limit_concurrency = {CONCURRENCY}
 log_level = "info"
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-[jobs]
+{ONE_WORKER}[jobs]
 data_dir = "{data_dir}"
 max_upload_bytes = {MAX_BODY}
 """

@@ -23,7 +23,15 @@ import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, free_port, start_server, stop_server, wait_ready
+from tests.e2e.conftest import (
+    ONE_WORKER,
+    SLOW_FAKE,
+    Server,
+    free_port,
+    start_server,
+    stop_server,
+    wait_ready,
+)
 
 HEADER_TIMEOUT_S = 3.0
 PER_CLIENT = 150
@@ -45,13 +53,7 @@ max_connections = {MAX_CONNECTIONS}
 max_connections_per_client = {PER_CLIENT}
 limit_concurrency = 2
 health_port = {health_port}
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-"""
+{ONE_WORKER}"""
     srv = start_server(tmp, config, backend=SLOW_FAKE, env={"OCR_FAKE_LATENCY_S": str(LATENCY_S)})
     srv.health_url = f"http://127.0.0.1:{health_port}"  # type: ignore[attr-defined]
     try:

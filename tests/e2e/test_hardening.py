@@ -17,26 +17,24 @@ import pytest
 
 from serving.http.security_headers import CONTENT_SECURITY_POLICY
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, start_server, stop_server, wait_ready
 from tests.postgres import PostgresServer
 
 PASSWORD = "hunter2-in-the-url"
-CONFIG = """
+CONFIG = (
+    """
 [server]
 host = "0.0.0.0"
 log_level = "info"
 [auth]
 open = true  # keys off on 0.0.0.0: the jobs API served anyway, so the Host check is what guards it
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-[jobs]
+"""
+    + ONE_WORKER
+    + """[jobs]
 data_dir = "{data_dir}"
 store = "{store}"
 """
+)
 PNG = base64.b64encode(images.encode_png(images.latin_lines().image)).decode()
 
 

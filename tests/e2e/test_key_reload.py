@@ -10,19 +10,17 @@ from pathlib import Path
 import httpx
 
 from serving.http.key_reload import CHECK_S
-from tests.e2e.conftest import SLOW_FAKE, start_server, stop_server, wait_ready
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, start_server, stop_server, wait_ready
 
-CONFIG = """
+CONFIG = (
+    """
 [auth]
 api_keys_file = "{keys}"
 protect_metrics = true
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
 """
+    + ONE_WORKER
+    + """"""
+)
 
 
 def _write(path: Path, text: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from serving.scheduling.retry_after import MAX_RETRY_AFTER_S
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, serving
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
 
 LATENCY_S = 1.0
 FLOOR_S = 2
@@ -22,13 +22,7 @@ CONFIG = f"""
 log_level = "info"
 max_inflight_pages = 1
 retry_after_s = {FLOOR_S}
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-"""
+{ONE_WORKER}"""
 PNG = images.encode_png(images.latin_lines().image)
 
 

@@ -13,7 +13,7 @@ import time
 import httpx
 
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, start_server, stop_server, wait_ready
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, start_server, stop_server, wait_ready
 
 GRACE_S = 3.0
 LATENCY_S = 0.5
@@ -27,13 +27,7 @@ shutdown_grace_s = {GRACE_S}
 request_timeout_s = 120.0
 retry_after_s = 5
 log_level = "info"
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-"""
+{ONE_WORKER}"""
 
 
 async def _post(
