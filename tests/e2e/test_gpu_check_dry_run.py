@@ -78,7 +78,10 @@ def test_the_gpu_checks_dry_run_runs_every_part(bundle: Path, tmp_path: Path) ->
     assert report["server"]["admission"]["max_pages"] >= 1
     assert report["summary"]["levels_over_admission"] == []
     assert set(report["warmup"]) >= {"det", "rec"}
-    assert [level["successes"] for level in report["server"]["levels"]] == [2]
+    # One level (concurrency 1) of at least --requests (2), more where the engine limit's pace
+    # asks for more (`level_requests`), every one answered.
+    (level,) = report["server"]["levels"]
+    assert level["successes"] == level["requests"] >= 2
     files = list(out.iterdir())
     assert {"env.json", "bench.log", "gpu-tests.log", "logs.txt"} <= {f.name for f in files}
     assert len(files) <= 8
