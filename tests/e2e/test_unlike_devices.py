@@ -11,7 +11,7 @@ from tests import images
 from tests.e2e.conftest import SLOW_FAKE, start_server, stop_server, wait_ready
 
 # The "GPU" is a device worker named gpu:0 with GPU batch limits, on the fake backend: no CUDA.
-# One page a det batch and one batch at a time, so that a backlog is easy to make.
+# One page a det batch and one batch at a time (none queued), so that a backlog is easy to make.
 UNLIKE = """
 [server]
 log_level = "info"
@@ -23,6 +23,10 @@ cpu_instances = 1
 [workers.gpu]
 det = { max_batch_size = 1, max_cost = 32000000 }
 inflight_batches = 1
+queued_batches = 0
+[engine]
+# Any named engine: the fake replaces it. "auto" (the default) looks for a real GPU engine first.
+gpu_backend = "torch"
 """
 
 
