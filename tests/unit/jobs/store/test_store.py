@@ -22,26 +22,6 @@ from serving.jobs.store.sqlite import SqliteJobStore
 from serving.jobs.store.sqlite_schema import SCHEMA_VERSION, statements
 from serving.jobs.store.types import MAX_CLAIMS, JobNotFound, JobStoreUnavailable
 from tests.clock import ManualClock
-from tests.postgres import PostgresServer
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock):
-    """Each implementation of the `JobStore` protocol, opened on an empty store."""
-    built: JobStore
-    if request.param == "sqlite":
-        built = SqliteJobStore(tmp_path / "jobs", clock=clock)
-    else:
-        postgres: PostgresServer = request.getfixturevalue("postgres")
-        built = PostgresJobStore(postgres.database(), uploads_dir=tmp_path / "jobs", clock=clock)
-    built.open()
-    yield built
-    built.close()
 
 
 @pytest.fixture

@@ -4,36 +4,13 @@ expire, and job slots shared between tenants before jobs (issue 37, item 5)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from serving.errors import StoredQuotaExceeded
 from serving.jobs.files import Document
 from serving.jobs.store import JobStore
-from serving.jobs.store.postgres import PostgresJobStore
-from serving.jobs.store.sqlite import SqliteJobStore
 from serving.jobs.store.types import StoredLimits, StoredUsage
 from tests.clock import ManualClock
-from tests.postgres import PostgresServer
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock):
-    built: JobStore
-    if request.param == "sqlite":
-        built = SqliteJobStore(tmp_path / "jobs", clock=clock)
-    else:
-        postgres: PostgresServer = request.getfixturevalue("postgres")
-        built = PostgresJobStore(postgres.database(), uploads_dir=tmp_path / "jobs", clock=clock)
-    built.open()
-    yield built
-    built.close()
 
 
 def _create(
