@@ -27,17 +27,9 @@ def _free_bytes(path: Path) -> int:
     return stat.f_bavail * stat.f_frsize
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("stored-quotas")
-    keys = tmp / "keys.toml"
-    keys.write_text(
-        f'[[keys]]\nid = "tiny"\nsha256 = "{hash_key(SECRETS["tiny"])}"\nmax_jobs = 1\n'
-        f'[[keys]]\nid = "roomy"\nsha256 = "{hash_key(SECRETS["roomy"])}"\n'
-    )
-    config = f"""
-[server]
-max_body_bytes = 8000000
+def _config(tmp: Path, keys: Path, jobs_line: str) -> str:
+    """A one-worker server on the slow fake with `keys`, its jobs under `tmp`, and `jobs_line`."""
+    return f"""
 [paddlex]
 visualize = false
 [auth]
@@ -48,8 +40,21 @@ cpu_workers = 1
 cpu_instances = 1
 [jobs]
 data_dir = "{tmp / "data"}"
-max_upload_bytes = {8 * _free_bytes(tmp)}
+{jobs_line}
 """
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("stored-quotas")
+    keys = tmp / "keys.toml"
+    keys.write_text(
+        f'[[keys]]\nid = "tiny"\nsha256 = "{hash_key(SECRETS["tiny"])}"\nmax_jobs = 1\n'
+        f'[[keys]]\nid = "roomy"\nsha256 = "{hash_key(SECRETS["roomy"])}"\n'
+    )
+    config = "[server]\nmax_body_bytes = 8000000\n" + _config(
+        tmp, keys, f"max_upload_bytes = {8 * _free_bytes(tmp)}"
+    )
     with serving(tmp, config, backend=SLOW_FAKE) as srv:
         yield srv
 
@@ -126,19 +131,7 @@ def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             for key_id, secret in SECRETS.items()
         )
     )
-    config = f"""
-[paddlex]
-visualize = false
-[auth]
-keys_file = "{keys}"
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-[jobs]
-data_dir = "{tmp / "data"}"
-max_inflight_pages = 2
-"""
+    config = _config(tmp, keys, "max_inflight_pages = 2")
     env = {"OCR_FAKE_LATENCY_S": "0.2"}
     with serving(tmp, config, backend=SLOW_FAKE, env=env) as srv:
         yield srv
