@@ -23,19 +23,24 @@ memory) 55 ms (77 ms before), after_det (DB postprocess, crops, rec resize) 49 m
 (collate, normalise, the map out as float16): 30 ms a page (19 ms before, when the CPU workers
 normalised).
 
-GPU: no GPU was measured here. Its latencies are parameters (`GpuAssumptions`): by default one
-page's detection 30x and one 6-crop chunk's recognition 10x faster than on the 2-thread CPU
-device; larger batches cost only the variable part per item (half of a page's time for det, a
-fifth of a chunk's for rec: a GPU is underused by one item); copies at 10 GB/s, which overlap
-compute when a worker holds two batches. Change them with `--gpu-det-speedup`,
-`--gpu-rec-speedup`, `--gpu-det-fixed-share` and `--gpu-rec-fixed-share`.
+GPU: no GPU was measured here. Every GPU figure is an assumption (`GpuProfile`), from issue 40's
+estimate for one H100 and the torch engine (a CUDA engineer's reading of the code and models,
+not a measurement), in three resources that can each bound a GPU:
+- the GPU itself: 35-65 pages/s with fp32 eager defaults (the detector at 1280x1792 ~12.9 GMAC in
+  ~310 kernels, the recogniser dominated by unfused elementwise kernels);
+- the device worker's one Python thread: 50-80 pages/s (det map post-work ~15 ms a page, the
+  shared-memory put 2-3 ms, eager launch 4-5 ms a batch): `WorkerThread`;
+- 16 cores of CPU-worker steps: 150-250 pages/s (the simulator keeps the costs measured here,
+  `cpu_workers`, which are slower: about 8 pages/s a worker).
+Published anchor: TurboOCR (TensorRT fp16, PP-OCRv5 mobile, C++) 268 pages/s on one RTX 5090.
+`GPU_PROFILES` names the parameter sets (`--gpu-profile`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadtest.sim.model import CpuModel, CpuStep, DeviceModel, Latency
+from loadtest.sim.model import CpuModel, CpuStep, DeviceModel, Latency, WorkerThread
 from serving.config import DeviceClassConfig, StageLimits, WorkersConfig
 
 CPU_DET = Latency(per_unit_s=1.690e-7, per_unit_sq_s=9.016e-14)
@@ -49,38 +54,102 @@ CPU_DET_TRANSFER = Latency(fixed_s=0.0005, per_unit_s=1.2e-8)
 float16 (30 ms for a 2.2 Mpx page, `loadtest.bench.cpu_cost`)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GpuAssumptions:
-    """How fast a GPU is against the 2-thread CPU device: parameters, not measurements.
+DET_REFERENCE_PX = 1280 * 1792
+"""The detector input issue 40's estimate is quoted for (an A4 page at 150 dpi, bucketed)."""
+BENCH_REC_ROW_PX = 53_240
+"""Padded recognition width x rows of a bench page, bucketed (`BENCH_PAGES`, 38 lines a page on
+average): what the recogniser's share of a page is spread over."""
 
-    A batch of one item is `speedup` times faster than on the CPU device; a larger batch adds
-    only the variable part of that time per item, so a batch of n items of the reference size
-    takes `fixed_share + (1 - fixed_share) * n` times one (a GPU is underused by one item).
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuProfile:
+    """One GPU and its device worker, as assumed (issue 40's estimate, not measured).
+
+    The GPU's batch time is `batch_s + per_unit * cost` per stage (a GPU underused by a small
+    batch still runs every kernel once); the worker thread's steps are `WorkerThread`'s.
     """
 
-    det_speedup: float = 30.0
-    """One A4 page at 150 dpi (1248x1760 detector input) alone."""
-    rec_speedup: float = 10.0
-    """One chunk of 6 crops padded to 1000 px alone."""
-    det_fixed_share: float = 0.5
-    rec_fixed_share: float = 0.8
+    name: str
+    det_page_s: float
+    """GPU time of one `DET_REFERENCE_PX` page in a full batch; linear in pixels."""
+    rec_page_s: float
+    """GPU time of a bench page's recognition (`BENCH_REC_ROW_PX`) in full batches; linear in
+    padded width x rows (no quadratic term: unlike the CPU, the GPU's time is elementwise)."""
+    det_batch_s: float
+    """GPU time every det batch costs, whatever its size (its kernels run once each)."""
+    rec_batch_s: float
+    launch_s: float
+    """The worker thread's start of a batch: its inputs staged and its kernels launched."""
+    det_post_s: float
+    """The worker thread's post-work of a `DET_REFERENCE_PX` page's map; linear in pixels."""
+    det_put_s: float
+    """The worker thread's put of a reference page's map into shared memory."""
+    rec_finish_s: float
+    """The worker thread's finish of a rec batch (small arrays back inline)."""
     copy_bytes_per_s: float = 10e9
-    """Pinned host <-> device copies."""
+    """Pinned host <-> device copies (in parallel with the rest)."""
 
 
-DET_REFERENCE = (1, 1248 * 1760)
-"""(rows, cost) of the detection batch `det_speedup` is quoted for."""
-REC_REFERENCE = (6, 6 * 1000)
-"""(rows, cost) of the recognition batch `rec_speedup` is quoted for."""
+H100_FP32_EAGER = GpuProfile(
+    name="h100-fp32-eager",
+    # Issue 40: the GPU 35-65 pages/s, fp32 eager; 20 ms a bench page (50 pages/s), split 30/70
+    # between det and rec (ours: the issue says the recogniser dominates).
+    det_page_s=0.006,
+    rec_page_s=0.014,
+    # Ours: ~310 kernels a model, a few microseconds each however small the batch.
+    det_batch_s=0.001,
+    rec_batch_s=0.001,
+    # Issue 40: eager launch 4-5 ms a batch, det map post-work ~15 ms a page, shm put 2-3 ms.
+    launch_s=0.0045,
+    det_post_s=0.015,
+    det_put_s=0.0025,
+    rec_finish_s=0.0005,  # ours: not in the issue
+)
+"""Issue 40's estimate for the server's defaults when it was made (fp32, eager)."""
+
+H100_FP16_COMPILED = GpuProfile(
+    name="h100-fp16-compiled",
+    # Ours: fp16 on tensor cores and Inductor's fused elementwise kernels, 3x fp32 eager (about
+    # 150 pages/s: below TurboOCR's 268 with TensorRT on an RTX 5090).
+    det_page_s=0.002,
+    rec_page_s=0.014 / 3,
+    det_batch_s=0.0003,
+    rec_batch_s=0.0003,
+    # Ours: fused kernels launched from Inductor's wrapper, about a third of eager's launches.
+    launch_s=0.0015,
+    # Host work, as fp32 eager: compiling the models does not change it.
+    det_post_s=0.015,
+    det_put_s=0.0025,
+    rec_finish_s=0.0005,
+)
+"""fp16 (`engine.precision`) and compiled (`[engine.torch] compile`): assumed, see the comments."""
+
+GPU_PROFILES = {profile.name: profile for profile in (H100_FP32_EAGER, H100_FP16_COMPILED)}
 
 
-def gpu_latency(
-    cpu: Latency, reference: tuple[int, int], speedup: float, fixed_share: float
-) -> Latency:
-    """A GPU's batch time from the CPU device's, linear in cost past the reference batch."""
-    rows, cost = reference
-    single = cpu.seconds(cost, rows) / speedup
-    return Latency(fixed_s=fixed_share * single, per_unit_s=(1 - fixed_share) * single / cost)
+def gpu_latency(profile: GpuProfile) -> dict[str, Latency]:
+    """The GPU's compute time of a batch, per stage."""
+    return {
+        "det": Latency(
+            fixed_s=profile.det_batch_s, per_unit_s=profile.det_page_s / DET_REFERENCE_PX
+        ),
+        "rec": Latency(
+            fixed_s=profile.rec_batch_s, per_unit_s=profile.rec_page_s / BENCH_REC_ROW_PX
+        ),
+    }
+
+
+def gpu_thread(profile: GpuProfile) -> WorkerThread:
+    """The GPU worker's thread: launch per batch; det map post-work and put per pixel."""
+    launch = Latency(fixed_s=profile.launch_s)
+    det_finish = (profile.det_post_s + profile.det_put_s) / DET_REFERENCE_PX
+    return WorkerThread(
+        start={"det": launch, "rec": launch},
+        finish={
+            "det": Latency(per_unit_s=det_finish),
+            "rec": Latency(fixed_s=profile.rec_finish_s),
+        },
+    )
 
 
 DET_BYTES_PER_UNIT = 7
@@ -109,29 +178,28 @@ def cpu_device(
 
 def gpu_device(
     index: int,
-    assumptions: GpuAssumptions | None = None,
+    profile: GpuProfile = H100_FP32_EAGER,
     *,
     workers: WorkersConfig | None = None,
     inflight_batches: int | None = None,
+    queued_batches: int | None = None,
 ) -> DeviceModel:
-    """GPU `index` with the server's default batch caps (`workers.gpu`) and assumed latencies."""
-    gpu = assumptions or GpuAssumptions()
+    """GPU `index` with the server's defaults (`workers.gpu`) and an assumed profile."""
     kind = (workers or WorkersConfig()).gpu
-    per_byte = 1.0 / gpu.copy_bytes_per_s
+    per_byte = 1.0 / profile.copy_bytes_per_s
     return DeviceModel(
         name=f"gpu:{index}",
         kind="gpu",
         stages=("det", "rec"),
         limits=_limits(kind),
-        latency={
-            "det": gpu_latency(CPU_DET, DET_REFERENCE, gpu.det_speedup, gpu.det_fixed_share),
-            "rec": gpu_latency(CPU_REC, REC_REFERENCE, gpu.rec_speedup, gpu.rec_fixed_share),
-        },
+        latency=gpu_latency(profile),
         transfer={
             "det": Latency(fixed_s=0.0003, per_unit_s=DET_BYTES_PER_UNIT * per_byte),
             "rec": Latency(fixed_s=0.0003, per_unit_s=REC_BYTES_PER_UNIT * per_byte),
         },
         inflight_batches=kind.inflight_batches if inflight_batches is None else inflight_batches,
+        queued_batches=kind.queued_batches if queued_batches is None else queued_batches,
+        thread=gpu_thread(profile),
         jitter=0.05,
     )
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from loadtest.sim.model import CpuModel, DeviceModel, HostModel
 from loadtest.sim.traffic import TrafficConfig
 from serving.config import QueueConfig, ServerConfig, WorkersConfig
+from serving.scheduling.admission import admission_pages
 
 
 def default_queues(workers: WorkersConfig | None = None) -> dict[str, QueueConfig]:
@@ -28,7 +29,9 @@ class SimConfig:
     host: HostModel = field(default_factory=HostModel)
     queues: Mapping[str, QueueConfig] = field(default_factory=default_queues)
     max_inflight_pages: int = ServerConfig().max_inflight_pages
-    """`server.max_inflight_pages`: the admission cap."""
+    """`server.max_inflight_pages`: the admission cap without GPUs."""
+    inflight_pages_per_gpu: int = ServerConfig().inflight_pages_per_gpu
+    """`server.inflight_pages_per_gpu`: added to the cap for each GPU device."""
     placement: bool = True
     """Placement by expected finish time; False: plain work pulling (`placement=None`)."""
     duration_s: float = 3600.0
@@ -36,6 +39,12 @@ class SimConfig:
     warmup_s: float | None = None
     """Left out of the figures; None: a tenth of the duration, at most 300 s."""
     seed: int = 1
+
+    @property
+    def admission_pages(self) -> int:
+        """The admission cap as the server computes it (`admission.admission_pages`)."""
+        gpus = sum(device.kind == "gpu" for device in self.devices)
+        return admission_pages(self.max_inflight_pages, self.inflight_pages_per_gpu, gpus)[0]
 
     @property
     def window_start_s(self) -> float:

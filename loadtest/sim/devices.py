@@ -2,23 +2,31 @@
 learns and places, exactly as `serving.workers.device_pool.DevicePool._serve` and
 `serving.scheduling.batching.Scheduler.next_batch` use them.
 
-Each device has `inflight_batches` feeders (the server's dispatch tasks). An idle feeder asks
-`select` for a batch sized for its device; with a batch it calls `placement.started`, sends it
-(the transfer), and the device runs its batches one after another; when a batch ends the feeder
-calls `placement.finished` with the time measured as the server measures it, hands the items'
-results over, asks again at once, and wakes the other feeders. Every submit wakes the idle
-feeders too, in the order they began to wait (an `asyncio.Event`'s order); a feeder told to
-wait until `wake_at` is woken then. Where `select` asks to look again *now* (placement leaves a
-batch to a device that should already be free), the server's `next_batch` loops with a zero
-timeout until something changes: here that feeder looks again every `SPIN_RECHECK_S`, and the
-time spent so is reported as spin.
+Each device has `inflight_batches + queued_batches` feeders (the server's dispatch tasks). An
+idle feeder asks `select` for a batch sized for its device; with a batch it calls
+`placement.started` and sends it (the transfer: pipe and copies, in parallel with everything
+else); when the batch's answer comes back the feeder calls `placement.finished` with the time
+measured as the server measures it, hands the items' results over, asks again at once, and wakes
+the other feeders. Every submit wakes the idle feeders too, in the order they began to wait (an
+`asyncio.Event`'s order); a feeder told to wait until `wake_at` is woken then. Where `select`
+asks to look again *now* (placement leaves a batch to a device that should already be free), the
+server's `next_batch` loops with a zero timeout until something changes: here that feeder looks
+again every `SPIN_RECHECK_S`, and the time spent so is reported as spin.
+
+The worker, as `DeviceWorkerChild.serve` runs it: batches wait in its pipe; its one thread
+starts the pipe's head while fewer than `inflight_batches` run, else finishes the oldest once
+computed (a batch waiting in the pipe first, as `serve` takes the pipe first); the device
+computes started batches one after another. Where the model has a `thread`, its start and finish
+take time and the thread does one at a time; without one both are instant.
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from loadtest.sim.cpu import HostLoad
 from loadtest.sim.events import EventLoop
@@ -43,12 +51,19 @@ class Feeder:
 
 @dataclass(slots=True, eq=False)
 class DeviceState:
-    """A device's batches in flight and its clock."""
+    """A device's batches in flight, its clock and its worker's thread."""
 
     model: DeviceModel
     busy_until: float = 0.0
+    """When the device ends the last batch started."""
     last_done_at: float = 0.0
     inflight: list[_Batch] = field(default_factory=list)
+    """Sent and not yet answered."""
+    pipe: deque[_Batch] = field(default_factory=deque)
+    """Arrived at the worker, not yet started."""
+    running: deque[_Batch] = field(default_factory=deque)
+    """Started, not yet finished, oldest first."""
+    thread_busy: bool = False
     feeders: list[Feeder] = field(default_factory=list)
 
     @property
@@ -59,9 +74,13 @@ class DeviceState:
     def delay(self, seconds: float) -> None:
         """CPU-worker calls took cores from it: its batches end `seconds` later."""
         for batch in self.inflight:
-            batch.end += seconds
-            batch.compute_s += seconds
-        self.busy_until += seconds
+            if batch.started:
+                batch.end += seconds
+                batch.compute_s += seconds
+            else:
+                batch.delayed_s += seconds
+        if self.running:
+            self.busy_until += seconds
 
 
 @dataclass(slots=True, eq=False)
@@ -70,11 +89,18 @@ class _Batch:
     items: list[WorkItem]
     stage: str
     cost: int
+    rows: int
     token: int
     sent_at: float
-    begin: float
-    compute_s: float
-    end: float
+    factor: float
+    """Its lognormal jitter, drawn when sent."""
+    delayed_s: float = 0.0
+    """Delays (`DeviceState.delay`) before it started, added to its compute."""
+    started: bool = False
+    computed: bool = False
+    begin: float = 0.0
+    compute_s: float = 0.0
+    end: float = 0.0
 
 
 @dataclass(slots=True)
@@ -128,7 +154,7 @@ class DeviceDispatch:
         for model in devices:
             state = DeviceState(model)
             placement.add_device(model.name, model.stages)
-            for index in range(model.inflight_batches):
+            for index in range(model.inflight_batches + model.queued_batches):
                 feeder = Feeder(state, index)
                 state.feeders.append(feeder)
                 self._idle[feeder] = None
@@ -196,6 +222,7 @@ class DeviceDispatch:
         return False
 
     def _start(self, feeder: Feeder, items: list[WorkItem]) -> None:
+        """`feeder` sends `items` to its device's worker."""
         self._idle.pop(feeder, None)
         device = feeder.device
         model = device.model
@@ -209,21 +236,71 @@ class DeviceDispatch:
         token = self.placement.started(model.name, stage, cost, now)
         transfer = model.transfer.get(stage)
         arrive = now + (transfer.seconds(cost, rows) if transfer is not None else 0.0)
-        begin = max(arrive, device.busy_until)
         factor = lognormal_factor(self.rng.gauss(0.0, 1.0), model.jitter)
-        compute = model.latency[stage].seconds(cost, rows) * factor
-        batch = _Batch(feeder, items, stage, cost, token, now, begin, compute, begin + compute)
-        device.busy_until = batch.end
+        batch = _Batch(feeder, items, stage, cost, rows, token, now, factor)
         device.inflight.append(batch)
         if len(device.inflight) == 1 and model.threads:
             self.load.device_started(device, now)
-        self.loop.at(batch.end, self._finished, batch)
+        self.loop.at(arrive, self._arrived, batch)
 
-    def _finished(self, batch: _Batch) -> None:
-        now = self.loop.now
-        if now < batch.end:  # delayed by CPU-worker calls since it was scheduled
-            self.loop.at(batch.end, self._finished, batch)
+    def _arrived(self, batch: _Batch) -> None:
+        device = batch.feeder.device
+        device.pipe.append(batch)
+        self._work(device)
+
+    def _work(self, device: DeviceState) -> None:
+        """The worker's thread, if free, takes its next step (`DeviceWorkerChild.serve`)."""
+        while not device.thread_busy:
+            if device.pipe and len(device.running) < device.model.inflight_batches:
+                self._step(device, "start", device.pipe.popleft())
+            elif device.running and device.running[0].computed:
+                self._step(device, "finish", device.running.popleft())
+            else:
+                return
+
+    def _step(self, device: DeviceState, step: Literal["start", "finish"], batch: _Batch) -> None:
+        thread = device.model.thread
+        seconds = (
+            0.0 if thread is None else thread.seconds(step, batch.stage, batch.cost, batch.rows)
+        )
+        done = self._launch if step == "start" else self._answer
+        if seconds <= 0:
+            done(batch)
             return
+        device.thread_busy = True
+        self.recorder.thread(device.model.name, self.loop.now, seconds)
+        self.loop.at(self.loop.now + seconds, self._stepped, (done, batch))
+
+    def _stepped(self, arg: tuple[Callable[[_Batch], None], _Batch]) -> None:
+        done, batch = arg
+        device = batch.feeder.device
+        device.thread_busy = False
+        done(batch)
+        self._work(device)
+
+    def _launch(self, batch: _Batch) -> None:
+        """The batch computes after those started before it."""
+        device = batch.feeder.device
+        begin = max(self.loop.now, device.busy_until)
+        compute = device.model.latency[batch.stage].seconds(batch.cost, batch.rows)
+        batch.started = True
+        batch.begin = begin
+        batch.compute_s = compute * batch.factor + batch.delayed_s
+        batch.end = begin + batch.compute_s
+        device.busy_until = batch.end
+        device.running.append(batch)
+        self.loop.at(batch.end, self._computed, batch)
+
+    def _computed(self, batch: _Batch) -> None:
+        if self.loop.now < batch.end:  # delayed by CPU-worker calls since it was scheduled
+            self.loop.at(batch.end, self._computed, batch)
+            return
+        batch.computed = True
+        self._work(batch.feeder.device)
+
+    def _answer(self, batch: _Batch) -> None:
+        """The worker answered `batch`: its feeder hands the results over and asks again."""
+        now = self.loop.now
         feeder = batch.feeder
         device = feeder.device
         model = device.model
@@ -233,11 +310,10 @@ class DeviceDispatch:
         device.inflight.remove(batch)
         if not device.inflight and model.threads:
             self.load.device_stopped(device)
-        rows = sum(item.count for item in batch.items)
         self.recorder.batch(
             model.name,
             batch.stage,
-            rows,
+            batch.rows,
             len(batch.items),
             batch.cost,
             batch.begin,

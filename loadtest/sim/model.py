@@ -38,6 +38,24 @@ class Latency:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerThread:
+    """The device worker process's one Python thread (`DeviceWorkerChild.serve`), a resource of
+    its own: it starts each batch (takes it from the pipe, stages its inputs, launches it) and
+    finishes each (waits for it, reads its outputs, puts the detection map into shared memory,
+    answers), one step at a time. A batch computes only once started and is answered only once
+    finished, so this thread can bound the device when its steps outlast the device's compute.
+    Costs per stage, of the batch's cost and rows as `Latency` counts them."""
+
+    start: Mapping[str, Latency]
+    finish: Mapping[str, Latency]
+
+    def seconds(self, step: Literal["start", "finish"], stage: str, cost: int, rows: int) -> float:
+        """The thread's time for one step of a batch."""
+        latency = (self.start if step == "start" else self.finish).get(stage)
+        return 0.0 if latency is None else latency.seconds(cost, rows)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceModel:
     """One device worker as the scheduler sees it, and how long its batches take."""
 
@@ -53,6 +71,12 @@ class DeviceModel:
     """Time before compute can start (IPC, copies in and out): overlaps the previous batch's
     compute when the worker holds more than one batch (`inflight_batches`)."""
     inflight_batches: int = 1
+    """Batches the worker runs at once (`workers.<kind>.inflight_batches`)."""
+    queued_batches: int = 0
+    """Batches sent beyond those, waiting in the worker's pipe (`workers.<kind>.queued_batches`):
+    the dispatcher holds `inflight_batches + queued_batches` per worker."""
+    thread: WorkerThread | None = None
+    """The worker thread's own costs; None: free (its host work is in `transfer`)."""
     threads: int = 0
     """Host cores its math threads use (CPU devices): they compete with the CPU workers when the
     host is shared (`HostModel.cores`)."""

@@ -40,7 +40,9 @@ def _devices_cell(summary: dict[str, Any], key: str) -> str:
     cells = []
     for name, device in summary["devices"].items():
         if key == "utilisation":
-            cells.append(f"{name} {100 * device['utilisation']:.0f}%")
+            thread = device["thread_utilisation"]
+            more = f" (thread {100 * thread:.0f}%)" if thread else ""
+            cells.append(f"{name} {100 * device['utilisation']:.0f}%{more}")
         else:
             stages = device["stages"]
             rows = [f"{stages[s]['mean_rows']:.1f}" if s in stages else "-" for s in ("det", "rec")]

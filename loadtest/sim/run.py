@@ -98,7 +98,7 @@ class Simulation:
         )
         self.policy = _TimedPolicy(config.queues, background_share=config.traffic.job_min_share)
         self.placement = Placement()
-        self.admission = Admission(max_pages=config.max_inflight_pages, clock=self.loop.clock)
+        self.admission = Admission(max_pages=config.admission_pages, clock=self.loop.clock)
         load = HostLoad(config.host)
         self.cpu = CpuPoolSim(
             self.loop,

@@ -14,11 +14,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from loadtest.sim.calibration import GpuAssumptions, cpu_device, cpu_workers, gpu_device
+from loadtest.sim.calibration import (
+    H100_FP32_EAGER,
+    GpuProfile,
+    cpu_device,
+    cpu_workers,
+    gpu_device,
+)
 from loadtest.sim.config import SimConfig, default_queues
-from loadtest.sim.model import HostModel
+from loadtest.sim.model import DeviceModel, HostModel
 from loadtest.sim.traffic import TrafficConfig
 from serving.config import QueueConfig
 from serving.scheduling.batch_shapes import BatchingSetting, batching_mode
@@ -34,13 +40,16 @@ class ScenarioOptions:
 
     duration_s: float = 3600.0
     seed: int = 1
-    gpu: GpuAssumptions = field(default_factory=GpuAssumptions)
+    gpu: GpuProfile = H100_FP32_EAGER
+    """The assumed GPU (`calibration.GPU_PROFILES`)."""
     rate_pages_s: float | None = None
     concurrency: int | None = None
     placement: bool | None = None
     max_inflight_pages: int | None = None
     rec_max_wait_ms: float | None = None
     gpu_inflight_batches: int | None = None
+    gpu_queued_batches: int | None = None
+    inflight_pages_per_gpu: int | None = None
     cpu_priority: bool = True
     rec_width_multiple: int | None = None
     batching: BatchingSetting = "auto"
@@ -101,7 +110,7 @@ def _cpu_c2_job(o: ScenarioOptions) -> SimConfig:
 
 
 GPU_TRAFFIC = TrafficConfig(
-    rate_pages_s=2.0,
+    rate_pages_s=25.0,
     burst_every_s=300.0,
     burst_s=20.0,
     burst_factor=2.0,
@@ -110,12 +119,22 @@ GPU_TRAFFIC = TrafficConfig(
     job_max_inflight_pages=8,
     timeout_s=300.0,
 )
-"""Open-loop documents of 1-10 pages near one GPU's capacity (under the default assumptions),
-bursts of 2x for 20 s every 5 minutes, 2% of clients leaving early, and an endless job."""
+"""Open-loop documents of 1-10 pages at about half one GPU's capacity (`H100_FP32_EAGER`, an
+assumption), bursts of 2x for 20 s every 5 minutes, 2% of clients leaving early, and an endless
+job."""
+
+
+def _gpu_device(index: int, o: ScenarioOptions) -> DeviceModel:
+    return gpu_device(
+        index,
+        o.gpu,
+        inflight_batches=o.gpu_inflight_batches,
+        queued_batches=o.gpu_queued_batches,
+    )
 
 
 def _gpu_box(name: str, description: str, with_cpu: bool, o: ScenarioOptions) -> SimConfig:
-    devices = [gpu_device(0, o.gpu, inflight_batches=o.gpu_inflight_batches)]
+    devices = [_gpu_device(0, o)]
     if with_cpu:
         devices.append(cpu_device(threads=2))
     return SimConfig(
@@ -146,9 +165,7 @@ def _eight_gpus(o: ScenarioOptions) -> SimConfig:
     return SimConfig(
         name="8gpu-64cpu",
         description="8 GPUs and 64 CPU workers at 1,000 pages/s, placement on",
-        devices=tuple(
-            gpu_device(i, o.gpu, inflight_batches=o.gpu_inflight_batches) for i in range(8)
-        ),
+        devices=tuple(_gpu_device(i, o) for i in range(8)),
         cpu=cpu_workers(64, priority=o.cpu_priority),
         traffic=traffic,
     )
@@ -217,4 +234,9 @@ def build(name: str, options: ScenarioOptions) -> SimConfig:
         seed=options.seed,
         placement=config.placement if options.placement is None else options.placement,
         max_inflight_pages=options.max_inflight_pages or config.max_inflight_pages,
+        inflight_pages_per_gpu=(
+            config.inflight_pages_per_gpu
+            if options.inflight_pages_per_gpu is None
+            else options.inflight_pages_per_gpu
+        ),
     )

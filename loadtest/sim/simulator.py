@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.sim.calibration import GpuAssumptions
+from loadtest.sim.calibration import GPU_PROFILES, H100_FP32_EAGER
 from loadtest.sim.report import markdown_table, write_overview, write_run
 from loadtest.sim.run import run_simulation
 from loadtest.sim.scenarios import SCENARIOS, ScenarioOptions, build
@@ -41,11 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-inflight-pages", type=int, help="server.max_inflight_pages")
     parser.add_argument("--rec-max-wait-ms", type=float, help="workers.rec_queue.max_wait_ms")
     parser.add_argument("--gpu-inflight-batches", type=int, help="workers.gpu.inflight_batches")
-    gpu = GpuAssumptions()
-    parser.add_argument("--gpu-det-speedup", type=float, default=gpu.det_speedup)
-    parser.add_argument("--gpu-rec-speedup", type=float, default=gpu.rec_speedup)
-    parser.add_argument("--gpu-det-fixed-share", type=float, default=gpu.det_fixed_share)
-    parser.add_argument("--gpu-rec-fixed-share", type=float, default=gpu.rec_fixed_share)
+    parser.add_argument("--gpu-queued-batches", type=int, help="workers.gpu.queued_batches")
+    parser.add_argument("--inflight-pages-per-gpu", type=int, help="server.inflight_pages_per_gpu")
+    parser.add_argument(
+        "--gpu-profile",
+        choices=GPU_PROFILES,
+        default=H100_FP32_EAGER.name,
+        help="assumed GPU speeds, device-thread costs (loadtest.sim.calibration: not measured)",
+    )
     parser.add_argument(
         "--rec-width-multiple", type=int, help="what if rec chunk widths were rounded up"
     )
@@ -83,18 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = ScenarioOptions(
         duration_s=args.duration_s,
         seed=args.seed,
-        gpu=GpuAssumptions(
-            det_speedup=args.gpu_det_speedup,
-            rec_speedup=args.gpu_rec_speedup,
-            det_fixed_share=args.gpu_det_fixed_share,
-            rec_fixed_share=args.gpu_rec_fixed_share,
-        ),
+        gpu=GPU_PROFILES[args.gpu_profile],
         rate_pages_s=args.rate_pages_s,
         concurrency=args.concurrency,
         placement=None if args.placement is None else args.placement == "on",
         max_inflight_pages=args.max_inflight_pages,
         rec_max_wait_ms=args.rec_max_wait_ms,
         gpu_inflight_batches=args.gpu_inflight_batches,
+        gpu_queued_batches=args.gpu_queued_batches,
+        inflight_pages_per_gpu=args.inflight_pages_per_gpu,
         cpu_priority=not args.cpu_fifo,
         rec_width_multiple=args.rec_width_multiple,
         batching=args.batching,

@@ -77,6 +77,8 @@ class Recorder:
     cpu_busy_s: float = 0.0
     """CPU-worker seconds of calls started in the window (discarded results included)."""
     cpu_busy_bins: array[float] = field(default_factory=lambda: array("d"))
+    thread_busy_s: dict[str, float] = field(default_factory=dict)
+    """Device name -> seconds its worker's thread spent on steps started in the window."""
 
     def __post_init__(self) -> None:
         bins = self.bins
@@ -167,3 +169,8 @@ class Recorder:
             self.cpu_busy_bins[self._bin(start)] += seconds
         if self.in_window(start):
             self.cpu_busy_s += seconds
+
+    def thread(self, device: str, start: float, seconds: float) -> None:
+        """`device`'s worker thread took a step of `seconds` at `start`."""
+        if self.in_window(start):
+            self.thread_busy_s[device] = self.thread_busy_s.get(device, 0.0) + seconds

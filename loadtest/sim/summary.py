@@ -57,6 +57,7 @@ def _devices(result: SimResult) -> dict[str, Any]:
         devices[name] = {
             "kind": kind,
             "utilisation": round(compute_s / window, 4),
+            "thread_utilisation": round(recorder.thread_busy_s.get(name, 0.0) / window, 4),
             "stages": stages,
         }
     return devices
@@ -83,13 +84,14 @@ def summarize(result: SimResult) -> dict[str, Any]:
                 "kind": d.kind,
                 "stages": list(d.stages),
                 "inflight_batches": d.inflight_batches,
+                "queued_batches": d.queued_batches,
                 "limits": {s: [d.limits[s].max_batch_size, d.limits[s].max_cost] for s in d.stages},
             }
             for d in config.devices
         ],
         "cpu_workers": config.cpu.workers,
         "host_cores": config.host.cores,
-        "max_inflight_pages": config.max_inflight_pages,
+        "max_inflight_pages": config.admission_pages,
         "queues_max_wait_ms": {s: q.max_wait_ms for s, q in config.queues.items()},
         "throughput_pages_s": round(sum(k["pages_per_s"] for k in kinds.values()), 3),
         "interactive": kinds["interactive"],
