@@ -57,6 +57,23 @@ class ArgmaxOutput(Protocol):
 
 
 @runtime_checkable
+class ByteMapOutput(Protocol):
+    """A detector's predictor that can quantise its probability map to bytes where the model runs
+    (`pipelines.det_byte_map`): on a GPU, a quarter of the float map's bytes to copy back and
+    through shared memory, and nothing to convert on the device worker's thread (issue 40).
+    """
+
+    byte_map_thresh: float | None
+    """The threshold its byte maps are exact at; None: it answers the float map."""
+
+    def output_byte_map(self, thresh: float) -> None:
+        """From now on, answer each batch (`run`, staged slots) with the uint8 byte map of the
+        (n, 1, H, W) probability map, exact at `thresh` (`pipelines.det_byte_map.quantize_map`).
+        `pipelines.stages.ModelStage.byte_map_output` reads it."""
+        ...
+
+
+@runtime_checkable
 class AloneRunner(Protocol):
     """A predictor that can also run a batch on more threads than its own: the device's other
     workers are idle and nothing waits (`serving.workers.device_pool`), so a lone page's batch

@@ -33,6 +33,11 @@ class LanePredictor(SpecPredictor):
     def _forward(self, x: Any) -> Any:
         raise NotImplementedError
 
+    @property
+    def output_dtype(self) -> type[np.generic]:
+        """What `_forward` answers: float32 (a torch detector's byte map: uint8)."""
+        return np.float32
+
     def output_argmax(self) -> None:
         """Answer with the argmax pairs of the output's last axis, computed on the device
         (`models.base.ArgmaxOutput`)."""
@@ -65,7 +70,7 @@ class LanePredictor(SpecPredictor):
         """Issue the slot's copy in, the model and the copy out; returns without waiting."""
         lane = self._ready_lane()
         try:
-            lane.launch(slot, self._forward)
+            lane.launch(slot, self._forward, self.output_dtype)
         except Exception as err:
             raise self._failed(slot.input.shape, err) from err
 
@@ -75,7 +80,7 @@ class LanePredictor(SpecPredictor):
         if batch.ndim != 4:
             raise ValueError(f"expected an NCHW batch, got shape {batch.shape}")
         try:
-            return lane.run(batch, self._forward)
+            return lane.run(batch, self._forward, self.output_dtype)
         except Exception as err:
             raise self._failed(batch.shape, err) from err
 

@@ -63,7 +63,7 @@ class DeviceOps(Protocol):
         ...
 
     def download(self, y: Any, host: np.ndarray, stream: Any) -> None:
-        """Copy the device output `y` into `host` (page-locked, float32, y's shape) on `stream`."""
+        """Copy the device output `y` into `host` (page-locked, y's dtype and shape) on `stream`."""
         ...
 
 
@@ -119,11 +119,13 @@ class Slot:
         self._done = None
         return self.input
 
-    def shape_output(self, shape: tuple[int, ...]) -> np.ndarray:
-        nbytes = int(np.prod(shape)) * 4
+    def shape_output(
+        self, shape: tuple[int, ...], dtype: type[np.generic] = np.float32
+    ) -> np.ndarray:
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         if self._out_buffer.nbytes < nbytes:
             self._out_buffer = self._lane.ops.pinned_host(_grown(nbytes))
-        output: np.ndarray = self._out_buffer[:nbytes].view(np.float32).reshape(shape)
+        output: np.ndarray = self._out_buffer[:nbytes].view(dtype).reshape(shape)
         self._output = output
         return output
 
@@ -206,8 +208,11 @@ class Lane:
         slot.shape_input(tuple(shape), dtype)
         return slot
 
-    def launch(self, slot: Slot, fn: Callable[[Any], Any]) -> None:
-        """Issue the slot's upload, `fn` on the device, and the download; returns at once."""
+    def launch(
+        self, slot: Slot, fn: Callable[[Any], Any], out_dtype: type[np.generic] = np.float32
+    ) -> None:
+        """Issue the slot's upload, `fn` on the device, and the download (of `out_dtype`: what
+        `fn` answers, float32 or a detector's uint8 byte map); returns at once."""
         if slot.launched:
             raise LaneError(f"slot {slot.index} launched twice")
         ops = self.ops
@@ -215,15 +220,21 @@ class Lane:
         ops.wait(self.compute_stream, ops.record(self.upload_stream))
         y = ops.compute(fn, x, self.compute_stream)
         ops.wait(self.download_stream, ops.record(self.compute_stream))
-        ops.download(y, slot.shape_output(ops.output_shape(y)), self.download_stream)
+        host = slot.shape_output(ops.output_shape(y), out_dtype)
+        ops.download(y, host, self.download_stream)
         slot.issued(ops.record(self.download_stream), (x, y))
 
-    def run(self, batch: np.ndarray, fn: Callable[[Any], Any]) -> np.ndarray:
+    def run(
+        self,
+        batch: np.ndarray,
+        fn: Callable[[Any], Any],
+        out_dtype: type[np.generic] = np.float32,
+    ) -> np.ndarray:
         """Stage, launch and wait for one batch; returns a fresh array (no pipelining)."""
         slot = self.stage(batch.shape)
         try:
             np.copyto(slot.input, batch, casting="same_kind")
-            self.launch(slot, fn)
+            self.launch(slot, fn, out_dtype)
             return np.array(slot.result(), copy=True)
         finally:
             slot.release()

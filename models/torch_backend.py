@@ -17,7 +17,9 @@ arrive as uint8 pixels (`stage_pixels`: a quarter of float32's page-locked bytes
 are normalised on the device by a gather from `pipelines.pixels.lookup_table`, which gives the
 host's float32 values bit for bit (`normalize_pixels`). A
 recogniser answers with each step's best class and its probability, computed on the device
-(`output_argmax`, which the server asks for), not with every class's probability.
+(`output_argmax`, which the server asks for), not with every class's probability, and a
+detector with its map quantised to bytes on the device (`output_byte_map`: a quarter of the float
+map's bytes, exact at the threshold, `pipelines.det_byte_map`), which device workers ask for.
 
 Numerics: fp32 by default, with TF32 off (`engine.allow_tf32`); `engine.precision = "fp16"`
 runs the forward under `torch.autocast` (float16): convolutions and matmuls in half precision,
@@ -58,6 +60,7 @@ from models.torch_compile import (
 )
 from models.torch_graph import UnsupportedGraph, host_shapes
 from models.torch_options import bucket_shape
+from pipelines.det_byte_map import BYTE_MAP_SCALE, byte_map_level
 from pipelines.pixels import lookup_table
 
 logger = logging.getLogger(__name__)
@@ -134,6 +137,20 @@ def normalize_pixels(
     return out
 
 
+def quantize_on_device(torch: Any, y: Any, thresh: float) -> Any:
+    """(n, 1, H, W) float32 probability maps on a device -> their uint8 byte maps, where they
+    are, as `pipelines.det_byte_map.quantize_map` computes them: `q > byte_map_level(thresh)`
+    exactly where `y > float32(thresh)`. Reads nothing back (the bounds are Python numbers)."""
+    level = byte_map_level(thresh)
+    rounded = torch.round(y * float(BYTE_MAP_SCALE)).clamp_(0, BYTE_MAP_SCALE)
+    # Against float32(thresh), as the host compares (`postprocess_det`): exact as a Python float,
+    # so in float32 or float64 alike; a tensor made of it here would be a copy the host waits on.
+    above = y > float(np.float32(thresh))
+    return torch.where(above, rounded.clamp(min=level + 1), rounded.clamp(max=level)).to(
+        torch.uint8
+    )
+
+
 class TorchPredictor(LanePredictor):
     """One converted model (the ONNX form of `spec`) on one device; see
     `models.lane_predictor.LanePredictor`."""
@@ -150,6 +167,21 @@ class TorchPredictor(LanePredictor):
         self._table: Any = None
         self.compile_state = CompileState(mode="off", reason="not loaded")
         """What the model runs as (compiled or eager) and why; final after `warmup`."""
+        self.byte_map_thresh: float | None = None
+        """A detector's: the threshold its byte maps are exact at (`output_byte_map`); None:
+        it answers the float map."""
+
+    def output_byte_map(self, thresh: float) -> None:
+        """A detector answers its map as bytes from now on, quantised on the device and exact at
+        `thresh` (`models.base.ByteMapOutput`); other models are not maps, and answer as they
+        did."""
+        if self._spec.kind == "det":
+            self.byte_map_thresh = float(thresh)
+
+    @property
+    def output_dtype(self) -> type[np.generic]:
+        """uint8 for a detector's byte map, else float32."""
+        return np.uint8 if self.byte_map_thresh is not None else np.float32
 
     @property
     def torch_device(self) -> str:
@@ -257,7 +289,9 @@ class TorchPredictor(LanePredictor):
             return
         lane = self._ready_lane()
         try:
-            lane.launch(slot, functools.partial(self._forward_pixels, slot.sizes))
+            lane.launch(
+                slot, functools.partial(self._forward_pixels, slot.sizes), self.output_dtype
+            )
         except Exception as err:
             raise self._failed(slot.input.shape, err) from err
 
@@ -269,7 +303,8 @@ class TorchPredictor(LanePredictor):
     def forward(self, x: Any) -> Any:
         """The model on an NCHW float32 tensor on the device, run at its bucket's shape
         (`models.torch_options.bucket_shape`) and cropped back: its output, or the argmax pairs
-        of its last axis (`output_argmax`). Reads nothing from the device (no host waits)."""
+        of its last axis (`output_argmax`), or a detector's byte map (`output_byte_map`). Reads
+        nothing from the device (no host waits)."""
         torch = self._torch
         if self._module is None:
             raise not_loaded(self._spec)
@@ -309,6 +344,8 @@ class TorchPredictor(LanePredictor):
                 # Ties go to the first index, as numpy's argmax (torch documents the same).
                 values, indices = torch.max(y, dim=-1)
                 y = torch.stack((indices.float(), values), dim=-1)
+            if self.byte_map_thresh is not None:
+                y = quantize_on_device(torch, y, self.byte_map_thresh)
             return y.contiguous()
 
     def warmup(self) -> None:

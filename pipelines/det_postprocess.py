@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pyclipper
 
+from pipelines.det_byte_map import BYTE_MAP_SCALE, byte_map_level
 from pipelines.types import DetInput, DetParams
 
 _MIN_SIZE = 3
@@ -22,7 +23,8 @@ def postprocess_det(
 
     Args:
         prob_map: The (H, W) probability map (the model's `[0, 0]` output plane), float32 or
-            float16.
+            float16, or a byte map (uint8, `pipelines.det_byte_map`): its bitmap is then the
+            pixels above `byte_map_level(params.thresh)`, and box scores its mean over 254.
         det_input: The page's `DetInput`, or its source size as `(src_h, src_w)`.
         params: Thresholds, unclip ratio and candidate cap, used as given.
 
@@ -39,16 +41,26 @@ def postprocess_det(
         src_h, src_w = det_input.src_h, det_input.src_w
     else:
         src_h, src_w = det_input
-    # In float32 whatever the map's dtype (a float16 map: `pipelines.stages.DET`), as PaddleX.
-    bitmap = prob_map > np.float32(params.thresh)
-    boxes = _boxes_from_bitmap(prob_map, bitmap, float(src_w), float(src_h), params)
+    if prob_map.dtype == np.uint8:
+        bitmap = prob_map > np.uint8(byte_map_level(params.thresh))
+        scale = 1 / BYTE_MAP_SCALE
+    else:
+        # In float32 whatever the map's dtype (a float16 map: `pipelines.stages.DET`), as PaddleX.
+        bitmap = prob_map > np.float32(params.thresh)
+        scale = 1.0
+    boxes = _boxes_from_bitmap(prob_map, bitmap, float(src_w), float(src_h), params, scale)
     if not boxes:
         return np.zeros((0, 4, 2), np.int16)
     return np.array(boxes, dtype=np.int16)
 
 
 def _boxes_from_bitmap(
-    pred: np.ndarray, bitmap: np.ndarray, dest_w: float, dest_h: float, params: DetParams
+    pred: np.ndarray,
+    bitmap: np.ndarray,
+    dest_w: float,
+    dest_h: float,
+    params: DetParams,
+    scale: float = 1.0,
 ) -> list[np.ndarray]:
     # Mirrors DBPostProcess.boxes_from_bitmap (PaddleX 3.7.2).
     height, width = bitmap.shape
@@ -62,7 +74,7 @@ def _boxes_from_bitmap(
         points, sside = _get_mini_boxes(contour)
         if sside < _MIN_SIZE:
             continue
-        score = _box_score_fast(pred, points)
+        score = _box_score_fast(pred, points) * scale
         if params.box_thresh > score:
             continue
         expanded = _unclip(points, params.unclip_ratio).reshape(-1, 1, 2)
@@ -99,7 +111,9 @@ def _box_score_fast(bitmap: np.ndarray, box_in: np.ndarray) -> float:
     box[:, 0] = box[:, 0] - xmin
     box[:, 1] = box[:, 1] - ymin
     cv2.fillPoly(mask, [box.reshape(-1, 2).astype(np.int32)], (1,))
-    region = bitmap[ymin : ymax + 1, xmin : xmax + 1].astype(np.float32, copy=False)
+    region = bitmap[ymin : ymax + 1, xmin : xmax + 1]
+    if region.dtype != np.uint8:  # a byte map is averaged as it is
+        region = region.astype(np.float32, copy=False)
     return float(cv2.mean(region, mask)[0])
 
 

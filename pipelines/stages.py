@@ -37,6 +37,11 @@ class ModelStage(Generic[OutputT]):
     reads those from (..., 2) float32 [index, value] pairs instead, which an engine can compute
     where the model runs (`models.base.ArgmaxOutput`; on a GPU, 8 bytes a step copied back
     instead of 4 a class)."""
+    byte_map_output: Callable[[np.ndarray], OutputT] | None = None
+    """Set where `output` reads a probability map that DB post-processing can read as a byte map
+    (`pipelines.det_byte_map`): reads that (..., 1, H, W) uint8 map instead, which an engine can
+    quantise where the model runs (`models.base.ByteMapOutput`; on a GPU, a quarter of the
+    float map's bytes copied back)."""
 
     def reading_argmax(self) -> ModelStage[OutputT]:
         """This stage for a model whose engine answers with the argmax pairs.
@@ -47,6 +52,16 @@ class ModelStage(Generic[OutputT]):
         if self.argmax_output is None:
             raise ValueError(f"the {self.name} stage reads more than the argmax of its output")
         return dataclasses.replace(self, output=self.argmax_output, argmax_output=None)
+
+    def reading_byte_map(self) -> ModelStage[OutputT]:
+        """This stage for a model whose engine answers with a byte map.
+
+        Raises:
+            ValueError: the stage's output is not a map that can be read as bytes.
+        """
+        if self.byte_map_output is None:
+            raise ValueError(f"the {self.name} stage does not read a byte map")
+        return dataclasses.replace(self, output=self.byte_map_output, byte_map_output=None)
 
 
 def _det_output(raw: np.ndarray) -> np.ndarray:
@@ -64,6 +79,14 @@ def _det_output(raw: np.ndarray) -> np.ndarray:
     return np.where(maps < tiny, np.float32(0), maps).astype(np.float16)
 
 
+def _det_byte_map_output(raw: np.ndarray) -> np.ndarray:
+    """(n, 1, H, W) byte maps -> (n, H, W), as they are (a view: no work on the worker's thread
+    but the copy into shared memory)."""
+    if raw.ndim != 4 or raw.shape[1] != 1 or raw.dtype != np.uint8:
+        raise ValueError(f"expected an (n, 1, H, W) uint8 byte map, got {raw.shape} {raw.dtype}")
+    return raw[:, 0]
+
+
 def _cls_output(raw: np.ndarray) -> np.ndarray:
     """(n, num_classes) probabilities, as float32."""
     return np.ascontiguousarray(raw, dtype=np.float32)
@@ -72,8 +95,11 @@ def _cls_output(raw: np.ndarray) -> np.ndarray:
 ORI: ModelStage[np.ndarray] = ModelStage(name="ori", output=_cls_output, large_output=False)
 """Page orientation: one page a row (`pipelines.page_orientation`); the output is its class
 probabilities."""
-DET: ModelStage[np.ndarray] = ModelStage(name="det", output=_det_output, large_output=True)
-"""Text detection: one page a row; the output is its DB probability map."""
+DET: ModelStage[np.ndarray] = ModelStage(
+    name="det", output=_det_output, large_output=True, byte_map_output=_det_byte_map_output
+)
+"""Text detection: one page a row; the output is its DB probability map (float16), or the byte
+map its engine quantised (`pipelines.det_byte_map`)."""
 CLS: ModelStage[np.ndarray] = ModelStage(name="cls", output=_cls_output, large_output=False)
 """Textline orientation: one crop a row; the output is its class probabilities."""
 REC: ModelStage[tuple[np.ndarray, np.ndarray]] = ModelStage(

@@ -86,7 +86,7 @@ class Metrics:
         self.shm_bytes = Counter(
             "ocr_shm_bytes",
             "Bytes moved through shared memory between the CPU workers and the device workers: "
-            "model inputs to the devices (uint8 pixels), detection maps back (float16).",
+            "model inputs to the devices (uint8 pixels), detection maps back (float16, or uint8).",
             ["stage", "direction"],
             registry=r,
         )

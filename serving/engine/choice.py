@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from models.base import ArgmaxOutput, EngineBackendError
+from models.base import ArgmaxOutput, ByteMapOutput, EngineBackendError
 from models.engine_options import EngineOptions, device_kind
 from models.openvino_backend import OpenVinoPredictor
 from models.openvino_precision import PrecisionChoice, summarise
@@ -96,15 +96,32 @@ def engine_choice(config: AppConfig, device: str, *, alone: bool = False) -> Eng
 def model_stages(predictors: Mapping[str, object]) -> dict[str, ModelStage[Any]]:
     """Each predictor's stage, as that predictor answers it. Where a stage reads only the argmax
     of its model's output and the engine can compute it next to the model (`ArgmaxOutput`: the
-    torch engine), the predictor is asked to, and the stage reads its pairs. Idempotent."""
+    torch engine), the predictor is asked to, and the stage reads its pairs. A detector that
+    answers byte maps (`use_byte_maps`) is read as one. Idempotent."""
     stages: dict[str, ModelStage[Any]] = {}
     for name, predictor in predictors.items():
         stage = MODEL_STAGES[stage_kind(name)]  # "rec@PP-OCRv6_small" reads as "rec"
         if stage.argmax_output is not None and isinstance(predictor, ArgmaxOutput):
             predictor.output_argmax()
             stage = stage.reading_argmax()
+        if (
+            stage.byte_map_output is not None
+            and isinstance(predictor, ByteMapOutput)
+            and predictor.byte_map_thresh is not None
+        ):
+            stage = stage.reading_byte_map()
         stages[name] = stage
     return stages
+
+
+def use_byte_maps(predictors: Mapping[str, object], thresh: float) -> None:
+    """Ask every detector whose engine can (`ByteMapOutput`: the torch engine) to answer its map
+    as bytes quantised where it runs, exact at `thresh` (`[pipeline.det] thresh`:
+    `pipelines.det_byte_map`); `model_stages` then reads them so. Other engines answer the float
+    map, which keeps the CPU engines' boxes PaddleOCR's."""
+    for name, predictor in predictors.items():
+        if stage_kind(name) == "det" and isinstance(predictor, ByteMapOutput):
+            predictor.output_byte_map(thresh)
 
 
 COMPILE_KEYS = ("compile", "compile_reason")

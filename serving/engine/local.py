@@ -12,7 +12,7 @@ from models.bundle import load_bundle
 from pipelines.ocr import run_page
 from pipelines.types import ClsParams, PageResult
 from serving.config import AppConfig
-from serving.engine.choice import engine_choice, model_stages
+from serving.engine.choice import engine_choice, model_stages, use_byte_maps
 from serving.request_options import OcrOptions, ocr_options
 
 
@@ -32,6 +32,8 @@ class LocalEngine:
         """Create the predictors."""
         for predictor in self.predictors.values():
             predictor.load()
+        # As the server's device workers read them (`serving.workers.device_worker`).
+        use_byte_maps(self.predictors, self.config.pipeline.det.thresh)
 
     def ocr(self, image: np.ndarray, options: OcrOptions | None = None) -> PageResult:
         """OCR one BGR page."""

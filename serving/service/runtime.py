@@ -160,6 +160,7 @@ class Runtime:
             engine_retain_bytes=engine_retain_bytes(
                 budget_bytes, sum("det" in spec.stages for spec in specs)
             ),
+            det_thresh=config.pipeline.det.thresh,
         )
         metrics = Metrics()
         devices = DevicePool(

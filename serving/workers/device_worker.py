@@ -3,8 +3,9 @@
 It only executes what the main process hands it (policy lives in `serving.scheduling`).
 Inputs arrive as shared-memory references to uint8 pixels (`pipelines.pixels`), which the worker
 collates and normalises to the model's float32 input right before inference; detection maps leave
-the same way, while recognition and classification results, already reduced to small arrays,
-travel inline.
+the same way (float16, or as the torch engine quantised them to bytes on its device:
+`pipelines.det_byte_map`), while recognition and classification results, already reduced to small
+arrays, travel inline.
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ from models.spec import load_model_spec
 from models.staging import PixelInput, Slot, StagedPredictor
 from pipelines.pixels import normalize, row_sizes
 from pipelines.stages import ModelStage, Stage
-from serving.engine.choice import compile_report, model_stages, precision_report
+from serving.engine.choice import (
+    compile_report,
+    model_stages,
+    precision_report,
+    use_byte_maps,
+)
 from serving.errors import OcrError, PredictorFailed
 from serving.model_sets import stage_kind
 from serving.workers import shm
@@ -94,6 +100,9 @@ class WorkerSetup:
     """Working memory the detector's engine may keep between pages: after a batch whose input
     needs more (its pixels times the measured bytes per pixel), the engine is asked to release it
     (`serving.scheduling.page_memory.engine_retain_bytes`: a share of the memory budget)."""
+    det_thresh: float | None = None
+    """`[pipeline.det] thresh`: a detector whose engine quantises its map on the device answers
+    byte maps exact at it (`serving.engine.choice.use_byte_maps`); None: float maps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +163,8 @@ class DeviceWorkerChild:
     def use(self, predictors: dict[str, Any]) -> None:
         """Serve with these loaded predictors, one a stage (`load` makes them from the spec)."""
         self.predictors = dict(predictors)
+        if self.setup.det_thresh is not None:
+            use_byte_maps(self.predictors, self.setup.det_thresh)
         self.stages = model_stages(self.predictors)
 
     def warm_up(self) -> dict[str, Any]:

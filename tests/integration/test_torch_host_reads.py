@@ -4,7 +4,8 @@ CPU: every read of a tensor's value by Python (`.item`, `.tolist`, `.cpu`, `.num
 counts them; on a GPU each would wait for all the work queued before it. The det and rec
 forwards make none, at exact shapes and at every bucket of a small bucket set, where the
 converted graph as onnx2torch makes it reads dozens; so does `launch` with uint8 pixels, the
-server's path (copy in, normalisation on the device, forward, copy out). Both models compile whole
+server's path (copy in, normalisation on the device, forward, the detector's map quantised to
+bytes, copy out). Both models compile whole
 (`torch.compile(fullgraph=True)`) and the compiled forward answers what the eager one does.
 That the exact mode still reads Paddle's texts is `test_torch_engine.py`."""
 
@@ -23,6 +24,7 @@ from models.bundle import load_bundle
 from models.engine_options import EngineOptions
 from models.spec import ModelSpec
 from models.torch_options import TorchOptions, bucket_shape, rec_buckets
+from pipelines.types import DetParams
 from serving.config import AppConfig, EngineConfig
 
 torch = pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
@@ -77,6 +79,8 @@ def _predictor(spec: ModelSpec, options: TorchOptions) -> TorchPredictor:
     predictor.load()
     if spec.kind == "rec":
         predictor.output_argmax()  # as the server asks
+    else:
+        predictor.output_byte_map(DetParams().thresh)  # quantised on the device, as served
     return predictor
 
 
@@ -158,6 +162,7 @@ def test_launch_with_uint8_pixels_reads_nothing_from_the_device(
             slot.release()
         assert dict(reads.counts) == {}, f"{kind} at {shape} ({mode}) read the device"
         assert out.shape[0] == n
+        assert out.dtype == (np.uint8 if kind == "det" else np.float32)  # det: its byte map
 
 
 @pytest.mark.filterwarnings("ignore:Using a non-tuple sequence:UserWarning")  # onnx2torch's Slice
