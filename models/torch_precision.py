@@ -13,8 +13,9 @@ synthetic test pages PP-OCRv5 mobile's detector and recogniser both at fp16 read
 `HALF_MAX_CER_LOSS` of fp32 per language, with no more merged words
 (`loadtest.accuracy.merged_words`). bf16 (8 mantissa bits to fp16's 11) is not a stand-in for a
 GPU's fp16: its recogniser drops spaces on the same pages. On the CPU fp16 is slower than fp32
-(measured: the recogniser 1.2x as long on a Xeon with AVX512-FP16), so "auto" keeps the CPU at
-fp32; "fp16" and "bf16" asked for run there all the same (the torch engine's autocast).
+(measured: the three test pages took 79 s to fp32's 64 s on a Xeon with AVX512-FP16 and AMX, two
+busy cores), so "auto" keeps the CPU at fp32; "fp16" and "bf16" asked for run there all the same
+(the torch engine's autocast). Measured per stage: docs/gpus.md, fp16.
 
 Pure: nothing here imports torch, so that every device and backend is tested on any machine.
 """
