@@ -12,8 +12,13 @@ DeviceKind = Literal["cpu", "gpu"]
 DEVICE_KINDS: tuple[DeviceKind, ...] = get_args(DeviceKind)
 
 Precision = Literal["fp32", "fp16", "bf16"]
-"""Compute precision: fp16 on GPUs; bf16 (torch autocast) on GPUs and the CPU."""
+"""Compute precision: fp16 on GPUs (and the torch engine's autocast on the CPU, the tests' stand-in
+for a GPU's); bf16 (torch autocast) on GPUs and the CPU."""
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+PrecisionSetting = Literal["auto", "fp32", "fp16", "bf16"]
+"""`engine.precision`: a precision, or "auto", resolved per device and engine backend when the
+worker's options are built (`models.torch_precision.choose_precision`)."""
+PRECISION_SETTINGS: tuple[PrecisionSetting, ...] = get_args(PrecisionSetting)
 
 OpenVinoPrecision = Literal["f32", "bf16", "int8"]
 """OpenVINO's CPU inference precision: f32 keeps Paddle's text; bf16 is faster and changes it;
@@ -62,8 +67,13 @@ class EngineOptions:
     gpu_memory_pool_mb: int = 100
     """Initial GPU memory pool of the predictor."""
     precision: Precision = "fp32"
-    """GPU compute precision (and TensorRT engine precision when `use_tensorrt`); "bf16" is the
-    torch engine's autocast in bfloat16, the CPU's stand-in for fp16 (tests)."""
+    """Compute precision (and TensorRT engine precision when `use_tensorrt`): "fp16" and "bf16"
+    are the torch engine's autocast, on GPUs and the CPU; Paddle runs "fp16" on GPUs only."""
+    precision_reason: str = "engine.precision"
+    """Why `precision` (`models.torch_precision.PrecisionPlan`): for the log and `/readyz`."""
+    precision_fallback: bool = False
+    """The worker reloads its models at fp32 when its warm-up page reads wrong at `precision`
+    ("auto" resolved to fp16: `models.torch_precision`)."""
     allow_tf32: bool = False
     """Let CUDA matmuls and convolutions use TF32 (torch engine; faster, less exact)."""
     use_tensorrt: bool = False
@@ -113,8 +123,8 @@ class EngineOptions:
             raise EngineOptionsError(
                 f"precision must be 'fp32', 'fp16' or 'bf16', got {self.precision!r}"
             )
-        if not self.is_gpu and (self.precision == "fp16" or self.use_tensorrt):
-            raise EngineOptionsError("fp16 and TensorRT need a GPU device ('gpu:N')")
+        if not self.is_gpu and self.use_tensorrt:
+            raise EngineOptionsError("TensorRT needs a GPU device ('gpu:N')")
         if self.openvino_precision not in OPENVINO_PRECISION_SETTINGS:
             raise EngineOptionsError(
                 "openvino_precision must be 'auto', 'f32', 'bf16' or 'int8', "

@@ -21,10 +21,12 @@ recogniser answers with each step's best class and its probability, computed on 
 detector with its map quantised to bytes on the device (`output_byte_map`: a quarter of the float
 map's bytes, exact at the threshold, `pipelines.det_byte_map`), which device workers ask for.
 
-Numerics: fp32 by default, with TF32 off (`engine.allow_tf32`); `engine.precision = "fp16"`
-runs the forward under `torch.autocast` (float16): convolutions and matmuls in half precision,
-softmax, and the recogniser's LayerNorm variance (`pow`, `sqrt`, `div`), in fp32, as autocast
-keeps them; "bf16" the same in bfloat16, on the CPU too (where CI proves the autocast path).
+Numerics: the precision of the options (`models.torch_precision`: `engine.precision = "auto"`
+is fp16 on a GPU, fp32 on the CPU), with TF32 off (`engine.allow_tf32`). fp16 runs the forward
+under `torch.autocast` (float16): convolutions and matmuls in half precision, softmax, and the
+recogniser's LayerNorm variance (`pow`, `sqrt`, `div`), in fp32, as autocast keeps them; "bf16"
+the same in bfloat16. Both run on the CPU too, where fp16 stands in for a GPU's in `make test`
+(tests/integration/test_torch_half.py: PP-OCRv5 mobile reads the test pages as at fp32).
 (Casting the whole module with `.half()` changed 1 character in 12 lines on PP-OCRv5 mobile;
 autocast is not measured on a GPU yet.)
 Installed by the `torch` extra (`pip install -e '.[torch]'`); PyPI's torch is the CUDA build.
@@ -220,12 +222,13 @@ class TorchPredictor(LanePredictor):
         self._module = self._compiled(module)
         self._lane = worker_lane(device, inflight_batches=self._options.inflight_batches)
         logger.info(
-            "loaded %s model=%s device=%s precision=%s tf32=%s host_reads_free=%s compile=%s "
-            "shapes=%s in %.2fs (compile: %s)",
+            "loaded %s model=%s device=%s precision=%s (%s) tf32=%s host_reads_free=%s "
+            "compile=%s shapes=%s in %.2fs (compile: %s)",
             self._spec.kind,
             self._spec.model_name,
             device,
             self._options.precision,
+            self._options.precision_reason,
             self._options.allow_tf32,
             self.host_reads_free,
             self.compile_state.mode,

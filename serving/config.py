@@ -18,10 +18,10 @@ from typing import Any, Literal, TypeVar
 from models.engine_options import (
     DEVICE_KINDS,
     OPENVINO_PRECISION_SETTINGS,
-    PRECISIONS,
+    PRECISION_SETTINGS,
     DeviceKind,
     OpenVinoPrecisionSetting,
-    Precision,
+    PrecisionSetting,
 )
 from models.registry import BACKENDS, backend_names
 from models.torch_options import TorchOptions
@@ -437,9 +437,12 @@ class EngineConfig:
     mkldnn_cache_capacity: int = 10
     """Bounds oneDNN's per-shape cache (an unbounded one leaks with varying input sizes)."""
     gpu_memory_pool_mb: int = 500
-    precision: Precision = "fp32"
-    """"fp32", "fp16" (GPU only) or "bf16" (the torch engine's autocast in bfloat16, on GPUs and
-    the CPU: the CPU's stand-in for fp16 in tests; Paddle reads it as fp32)."""
+    precision: PrecisionSetting = "auto"
+    """"auto" (fp16 autocast for the torch engine on a GPU, falling back to fp32 where a worker's
+    warm-up page reads wrong at fp16; fp32 on the CPU and on Paddle's GPU engine), "fp32",
+    "fp16" (GPUs; the torch engine's autocast on the CPU too) or "bf16" (the torch engine's
+    autocast in bfloat16, on GPUs and the CPU). Resolved per worker, reported in `/readyz` with
+    why: `models.torch_precision`."""
     allow_tf32: bool = False
     """TF32 for CUDA matmuls and convolutions (torch engine on GPUs); off keeps fp32 exact."""
     use_tensorrt: bool = False
@@ -481,7 +484,11 @@ class EngineConfig:
             "engine.openvino_precision",
             f"must be {choices_text(OPENVINO_PRECISION_SETTINGS)}",
         )
-        _check(self.precision in PRECISIONS, "engine.precision", "must be fp32, fp16 or bf16")
+        _check(
+            self.precision in PRECISION_SETTINGS,
+            "engine.precision",
+            f"must be {choices_text(PRECISION_SETTINGS)}",
+        )
         _check(
             self.batching in BATCHING_SETTINGS,
             "engine.batching",

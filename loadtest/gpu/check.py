@@ -69,6 +69,7 @@ from loadtest.gpu.device_batches import (
 from loadtest.gpu.probes import (
     launch_timing,
     overlap_check,
+    run_precision,
     sync_counts,
     torch_options,
     warmup_timing,
@@ -455,7 +456,7 @@ def compare_texts(
     vs_cpu = text_differences(pages, cpu, read)
     vs_paddle = text_differences(pages, paddle, read)
     cer_vs_cpu = cer(cpu, read)
-    fp16 = args.precision == "fp16" and args.device != "cpu"
+    fp16 = run_precision(args) == "fp16"
     return {
         "batching": "bucketed",
         "equal_to_cpu": not vs_cpu,
@@ -615,8 +616,20 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
         "levels_over_admission": (report.get("server") or {}).get("over_admission", []),
         "texts_equal_to_cpu": (report.get("texts") or {}).get("equal_to_cpu"),
         "texts_pass": (report.get("texts") or {}).get("passes"),
+        "precision_served": precision_served(report.get("server")),
         "skipped": sorted(report.get("skipped", {})),
         "tests": tests.get("verdict", "not run"),
+    }
+
+
+def precision_served(server: dict[str, Any] | None) -> dict[str, str]:
+    """Each device worker's precision and why, as the server's `/readyz` said it ("auto"
+    resolved, or fallen back to fp32 where the warm-up page read wrong at fp16)."""
+    devices = (server or {}).get("ready_devices") or {}
+    return {
+        name: f"{device.get('precision', '?')} ({device.get('precision_reason', '?')})"
+        for name, device in devices.items()
+        if isinstance(device, dict)
     }
 
 
@@ -651,8 +664,10 @@ def markdown(report: dict[str, Any]) -> str:
     limits = report.get("engine_limit") or {}
     gpu = limits.get("gpu") or {}
     lines = [
-        f"# GPU check ({report['device']}, {report['backend']}, {report['precision']})",
+        f"# GPU check ({report['device']}, {report['backend']}, {report['precision']}"
+        f" -> {report.get('precision_resolved', '?')})",
         "",
+        f"- precision the server's workers run at, and why: {s.get('precision_served') or '-'}",
         "- host syncs per forward: "
         + (", ".join(f"{k} {_fmt(v)}" for k, v in s["syncs_per_forward"].items()) or "-")
         + "; per launch of uint8 pixels: "
@@ -831,7 +846,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="gpu:0", help='"gpu:N", or "cpu" for a dry run')
     parser.add_argument("--backend", default="torch", help="engine.gpu_backend")
     parser.add_argument("--cpu-backend", default="torch", help="the mixed run's CPU worker")
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        choices=("auto", "fp32", "fp16"),
+        help='engine.precision ("auto", the default: fp16 on a GPU; fp32 where it reads wrong)',
+    )
     parser.add_argument("--torch-compile", default="off", choices=TORCH_COMPILE_MODES)
     parser.add_argument("--torch-shapes", default="buckets", choices=TORCH_SHAPES)
     parser.add_argument("--concurrency", default="32,64,128", help="levels, comma-separated")
@@ -877,6 +897,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "device": args.device,
         "backend": args.backend,
         "precision": args.precision,
+        "precision_resolved": run_precision(args),
         "torch": {"compile": args.torch_compile, "shapes": args.torch_shapes},
         "cpu_workers": args.cpu_workers or available_cpus(),
         "budget_s": args.budget_s,

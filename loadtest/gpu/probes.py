@@ -15,9 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from models.engine_options import EngineOptions
+from models.engine_options import EngineOptions, Precision
 from models.torch_options import TorchCompile, TorchOptions
+from models.torch_precision import choose_precision
 from serving.config import WorkersConfig
+
+
+def run_precision(args: argparse.Namespace) -> Precision:
+    """The precision the run's torch engine computes in: `--precision` ("auto": fp16 on a GPU)
+    resolved as a server's worker resolves `engine.precision` (`models.torch_precision`), before
+    any fallback its warm-up page may cause; fp32 on the CPU (a dry run)."""
+    if args.device == "cpu":
+        return "fp32"
+    return choose_precision(args.precision, gpu=True, backend=args.backend).precision
 
 
 def torch_options(args: argparse.Namespace) -> TorchOptions:
@@ -40,7 +50,7 @@ def launch_timing(args: argparse.Namespace, repeats: int = 5) -> dict[str, Any]:
 
     options = EngineOptions(
         device=args.device,
-        precision=args.precision if args.device != "cpu" else "fp32",
+        precision=run_precision(args),
         torch=torch_options(args),
     )
     rng = np.random.default_rng(0)
@@ -132,7 +142,7 @@ def sync_counts(args: argparse.Namespace) -> dict[str, Any]:
 
     options = EngineOptions(
         device=args.device,
-        precision=args.precision if args.device != "cpu" else "fp32",
+        precision=run_precision(args),
         torch=torch_options(args),
     )
     cuda = args.device != "cpu" and torch.cuda.is_available()
@@ -215,7 +225,7 @@ def overlap_check(args: argparse.Namespace) -> dict[str, Any]:
 
     options = EngineOptions(
         device=args.device,
-        precision=args.precision,
+        precision=run_precision(args),
         torch=torch_options(args),
         inflight_batches=WorkersConfig().gpu.inflight_batches,
     )
@@ -244,7 +254,7 @@ def warmup_timing(args: argparse.Namespace) -> dict[str, Any]:
 
     options = EngineOptions(
         device=args.device,
-        precision=args.precision if args.device != "cpu" else "fp32",
+        precision=run_precision(args),
         torch=torch_options(args),
     )
     result: dict[str, Any] = {"compile": options.torch.compile, "shapes": options.torch.shapes}

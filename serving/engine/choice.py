@@ -11,6 +11,7 @@ from models.engine_options import EngineOptions, device_kind
 from models.openvino_backend import OpenVinoPredictor
 from models.openvino_precision import PrecisionChoice, summarise
 from models.registry import EngineChoice
+from models.torch_precision import choose_precision
 from pipelines.stages import MODEL_STAGES, ModelStage
 from serving.config import STAGES, AppConfig, EngineConfig
 from serving.engine.gpu_choice import AUTO, choose_gpu_engine
@@ -25,14 +26,22 @@ def engine_options(
     inflight_batches: int = 1,
     lone_threads: int = 0,
     max_batch_rows: tuple[tuple[str, int], ...] = (),
+    backend: str | None = None,
 ) -> EngineOptions:
     """Predictor settings for one device ("cpu" or "gpu:N") from the `[engine]` section, the
     batches its worker holds at once (`workers.<kind>.inflight_batches`) and the threads of a
-    batch it runs alone (CPU device workers; 0: none).
+    batch it runs alone (CPU device workers; 0: none), for `backend` (None: the one configured
+    for the device's kind; a GPU's "auto" counts as torch).
 
-    fp16 and TensorRT apply to GPUs only, oneDNN to the CPU only.
+    `engine.precision` is resolved for the device and backend (`models.torch_precision`);
+    TensorRT applies to GPUs only, oneDNN to the CPU only.
     """
-    gpu = device_kind(device) == "gpu"
+    kind = device_kind(device)
+    gpu = kind == "gpu"
+    backend = backend or engine.backend_for(kind)
+    plan = choose_precision(
+        engine.precision, gpu=gpu, backend="torch" if backend == AUTO else backend
+    )
     return EngineOptions(
         device=device,
         cpu_threads=cpu_threads,
@@ -40,7 +49,9 @@ def engine_options(
         enable_mkldnn=engine.enable_mkldnn and not gpu,
         mkldnn_cache_capacity=engine.mkldnn_cache_capacity,
         gpu_memory_pool_mb=engine.gpu_memory_pool_mb,
-        precision=engine.precision if gpu or engine.precision == "bf16" else "fp32",
+        precision=plan.precision,
+        precision_reason=plan.reason,
+        precision_fallback=plan.fallback,
         allow_tf32=engine.allow_tf32 and gpu,
         use_tensorrt=engine.use_tensorrt and gpu,
         trt_workspace_bytes=engine.trt_workspace_bytes,
@@ -89,6 +100,7 @@ def engine_choice(config: AppConfig, device: str, *, alone: bool = False) -> Eng
             inflight_batches=workers.inflight_batches,
             lone_threads=config.cpu_lone_threads if alone else 0,
             max_batch_rows=tuple((s, workers.limits(s).max_batch_size) for s in STAGES),
+            backend=backend,
         ),
     )
 
@@ -154,7 +166,7 @@ PRECISION_KEYS = ("precision", "precision_reason", "precision_layers")
 def precision_report(predictors: Mapping[str, object], options: EngineOptions) -> dict[str, str]:
     """Which precision a worker's loaded models run at, and why, for its start-up log and
     `/readyz`: OpenVINO's choice for each model (`models.openvino_precision`), else the options'
-    `precision` (fp16 on GPUs only)."""
+    `precision` and its reason (`models.torch_precision`)."""
     choices: dict[str, PrecisionChoice] = {
         stage: predictor.precision
         for stage, predictor in predictors.items()
@@ -162,6 +174,4 @@ def precision_report(predictors: Mapping[str, object], options: EngineOptions) -
     }
     if choices:
         return summarise(choices)
-    as_set = options.is_gpu or options.precision == "bf16"
-    reason = "engine.precision" if as_set else "engine.precision (fp16 is GPU only)"
-    return {"precision": options.precision, "precision_reason": reason}
+    return {"precision": options.precision, "precision_reason": options.precision_reason}

@@ -34,6 +34,7 @@ from models.engine_options import device_kind
 from models.registry import EngineChoice
 from models.spec import load_model_spec
 from models.staging import PixelInput, Slot, StagedPredictor
+from models.torch_precision import PrecisionPlan, fall_back
 from pipelines.pixels import normalize, row_sizes
 from pipelines.stages import ModelStage, Stage
 from serving.engine.choice import (
@@ -168,17 +169,52 @@ class DeviceWorkerChild:
         self.stages = model_stages(self.predictors)
 
     def warm_up(self) -> dict[str, Any]:
-        from serving.engine.warmup import check_warmup_texts, warm_up_page
+        """Read the warm-up page with every stage and check its text (once more at fp32 where an
+        "auto" half precision read it wrong: `models.torch_precision`); what the worker reports
+        ready with."""
+        from serving.engine.warmup import WarmupMismatch
 
         started = time.monotonic()
-        texts = warm_up_page(self.predictors, self.setup.model_dirs)
-        check_warmup_texts(texts, self.predictors)
+        try:
+            texts = self._read_warmup_page()
+        except WarmupMismatch as err:
+            if not self.spec.engine.options.precision_fallback:
+                raise
+            self._reload_at_fp32(str(err))
+            texts = self._read_warmup_page()
         return {
             "warmup_s": round(time.monotonic() - started, 3),
             "warmup_texts": texts,
             LONE_THREADS_KEY: self.lone_threads(),
             **self.measure_memory(),
         }
+
+    def _read_warmup_page(self) -> list[str]:
+        from serving.engine.warmup import check_warmup_texts, warm_up_page
+
+        texts = warm_up_page(self.predictors, self.setup.model_dirs)
+        check_warmup_texts(texts, self.predictors)
+        return texts
+
+    def _reload_at_fp32(self, why: str) -> None:
+        """Give up the half precision "auto" chose: its warm-up page read wrong (`why`). The
+        models are loaded again at fp32 (a compiled model's graphs are per precision), and the
+        spec's options say why, for the ready report."""
+        options = self.spec.engine.options
+        plan = fall_back(
+            PrecisionPlan(options.precision, options.precision_reason, fallback=True), why
+        )
+        logger.warning("device worker %s: %s", self.spec.name, plan.reason)
+        self.close()
+        fp32 = dataclasses.replace(
+            options,
+            precision=plan.precision,
+            precision_reason=plan.reason,
+            precision_fallback=plan.fallback,
+        )
+        engine = dataclasses.replace(self.spec.engine, options=fp32)
+        self.spec = dataclasses.replace(self.spec, engine=engine)
+        self.load()
 
     def lone_threads(self) -> int:
         """Threads a batch sent to run alone runs on: `lone_threads` where a predictor of this
@@ -491,7 +527,7 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
         conn.send(("fatal", f"{type(err).__name__}: {err}"))
         return
     info["pid"] = os.getpid()
-    info.update(precision_report(worker.predictors, spec.engine.options))
+    info.update(precision_report(worker.predictors, worker.spec.engine.options))
     info.update(compile_report(worker.predictors))
     logger.info("device worker %s ready: %s", spec.name, info)
     conn.send(("ready", info))

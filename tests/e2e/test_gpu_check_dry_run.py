@@ -78,6 +78,11 @@ def test_the_gpu_checks_dry_run_runs_every_part(bundle: Path, tmp_path: Path) ->
     assert report["server"]["admission"]["max_pages"] >= 1
     assert report["summary"]["levels_over_admission"] == []
     assert set(report["warmup"]) >= {"det", "rec"}
+    # The check runs the default precision ("auto") and says what it resolved to: fp32 on the CPU.
+    assert (report["precision"], report["precision_resolved"]) == ("auto", "fp32")
+    served = report["summary"]["precision_served"]
+    assert served, report["server"].get("ready_devices")
+    assert all(v.startswith("fp32 (auto: ") for v in served.values()), served
     # One level (concurrency 1) of at least --requests (2), more where the engine limit's pace
     # asks for more (`level_requests`), every one answered.
     (level,) = report["server"]["levels"]

@@ -16,6 +16,8 @@ CUDA error once a file appears:
   OCR_FAKE_CUDA_FAULT_FILE=PATH the first batch to find PATH removes it and raises an illegal
   memory access; every later batch of that process raises it too (the context is lost), while
   a fresh process runs normally.
+`PRECISION_FAKE` ("tests.fakes.predictors:PRECISION_FAKE"): model-free predictors that keep the
+precision their options give (`PrecisionFake.ran_at`), for the warm-up's fallback to fp32.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from models.base import EngineBackend, Predictor
 from models.engine_options import DEVICE_KINDS, EngineOptions, device_kind
 from models.fake_predictor import FakePredictor
 from models.paddle_backend import PADDLE
-from models.spec import MODEL_FORMATS, ModelSpec
+from models.spec import MODEL_FORMATS, ModelKind, ModelSpec
 
 
 class FakeCls:
@@ -177,4 +179,28 @@ CUDA_FAULT = EngineBackend(
     devices=frozenset(DEVICE_KINDS),
     formats=frozenset(MODEL_FORMATS),
     create=_cuda_fault,
+)
+
+
+class PrecisionFake(FakePredictor):
+    """A model-free predictor that keeps the precision its options give it (`ran_at`) and says it
+    reads text, so that a device worker checks its warm-up page: for the fallback to fp32 of an
+    "auto" half precision (`models.torch_precision`), with the page's text faked."""
+
+    reads_text = True
+
+    def __init__(self, kind: ModelKind, ran_at: str) -> None:
+        super().__init__(kind)
+        self.ran_at = ran_at
+
+
+def _precision_fake(spec: ModelSpec, options: EngineOptions) -> Predictor:
+    return PrecisionFake(spec.kind, options.precision)
+
+
+PRECISION_FAKE = EngineBackend(
+    name="precision-fake",
+    devices=frozenset(DEVICE_KINDS),
+    formats=frozenset(MODEL_FORMATS),
+    create=_precision_fake,
 )

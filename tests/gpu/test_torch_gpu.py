@@ -20,6 +20,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from loadtest.server_metrics import parse_histograms
+from models.engine_options import PrecisionSetting
 from models.torch_options import TorchOptions
 from serving.app import build_app
 from serving.config import (
@@ -44,7 +45,9 @@ DEVICE = MAYBE_DEVICE or "gpu:0"
 import cv2  # noqa: E402
 
 
-def _config(models: ModelsConfig, *, precision: str = "fp32", instances: int = 2) -> AppConfig:
+def _config(
+    models: ModelsConfig, *, precision: PrecisionSetting = "fp32", instances: int = 2
+) -> AppConfig:
     return AppConfig(
         models=models,
         engine=dataclasses.replace(
@@ -61,7 +64,7 @@ def _config(models: ModelsConfig, *, precision: str = "fp32", instances: int = 2
             WorkersConfig(),
             cpu_workers=4,
             devices=(DEVICE,),
-            **{"gpu_instances" if DEVICE.startswith("gpu") else "cpu_instances": instances},
+            **{"gpu_instances" if DEVICE.startswith("gpu") else "cpu_instances": instances},  # type: ignore[arg-type]
             # Crops of concurrent pages wait a quarter second for company, so that they share
             # rec batches however fast the GPU empties the queue.
             rec_queue=QueueConfig(max_wait_ms=250.0),
@@ -158,15 +161,18 @@ def test_fp16_server_turns_ready_and_reads_nearly_the_same(
         rec.run(np.zeros((2, 3, 48, 320), dtype=np.float32))
         assert ran == {torch.float16}
         rec.close()
-    runtime = Runtime.build(_config(gpu_models, precision="fp16", instances=1), jobs=False)
+    # The default, "auto": fp16 autocast on a GPU, fp32 on the CPU (`models.torch_precision`).
+    runtime = Runtime.build(_config(gpu_models, precision="auto", instances=1), jobs=False)
     with local_client(build_app(runtime)) as client:
         wait_ready(client)  # the warm-up page read right in fp16
         ready = client.get("/readyz").json()
         read = _post_all(client, gpu_pages, repeat=1)
-    # What the workers say they run: fp16 on a GPU (fp32 fails here); the CPU runs fp32 whatever
-    # `engine.precision` says (`serving.engine.choice.engine_options`).
+    # What the workers say they run, and why: fp16 on a GPU (a fallback to fp32 fails here: the
+    # warm-up page read wrong at fp16); the CPU runs fp32 under "auto".
     want = "fp16" if DEVICE.startswith("gpu") else "fp32"
     assert {d.get("precision") for d in ready["devices"].values()} == {want}, ready
+    reasons = [d.get("precision_reason", "") for d in ready["devices"].values()]
+    assert all(r.startswith("auto: ") and "fell back" not in r for r in reasons), ready
     expected = " ".join(t for texts in gpu_pages.expected.values() for t in texts)
     got = " ".join(t for answers in read.values() for t in answers[0])
     assert Levenshtein.normalized_similarity(got, expected) > 0.98

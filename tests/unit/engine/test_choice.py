@@ -19,7 +19,6 @@ pytestmark = pytest.mark.unit
         ({"device": "cuda"}, "device"),
         ({"device": "gpu"}, "device"),
         ({"device": "gpu:x"}, "device"),
-        ({"precision": "fp16"}, "GPU"),
         ({"use_tensorrt": True}, "GPU"),
         ({"cpu_threads": 0}, "cpu_threads"),
         ({"mkldnn_cache_capacity": -1}, "mkldnn_cache_capacity"),

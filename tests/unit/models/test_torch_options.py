@@ -121,10 +121,11 @@ def test_auto_compile_is_on_for_a_gpu_with_its_batch_sizes_and_off_on_the_cpu() 
     assert TorchOptions(compile="reduce-overhead").compile_mode(gpu=False) == "reduce-overhead"
 
 
-def test_bf16_runs_on_the_cpu_and_fp16_does_not() -> None:
+def test_bf16_and_fp16_run_on_the_cpu_and_tensorrt_does_not() -> None:
     assert EngineOptions(precision="bf16").precision == "bf16"
-    with pytest.raises(EngineOptionsError, match="fp16"):
-        EngineOptions(precision="fp16")
+    assert EngineOptions(precision="fp16").precision == "fp16"  # autocast, the GPU's stand-in
+    with pytest.raises(EngineOptionsError, match="TensorRT"):
+        EngineOptions(use_tensorrt=True)
     with pytest.raises(EngineOptionsError, match="compile_budget_s"):
         EngineOptions(torch=TorchOptions(compile_budget_s=0))
 

@@ -94,6 +94,20 @@ def test_markdown_lists_what_read_differently_and_with_which_versions() -> None:
     )
 
 
+def test_the_report_says_the_precision_asked_for_resolved_and_served() -> None:
+    report = {**_report(texts_equal=True, top=25.0), "precision": "auto"}
+    report["precision_resolved"] = "fp16"
+    fell_back = "auto: fp16 autocast on a GPU; fell back to fp32: at fp16 the warm-up page read []"
+    report["server"]["ready_devices"] = {
+        "gpu:0": {"precision": "fp32", "precision_reason": fell_back}
+    }
+    report["summary"] = gpu_check.summary(report)
+    assert report["summary"]["precision_served"] == {"gpu:0": f"fp32 ({fell_back})"}
+    text = gpu_check.markdown(report)
+    assert "# GPU check (gpu:0, torch, auto -> fp16)" in text
+    assert f"run at, and why: {{'gpu:0': 'fp32 ({fell_back})'}}" in text
+
+
 def test_the_servers_config_loads(tmp_path: Path) -> None:
     args = argparse.Namespace(
         models=tmp_path / "models",
@@ -451,7 +465,7 @@ def test_page_calls_keep_the_pipelines_uint8_inputs_in_bucketed_shapes() -> None
         predictor.load()
     image = np.full((300, 500, 3), 255, np.uint8)
     charset = ["", "a", "b", *"cdefghij"]
-    got = page_calls(predictors, MODEL_STAGES, image, options, charset)  # type: ignore[arg-type]
+    got = page_calls(predictors, MODEL_STAGES, image, options, charset)
     assert [c.stage for c in got.calls][:1] == ["det"]
     assert len(got.calls) >= 2
     for call in got.calls:
@@ -523,7 +537,7 @@ def test_texts_compared_at_one_batching_pass_equal_in_fp32_and_near_in_fp16(
     expected = {"a": {"texts": ["hello world"] * 100}}
     cpu = [["hello world"] * 100]
     one_off = [["hello world"] * 99 + ["hello w0rld"]]
-    args = argparse.Namespace(device="gpu:0", precision="fp32", pages=pages)
+    args = argparse.Namespace(device="gpu:0", backend="torch", precision="fp32", pages=pages)
     gpu_check.cpu_texts = lambda _args, _images: cpu  # type: ignore[assignment]
     try:
         same = gpu_check.compare_texts(args, [], expected, cpu)
