@@ -9,6 +9,15 @@ The first requests send every page once at the largest factor. Allocators (glibc
 workers, Paddle's in the device worker) keep the room their largest input needed; sending the
 largest inputs first lets them reach that high-water mark during the warm-up, so memory that
 grows later is growth, not the largest page happening to arrive late.
+
+The first requests also go one at a time (`lone_requests`). A device worker runs a batch on the
+model compiled for all the device's threads when its other workers are idle
+(`serving.workers.device_pool`, `engine.cpu_lone_threads`), and that second compiled copy keeps
+per-shape state of its own up to `engine.mkldnn_cache_capacity` shapes. Under two clients lone
+batches are rare and come at random, so that copy's cache filled in one step minutes into the
+run (+154 MiB in a device worker at ~370 s, judged as growth); measured alone, the detector's
+two copies plateau once each has seen more shapes than the capacity (2026-12-06,
+docs/operations.md). Sending enough distinct sizes alone fills it during the warm-up.
 """
 
 from __future__ import annotations
@@ -97,19 +106,22 @@ async def drive(
     *,
     concurrency: int,
     duration_s: float,
+    lone_requests: int = 0,
     timeout_s: float = 300.0,
     progress: bool = True,
-) -> tuple[LevelResult, int]:
-    """Closed loop for ``duration_s``: ``concurrency`` clients, each sending when answered.
+) -> tuple[LevelResult, int, float]:
+    """Closed loop for ``duration_s``: the first ``lone_requests`` requests one at a time, then
+    ``concurrency`` clients, each sending when answered.
 
     Requests are built in a thread (resize and PNG encoding), so the event loop keeps timing the
     others. Requests in flight at the end are awaited, not cancelled.
 
     Returns:
-        The level's figures and the number of distinct page sizes sent.
+        The level's figures, the number of distinct page sizes sent, and the seconds from the
+        start until the last lone request was answered (0 without any).
     """
-    if concurrency < 1 or not duration_s > 0:
-        raise ValueError("need concurrency >= 1 and duration_s > 0")
+    if concurrency < 1 or not duration_s > 0 or lone_requests < 0:
+        raise ValueError("need concurrency >= 1, duration_s > 0 and lone_requests >= 0")
     result = LevelResult(url=url, api=api, concurrency=concurrency)
     tally = _Tally()
     line = ProgressLine(f"soak {result.label}", total=None, duration_s=duration_s)
@@ -118,24 +130,33 @@ async def drive(
     started = time.monotonic()
     deadline = started + duration_s
 
+    async def send_one(client: httpx.AsyncClient, index: int) -> None:
+        request, size = await asyncio.to_thread(pages.request, api, index)
+        outcome = await send(client, api, request, timeout_s=timeout_s)
+        tally.outcomes.append(outcome)
+        tally.sizes.add(size)
+        tally.pages += outcome.pages
+        tally.errors += not outcome.ok
+        if progress:
+            line.update(len(tally.outcomes), tally.pages, tally.errors)
+
     async def client_loop(client: httpx.AsyncClient) -> None:
         for index in indices:  # shared: each index is taken by exactly one client
             if time.monotonic() >= deadline:
                 return
-            request, size = await asyncio.to_thread(pages.request, api, index)
-            outcome = await send(client, api, request, timeout_s=timeout_s)
-            tally.outcomes.append(outcome)
-            tally.sizes.add(size)
-            tally.pages += outcome.pages
-            tally.errors += not outcome.ok
-            if progress:
-                line.update(len(tally.outcomes), tally.pages, tally.errors)
+            await send_one(client, index)
 
     client = httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits, trust_env=False)
-    async with client, asyncio.TaskGroup() as group:
-        for _ in range(concurrency):
-            group.create_task(client_loop(client))
+    async with client:
+        for index in itertools.islice(indices, lone_requests):
+            if time.monotonic() >= deadline:
+                break
+            await send_one(client, index)
+        lone_s = time.monotonic() - started if lone_requests else 0.0
+        async with asyncio.TaskGroup() as group:
+            for _ in range(concurrency):
+                group.create_task(client_loop(client))
     if progress:
         line.finish(len(tally.outcomes), tally.pages, tally.errors)
     summarize(result, tally.outcomes, time.monotonic() - started)
-    return result, len(tally.sizes)
+    return result, len(tally.sizes), lone_s
