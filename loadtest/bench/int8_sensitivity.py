@@ -91,7 +91,9 @@ class RecogniserTries:
     """The pages read with the detector at `det` (run once per page) and a recogniser swapped
     per try."""
 
-    def __init__(self, pages: Pages, threads: int, det: str = "f32") -> None:
+    def __init__(
+        self, pages: Pages, threads: int, det: str = "f32", int8_file: Path | None = None
+    ) -> None:
         self.pages = pages
         self.engine: LocalEngine = load(Layout(det, "f32"), threads)
         for stage, predictor in self.engine.predictors.items():
@@ -102,7 +104,7 @@ class RecogniserTries:
             raise TypeError("rec is not served by OpenVINO here")
         self.rec: OpenVinoPredictor = rec
         self.f32_run = rec._run
-        self.int8_file = int8_model(self.rec.spec, Path(self.rec.options.onnx_dir))
+        self.int8_file = int8_file or int8_model(rec.spec, Path(rec.options.onnx_dir))
 
     def read(self, model: Any | None = None) -> Scores:
         """The pages' scores with `model` as the recogniser (None: f32)."""
@@ -139,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=8, help="the bench's real pages")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--det", default="f32", help="the detector's precision: f32 or int8")
+    parser.add_argument(
+        "--model", type=Path, help="the int8 recogniser (default: the recipe's, made already)"
+    )
     parser.add_argument("--top", type=int, default=8, help="cumulative tries of the top layers")
     parser.add_argument(
         "--layers", help='groups of layers to try, "a,b;c": a and b together, then c'
@@ -146,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pages = {label: (image, truth) for label, image, truth in real_page_set(args.pages)}
     pages.update(synthetic_pages())
-    tries = RecogniserTries(pages, args.threads, args.det)
+    tries = RecogniserTries(pages, args.threads, args.det, args.model)
     f32 = tries.read()
     print(row("f32", f32), flush=True)
     int8 = tries.read(in_float(tries.int8_file, []))
