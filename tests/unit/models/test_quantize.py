@@ -19,4 +19,5 @@ def test_a_recipe_without_float_layers_keeps_its_key() -> None:
 
 
 def test_the_default_recogniser_keeps_its_late_backbone_and_neck_convs_in_float() -> None:
-    assert {"Conv.22", "Conv.32", "Conv.37"} <= set(FLOAT_LAYERS["PP-OCRv5_mobile_rec"])
+    assert {"Conv.24", "Conv.32", "Conv.37"} <= set(FLOAT_LAYERS["PP-OCRv5_mobile_rec"])
+    assert "Conv.22" not in FLOAT_LAYERS["PP-OCRv5_mobile_rec"]  # squeeze-excitation: int8
