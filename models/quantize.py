@@ -14,6 +14,7 @@ the calibration set (its pages and how many inputs each model saw).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import importlib
@@ -52,12 +53,20 @@ class Int8Recipe:
     """NNCF's fast bias correction, else the slower full one."""
     ignored_types: tuple[str, ...] = ()
     """OpenVINO operation types left in float."""
+    ignored_names: tuple[str, ...] = ()
+    """Operations left in float, by name (the ONNX conversion's node names, which OpenVINO
+    keeps): the layers whose quantisation costs text (`loadtest.bench.int8_sensitivity`)."""
     subset_size: int = 300
     """Calibration inputs NNCF collects statistics on, at most."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The recipe as JSON (the cache key and the provenance)."""
-        return {**asdict(self), "ignored_types": list(self.ignored_types)}
+        """The recipe as JSON (the cache key and the provenance). A recipe that names no
+        operation leaves `ignored_names` out, so its key is the one it had before the field."""
+        recipe = {**asdict(self), "ignored_types": list(self.ignored_types)}
+        recipe["ignored_names"] = list(self.ignored_names)
+        if not self.ignored_names:
+            del recipe["ignored_names"]
+        return recipe
 
 
 RECIPES: dict[ModelKind, Int8Recipe] = {
@@ -69,6 +78,32 @@ RECIPES: dict[ModelKind, Int8Recipe] = {
     "cls": Int8Recipe(),
 }
 """The recipe per model kind; docs/performance.md (int8) has the CER each variant measured."""
+
+FLOAT_LAYERS: dict[str, tuple[str, ...]] = {
+    # The late backbone's pointwise and depthwise convs (its last four blocks; their
+    # squeeze-excitation convs, Conv.22, 23, 26, 27, stay int8) and the neck's three convs after
+    # the SVTR blocks. On the Xeon with AMX, the detector at int8 too, the bench's 8 pages: with
+    # these in float Chinese read at ~1.3% CER (f32 1.43%) where the whole recogniser at int8
+    # read at 2.69%, and merged 15 to 16 words (f32 16, int8 33). Found by `python -m
+    # loadtest.bench.int8_sensitivity`; docs/performance.md has the ranking.
+    "PP-OCRv5_mobile_rec": (
+        "Conv.24",
+        "Conv.25",
+        *(f"Conv.{i}" for i in range(28, 33)),
+        "Conv.35",
+        "Conv.36",
+        "Conv.37",
+    ),
+}
+"""Layers NNCF leaves in float, per model (`Int8Recipe.ignored_names`): node names are a
+model's own, so they are kept per model, not per kind."""
+
+
+def recipe_for(spec: ModelSpec) -> Int8Recipe:
+    """The recipe `spec` is quantised with: its kind's, with its own float layers."""
+    return dataclasses.replace(
+        RECIPES[spec.kind], ignored_names=FLOAT_LAYERS.get(spec.model_name, ())
+    )
 
 
 def import_nncf() -> ModuleType:
@@ -95,7 +130,7 @@ def int8_entry(spec: ModelSpec, cache_dir: Path) -> Path:
     """The directory the int8 form of the ONNX model `spec` has (or will have)."""
     if spec.onnx_file is None:
         raise ModelConversionError(f"{spec.directory} holds no ONNX model to quantise")
-    key = int8_key(file_sha256(spec.onnx_file), RECIPES[spec.kind])
+    key = int8_key(file_sha256(spec.onnx_file), recipe_for(spec))
     return Path(cache_dir) / INT8_DIR / key
 
 
@@ -152,7 +187,7 @@ def quantize(
     nncf = import_nncf()
     ov = importlib.import_module("openvino")  # the `openvino` extra; NNCF's backend needs it too
 
-    recipe = RECIPES[spec.kind]
+    recipe = recipe_for(spec)
     entry = int8_entry(spec, cache_dir)
     entry.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=entry.parent))
@@ -165,8 +200,10 @@ def quantize(
         }
         if recipe.transformer:
             options["model_type"] = nncf.ModelType.TRANSFORMER
-        if recipe.ignored_types:
-            options["ignored_scope"] = nncf.IgnoredScope(types=list(recipe.ignored_types))
+        if recipe.ignored_types or recipe.ignored_names:
+            options["ignored_scope"] = nncf.IgnoredScope(
+                names=list(recipe.ignored_names), types=list(recipe.ignored_types)
+            )
         try:
             quantized = nncf.quantize(model, nncf.Dataset(list(samples)), **options)
         except Exception as err:  # NNCF raises its own and the engine's errors

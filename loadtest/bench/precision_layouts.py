@@ -2,7 +2,8 @@
 
 Each layout names the detector's and the recogniser's precision ("bf16/f32": detector at bf16,
 recogniser at f32; "bf16/bf16": the recogniser with its CTC head in f32, as `"bf16"` serves it;
-"bf16/bf16!": every layer at bf16). All are loaded in this process, and each of the bench's real
+"bf16/bf16!": every layer at bf16; "int8/f32": the detector's NNCF int8 form, where `make
+convert-int8` made it). All are loaded in this process, and each of the bench's real
 pages is read by every layout in turn (the order reversed every other round), so drift of a shared
 machine falls on all alike. Printed per layout: pages/s over the real pages, and per language (en,
 zh, and the synthetic test pages) CER and merged words (`loadtest.accuracy.merged_words`)::
@@ -33,10 +34,13 @@ from models.openvino_backend import OpenVinoPredictor
 from serving.config import AppConfig, EngineConfig, ModelsConfig
 from serving.engine.local import LocalEngine
 
+PRECISIONS = ("f32", "bf16", "int8")
+"""The precisions a stage of a layout can run at."""
+
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """A precision for the detector and one for the recogniser (`"bf16"`, `"f32"`)."""
+    """A precision for the detector and one for the recogniser (`"bf16"`, `"f32"`, `"int8"`)."""
 
     det: str
     rec: str
@@ -46,8 +50,8 @@ class Layout:
     def parse(cls, text: str) -> Layout:
         """ "det/rec", a trailing "!" on rec for every layer at bf16."""
         det, _, rec = text.partition("/")
-        if det not in ("f32", "bf16") or rec.rstrip("!") not in ("f32", "bf16"):
-            raise ValueError(f"a layout is det/rec of f32 and bf16, got {text!r}")
+        if det not in PRECISIONS or rec.rstrip("!") not in PRECISIONS:
+            raise ValueError(f"a layout is det/rec of {', '.join(PRECISIONS)}, got {text!r}")
         return cls(det, rec.rstrip("!"), not rec.endswith("!"))
 
     def __str__(self) -> str:
@@ -119,16 +123,27 @@ def measure(
     lines = []
     for layout in layouts:
         row = f"{layout!s:11} {rounds * len(real) / seconds[layout]:.3f} pages/s"
-        for lang in ("en", "zh", "synthetic"):
-            names = [n for n in pages if language(n) == lang]
-            if not names:
-                continue
-            truth = "\n".join(pages[n][1] for n in names)
-            read = "\n".join(texts[layout][n] for n in names)
-            merged = sum(merged_words(pages[n][1], texts[layout][n]) for n in names)
-            row += f" | {lang} CER {cer(truth, read) * 100:.2f}% merged {merged}"
+        for lang, (lang_cer, merged) in score(pages, texts[layout]).items():
+            row += f" | {lang} CER {lang_cer * 100:.2f}% merged {merged}"
         lines.append(row)
     return lines
+
+
+def score(
+    pages: dict[str, tuple[np.ndarray, str]], texts: dict[str, str]
+) -> dict[str, tuple[float, int]]:
+    """Per language (en, zh, synthetic, those with pages): the CER of its pages' `texts`
+    together, and their merged words."""
+    scores = {}
+    for lang in ("en", "zh", "synthetic"):
+        names = [n for n in pages if language(n) == lang]
+        if not names:
+            continue
+        truth = "\n".join(pages[n][1] for n in names)
+        read = "\n".join(texts[n] for n in names)
+        merged = sum(merged_words(pages[n][1], texts[n]) for n in names)
+        scores[lang] = (cer(truth, read), merged)
+    return scores
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -126,7 +126,7 @@ def test_quantisation_is_cached_with_its_provenance(
         assert provenance["model_name"] == spec.model_name
         assert provenance["nncf"] == nncf.__version__
         assert provenance["openvino"] == ov.get_version()
-        assert provenance["recipe"] == quantize.RECIPES[spec.kind].to_dict()
+        assert provenance["recipe"] == quantize.recipe_for(spec).to_dict()
         assert provenance["calibration"]["page_count"] == 2
         assert provenance["calibration"]["inputs"] >= 2
         labels = provenance["calibration"]["pages"]

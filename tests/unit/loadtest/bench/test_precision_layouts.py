@@ -16,8 +16,9 @@ def test_a_layout_is_det_slash_rec_and_a_bang_is_every_layer() -> None:
     assert Layout.parse("bf16/bf16!") == Layout("bf16", "bf16", rec_f32_head=False)
     assert str(Layout.parse("bf16/bf16!")) == "bf16/bf16!"
     assert str(Layout.parse("f32/bf16")) == "f32/bf16"
-    for bad in ("fp16/f32", "bf16", "bf16/int8", "/f32"):
-        with pytest.raises(ValueError, match="det/rec of f32 and bf16"):
+    assert Layout.parse("int8/f32") == Layout("int8", "f32")
+    for bad in ("fp16/f32", "bf16", "bf16/int4", "/f32"):
+        with pytest.raises(ValueError, match="det/rec of f32, bf16, int8"):
             Layout.parse(bad)
 
 
