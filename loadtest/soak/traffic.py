@@ -13,11 +13,12 @@ grows later is growth, not the largest page happening to arrive late.
 The first requests also go one at a time (`lone_requests`). A device worker runs a batch on the
 model compiled for all the device's threads when its other workers are idle
 (`serving.workers.device_pool`, `engine.cpu_lone_threads`), and that second compiled copy keeps
-per-shape state of its own up to `engine.mkldnn_cache_capacity` shapes. Under two clients lone
-batches are rare and come at random, so that copy's cache filled in one step minutes into the
-run (+154 MiB in a device worker at ~370 s, judged as growth); measured alone, the detector's
-two copies plateau once each has seen more shapes than the capacity (2026-12-06,
-docs/operations.md). Sending enough distinct sizes alone fills it during the warm-up.
+working memory and per-shape state of its own (up to `engine.mkldnn_cache_capacity` shapes).
+Under two clients lone batches are rare and come at random; measured alone, the detector's second
+copy added ~300 MiB over its first 25 shapes and then stayed flat (2026-12-06,
+docs/operations.md). Sending the largest pages and some more sizes alone gives it its share of
+the warm-up. It does not remove the server's slower rise over its first ~400 s, which is what
+the 8-minute warm-up of `loadtest.soak.run.DURATION_S` is for.
 """
 
 from __future__ import annotations
