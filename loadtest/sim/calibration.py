@@ -176,19 +176,48 @@ def cpu_device(
     )
 
 
+def gpu_devices(
+    index: int,
+    profile: GpuProfile = H100_FP32_EAGER,
+    *,
+    workers: WorkersConfig | None = None,
+    instances: int | None = None,
+    inflight_batches: int | None = None,
+    queued_batches: int | None = None,
+) -> list[DeviceModel]:
+    """GPU `index`'s device workers (`workers.gpu_instances`, or `instances`), named as the
+    server names them (`serving.service.devices.device_specs`)."""
+    count = (workers or WorkersConfig()).gpu_instances if instances is None else instances
+    return [
+        gpu_device(
+            index,
+            profile,
+            workers=workers,
+            instance=None if count == 1 else i,
+            inflight_batches=inflight_batches,
+            queued_batches=queued_batches,
+        )
+        for i in range(count)
+    ]
+
+
 def gpu_device(
     index: int,
     profile: GpuProfile = H100_FP32_EAGER,
     *,
     workers: WorkersConfig | None = None,
+    instance: int | None = None,
     inflight_batches: int | None = None,
     queued_batches: int | None = None,
 ) -> DeviceModel:
-    """GPU `index` with the server's defaults (`workers.gpu`) and an assumed profile."""
+    """One device worker of GPU `index` (its `instance`-th; None: the only one) with the server's
+    defaults (`workers.gpu`) and an assumed profile."""
     kind = (workers or WorkersConfig()).gpu
     per_byte = 1.0 / profile.copy_bytes_per_s
+    device = f"gpu:{index}"
     return DeviceModel(
-        name=f"gpu:{index}",
+        name=device if instance is None else f"{device}#{instance}",
+        device=device,
         kind="gpu",
         stages=("det", "rec"),
         limits=_limits(kind),
