@@ -618,7 +618,12 @@ class WorkersConfig:
     devices: tuple[str, ...] = ("auto",)
     """"auto" = every visible GPU, else the CPU; or a list such as ["gpu:0", "gpu:1", "cpu"]."""
     gpu_instances: int = 1
-    """Device worker processes per GPU."""
+    """Device worker processes per GPU; they share it (one batch computing at a time) and each
+    holds its own CUDA context and models (~0.5-1 GiB). One, as simulated with assumed GPU costs
+    (docs/simulator.md): since the torch detector answers a byte map, one process's thread no
+    longer bounds a GPU, and a second adds 8% pages/s at fp32 eager (GPU-bound) and none at fp16
+    compiled (bound by 14 CPU workers on 16 cores). Two pays where one process's thread leaves
+    the GPU idle and the CPU workers can feed more (+41% at fp16 compiled, 28 CPU workers)."""
     cpu_instances: int = 2
     """Device worker processes for "cpu"; the cores are split between them (`cpu_threads`).
     Two by default: two pages in flight keep the cores busy through the parts of a page that

@@ -29,7 +29,10 @@ not a measurement), in three resources that can each bound a GPU:
 - the GPU itself: 35-65 pages/s with fp32 eager defaults (the detector at 1280x1792 ~12.9 GMAC in
   ~310 kernels, the recogniser dominated by unfused elementwise kernels);
 - the device worker's one Python thread: 50-80 pages/s (det map post-work ~15 ms a page, the
-  shared-memory put 2-3 ms, eager launch 4-5 ms a batch): `WorkerThread`;
+  shared-memory put 2-3 ms, eager launch 4-5 ms a batch): `WorkerThread`. Since then the torch
+  detector answers a uint8 byte map, quantised on the device, and the thread only puts it into
+  shared memory: measured on this CPU, 2.8 ms a 2.1 Mpx page where the float map took 18.0
+  (`BYTE_MAP_PUT_S`); launch and the rec finish are still the issue's (assumed);
 - 16 cores of CPU-worker steps: 150-250 pages/s (the simulator keeps the costs measured here,
   `cpu_workers`, which are slower: about 8 pages/s a worker).
 Published anchor: TurboOCR (TensorRT fp16, PP-OCRv5 mobile, C++) 268 pages/s on one RTX 5090.
@@ -56,6 +59,13 @@ float16 (30 ms for a 2.2 Mpx page, `loadtest.bench.cpu_cost`)."""
 
 DET_REFERENCE_PX = 1280 * 1792
 """The detector input issue 40's estimate is quoted for (an A4 page at 150 dpi, bucketed)."""
+BYTE_MAP_PUT_S = 0.0028
+"""Measured (this CPU, 2 busy cores, 2026-12-06; docs/gpus.md, "The detection map as bytes"):
+the device worker's side of a det batch with the torch detector's byte map, the map copied into
+shared memory, median per 150 dpi page of `BYTE_MAP_PUT_PX`
+(`python -m loadtest.bench.det_map_cost --pages 3 --repeats 15`); 18.0 ms with the float16 map
+it replaced, where issue 40 estimated 15 + 2.5."""
+BYTE_MAP_PUT_PX = 2_100_000
 BENCH_REC_ROW_PX = 53_240
 """Padded recognition width x rows of a bench page, bucketed (`BENCH_PAGES`, 38 lines a page on
 average): what the recogniser's share of a page is spread over."""
@@ -81,9 +91,10 @@ class GpuProfile:
     launch_s: float
     """The worker thread's start of a batch: its inputs staged and its kernels launched."""
     det_post_s: float
-    """The worker thread's post-work of a `DET_REFERENCE_PX` page's map; linear in pixels."""
+    """The worker thread's post-work of a `DET_REFERENCE_PX` page's map; linear in pixels (0
+    with the byte map: quantised on the device, a few elementwise kernels, not timed)."""
     det_put_s: float
-    """The worker thread's put of a reference page's map into shared memory."""
+    """The worker thread's put of a reference page's map into shared memory; linear in pixels."""
     rec_finish_s: float
     """The worker thread's finish of a rec batch (small arrays back inline)."""
     copy_bytes_per_s: float = 10e9
@@ -99,10 +110,12 @@ H100_FP32_EAGER = GpuProfile(
     # Ours: ~310 kernels a model, a few microseconds each however small the batch.
     det_batch_s=0.001,
     rec_batch_s=0.001,
-    # Issue 40: eager launch 4-5 ms a batch, det map post-work ~15 ms a page, shm put 2-3 ms.
+    # Issue 40: eager launch 4-5 ms a batch.
     launch_s=0.0045,
-    det_post_s=0.015,
-    det_put_s=0.0025,
+    # Measured on the CPU: the byte map's put (`BYTE_MAP_PUT_S`), linear in pixels (3.1 ms a
+    # reference page); issue 40's map post-work (~15 ms) and put (2-3 ms) were the float map's.
+    det_post_s=0.0,
+    det_put_s=BYTE_MAP_PUT_S * DET_REFERENCE_PX / BYTE_MAP_PUT_PX,
     rec_finish_s=0.0005,  # ours: not in the issue
 )
 """Issue 40's estimate for the server's defaults when it was made (fp32, eager)."""
@@ -118,8 +131,8 @@ H100_FP16_COMPILED = GpuProfile(
     # Ours: fused kernels launched from Inductor's wrapper, about a third of eager's launches.
     launch_s=0.0015,
     # Host work, as fp32 eager: compiling the models does not change it.
-    det_post_s=0.015,
-    det_put_s=0.0025,
+    det_post_s=0.0,
+    det_put_s=BYTE_MAP_PUT_S * DET_REFERENCE_PX / BYTE_MAP_PUT_PX,
     rec_finish_s=0.0005,
 )
 """fp16 (`engine.precision`) and compiled (`[engine.torch] compile`): assumed, see the comments."""
@@ -176,19 +189,48 @@ def cpu_device(
     )
 
 
+def gpu_devices(
+    index: int,
+    profile: GpuProfile = H100_FP32_EAGER,
+    *,
+    workers: WorkersConfig | None = None,
+    instances: int | None = None,
+    inflight_batches: int | None = None,
+    queued_batches: int | None = None,
+) -> list[DeviceModel]:
+    """GPU `index`'s device workers (`workers.gpu_instances`, or `instances`), named as the
+    server names them (`serving.service.devices.device_specs`)."""
+    count = (workers or WorkersConfig()).gpu_instances if instances is None else instances
+    return [
+        gpu_device(
+            index,
+            profile,
+            workers=workers,
+            instance=None if count == 1 else i,
+            inflight_batches=inflight_batches,
+            queued_batches=queued_batches,
+        )
+        for i in range(count)
+    ]
+
+
 def gpu_device(
     index: int,
     profile: GpuProfile = H100_FP32_EAGER,
     *,
     workers: WorkersConfig | None = None,
+    instance: int | None = None,
     inflight_batches: int | None = None,
     queued_batches: int | None = None,
 ) -> DeviceModel:
-    """GPU `index` with the server's defaults (`workers.gpu`) and an assumed profile."""
+    """One device worker of GPU `index` (its `instance`-th; None: the only one) with the server's
+    defaults (`workers.gpu`) and an assumed profile."""
     kind = (workers or WorkersConfig()).gpu
     per_byte = 1.0 / profile.copy_bytes_per_s
+    device = f"gpu:{index}"
     return DeviceModel(
-        name=f"gpu:{index}",
+        name=device if instance is None else f"{device}#{instance}",
+        device=device,
         kind="gpu",
         stages=("det", "rec"),
         limits=_limits(kind),

@@ -43,7 +43,7 @@ class SimConfig:
     @property
     def admission_pages(self) -> int:
         """The admission cap as the server computes it (`admission.admission_pages`)."""
-        gpus = sum(device.kind == "gpu" for device in self.devices)
+        gpus = len({device.unit for device in self.devices if device.kind == "gpu"})
         return admission_pages(self.max_inflight_pages, self.inflight_pages_per_gpu, gpus)[0]
 
     @property

@@ -17,7 +17,9 @@ The worker, as `DeviceWorkerChild.serve` runs it: batches wait in its pipe; its 
 starts the pipe's head while fewer than `inflight_batches` run, else finishes the oldest once
 computed (a batch waiting in the pipe first, as `serve` takes the pipe first); the device
 computes started batches one after another. Where the model has a `thread`, its start and finish
-take time and the thread does one at a time; without one both are instant.
+take time and the thread does one at a time; without one both are instant. Workers of one device
+(`workers.gpu_instances`, `DeviceModel.device`) each have their own feeders, pipe and thread, and
+share the device's clock: their started batches compute one at a time, in the order launched.
 """
 
 from __future__ import annotations
@@ -50,12 +52,19 @@ class Feeder:
 
 
 @dataclass(slots=True, eq=False)
+class DeviceClock:
+    """One device's compute, shared by its workers."""
+
+    busy_until: float = 0.0
+    """When the device ends the last batch started on it."""
+
+
+@dataclass(slots=True, eq=False)
 class DeviceState:
-    """A device's batches in flight, its clock and its worker's thread."""
+    """A device worker's batches in flight, its device's clock and its thread."""
 
     model: DeviceModel
-    busy_until: float = 0.0
-    """When the device ends the last batch started."""
+    clock: DeviceClock = field(default_factory=DeviceClock)
     last_done_at: float = 0.0
     inflight: list[_Batch] = field(default_factory=list)
     """Sent and not yet answered."""
@@ -80,7 +89,7 @@ class DeviceState:
             else:
                 batch.delayed_s += seconds
         if self.running:
-            self.busy_until += seconds
+            self.clock.busy_until += seconds
 
 
 @dataclass(slots=True, eq=False)
@@ -151,8 +160,9 @@ class DeviceDispatch:
         self._idle: dict[Feeder, None] = {}
         """Idle feeders in the order they began to wait."""
         self._round_pending = False
+        clocks: dict[str, DeviceClock] = {}
         for model in devices:
-            state = DeviceState(model)
+            state = DeviceState(model, clocks.setdefault(model.unit, DeviceClock()))
             placement.add_device(model.name, model.stages)
             for index in range(model.inflight_batches + model.queued_batches):
                 feeder = Feeder(state, index)
@@ -281,13 +291,14 @@ class DeviceDispatch:
     def _launch(self, batch: _Batch) -> None:
         """The batch computes after those started before it."""
         device = batch.feeder.device
-        begin = max(self.loop.now, device.busy_until)
+        clock = device.clock
+        begin = max(self.loop.now, clock.busy_until)
         compute = device.model.latency[batch.stage].seconds(batch.cost, batch.rows)
         batch.started = True
         batch.begin = begin
         batch.compute_s = compute * batch.factor + batch.delayed_s
         batch.end = begin + batch.compute_s
-        device.busy_until = batch.end
+        clock.busy_until = batch.end
         device.running.append(batch)
         self.loop.at(batch.end, self._computed, batch)
 

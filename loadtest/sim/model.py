@@ -60,7 +60,7 @@ class DeviceModel:
     """One device worker as the scheduler sees it, and how long its batches take."""
 
     name: str
-    """Unique worker name, as the server's (`"cpu"`, `"gpu:0"`)."""
+    """Unique worker name, as the server's (`"cpu"`, `"gpu:0"`, `"gpu:0#1"`)."""
     kind: DeviceKind
     stages: tuple[str, ...]
     limits: Mapping[str, StageLimits]
@@ -82,6 +82,17 @@ class DeviceModel:
     host is shared (`HostModel.cores`)."""
     jitter: float = 0.05
     """Sigma of the lognormal factor on each batch's time."""
+    device: str | None = None
+    """The device it shares with the other workers of that device (`workers.gpu_instances`), as
+    the server's `DeviceSpec.device`; None: a device of its own (`name`). Workers of one device
+    each have their own thread and batches, and their batches compute on it one at a time, in
+    the order launched (assumed: CUDA time-slices the contexts of different processes; without
+    MPS their kernels do not run at once)."""
+
+    @property
+    def unit(self) -> str:
+        """The device its batches compute on."""
+        return self.device or self.name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

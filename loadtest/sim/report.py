@@ -49,6 +49,10 @@ def _devices_cell(summary: dict[str, Any], key: str) -> str:
             cells.append(f"{name} {', '.join(rows)}")
     workers = summary["cpu_workers"]
     if key == "utilisation":
+        shared = [d["device"] for d in summary["devices"].values()]
+        for unit, busy in summary["device_utilisation"].items():
+            if shared.count(unit) > 1:
+                cells.append(f"{unit} {100 * busy:.0f}% in all")
         cells.append(f"{workers} CPU workers {100 * summary['cpu_workers_utilisation']:.0f}%")
     return "; ".join(cells)
 

@@ -21,12 +21,12 @@ from loadtest.sim.calibration import (
     GpuProfile,
     cpu_device,
     cpu_workers,
-    gpu_device,
+    gpu_devices,
 )
 from loadtest.sim.config import SimConfig, default_queues
 from loadtest.sim.model import DeviceModel, HostModel
 from loadtest.sim.traffic import TrafficConfig
-from serving.config import QueueConfig
+from serving.config import QueueConfig, WorkersConfig
 from serving.scheduling.batch_shapes import BatchingSetting, batching_mode
 
 BENCH_CLIENT_GAP_S = 0.3
@@ -49,6 +49,8 @@ class ScenarioOptions:
     rec_max_wait_ms: float | None = None
     gpu_inflight_batches: int | None = None
     gpu_queued_batches: int | None = None
+    gpu_instances: int = WorkersConfig().gpu_instances
+    """Device worker processes per GPU (`workers.gpu_instances`), sharing it."""
     inflight_pages_per_gpu: int | None = None
     cpu_priority: bool = True
     rec_width_multiple: int | None = None
@@ -124,17 +126,18 @@ assumption), bursts of 2x for 20 s every 5 minutes, 2% of clients leaving early,
 job."""
 
 
-def _gpu_device(index: int, o: ScenarioOptions) -> DeviceModel:
-    return gpu_device(
+def _gpu_devices(index: int, o: ScenarioOptions) -> list[DeviceModel]:
+    return gpu_devices(
         index,
         o.gpu,
+        instances=o.gpu_instances,
         inflight_batches=o.gpu_inflight_batches,
         queued_batches=o.gpu_queued_batches,
     )
 
 
 def _gpu_box(name: str, description: str, with_cpu: bool, o: ScenarioOptions) -> SimConfig:
-    devices = [_gpu_device(0, o)]
+    devices = _gpu_devices(0, o)
     if with_cpu:
         devices.append(cpu_device(threads=2))
     return SimConfig(
@@ -165,7 +168,7 @@ def _eight_gpus(o: ScenarioOptions) -> SimConfig:
     return SimConfig(
         name="8gpu-64cpu",
         description="8 GPUs and 64 CPU workers at 1,000 pages/s, placement on",
-        devices=tuple(_gpu_device(i, o) for i in range(8)),
+        devices=tuple(device for i in range(8) for device in _gpu_devices(i, o)),
         cpu=cpu_workers(64, priority=o.cpu_priority),
         traffic=traffic,
     )

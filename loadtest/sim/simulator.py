@@ -21,6 +21,7 @@ from loadtest.sim.calibration import GPU_PROFILES, H100_FP32_EAGER
 from loadtest.sim.report import markdown_table, write_overview, write_run
 from loadtest.sim.run import run_simulation
 from loadtest.sim.scenarios import SCENARIOS, ScenarioOptions, build
+from serving.config import WorkersConfig
 from serving.scheduling.batch_shapes import BATCHING_SETTINGS
 
 
@@ -42,6 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rec-max-wait-ms", type=float, help="workers.rec_queue.max_wait_ms")
     parser.add_argument("--gpu-inflight-batches", type=int, help="workers.gpu.inflight_batches")
     parser.add_argument("--gpu-queued-batches", type=int, help="workers.gpu.queued_batches")
+    parser.add_argument(
+        "--gpu-instances",
+        type=int,
+        default=WorkersConfig().gpu_instances,
+        help="workers.gpu_instances: device workers per GPU, sharing it (one batch at a time)",
+    )
     parser.add_argument("--inflight-pages-per-gpu", type=int, help="server.inflight_pages_per_gpu")
     parser.add_argument(
         "--gpu-profile",
@@ -78,7 +85,10 @@ def _names(value: str) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the named configurations and write their reports."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.gpu_instances < 1:
+        parser.error("--gpu-instances must be >= 1")
     if args.list:
         for name, factory in SCENARIOS.items():
             print(f"{name:18} {factory(ScenarioOptions()).description}")
@@ -94,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rec_max_wait_ms=args.rec_max_wait_ms,
         gpu_inflight_batches=args.gpu_inflight_batches,
         gpu_queued_batches=args.gpu_queued_batches,
+        gpu_instances=args.gpu_instances,
         inflight_pages_per_gpu=args.inflight_pages_per_gpu,
         cpu_priority=not args.cpu_fifo,
         rec_width_multiple=args.rec_width_multiple,

@@ -39,6 +39,7 @@ def _devices(result: SimResult) -> dict[str, Any]:
     recorder = result.recorder
     window = recorder.window_s
     devices: dict[str, Any] = {}
+    units = {model.name: model.unit for model in result.config.devices}
     for name, (kind, compute_s) in result.devices.items():
         stages: dict[str, Any] = {}
         for (device, stage), b in sorted(recorder.batches.items()):
@@ -56,11 +57,20 @@ def _devices(result: SimResult) -> dict[str, Any]:
             }
         devices[name] = {
             "kind": kind,
+            "device": units[name],
             "utilisation": round(compute_s / window, 4),
             "thread_utilisation": round(recorder.thread_busy_s.get(name, 0.0) / window, 4),
             "stages": stages,
         }
     return devices
+
+
+def _units(result: SimResult) -> dict[str, float]:
+    """Each device's busy share, its workers' compute added (`workers.gpu_instances`)."""
+    busy: dict[str, float] = {}
+    for model in result.config.devices:
+        busy[model.unit] = busy.get(model.unit, 0.0) + result.devices[model.name][1]
+    return {unit: round(seconds / result.recorder.window_s, 4) for unit, seconds in busy.items()}
 
 
 def summarize(result: SimResult) -> dict[str, Any]:
@@ -81,6 +91,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "devices_config": [
             {
                 "name": d.name,
+                "device": d.unit,
                 "kind": d.kind,
                 "stages": list(d.stages),
                 "inflight_batches": d.inflight_batches,
@@ -99,6 +110,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "job_pages_done": result.job_pages_done,
         "job_pages_failed": result.job_pages_failed,
         "devices": _devices(result),
+        "device_utilisation": _units(result),
         "queue_wait_ms": {
             stage: {
                 "mean": round(1000 * w.total_s / w.count, 1),
