@@ -26,9 +26,10 @@ from loadtest.sim.model import CpuModel, CpuStep, DeviceModel, Latency, WorkerTh
 from loadtest.sim.run import Simulation
 from loadtest.sim.stats import Recorder
 from loadtest.sim.traffic import PageSpec, TrafficConfig
-from serving.config import QueueConfig, ServerConfig, StageLimits
+from serving.config import ServerConfig, StageLimits
 from serving.scheduling.admission import admission_pages
 from serving.scheduling.priorities import INTERACTIVE
+from tests.sim_configs import tiny_config
 
 PAGE = PageSpec(det_h=32, det_w=32, lines=6, chunks=((6, 320),))
 LIMITS = {
@@ -93,23 +94,7 @@ def _run(
 
 
 def _simulate(devices: tuple[DeviceModel, ...], pages: int) -> tuple[list[float], _Timeline]:
-    config = SimConfig(
-        name="tiny",
-        description="test",
-        devices=devices,
-        cpu=CpuModel(
-            workers=4,
-            sizes=CpuStep(fixed_s=0.1),
-            prepare=CpuStep(fixed_s=0.2),
-            after_det=CpuStep(fixed_s=0.3),
-            finish=CpuStep(fixed_s=0.1),
-            jitter=0.0,
-        ),
-        traffic=TrafficConfig(timeout_s=100.0),
-        queues={stage: QueueConfig() for stage in ("det", "rec", "cls")},
-        duration_s=100.0,
-        warmup_s=0.0,
-    )
+    config = tiny_config(*devices, workers=4)
     sim = Simulation(config)
     timeline = _Timeline()
     sim.dispatch.recorder = timeline

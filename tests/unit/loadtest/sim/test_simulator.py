@@ -13,13 +13,14 @@ import pytest
 from loadtest.sim.calibration import CPU_DET, CPU_REC
 from loadtest.sim.config import SimConfig
 from loadtest.sim.flow import SimRequest
-from loadtest.sim.model import CpuModel, CpuStep, DeviceModel, Latency
+from loadtest.sim.model import DeviceModel, Latency
 from loadtest.sim.run import SimResult, Simulation
 from loadtest.sim.scenarios import ScenarioOptions, build
 from loadtest.sim.simulator import main
 from loadtest.sim.traffic import PageSpec, TrafficConfig, TrafficSource
-from serving.config import QueueConfig, StageLimits
+from serving.config import StageLimits
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
+from tests.sim_configs import tiny_config
 
 PAGE = PageSpec(det_h=32, det_w=32, lines=8, chunks=((6, 320), (2, 640)))
 LIMITS = {
@@ -43,24 +44,7 @@ def _device(name: str, det_s: float, rec_s: float, inflight: int = 1) -> DeviceM
 
 def _config(*devices: DeviceModel, workers: int = 1, **changes: object) -> SimConfig:
     """No clients of its own (tests inject requests), no randomness in any time."""
-    config = SimConfig(
-        name="tiny",
-        description="test",
-        devices=devices or (_device("cpu", 1.0, 0.5),),
-        cpu=CpuModel(
-            workers=workers,
-            sizes=CpuStep(fixed_s=0.1),
-            prepare=CpuStep(fixed_s=0.2),
-            after_det=CpuStep(fixed_s=0.3),
-            finish=CpuStep(fixed_s=0.1),
-            jitter=0.0,
-        ),
-        traffic=TrafficConfig(timeout_s=100.0),
-        queues={stage: QueueConfig() for stage in ("det", "rec", "cls")},
-        duration_s=100.0,
-        warmup_s=0.0,
-    )
-    return replace(config, **changes)  # type: ignore[arg-type]
+    return tiny_config(*(devices or (_device("cpu", 1.0, 0.5),)), workers=workers, **changes)
 
 
 Ended = list[tuple[str, str | None, float, float]]
