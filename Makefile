@@ -154,7 +154,7 @@ bench: install-bench
 	bash scripts/system-deps.sh
 	$(PY) -m loadtest.bench --out bench-out $(BENCH_ARGS)
 
-# Steady real traffic (10 minutes unless SOAK_ARGS="--duration-s N"): memory, fds and shared-memory
+# Steady real traffic (20 minutes, 8 of warm-up, unless SOAK_ARGS="--duration-s N"): memory, fds and shared-memory
 # segments of every server process; fails on growth after warm-up or anything leaked.
 .PHONY: soak
 soak: install-test
