@@ -58,11 +58,17 @@ BUNDLE=$(cd "$BUNDLE" && pwd)
 started=$(date +%s)
 
 if [[ ${GPU_CHECK_WHEELS:-1} == 1 ]]; then  # 0: PY has the server's packages already
+    # One folder per Python (its compiled wheels import in no other): a site filled by another
+    # Python broke the imports of the next run.
+    SITE=$SITE-$("$PY" -c 'import sys; print(sys.implementation.cache_tag)') \
+        || fail "$PY does not run"
     echo "== install the bundle's wheels into $SITE"
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$SITE" "$BUNDLE"/wheels/*.whl || fail "installing the bundle's wheels failed"
+    export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else  # nothing of an earlier run's site: only what PY has
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
 echo "== imports and devices"
