@@ -1,6 +1,6 @@
 """Deterministic test images (BGR uint8) with their ground-truth text, and PNG/JPEG/PDF encoders.
 
-The text pages are the product's (`serving.convert.synthetic_pages`: the precision check reads
+The text pages are the product's (`serving.engine.synthetic_pages`: the precision check reads
 them too), re-exported here.
 """
 
@@ -12,7 +12,7 @@ import time
 import numpy as np
 from PIL import Image, ImageDraw
 
-from serving.convert.synthetic_pages import (
+from serving.engine.synthetic_pages import (
     A4_150DPI_PX,
     BLACK,
     CHINESE_LINES,

@@ -2,7 +2,7 @@
 
 Rendered with the fonts scripts/system-deps.sh installs (DejaVu Sans, WenQuanYi Micro Hei), seeded,
 so the same call gives the same pixels. The precision check each CPU runs at start-up reads them
-(`serving.convert.check_set`: whole-model bf16 read "Totalamount" on `latin_lines`, bf16 without
+(`serving.engine.check_set`: whole-model bf16 read "Totalamount" on `latin_lines`, bf16 without
 AMX "1034value" on `dense_page(0)`: issues 41 and 46), and tests/images.py re-exports them.
 """
 
