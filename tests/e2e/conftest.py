@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -72,6 +73,19 @@ SLOW_FAKE = "tests.fakes.predictors:SLOW_FAKE"
 """Model-free device workers, slowed by OCR_FAKE_LATENCY_S (`start_server(backend=...)`)."""
 
 
+@functools.cache
+def precision_checked(environ: tuple[tuple[str, str], ...]) -> None:
+    """This CPU's precision check for the default config's model sets, measured once in this
+    process (its verdicts cached in the project's `var/precision`, where every server started
+    here reads them) before the first real-model server: a cold check of both sets in a worker
+    took over the 600 s start-up limit on this 2-core machine shared with other work (issue 46).
+    Nothing to do where the environment forces a precision that needs no check."""
+    from serving.config import load_config
+    from serving.engine.precision_ahead import check_configured
+
+    check_configured(load_config(None, dict(environ)))
+
+
 def start_server(
     tmp: Path,
     config: str = CONFIG,
@@ -79,6 +93,9 @@ def start_server(
     backend: str | None = None,
     env: dict[str, str] | None = None,
 ) -> Server:
+    if backend is None:
+        environ = {**os.environ, **(env or {})}
+        precision_checked(tuple(sorted((k, v) for k, v in environ.items() if k.startswith("OCR_"))))
     config_path = tmp / "config.toml"
     config_path.write_text(config)
     port = free_port()
