@@ -6,7 +6,10 @@ Starts `ocr-serve` (the default config, CPU device workers) until `/readyz` answ
 measures the seconds that took and the CPU seconds of the whole process tree (every worker's):
 at `openvino_precision = "f32"` (no check runs), at "auto" with an empty verdict cache (the cold
 start: the check measures), then `--rounds` times "auto" with that cache (warm) and f32 again,
-interleaved, so that a shared machine's drift falls on both. Prints a Markdown table of the
+interleaved, so that a shared machine's drift falls on both. `--cold ahead` measures the cold
+check by itself instead (`python -m serving.engine.precision_ahead`, the way a deployment runs
+it before the servers start; a cold start is then a warm one plus it), for machines so loaded
+that a cold start passes the device workers' start-up limit. Prints a Markdown table of the
 starts, then what the check found for each model of each set (`/readyz`'s `precision_checks`):
 CER and merged words at f32 and at each precision tried, by language, and the verdict.
 """
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,17 +50,44 @@ def tree_cpu_s(pid: int, seen: dict[int, float]) -> None:
         seen[proc.pid] = times.user + times.system
 
 
-def start_once(out: Path, label: str, precision: str, cache_dir: Path) -> dict[str, Any]:
-    """One start to ready: its seconds, the tree's CPU seconds, each worker's precision and
-    checks."""
-    folder = out / label
-    folder.mkdir(parents=True, exist_ok=True)
-    config = (
+def _config(folder: Path, precision: str, cache_dir: Path) -> str:
+    return (
         OURS_CPU_TOML
         + f'[jobs]\ndata_dir = "{folder / "jobs"}"\n'
         + f'[engine]\nopenvino_precision = "{precision}"\n'
         + f'precision_check_dir = "{cache_dir}"\n'
     )
+
+
+def check_ahead(out: Path, cache_dir: Path) -> dict[str, Any]:
+    """The cold check by itself (`serving.engine.precision_ahead`): its seconds and CPU
+    seconds, and what it found."""
+    folder = out / "check-ahead"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "ours.toml"
+    config.write_text(_config(folder, "auto", cache_dir))
+    argv = [sys.executable, "-m", "serving.engine.precision_ahead", "--config", str(config)]
+    started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    (folder / "ahead.log").write_text(done.stderr)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {
+        "label": "the check alone, cold (precision_ahead)",
+        "ready_s": round(time.monotonic() - started, 1),
+        "cpu_s": round(cpu_s, 1),
+        "precision": {},
+        "checks": json.loads(done.stdout),
+    }
+
+
+def start_once(out: Path, label: str, precision: str, cache_dir: Path) -> dict[str, Any]:
+    """One start to ready: its seconds, the tree's CPU seconds, each worker's precision and
+    checks."""
+    folder = out / label
+    folder.mkdir(parents=True, exist_ok=True)
+    config = _config(folder, precision, cache_dir)
     started = time.monotonic()
     server: ServerProcess = start_ours(folder, config)
     seen: dict[int, float] = {}
@@ -65,10 +97,14 @@ def start_once(out: Path, label: str, precision: str, cache_dir: Path) -> dict[s
             if server.process.poll() is not None:
                 raise RuntimeError(f"{label}: the server exited; see {server.log}")
             try:
-                if httpx.get(f"{server.url}/readyz", timeout=5).status_code == 200:
-                    break
+                answer = httpx.get(f"{server.url}/readyz", timeout=5)
             except httpx.TransportError:
-                pass
+                time.sleep(0.25)
+                continue
+            if answer.status_code == 200:
+                break
+            if "error" in answer.json():  # the start failed (a device worker's start-up limit)
+                raise RuntimeError(f"{label}: {answer.json()['error']}; see {server.log}")
             time.sleep(0.25)
         ready_s = time.monotonic() - started
         tree_cpu_s(server.process.pid, seen)
@@ -130,13 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("precision-startup-out"))
     parser.add_argument("--rounds", type=int, default=2, help="warm and f32 starts after cold")
+    parser.add_argument(
+        "--cold", choices=("server", "ahead"), default="server", help="how the cold check runs"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     cache_dir = Path(tempfile.mkdtemp(prefix="verdicts-", dir=args.out))
-    starts = [
-        start_once(args.out, "f32 forced (no check)", "f32", cache_dir),
-        start_once(args.out, "auto, cold (the check measures)", "auto", cache_dir),
-    ]
+    cold = (
+        check_ahead(args.out, cache_dir)
+        if args.cold == "ahead"
+        else start_once(args.out, "auto, cold (the check measures)", "auto", cache_dir)
+    )
+    starts = [start_once(args.out, "f32 forced (no check)", "f32", cache_dir), cold]
     for i in range(args.rounds):
         starts.append(start_once(args.out, f"auto, warm (cached) #{i + 1}", "auto", cache_dir))
         starts.append(start_once(args.out, f"f32 forced #{i + 1}", "f32", cache_dir))
