@@ -80,7 +80,10 @@ def check_candidates(
 ) -> tuple[CheckedPrecision, ...]:
     """The reduced precisions this CPU's check must try for a `kind` model, best first: none
     for "f32", a forced "bf16", unchecked settings (`checked` false) and kinds the check does
-    not read; "auto": bf16 where the CPU has it; "int8": int8, then bf16 where the CPU has it."""
+    not read; "auto": bf16 where the CPU has it; "int8": int8, then bf16 where the CPU has it.
+    "auto" never tries int8 (opt-in, made by `make convert-int8`); should it (a CPU without
+    bf16, issue 46 item 5), int8 joins its candidates here and the check holds it to
+    `INT8_MAX_CER_LOSS` as it does for "int8"."""
     if not checked or kind not in CHECKED_KINDS or setting in ("f32", "bf16"):
         return ()
     bf16: tuple[CheckedPrecision, ...] = ("bf16",) if has_bf16(capabilities) else ()

@@ -12,10 +12,10 @@ predictor before it loads, which then compiles the first precision that passed, 
 The verdict is cached (`serving.engine.precision_cache`, in `engine.precision_check_dir`) per
 CPU model, OpenVINO version, model files and check set, under a lock: of N workers starting
 together one measures and the others wait, then read it; a later start reads it in
-milliseconds. The f32 runs are remembered by their input, so a trial whose detector finds the
-same lines costs the recogniser nothing at f32. The check compiles its own models, on the
-threads of a batch run alone (the other workers wait), and closes them before the served ones
-load.
+milliseconds. The f32 detector's maps are kept, so the recogniser's trial after a failed
+detector costs no detection. The check compiles its own models, on the threads of a batch run
+alone (the other workers wait), frees each model's working memory after each reading and
+closes each model no later trial reads with, and closes the rest before the served ones load.
 """
 
 from __future__ import annotations
@@ -264,8 +264,8 @@ def _key_fields(
 
 
 class _Remembered:
-    """A predictor whose answers are kept by input: the f32 models see the same inputs again
-    wherever a trial's detector found the same lines."""
+    """A predictor whose answers are kept by input: the f32 detector sees the same pages again
+    in the recogniser's trial where its own trial failed."""
 
     def __init__(self, predictor: OpenVinoPredictor) -> None:
         self._predictor = predictor
@@ -348,7 +348,10 @@ def measure_pair(
         return scores
 
     try:
-        det_f32, rec_f32 = _Remembered(load(det, "f32")), _Remembered(load(rec, "f32"))
+        # The detector's maps at f32 are read again where its trial fails (the recogniser's
+        # trial then reads its lines): kept, a few MB a page. The recogniser's answers are not
+        # (~35 MB a batch of 6: a score per character of the dictionary at every step).
+        det_f32, rec_f32 = _Remembered(load(det, "f32")), load(rec, "f32")
         f32 = read(det_f32, rec_f32)
         det_served: Any = det_f32
         det_at: OpenVinoPrecision = "f32"

@@ -180,7 +180,9 @@ class DeviceWorkerChild:
             return {}
         from serving.engine.precision_check import check_worker_precisions
 
-        return check_worker_precisions(made, specs, self.setup.check_pairs, self.spec.engine)
+        checks = check_worker_precisions(made, specs, self.setup.check_pairs, self.spec.engine)
+        release_free_heap()  # the check's own models are closed: hand their heap back
+        return checks
 
     def use(self, predictors: dict[str, Any]) -> None:
         """Serve with these loaded predictors, one a stage (`load` makes them from the spec)."""

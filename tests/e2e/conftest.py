@@ -75,15 +75,19 @@ SLOW_FAKE = "tests.fakes.predictors:SLOW_FAKE"
 
 @functools.cache
 def precision_checked(environ: tuple[tuple[str, str], ...]) -> None:
-    """This CPU's precision check for the default config's model sets, measured once in this
-    process (its verdicts cached in the project's `var/precision`, where every server started
-    here reads them) before the first real-model server: a cold check of both sets in a worker
-    took over the 600 s start-up limit on this 2-core machine shared with other work (issue 46).
-    Nothing to do where the environment forces a precision that needs no check."""
-    from serving.config import load_config
-    from serving.engine.precision_ahead import check_configured
-
-    check_configured(load_config(None, dict(environ)))
+    """This CPU's precision check for the default config's model sets, measured once, before the
+    first real-model server, by `python -m serving.engine.precision_ahead` (a process of its
+    own: the check's models leave with it), its verdicts cached in the project's
+    `var/precision`, where every server started here reads them: a cold check of both sets in a
+    worker took past the 600 s start-up limit on this 2-core machine shared with other work
+    (issue 46). Nothing to do where the environment forces a precision that needs no check."""
+    subprocess.run(
+        [sys.executable, "-m", "serving.engine.precision_ahead"],
+        env=dict(environ),
+        cwd=Path(__file__).parents[2],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
 
 
 def start_server(
@@ -94,8 +98,7 @@ def start_server(
     env: dict[str, str] | None = None,
 ) -> Server:
     if backend is None:
-        environ = {**os.environ, **(env or {})}
-        precision_checked(tuple(sorted((k, v) for k, v in environ.items() if k.startswith("OCR_"))))
+        precision_checked(tuple(sorted({**os.environ, **(env or {})}.items())))
     config_path = tmp / "config.toml"
     config_path.write_text(config)
     port = free_port()
