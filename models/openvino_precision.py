@@ -54,7 +54,7 @@ class PrecisionChoice:
     reason: str
     f32_head: bool = False
     """bf16 with the recogniser's CTC head in f32 (`models.openvino_layout`): whole-model bf16
-    merges words ("Totalamount"), this layout does not, at bf16's speed (issue 41)."""
+    merged words ("Totalamount") on an AMX Xeon, this layout did not, at bf16's speed (issue 41)."""
 
     @property
     def layers(self) -> str:

@@ -469,7 +469,8 @@ class EngineConfig:
     Must be writable; the image keeps it on its /var/lib/ocr volume."""
     openvino_f32_head: bool = True
     """A recogniser at bf16 keeps its CTC head (last MatMul to the output) in f32: whole-model
-    bf16 merges words ("Totalamount"), this layout does not, at bf16's speed
+    bf16 merged words ("Totalamount") on an AMX Xeon, this layout did not (issue 41; on a CPU
+    without AMX it still merged one: each CPU's precision check decides), at bf16's speed
     (`models.openvino_layout`). false: every layer at bf16, for measurement."""
     batching: BatchingSetting = "auto"
     """How model inputs are padded so that work of different pages batches
