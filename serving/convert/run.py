@@ -80,16 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_check_set(cache_dir: Path, docs_root: Path = Path("/")) -> int:
     """Render the precision check's pages into `cache_dir` (`serving.engine.check_set`) where
-    they are not there yet, saying which languages it could not have; exit status 0, or 1 where
-    it cannot be written."""
-    from serving.engine.check_set import build_check_set as build
-    from serving.engine.check_set import check_set_dir, load_check_set
+    they are not there yet (or lack what is installed now), saying which languages it could not
+    have; exit status 0, or 1 where it cannot be written."""
+    from serving.engine.check_set import check_set_dir, ensure_check_set
 
     directory = check_set_dir(cache_dir)
     try:
-        found = load_check_set(directory)
-        if found is None:
-            found = build(directory, docs_root)
+        found = ensure_check_set(directory, docs_root)
     except (OSError, ValueError) as err:
         logger.error("precision check set %s: %s", directory, err)
         return 1

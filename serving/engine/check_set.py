@@ -140,6 +140,39 @@ def load_check_set(directory: Path) -> CheckSet | None:
     )
 
 
+def ensure_check_set(directory: Path, docs_root: Path = Path("/")) -> CheckSet:
+    """The check set in `directory`, built where there is none, or rebuilt where it lacks a
+    language (or the synthetic pages) whose source is installed now: `make test` converts
+    before scripts/system-deps.sh installs the fonts and guides.
+
+    Raises:
+        OSError: it has to be built and `directory` cannot be written.
+        ValueError: the set there is damaged.
+    """
+    found = load_check_set(directory)
+    if found is not None and not _now_installed(found.missing, docs_root):
+        return found
+    logger.info("building the precision check set in %s", directory)
+    return build_check_set(directory, docs_root)
+
+
+def _now_installed(missing: Mapping[str, str], docs_root: Path) -> bool:
+    """Whether a source the set was built without is there now."""
+    from serving.engine.synthetic_pages import FontNotFoundError, font
+
+    for lang in missing:
+        if lang == SYNTHETIC:
+            try:
+                font("latin", 22)
+            except FontNotFoundError:
+                continue
+            return True
+        pdf = REAL_LINE_PDFS.get(lang)
+        if pdf is not None and (docs_root / pdf.relative_to("/")).is_file():
+            return True
+    return False
+
+
 def build_check_set(directory: Path, docs_root: Path = Path("/")) -> CheckSet:
     """Render the check set into `directory` (replacing what is there) and load it: the
     synthetic pages where their fonts are installed, a band of each guide that is (under

@@ -48,7 +48,7 @@ from pipelines.text_scores import char_edits, merged_words
 from pipelines.types import ClsParams
 from serving.config import PipelineConfig
 from serving.engine import precision_cache
-from serving.engine.check_set import CheckSet, build_check_set, check_set_dir, load_check_set
+from serving.engine.check_set import CheckSet, check_set_dir, ensure_check_set
 from serving.model_sets import StagePair
 
 logger = logging.getLogger(__name__)
@@ -217,10 +217,7 @@ def _check_set(onnx_dir: Path) -> CheckSet | None:
     before the check existed), if the fonts and PDFs are installed; None where none can be."""
     directory = check_set_dir(onnx_dir)
     try:
-        found = load_check_set(directory)
-        if found is None:
-            logger.info("building the precision check set in %s", directory)
-            found = build_check_set(directory)
+        found = ensure_check_set(directory)
     except (OSError, ValueError) as err:
         logger.warning("no precision check set in %s: %s", directory, err)
         return None

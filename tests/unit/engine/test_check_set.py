@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from serving.engine.check_set import (
+    REAL_LINE_PDFS,
     SYNTHETIC,
     CheckItem,
     build_check_set,
+    ensure_check_set,
     load_check_set,
     write_check_set,
 )
@@ -72,3 +74,25 @@ def test_what_cannot_be_built_is_named(tmp_path: Path, monkeypatch: pytest.Monke
     assert built.missing["ch"].endswith(
         "maint-guide.zh-cn.pdf is not installed (scripts/system-deps.sh)"
     )
+
+
+def test_a_set_built_without_a_source_is_built_again_once_it_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make test` converts before scripts/system-deps.sh installs the guides: the set built
+    then, without them, is rebuilt when they are there."""
+    docs = tmp_path / "docs"
+    monkeypatch.setattr("serving.engine.check_set._synthetic_items", lambda: [_item("d", "s")])
+    first = ensure_check_set(tmp_path / "v1", docs)
+    assert "en" in first.missing
+    assert ensure_check_set(tmp_path / "v1", docs).digest == first.digest  # nothing new: kept
+    guide = docs / REAL_LINE_PDFS["en"].relative_to("/")
+    guide.parent.mkdir(parents=True)
+    guide.write_bytes(b"%PDF-1.4 not a real guide")
+    built: list[Path] = []
+    monkeypatch.setattr(
+        "serving.engine.check_set.build_check_set",
+        lambda directory, root: built.append(directory) or first,
+    )
+    ensure_check_set(tmp_path / "v1", docs)
+    assert built == [tmp_path / "v1"]

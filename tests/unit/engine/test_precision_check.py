@@ -206,7 +206,7 @@ def test_without_a_check_set_both_models_get_a_note_and_nothing_is_cached(
     saying what to run. Once the set is there, the check runs."""
     options, measured = setup
     shutil.rmtree(check_set_dir(options.onnx_dir))
-    monkeypatch.setattr(precision_check, "build_check_set", _no_fonts)
+    monkeypatch.setattr(precision_check, "ensure_check_set", _no_fonts)
     checks = precision_check.check_precisions(_predictors(specs, options), [PAIR])
     assert measured.calls == []
     assert checks["det"].note.startswith("no check set in ")
