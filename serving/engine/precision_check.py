@@ -323,7 +323,7 @@ def measure_pair(
 
     def read(det_model: Any, rec_model: Any) -> dict[str, TextScore]:
         """Each language's score of the pair's text; then each model frees the working memory
-        it kept for the largest page (one detector's at a time: the memory budget's)."""
+        it kept for the largest page."""
         scores: dict[str, TextScore] = {}
         for item in pages.items:
             result = run_page(
@@ -360,6 +360,7 @@ def measure_pair(
                 det_served, det_at = model, precision
                 break
             done(model)
+        done(rec_f32)  # the recogniser's trials read with their own
         rec_trials: list[Trial] = []
         for precision in _available(candidates[1], rec, options):
             model = load(rec, precision)
@@ -374,8 +375,9 @@ def measure_pair(
     checked = pages.languages
     unchecked = tuple(sorted(set(langs) - set(checked)))
     measured_s = time.monotonic() - started
-    return tuple(  # type: ignore[return-value]
-        ModelCheck(
+
+    def verdict(spec: ModelSpec, trials: list[Trial]) -> ModelCheck:
+        return ModelCheck(
             model=spec.model_name,
             f32=f32,
             trials=tuple(trials),
@@ -384,8 +386,8 @@ def measure_pair(
             measured_at=measured_at,
             measured_s=measured_s,
         )
-        for spec, trials in ((det, det_trials), (rec, rec_trials))
-    )
+
+    return verdict(det, det_trials), verdict(rec, rec_trials)
 
 
 def _available(
