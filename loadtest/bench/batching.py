@@ -82,9 +82,11 @@ def read_in_process(
     engine: LocalEngine, pages: Sequence[tuple[str, np.ndarray, str]]
 ) -> list[ModeTexts]:
     """Every page read in each mode by `engine`."""
-    exact = ocr_options(engine.bundle, engine.config.pipeline)
     shapes = BatchShapes.of("bucketed", engine.config.engine.torch)
-    options = {"exact": exact, "bucketed": shapes.apply(exact) if shapes else exact}
+    options = {
+        mode: ocr_options(engine.bundle, engine.config.pipeline, shapes=mode_shapes)
+        for mode, mode_shapes in (("exact", None), ("bucketed", shapes))
+    }
     return [
         ModeTexts(
             mode,

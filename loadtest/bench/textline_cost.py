@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     engine.predictors["cls"] = timed  # type: ignore[assignment]
     modes = {
         mode: ocr_options(
-            engine.bundle, config.pipeline, use_textline_orientation=mode == "on", orientation="off"
+            engine.bundle, config.pipeline, textline_orientation=mode == "on", orientation="off"
         )
         for mode in ("off", "on")
     }

@@ -9,8 +9,7 @@ docstring, a check in `__post_init__` and a line in `config.toml`.
 
 from serving.config.app import AppConfig, describe
 from serving.config.auth import AuthConfig
-from serving.config.checks import choices_text
-from serving.config.engine import EngineConfig
+from serving.config.engine import BATCHING_SETTINGS, BatchingSetting, EngineConfig
 from serving.config.input import InputConfig
 from serving.config.jobs import JobsConfig, redact_url
 from serving.config.loading import (
@@ -24,16 +23,7 @@ from serving.config.loading import (
 )
 from serving.config.models import ModelsConfig, ModelSetConfig
 from serving.config.paddlex import PaddlexConfig
-from serving.config.pipeline import (
-    ORIENTATION_MODES,
-    PIPELINE_RANGES,
-    DetPipelineConfig,
-    OrientationMode,
-    PipelineConfig,
-    RecPipelineConfig,
-    in_range,
-    range_text,
-)
+from serving.config.pipeline import DetPipelineConfig, PipelineConfig, RecPipelineConfig
 from serving.config.server import ServerConfig
 from serving.config.workers import (
     STAGES,
@@ -44,13 +34,13 @@ from serving.config.workers import (
 )
 
 __all__ = [
+    "BATCHING_SETTINGS",
     "ENV_PREFIX",
     "NOT_PATHS",
-    "ORIENTATION_MODES",
-    "PIPELINE_RANGES",
     "STAGES",
     "AppConfig",
     "AuthConfig",
+    "BatchingSetting",
     "DetPipelineConfig",
     "DeviceClassConfig",
     "EngineConfig",
@@ -58,7 +48,6 @@ __all__ = [
     "JobsConfig",
     "ModelSetConfig",
     "ModelsConfig",
-    "OrientationMode",
     "PaddlexConfig",
     "PipelineConfig",
     "QueueConfig",
@@ -68,12 +57,9 @@ __all__ = [
     "WorkersConfig",
     "apply_env_overrides",
     "build",
-    "choices_text",
     "describe",
     "env_value",
-    "in_range",
     "load_config",
-    "range_text",
     "redact_url",
     "with_paths_resolved",
 ]

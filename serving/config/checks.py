@@ -3,8 +3,6 @@ TOML path."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from serving.errors import ConfigError
 
 
@@ -12,9 +10,3 @@ def check(ok: bool, path: str, problem: str) -> None:
     """Raise `ConfigError(path, problem)` unless `ok`."""
     if not ok:
         raise ConfigError(path, problem)
-
-
-def choices_text(choices: Sequence[object]) -> str:
-    """Choices as "a, b or c", for error messages."""
-    names = [str(choice) for choice in choices]
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from models.engine_options import (
     DEVICE_KINDS,
@@ -14,8 +15,12 @@ from models.engine_options import (
 )
 from models.registry import BACKENDS, backend_names
 from models.torch_options import TorchOptions
-from serving.config.checks import check, choices_text
-from serving.scheduling.batch_shapes import BATCHING_SETTINGS, BatchingSetting
+from serving.config.checks import check
+from serving.options import choices_text
+
+BatchingSetting = Literal["auto", "exact", "bucketed"]
+"""`[engine] batching` (`serving.scheduling.batch_shapes`)."""
+BATCHING_SETTINGS: tuple[BatchingSetting, ...] = get_args(BatchingSetting)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from serving import config_paths
 from serving.config.app import AppConfig
-from serving.config.checks import choices_text
 from serving.errors import ConfigError
+from serving.options import choices_text
 
 T = TypeVar("T")
 

@@ -1,42 +1,31 @@
-"""`[pipeline]`: the OCR pipeline's defaults, which requests may override within
-`PIPELINE_RANGES`."""
+"""`[pipeline]`: the OCR pipeline's defaults, which requests may override (`serving.options`:
+each option's range holds for its default too)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
 from pipelines.types import LIMIT_TYPES, DetParams, LimitType
-from serving.config.checks import check, choices_text
-
-PIPELINE_RANGES: dict[str, tuple[float, float]] = {
-    "limit_side_len": (1, 100_000),
-    "thresh": (0.0, 1.0),
-    "box_thresh": (0.0, 1.0),
-    "unclip_ratio": (0.0, 100.0),
-    "score_thresh": (0.0, 1.0),
-}
-"""Pipeline settings -> the closed range a config value or request override must be in; NaN and
-infinities never are. Past these the CPU worker fails (a negative unclip ratio: cv2.error; a side
-limit past float range: OverflowError), runs out of memory (unclip_ratio=1e14 offsets each box by
-~1e15 px with round joins), or answers NaN, which is not JSON. The thresholds are probabilities
-(the detector's map, a box's mean, a line's score): `det_thresh=2` read nothing, without a word."""
+from serving.config.checks import check
+from serving.options import (
+    OPTIONS,
+    ORIENTATION_MODES,
+    OrientationMode,
+    choices_text,
+    in_range,
+    range_text,
+)
 
 
-def in_range(name: str, value: Any) -> bool:
-    """Whether `value` is a finite number within `PIPELINE_RANGES[name]`."""
-    low, high = PIPELINE_RANGES[name]
-    try:
-        return math.isfinite(value) and low <= value <= high
-    except OverflowError:  # an int past float range
-        return False
-
-
-def range_text(name: str) -> str:
-    """`PIPELINE_RANGES[name]` in words, for error messages."""
-    low, high = PIPELINE_RANGES[name]
-    return "a finite number" if math.isinf(low) else f"a number in [{low}, {high}]"
+def check_ranges(section: object, name: str) -> None:
+    """Check the defaults in `[pipeline.<name>]` (`section`) of the request options that have a
+    range (`serving.options.OPTIONS`): a default must be a value a request could send."""
+    for option_name, option in OPTIONS.items():
+        where, _, key = option.default.partition(".")
+        if option.bounds is not None and where == name:
+            ok = in_range(option_name, getattr(section, key))
+            check(ok, f"pipeline.{option.default}", f"must be {range_text(option_name)}")
 
 
 _DET = DetParams()
@@ -61,9 +50,7 @@ class DetPipelineConfig:
             f"must be {choices_text(LIMIT_TYPES)}",
         )
         check(self.max_side_limit >= 32, "pipeline.det.max_side_limit", "must be >= 32")
-        for name in ("limit_side_len", "thresh", "box_thresh", "unclip_ratio"):
-            path = f"pipeline.det.{name}"
-            check(in_range(name, getattr(self, name)), path, f"must be {range_text(name)}")
+        check_ranges(self, "det")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,12 +63,7 @@ class RecPipelineConfig:
 
     def __post_init__(self) -> None:
         check(self.batch_size > 0, "pipeline.rec.batch_size", "must be > 0")
-        score_ok = in_range("score_thresh", self.score_thresh)
-        check(score_ok, "pipeline.rec.score_thresh", f"must be {range_text('score_thresh')}")
-
-
-OrientationMode = Literal["auto", "off"]
-ORIENTATION_MODES: tuple[OrientationMode, ...] = ("auto", "off")
+        check_ranges(self, "rec")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,7 +46,7 @@ def warm_up_page(predictors: dict[str, Any], model_dirs: dict[str, str]) -> list
     options = ocr_options(
         bundle,
         PipelineConfig(),
-        use_textline_orientation="cls" in predictors,
+        textline_orientation="cls" in predictors,
         orientation="off",
     )
     image = warmup_image()

@@ -49,7 +49,7 @@ from serving.jobs.runner import JobRunner
 from serving.jobs.staging import WorkerCounter
 from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
 from serving.outputs.formats import negotiate, parse_format
-from serving.request_options import NO_CLASSIFIER, overrides, parse_flag
+from serving.request_options import NO_CLASSIFIER, parse_flag
 from serving.service.requests import JobRequests
 
 T = TypeVar("T")
@@ -113,7 +113,7 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
                 raw_options.update(options_from_json(cast(str, form["options"])))
             options = parse_options(raw_options)
             # Refused now, not page by page once the job runs.
-            ocr_of(request).options(overrides(options), no_classifier=NO_CLASSIFIER)
+            ocr_of(request).options(options, no_classifier=NO_CLASSIFIER)
             uploads = [
                 (value.filename or f"file{i}", cast(IO[bytes], value.file))
                 for i, (_key, value) in enumerate(form.multi_items())

@@ -12,11 +12,11 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from serving.config import choices_text
 from serving.decode.readers import FileKind
 from serving.errors import ValidationFailed
 from serving.http import request_id
 from serving.http.answers import charged_json
+from serving.options import choices_text
 from serving.outputs.document import (
     TEXT_MODES,
     Document,

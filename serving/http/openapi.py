@@ -16,9 +16,9 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from serving.http.endpoints import TIMEOUT_HEADER
 from serving.http.openapi_schemas import SCHEMAS, Json, bounds
+from serving.options import OPTIONS, Option
 from serving.outputs.document import TEXT_MODES
 from serving.outputs.formats import FORMATS, MEDIA_TYPES
-from serving.request_options import CHOICES, OPTIONS, Option
 
 _BINARY: Json = {"type": "string", "format": "binary"}
 
@@ -76,9 +76,9 @@ _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 
 def _option_schema(name: str, option: Option) -> Json:
-    schema: Json = {"type": _JSON_TYPES[option.kind], **bounds(option.override)}
-    if name in CHOICES:
-        schema["enum"] = list(CHOICES[name])
+    schema: Json = {"type": _JSON_TYPES[option.kind], **bounds(name)}
+    if option.choices:
+        schema["enum"] = list(option.choices)
     return schema
 
 

@@ -6,15 +6,15 @@ import math
 from typing import Any
 
 from pipelines.types import LIMIT_TYPES
-from serving.config import PIPELINE_RANGES
+from serving.options import OPTIONS
 
 Json = dict[str, Any]
 
 
 def bounds(name: str) -> Json:
-    """JSON Schema `minimum` and `maximum` of an option, from `config.PIPELINE_RANGES`; none for
-    an option without one, or with an unbounded range (JSON has no infinity)."""
-    low, high = PIPELINE_RANGES.get(name, (-math.inf, math.inf))
+    """JSON Schema `minimum` and `maximum` of an OCR option (`serving.options.OPTIONS`); none for
+    an option without bounds, or with unbounded ones (JSON has no infinity)."""
+    low, high = OPTIONS[name].bounds or (-math.inf, math.inf)
     if math.isinf(low) or math.isinf(high):
         return {}
     return {"minimum": low, "maximum": high}
@@ -155,7 +155,7 @@ _PADDLEX_REQUEST: Json = {
         "textDetLimitSideLen": {
             "type": "integer",
             "minimum": 0,
-            "maximum": bounds("limit_side_len")["maximum"],
+            "maximum": bounds("det_limit_side_len")["maximum"],
             "nullable": True,
             "description": "0: the default",
         },
@@ -164,9 +164,9 @@ _PADDLEX_REQUEST: Json = {
             "enum": list(LIMIT_TYPES),
             "nullable": True,
         },
-        "textDetThresh": {"type": "number", **bounds("thresh"), "nullable": True},
-        "textDetBoxThresh": {"type": "number", **bounds("box_thresh"), "nullable": True},
-        "textDetUnclipRatio": {"type": "number", **bounds("unclip_ratio"), "nullable": True},
+        "textDetThresh": {"type": "number", **bounds("det_thresh"), "nullable": True},
+        "textDetBoxThresh": {"type": "number", **bounds("det_box_thresh"), "nullable": True},
+        "textDetUnclipRatio": {"type": "number", **bounds("det_unclip_ratio"), "nullable": True},
         "textRecScoreThresh": {"type": "number", **bounds("score_thresh"), "nullable": True},
         "returnWordBox": {"type": "boolean", "nullable": True},
         "visualize": {"type": "boolean", "nullable": True},

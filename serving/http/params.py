@@ -11,12 +11,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from serving.errors import ValidationFailed
-from serving.request_options import OPTIONS
+from serving.options import OPTIONS
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 OCR_QUERY = (*OPTIONS, "format", "words", "layout", "mode")
-"""`/v1/ocr`: the OCR options (`request_options.OPTIONS`, `lang` and `model` among them) and
+"""`/v1/ocr`: the OCR options (`serving.options.OPTIONS`, `lang` and `model` among them) and
 what to answer with (`serving.http.ocr_outputs.wanted`)."""
 RENDER_QUERY = ("page",)
 JOB_QUERY = tuple(OPTIONS)

@@ -21,13 +21,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from models.bundle import ModelBundle
 from pipelines.types import PageResult
-from serving.config import AppConfig, JobsConfig
+from serving.config import JobsConfig
 from serving.errors import OcrError, Overloaded
 from serving.jobs.files import Document
 from serving.jobs.options import page_record
-from serving.jobs.store import JobStore, build_store
+from serving.jobs.store import JobStore
 from serving.jobs.store.types import (
     STATUSES,
     JobInfo,
@@ -37,11 +36,6 @@ from serving.jobs.store.types import (
     StoredLimits,
 )
 from serving.metrics import Metrics
-from serving.model_sets import ModelSets
-from serving.request_options import ocr_options, overrides
-from serving.scheduling.priorities import BACKGROUND
-from serving.service.ocr import OcrService
-from serving.workers.quarantine import file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -108,41 +102,6 @@ class JobRunner:
         self._open_lock = asyncio.Lock()
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._loops: list[asyncio.Task[None]] = []
-
-    @classmethod
-    def build(
-        cls,
-        config: AppConfig,
-        service: OcrService,
-        bundle: ModelBundle,
-        metrics: Metrics,
-        *,
-        sets: ModelSets | None = None,
-    ) -> JobRunner:
-        """A runner over the configured store whose pages go through `service` at background
-        priority, each read by the model set its job's options pick (`lang`, `model`)."""
-        timeout_s = config.jobs.page_timeout_s
-        # A stored document never changes: hashed once for its pages (`serving.workers.quarantine`).
-        digests = functools.lru_cache(maxsize=256)(file_digest)
-
-        async def ocr(task: PageTask) -> PageResult:
-            options = ocr_options(bundle, config.pipeline, sets=sets, **overrides(task.options))
-            try:
-                digest = await asyncio.to_thread(digests, str(task.path))
-            except OSError:
-                digest = None  # gone: the worker says so
-            output = await service.ocr_page_of(
-                str(task.path),
-                task.kind,
-                task.page,
-                options,
-                priority=BACKGROUND,
-                timeout_s=timeout_s,
-                digest=digest,
-            )
-            return output.result
-
-        return cls(store=build_store(config.jobs), ocr=ocr, config=config.jobs, metrics=metrics)
 
     # --- lifecycle ----------------------------------------------------------------------------
 

@@ -23,7 +23,6 @@ from serving.decode.readers import DecodeLimits, FileKind, fit_side
 from serving.errors import DeadlineExceeded
 from serving.request_options import OcrOptions
 from serving.scheduling.admission import Admission
-from serving.scheduling.batch_shapes import BatchShapes
 from serving.scheduling.batching import Scheduler, WorkItem
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.scheduling.page_memory import MIN_SCALED_SIDE_PX, PageCosts
@@ -136,7 +135,6 @@ class OcrService:
         prefix: str,
         clock: Callable[[], float] = time.monotonic,
         page_costs: Callable[[], PageCosts] = PageCosts,
-        batch_shapes: BatchShapes | None = None,
         pictures: PictureLimits | None = None,
     ) -> None:
         self.cpu = cpu
@@ -152,8 +150,6 @@ class OcrService:
         self._clock = clock
         self.page_costs = page_costs
         """The page cost model now (device workers report their engines' costs when ready)."""
-        self.batch_shapes = batch_shapes
-        """Bucketed batching's padding targets (`[engine] batching`); None: exact mode."""
 
     async def ocr(
         self,
@@ -342,8 +338,6 @@ class OcrService:
         """Decode one page once the budget has room for it, and OCR it; the room is held until
         its result is assembled, but for what its detection held, given back once that is done
         (pages waiting on recognition then leave room for others' detection)."""
-        if self.batch_shapes is not None:
-            options = self.batch_shapes.apply(options)
         _SET_STAGES.set(options.stages)  # this page's model set: the queues `_infer` submits to
         held = charge.cost
         await self.budget.acquire(held)

@@ -24,6 +24,7 @@ from serving.outputs.document import Document, reading_orders
 from serving.outputs.formats import Format
 from serving.outputs.service import OutputStream, render_document
 from serving.request_options import OcrOptions, request_options
+from serving.scheduling.batch_shapes import BatchShapes
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.scheduling.quotas import Tenant
 from serving.service.ocr import OcrService, PageOutput
@@ -55,6 +56,8 @@ class OcrRequests:
     pages: Counter
     sets: ModelSets | None = None
     """Every model set served; a request's `lang` or `model` picks one (None: `bundle`)."""
+    shapes: BatchShapes | None = None
+    """The batch shapes a request's inputs are padded to (`[engine] batching`); None: exact."""
 
     def options(self, overrides: Mapping[str, Any], *, no_classifier: str) -> OcrOptions:
         """A request's options over the served models and the config's pipeline defaults.
@@ -64,7 +67,12 @@ class OcrRequests:
                 API's `no_classifier` message), or an override is out of range.
         """
         return request_options(
-            self.bundle, self.pipeline, overrides, no_classifier=no_classifier, sets=self.sets
+            self.bundle,
+            self.pipeline,
+            overrides,
+            no_classifier=no_classifier,
+            sets=self.sets,
+            shapes=self.shapes,
         )
 
     async def ocr(

@@ -39,6 +39,7 @@ from serving.service.devices import (
     with_sets,
     without_unread_orientation,
 )
+from serving.service.job_pages import job_runner
 from serving.service.ocr import OcrService
 from serving.service.requests import EndpointServices, JobRequests, OcrRequests, Renderer
 from serving.workers import shm
@@ -78,14 +79,18 @@ class Runtime:
     claim: shm.PrefixClaim | None = None
     """This server's hold on `prefix`; released once `stop()` has swept its segments."""
     budget_bytes: int = 0
+    """The whole memory budget (`server.memory_budget_bytes` or its default): pages are charged
+    against `service.budget`, its share for pages (`page_memory.pages_share_bytes`)."""
     sets: ModelSets | None = None
     """Every model set served (`serving.model_sets`); None: `bundle` alone."""
     cost_model: CostModel = field(default_factory=CostModel)
+    """The devices' measured batch costs, as placement predicts with them (`/readyz`)."""
     gpu_engine: GpuEngineChoice | None = None
     """Which engine GPU device workers run, and why (`engine.gpu_backend`; `/readyz`)."""
-    """The devices' measured batch costs, as placement predicts with them (`/readyz`)."""
-    """The whole memory budget (`server.memory_budget_bytes` or its default): pages are charged
-    against `service.budget`, its share for pages (`page_memory.pages_share_bytes`)."""
+    shapes: BatchShapes | None = None
+    """The batch shapes every request's inputs are padded to (`[engine] batching`, for this
+    server's devices: `serving.scheduling.batch_shapes`), set in its options when they are built
+    (`serving.request_options`); None: exact, as PaddleOCR."""
 
     @classmethod
     def build(
@@ -189,6 +194,7 @@ class Runtime:
         for stage in queues_for_sets:
             metrics.track_queue_depth(stage, functools.partial(scheduler.policy.depth, stage))
         batching = batching_mode(config.engine.batching, (device_kind(s.device) for s in specs))
+        shapes = BatchShapes.of(batching, config.engine.torch)
         service = OcrService(
             cpu=cpu,
             scheduler=scheduler,
@@ -197,7 +203,6 @@ class Runtime:
             budget=budget,
             prefix=prefix,
             page_costs=lambda: PageCosts.measured(w.info for w in devices.workers),
-            batch_shapes=BatchShapes.of(batching, config.engine.torch),
             pictures=PictureLimits(
                 max_pixels=config.paddlex.visualize_max_pixels,
                 max_bytes=config.paddlex.visualize_max_bytes,
@@ -213,7 +218,10 @@ class Runtime:
             devices=devices,
             service=service,
             metrics=metrics,
-            jobs=JobRunner.build(config, service, bundle, metrics, sets=sets) if jobs else None,
+            jobs=job_runner(config, service, bundle, metrics, sets=sets, shapes=shapes)
+            if jobs
+            else None,
+            shapes=shapes,
             claim=claim,
             budget_bytes=budget_bytes,
             cost_model=cost_model,
@@ -243,6 +251,7 @@ class Runtime:
             bundle=self.bundle,
             sets=self.sets,
             pipeline=self.config.pipeline,
+            shapes=self.shapes,
             service=self.service,
             pages=self.metrics.pages,
         )
@@ -276,6 +285,7 @@ class Runtime:
             overrides,
             no_classifier=no_classifier,
             sets=self.sets,
+            shapes=self.shapes,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -304,7 +314,7 @@ class Runtime:
                 **self.service.page_costs().describe(),
             },
             "cost_model": self.cost_model.describe(),
-            "batching": "exact" if self.service.batch_shapes is None else "bucketed",
+            "batching": "exact" if self.shapes is None else "bucketed",
             **({"gpu_engine": self.gpu_engine.describe()} if self.gpu_engine else {}),
             "model_sets": self.describe_models(),
         }
