@@ -30,8 +30,9 @@ from models.openvino_precision import (
     summarise,
 )
 from models.spec import load_model_spec
-from serving.config import AppConfig, ConfigError, load_config
+from serving.config import AppConfig, load_config
 from serving.engine.choice import precision_report
+from serving.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 
