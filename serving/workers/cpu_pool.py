@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from serving.errors import OcrError, WorkerUnavailable
+from serving.proc import cancel_and_wait
 from serving.scheduling.share import ShareQueue
 from serving.workers.cpu_worker import cpu_worker_main
-from serving.workers.proc import cancel_and_wait
 from serving.workers.quarantine import PageKey, Quarantine, page_read
 from serving.workers.sandbox import WorkerLimits
 from serving.workers.supervisor import RetryPolicy, WorkerDied, WorkerProcess, free_segments

@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from serving.errors import OcrError
-from serving.workers.proc import release_free_heap
+from serving.proc import release_free_heap
 from serving.workers.sandbox import WorkerLimits
 
 logger = logging.getLogger(__name__)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from serving.config import StageLimits
 from serving.errors import OcrError, WorkerUnavailable
 from serving.metrics import Metrics
+from serving.proc import cancel_and_wait
 from serving.scheduling.batching import Scheduler, WorkItem
 from serving.workers import shm
 from serving.workers.device_worker import (
@@ -33,7 +34,6 @@ from serving.workers.device_worker import (
     WorkerSetup,
     device_worker_main,
 )
-from serving.workers.proc import cancel_and_wait
 from serving.workers.supervisor import RetryPolicy, WorkerDied, WorkerProcess, free_segments
 
 logger = logging.getLogger(__name__)

@@ -211,7 +211,7 @@ SERVING_ALLOWED: dict[str, tuple[str, ...]] = {
         "serving.errors",
         "serving.model_sets",
         "serving.request_options",
-        "serving.workers.proc",
+        "serving.proc",
     ),
     "serving.convert": ("serving.config", "serving.errors", "serving.engine"),
     "serving.scheduling": (
