@@ -9,7 +9,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from serving.http import request_id
+from serving import request_context
 
 LEVELS = ("critical", "error", "warning", "info", "debug")
 FORMATS = ("text", "json")
@@ -21,7 +21,7 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         """Add `record.request_id`; never drops a record."""
         if not hasattr(record, "request_id"):
-            record.request_id = request_id.current() or "-"
+            record.request_id = request_context.current() or "-"
         return True
 
 

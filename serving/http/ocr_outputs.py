@@ -12,6 +12,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from serving import request_context
 from serving.decode.readers import FileKind
 from serving.errors import ValidationFailed
 from serving.http import request_id
@@ -117,7 +118,7 @@ async def answer(
     """The answer in the wanted format; a rendered one is made in a CPU worker and streamed,
     named after the upload (`name`, else "document"): the hOCR's and ALTO's source, the PDF's
     title, and the file name in `Content-Disposition` (`scan.png.pdf`, as a job's documents)."""
-    headers = {request_id.HEADER: request_id.current_or_new()}
+    headers = {request_id.HEADER: request_context.current_or_new()}
     if want.format == "json":  # charged until the client has read it (`serving.http.answers`)
         orders = None
         if want.layout:
