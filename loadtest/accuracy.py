@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-from loadtest import pages as pdf_pages
+from serving.convert import pdf_pages
 
 __all__ = [
     "AccuracyReport",

@@ -19,8 +19,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from loadtest import pages as pdf_pages
 from serving.config import load_config
+from serving.convert import pdf_pages
 from serving.engine.local import LocalEngine
 
 

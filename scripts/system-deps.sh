@@ -25,8 +25,8 @@
 #   tesseract-ocr-chi-sim   Tesseract's Simplified Chinese: the bench's `-l chi_sim+eng` row, so
 #                       Tesseract is measured on the Chinese pages with a model that reads them
 #
-# The PDFs are real documents nobody here wrote; loadtest/pages.py renders them and uses their text
-# layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
+# The PDFs are real documents nobody here wrote; serving/convert/pdf_pages.py renders them and uses
+# their text layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
 # without apt-get, it prints what is missing and exits 0.
 set -euo pipefail
 

@@ -66,7 +66,7 @@ batching = "{mode}"
 
 
 def language(label: str) -> str:
-    """The bench page's language, from its PDF's name (`loadtest.pages.REAL_PDFS`)."""
+    """The bench page's language, from its PDF's name (`serving.convert.pdf_pages.REAL_PDFS`)."""
     return "zh" if "zh-cn" in label else "en"
 
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from loadtest import pages as pdf_pages
 from loadtest.accuracy import cer
 from loadtest.engine_limit import real_page_set
 from serving.config import AppConfig, EngineConfig, ModelsConfig
+from serving.convert import pdf_pages
 from serving.engine.local import LocalEngine
 from serving.model_sets import ModelSet, load_sets
 

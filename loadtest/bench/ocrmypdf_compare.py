@@ -62,7 +62,7 @@ from loadtest.engine_limit import real_page_set
 from serving.cpus import available_cpus
 
 CHINESE_PDF_STEM = "maint-guide.zh-cn"
-"""Pages of this manual are the Chinese ones (`loadtest.pages.REAL_PDFS`)."""
+"""Pages of this manual are the Chinese ones (`serving.convert.pdf_pages.REAL_PDFS`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,11 +21,11 @@ import time
 
 import numpy as np
 
-from loadtest import pages as pdf_pages
 from loadtest.engine_limit import real_page_set
 from pipelines.page_orientation import classify_page, resize_ori
 from pipelines.pixels import normalize
 from serving.config import AppConfig, build
+from serving.convert import pdf_pages
 from serving.engine.local import LocalEngine
 from serving.request_options import ocr_options
 

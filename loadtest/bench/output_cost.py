@@ -3,8 +3,8 @@ each other format, on the same real pages, at the same concurrency.
 
     python -m loadtest.bench.output_cost --url http://127.0.0.1:8000 --pages 8 --rounds 3
 
-Text pages of Debian's manuals (`loadtest.pages`) are rendered at `--dpi` and sent as JPEG
-scans; each round sends every page once in every format (`?format=`), the formats in turn, at
+Text pages of Debian's manuals (`serving.convert.pdf_pages`) are rendered at `--dpi` and sent as
+JPEG scans; each round sends every page once in every format (`?format=`), the formats in turn, at
 `--concurrency`, so that a slower or busier stretch of the run falls on all of them alike.
 Prints pages/s per format, its ratio to JSON and the mean answer size, and writes them as JSON
 to `--out` when given. The format's work runs in the server's CPU workers (`serving.outputs`):
@@ -23,7 +23,7 @@ import cv2
 import httpx
 import numpy as np
 
-from loadtest.pages import find_real_pdfs, render_pdf_pages, select_text_pages
+from serving.convert.pdf_pages import find_real_pdfs, render_pdf_pages, select_text_pages
 
 FORMATS = ("json", "text", "hocr", "alto", "pdf")
 

@@ -24,8 +24,8 @@ import pikepdf
 import pytest
 from PIL import Image
 
-from loadtest import pages
 from loadtest.accuracy import cer
+from serving.convert import pdf_pages as pages
 from tests.e2e.conftest import CONFIG, Server, free_port, serving
 from tests.images import make_pdf
 from tests.poppler import needs_poppler, pdftotext

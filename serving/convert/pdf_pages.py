@@ -1,4 +1,5 @@
-"""Real document pages for load and accuracy runs: Debian's doc PDFs, rendered with pypdfium2."""
+"""Real document pages: Debian's doc PDFs, rendered with pypdfium2; the int8 models' calibration
+set (`serving.convert.calibration`), and the pages the bench, the load tests and the tests read."""
 
 from __future__ import annotations
 
