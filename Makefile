@@ -92,7 +92,7 @@ $(PADDLEX_DEFAULT_VENV)/.installed:
 paddlex-default-venv: $(PADDLEX_DEFAULT_VENV)/.installed
 
 # RapidOCR's API server on ONNX Runtime and on OpenVINO, with Paddle's converter for our models,
-# for the bench's RapidOCR rows (`ocr-bench baselines --servers
+# for the bench's RapidOCR rows (`make bench` makes it; `ocr-bench baselines --servers
 # ours,rapidocr`); its own venv: RapidOCR brings opencv-python-headless, another cv2.
 RAPIDOCR_VENV ?= .venv-rapidocr
 
@@ -148,11 +148,14 @@ bench-ocrmypdf: install-test convert
 	bash scripts/system-deps.sh
 	$(BIN)/ocr-bench ocrmypdf --pages 12 --out bench-out/ocrmypdf $(BENCH_OCRMYPDF_ARGS)
 
-# Side by side on one page set: the offline engine limit, our server, PaddleX basic serving
-# (`ocr-bench baselines`; every benchmark: `ocr-bench --help`).
-bench: install-bench
+# The choice of the default model set, in one run on the same pages and CPU (`ocr-bench choice`,
+# docs/performance.md): our server's default set against PP-OCRv5 mobile at auto precision and
+# at f32, RapidOCR's API server on the same PP-OCRv6 small models, faster-paddle in process; in
+# correct pages/s at c=1 and c=4, CER per language, merged words. Options: BENCH_ARGS="--pages 12";
+# every other benchmark: `ocr-bench --help`.
+bench: install-bench convert $(RAPIDOCR_VENV)/.installed
 	bash scripts/system-deps.sh
-	$(BIN)/ocr-bench baselines --out bench-out/baselines $(BENCH_ARGS)
+	$(BIN)/ocr-bench choice --out bench-out/choice --rapidocr-venv $(RAPIDOCR_VENV) $(BENCH_ARGS)
 
 # Steady real traffic (20 minutes, 8 of warm-up, unless SOAK_ARGS="--duration-s N"): memory, fds and shared-memory
 # segments of every server process; fails on growth after warm-up or anything leaked.

@@ -5,7 +5,7 @@ scenario adds its own (`Scenario.add_arguments`). One results format under one r
 `--out` gets `results.json`, `results.md` and the plots (`loadtest.bench.results`), headed by
 the machine, its CPU flags, OpenVINO's capabilities, the commit and the machine's other load
 during the run (`loadtest.bench.header`). `ocr-bench --help` lists the scenarios; `ocr-bench
-SCENARIO --help` says what one measures and takes. `make bench` runs `ocr-bench baselines`.
+SCENARIO --help` says what one measures and takes. `make bench` runs `ocr-bench choice`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from loadtest.bench.scenario import SCENARIOS, Scenario
 __all__ = ["DEFAULT_SCENARIO", "SCENARIO_MODULES", "build_parser", "main", "scenarios"]
 
 SCENARIO_MODULES = (
+    "loadtest.bench.choice",
     "loadtest.bench.baselines",
     "loadtest.bench.cpu_engines",
     "loadtest.bench.ocrmypdf_compare",
@@ -40,7 +41,7 @@ SCENARIO_MODULES = (
 )
 """The modules whose scenarios `ocr-bench` offers, in the order `--help` lists them."""
 
-DEFAULT_SCENARIO = "baselines"
+DEFAULT_SCENARIO = "choice"
 """What `make bench` runs."""
 
 

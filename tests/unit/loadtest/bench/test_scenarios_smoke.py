@@ -1,10 +1,13 @@
 """Every `ocr-bench` scenario end to end through the harness on tiny inputs, its expensive parts
 (servers, models, engines) replaced by fakes at their seams: the command parses, the scenario
-runs, and `results.json`, `results.md` and the plots come out with its rows. Every scenario was
-run for real once as it was written."""
+runs, and `results.json`, `results.md` and the plots come out with its rows. The seams against
+the real thing: `tests/e2e/test_bench_harness.py` (ours through the `choice` scenario) and
+`tests/integration/test_faster_paddle_peer.py`; every scenario was run for real once as it was
+written (docs/performance.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -19,10 +22,12 @@ import pytest
 from loadtest.bench import (
     baselines,
     batching,
+    choice,
     cli,
     common,
     cpu_cost,
     cpu_engines,
+    faster_paddle_peer,
     header,
     int8_sensitivity,
     job_impact,
@@ -108,6 +113,65 @@ def _run(tmp_path: Path, *argv: str, status: int = 0) -> dict[str, Any]:
     assert report["header"]["scenario"] == argv[0]
     assert (tmp_path / "results.md").read_text().startswith(f"# ocr-bench {argv[0]}")
     return report
+
+
+def test_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(choice, "kind_pages", _pages)
+    monkeypatch.setattr(choice, "start_ours", FakeServer)
+    monkeypatch.setattr(choice, "measure_server", _server_run)
+    monkeypatch.setattr(choice, "worker_precisions", lambda url: {"cpu#0": "bf16"})
+    models = {
+        "default": "PP-OCRv6_small",
+        "models": [
+            {"name": "PP-OCRv6_small", "devices": [{"precision": "bf16"}]},
+            {"name": "PP-OCRv5_mobile", "devices": [{"precision": "f32"}]},
+        ],
+    }
+    monkeypatch.setattr(choice, "served_models", lambda url: models)
+    monkeypatch.setattr(faster_paddle_peer, "installed", lambda: True)
+
+    def peer(size: str, threads: int, paths: list[Path]) -> dict[str, Any]:
+        texts = {p.name: [TRUTHS[i % 2]] for i, p in enumerate(paths)}
+        return {
+            "version": "1.0.4",
+            "config": {"threads": threads},
+            "alone_pages_s": 2.0,
+            "batch_pages_s": 3.0,
+            "batch_correct_pages_s": 1.5,
+            "batch_changed": 1,
+            "alone_core_s_a_page": 0.4,
+            "batch_core_s_a_page": 0.3,
+            "texts": texts,
+        }
+
+    monkeypatch.setattr(faster_paddle_peer, "measure", peer)
+    report = _run(
+        tmp_path,
+        "choice",
+        "--pages",
+        "2",
+        "--precision",
+        "auto",
+        "--rapidocr-venv",
+        str(tmp_path / "none"),
+        status=1,  # RapidOCR's venv is missing: its row says so
+    )
+    rows = report["results"]["rows"]
+    assert [r["label"] for r in rows][:2] == [
+        "ours, PP-OCRv6_small (default set)",
+        "ours, PP-OCRv5_mobile",
+    ]
+    assert rows[0]["scores"]["all"]["cer"] == 0.0
+    assert rows[0]["levels"]["4"]["correct_pages_s"] == 1.0
+    assert "make rapidocr-venv" in rows[2]["error"]
+    text = (tmp_path / "results.md").read_text()
+    assert (
+        "| RapidOCR API (2 workers x 1 threads, OpenVINO), PP-OCRv6_small [auto] | not run" in text
+    )
+    assert "ours, PP-OCRv6_small (default set) [auto] / ours, PP-OCRv5_mobile [auto]" in text
+    assert "ours, PP-OCRv6_small (default set) [auto] / faster-paddle small" in text
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "correct_pages_s.png").is_file()
 
 
 def test_baselines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
