@@ -435,3 +435,22 @@ def test_text_scores_sum_over_characters_per_kind() -> None:
     assert scores["all"]["cer"] == pytest.approx(1 / 12, abs=1e-5)  # rounded to 5 places
     assert scores["fr"] == {"pages": 1, "cer": 0.5, "merged_words": 0, "word_f1": 0.0}
     assert scores["en"]["word_f1"] == 1.0
+
+
+@pytest.mark.skipif(
+    not all(p.is_file() for p in common.LANGUAGE_PDFS.values())
+    or not common.pdf_pages.find_real_pdfs(),
+    reason="Debian's doc PDFs (scripts/system-deps.sh)",
+)
+def test_kind_pages_spread_over_the_kinds_and_send_poor_scans_as_jpeg(tmp_path: Path) -> None:
+    pages = common.kind_pages(5, ["en", "zh", "degraded", "fr"], dpi=40)
+    assert [p.kind for p in pages] == ["en", "en", "zh", "degraded", "fr"]
+    assert len({p.label for p in pages}) == 5
+    scan = pages[3]
+    assert scan.jpeg_quality == common.DEGRADED_JPEG_QUALITY
+    assert scan.file_name.endswith(".jpg")
+    paths = common.write_pages(pages, tmp_path)
+    assert [p.suffix for p in paths] == [".png", ".png", ".png", ".jpg", ".png"]
+    assert all(p.truth.strip() for p in pages)
+    with pytest.raises(ValueError, match="unknown page kinds"):
+        common.kind_pages(1, ["xx"])
