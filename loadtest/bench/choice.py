@@ -247,8 +247,8 @@ def _rapidocr(
     """RapidOCR's API server on OpenVINO at `precision`, on our set's ONNX models."""
     venv: Path = args.rapidocr_venv
     label = (
-        f"RapidOCR API ({args.rapidocr_workers} workers x {args.rapidocr_threads} threads, "
-        f"OpenVINO), {args.rapidocr_set}"
+        f"RapidOCR API ({args.rapidocr_workers} workers x {args.rapidocr_threads} "
+        f"thread{'' if args.rapidocr_threads == 1 else 's'}, OpenVINO), {args.rapidocr_set}"
     )
     row: dict[str, Any] = {"system": "rapidocr", "label": label, "precision": precision}
     if not (venv / "bin" / "python").is_file():

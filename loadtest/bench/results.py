@@ -93,7 +93,7 @@ def write(
         from matplotlib.figure import Figure
 
         for name, draw in results.plots.items():
-            figure = Figure(figsize=(8, 5))
+            figure = Figure(figsize=(11, 5))  # room for the rows' long labels
             draw(figure)
             path = out / f"{name}.png"
             figure.savefig(path, dpi=100)

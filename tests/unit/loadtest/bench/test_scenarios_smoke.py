@@ -166,7 +166,7 @@ def test_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "make rapidocr-venv" in rows[2]["error"]
     text = (tmp_path / "results.md").read_text()
     assert (
-        "| RapidOCR API (2 workers x 1 threads, OpenVINO), PP-OCRv6_small [auto] | not run" in text
+        "| RapidOCR API (2 workers x 1 thread, OpenVINO), PP-OCRv6_small [auto] | not run" in text
     )
     assert "ours, PP-OCRv6_small (default set) [auto] / ours, PP-OCRv5_mobile [auto]" in text
     assert "ours, PP-OCRv6_small (default set) [auto] / faster-paddle small" in text
