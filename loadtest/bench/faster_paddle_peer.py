@@ -7,7 +7,8 @@ wheel; "medium" would download, which the bench never does). Each page is read o
 multi-page path, the one the issue measured); a batch page counts as correct where its lines
 are the ones the page gave alone, as a server's answers under load are counted. The engine runs
 in a spawned process of its own (its ONNX Runtime 1.28 is linked into its extension, beside
-ours), whose own CPU seconds are measured there. Lines are its `bounds`, in its order.
+ours), whose own CPU seconds are measured there. Lines are those of its reading-order
+`structured_text` (`_lines`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ def installed() -> bool:
 
 
 def _lines(result: dict[str, Any]) -> list[str]:
-    bounds = result["bounds"]
-    return [str(bounds[key]["text"]) for key in sorted(bounds, key=int)]
+    """The page's lines in reading order: its `structured_text`'s non-empty lines. Its `bounds`
+    come in detection order, which an order-sensitive CER counts as errors (a bench page:
+    8.4% CER in `bounds` order, 4.2% in its `text`, 1.5% in its `structured_text`)."""
+    return [line.strip() for line in str(result["structured_text"]).splitlines() if line.strip()]
 
 
 def _cpu_s() -> float:
