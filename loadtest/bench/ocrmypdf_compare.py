@@ -306,8 +306,10 @@ class OcrmypdfCompare(Scenario):
         table = markdown_table(report["rows"], langs, kinds)
         intro = (
             f"{len(report['pages'])} pages at {args.dpi:g} dpi, scans.pdf "
-            f"{report['input_bytes']:,} bytes; our server ready in {report['server_ready_s']} s"
+            f"{report['input_bytes']:,} bytes"
         )
+        if report["server_ready_s"] is not None:  # started for the plugin's row
+            intro += f"; our server ready in {report['server_ready_s']} s"
         ran = {r["tool"]: r["correct_pages_per_s"] for r in report["rows"] if "error" not in r}
         return Results(
             data=report,
