@@ -15,17 +15,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
-from loadtest import onnx_export
 from loadtest.accuracy import pages_cer
+from loadtest.bench.baseline_servers import measure_paddlex, measure_rapidocr, or_not_run
 from loadtest.bench.baselines_report import RAPIDOCR_KEYS, markdown
 from loadtest.bench.common import (
     engine_limit,
     level_dict,
     measure_server,
-    package_version,
     real_pages,
     worker_precisions,
     write_pages,
@@ -34,26 +34,18 @@ from loadtest.bench.header import openvino_capabilities
 from loadtest.bench.options import comma_list, count, positive_ints
 from loadtest.bench.results import Results, bars
 from loadtest.bench.scenario import Scenario, register
-from loadtest.client import Api
 from loadtest.documents import Document, load_documents
 from loadtest.servers import (
     OURS_CPU_TOML,
     RAPIDOCR_ENGINES,
-    ServerProcess,
-    rapidocr_params,
     start_ours,
-    start_paddlex,
-    start_rapidocr,
 )
 from models.bundle import load_bundle
 from models.convert import find_onnx
-from models.embedded import embedded_model_dir
 from models.openvino_precision import has_bf16
-from models.paddle_predictor import onednn_fails_on_det
 from models.quantize import find_int8
 from serving.config import AppConfig, WorkersConfig
 from serving.cpus import available_cpus
-from serving.request_options import ocr_options
 
 OURS_CONFIG = (
     OURS_CPU_TOML
@@ -140,6 +132,7 @@ class Baselines(Scenario):
         return Results(
             data=report,
             markdown=markdown(report),
+            failed=bool(report.get("not_run")),
             plots={"ours_pages_s": bars("Ours, pages/s per level", "pages/s", ours)}
             if ours
             else {},
@@ -173,29 +166,32 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         _measure_ours(report, args, documents, truths, requests)
     if "paddlex" in args.servers:
         print("PaddleX basic serving...", file=sys.stderr)
-        report["paddlex"] = _measure_paddlex(
-            out, "paddlex", None, threads, documents, truths, args, requests
+        or_not_run(
+            report,
+            "paddlex",
+            lambda: measure_paddlex(
+                out, "paddlex", None, threads, documents, truths, args, requests
+            ),
         )
     if args.paddlex_default_venv is not None:
         print("PaddleX basic serving, default install...", file=sys.stderr)
-        report["paddlex_default"] = _measure_paddlex(
-            out,
+        venv = args.paddlex_default_venv
+        or_not_run(
+            report,
             "paddlex_default",
-            args.paddlex_default_venv,
-            threads,
-            documents,
-            truths,
-            args,
-            requests,
+            lambda: measure_paddlex(
+                out, "paddlex_default", venv, threads, documents, truths, args, requests
+            ),
         )
     if "rapidocr" in args.servers:
         # What OpenVINO picks unhinted: bf16 where the CPU computes in it.
         chosen = "bf16" if has_bf16(openvino_capabilities()) else "f32"
         for engine in args.rapidocr_engines:
             print(f"RapidOCR's API server on {engine}...", file=sys.stderr)
-            report[RAPIDOCR_KEYS[engine]] = _measure_rapidocr(
-                out, threads, documents, truths, args, requests, engine, chosen
+            run = partial(
+                measure_rapidocr, out, threads, documents, truths, args, requests, engine, chosen
             )
+            or_not_run(report, RAPIDOCR_KEYS[engine], run)
     return report
 
 
@@ -298,98 +294,6 @@ def _measure_ours_with(
         return {
             "precision": precisions,
             "levels": [level_dict(r) for r in run.levels],
-            "peak_rss_mb": round(server.memory.peak_bytes / 2**20),
-        }
-    finally:
-        server.stop()
-
-
-def _measure_rapidocr(
-    out: Path,
-    threads: int,
-    documents: Sequence[Document],
-    truths: dict[str, str],
-    args: argparse.Namespace,
-    requests: int,
-    engine: str,
-    openvino_default: str,
-) -> dict[str, Any]:
-    """RapidOCR's API server on `engine` ("onnxruntime" or "openvino"), on our models converted
-    to ONNX, with our detection settings, as its users run it: as many Uvicorn workers as ours
-    has device workers, the cores split among them as ours splits them, and OpenVINO at the
-    precision OpenVINO chooses (bf16 where the CPU has it)."""
-    venv: Path = args.rapidocr_venv
-    config = AppConfig()
-    bundle = load_bundle(config.models.det, config.models.rec, config.models.cls)
-    models = onnx_export.export(venv, bundle.det, bundle.rec, out / "rapidocr-models")
-    options = ocr_options(bundle, config.pipeline)
-    facts = {engine: package_version(venv, engine), "rapidocr": package_version(venv, "rapidocr")}
-    workers = args.cpu_instances
-    per_worker = args.threads or max(1, threads // workers)
-    params = rapidocr_params(options, models, per_worker, engine)
-    facts["workers"] = f"{workers} workers x {per_worker} threads"
-    if engine == "openvino":
-        facts["precision"] = f"{openvino_default}, its default"
-    server = start_rapidocr(out, venv, params, RAPIDOCR_KEYS[engine], None, workers=workers)
-    return _measure_baseline(server, "rapidocr", "/", facts, documents, truths, args, requests)
-
-
-def _measure_paddlex(
-    out: Path,
-    name: str,
-    venv: Path | None,
-    threads: int,
-    documents: Sequence[Document],
-    truths: dict[str, str],
-    args: argparse.Namespace,
-    requests: int,
-) -> dict[str, Any]:
-    """One PaddleX basic serving install: its levels, CER, peak memory and Paddle version.
-
-    On Paddle 3.3.x PaddleX's default CPU run mode (oneDNN) fails on the detector (every request
-    a 500, Paddle issue 77340) and PaddleX has no way to delete the failing pass, so there it
-    runs with oneDNN off ("paddle" run mode), which is what its users are left with.
-    """
-    paddle = package_version(venv, "paddlepaddle")
-    run_mode = "paddle" if onednn_fails_on_det(paddle) else None
-    pdx = start_paddlex(
-        out,
-        embedded_model_dir("PP-OCRv5_mobile_det"),
-        embedded_model_dir("PP-OCRv5_mobile_rec"),
-        threads,
-        venv=venv,
-        name=name,
-        run_mode=run_mode,
-    )
-    facts = {"paddle": paddle, "run_mode": run_mode or "mkldnn"}
-    return _measure_baseline(pdx, "paddlex", "/health", facts, documents, truths, args, requests)
-
-
-def _measure_baseline(
-    server: ServerProcess,
-    api: Api,
-    ready_path: str,
-    facts: dict[str, str],
-    documents: Sequence[Document],
-    truths: dict[str, str],
-    args: argparse.Namespace,
-    requests: int,
-) -> dict[str, Any]:
-    """A started baseline server's levels, CER and peak memory, after `facts`; stops it."""
-    try:
-        server.wait_ready(ready_path)
-        run = measure_server(
-            server,
-            api,
-            documents,
-            args.baseline_levels,
-            requests=requests,
-            max_time_s=args.max_time_s,
-        )
-        return {
-            **facts,
-            "levels": [level_dict(r) for r in run.levels],
-            "cer": pages_cer(truths, run.reference),
             "peak_rss_mb": round(server.memory.peak_bytes / 2**20),
         }
     finally:

@@ -201,4 +201,6 @@ def markdown(report: dict[str, Any]) -> str:
         for key, run in baselines.items()
     ]
     lines.append(f"- peak RSS of all server processes: {', '.join(peaks)}")
+    for key, reason in report.get("not_run", {}).items():
+        lines.append(f"- {BASELINE_LABELS.get(key, key)}: not run: {reason}")
     return "\n".join(lines) + "\n"

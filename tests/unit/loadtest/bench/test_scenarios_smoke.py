@@ -186,11 +186,16 @@ def test_baselines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(baselines, "measure_server", _server_run)
     monkeypatch.setattr(baselines, "worker_precisions", lambda url: {"cpu#0": "f32"})
     monkeypatch.setattr(baselines, "_int8_ready", lambda: False)
+
+    def no_plugin(*_: Any) -> dict[str, Any]:
+        raise RuntimeError("paddlex exited")
+
+    monkeypatch.setattr(baselines, "measure_paddlex", no_plugin)
     report = _run(
         tmp_path,
         "baselines",
         "--servers",
-        "ours",
+        "ours,paddlex",
         "--precision",
         "f32",
         "--server-engines",
@@ -199,11 +204,16 @@ def test_baselines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "1,4",
         "--threads",
         "2",
+        status=1,
     )
     data = report["results"]
     assert [lv["concurrency"] for lv in data["ours_levels"]] == [1, 4]
     assert list(data["ours_precisions"]) == ["f32"]
-    assert "machine limit" in (tmp_path / "results.md").read_text()
+    text = (tmp_path / "results.md").read_text()
+    assert "machine limit" in text
+    # A baseline that cannot start keeps the other rows and says why; the run counts as failed.
+    assert data["not_run"] == {"paddlex": "RuntimeError: paddlex exited"}
+    assert "- PaddleX basic serving: not run: RuntimeError: paddlex exited" in text
 
 
 def test_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
