@@ -134,7 +134,8 @@ def row(label: str, scores: Scores, base: Scores | None = None) -> str:
 
 def gained(scores: Scores) -> tuple[float, float, int]:
     """A try's rank: the Chinese CER, then the English, then all merged words (least first)."""
-    return scores["zh"][0], scores["en"][0], sum(merged for _, merged in scores.values())
+    zh, en = scores.get("zh", (0.0, 0))[0], scores.get("en", (0.0, 0))[0]  # where pages had them
+    return zh, en, sum(merged for _, merged in scores.values())
 
 
 @register
@@ -178,6 +179,12 @@ class Int8Layers(Scenario):
         names = list(quantised_inputs(ov.Core().read_model(str(tries.int8_file))))
         if args.layers:  # groups of layers, each group one try
             groups = [group.split(",") for group in args.layers.split(";")]
+            unknown = sorted({name for group in groups for name in group} - set(names))
+            if unknown:  # kept in float by the recipe already, or a typo
+                raise SystemExit(
+                    f"not quantised in {tries.int8_file}: {', '.join(unknown)}; its quantised "
+                    f"layers: {', '.join(names)}"
+                )
         else:
             every = tries.read(in_float(tries.int8_file, names))
             tried("int8, every layer in float", every, f32)

@@ -360,6 +360,9 @@ def test_int8_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     report = _run(tmp_path, "int8-layers", "--layers", "a;a,b", "--top", "1")
     assert report["results"]["ranked"] == ["a,b", "a"]
     assert "top 1 in float" in (tmp_path / "results.md").read_text()
+    with pytest.raises(SystemExit, match=r"not quantised in .*: zz; its quantised layers: a, b"):
+        cli.main(["int8-layers", "--layers", "a;zz", "--out", str(tmp_path)])
+    assert int8_sensitivity.gained({"en": (0.01, 2), "synthetic": (0.0, 1)}) == (0.0, 0.01, 3)
 
 
 def test_job_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
