@@ -30,6 +30,35 @@ def test_help_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.DEFAULT_SCENARIO in found
 
 
+HARNESS = {
+    "__init__",
+    "__main__",
+    "cli",
+    "scenario",
+    "options",
+    "header",
+    "results",
+    "common",
+    # A scenario's own parts, imported by it:
+    "baselines_report",
+    "baseline_servers",
+    "choice_report",
+    "faster_paddle_peer",
+    "ocrmypdf_tools",
+}
+
+
+def test_every_benchmark_module_is_a_scenario_or_a_part_of_the_harness() -> None:
+    """A new measurement joins `ocr-bench` (a registered scenario in `cli.SCENARIO_MODULES`,
+    with a smoke test) rather than growing a parser of its own."""
+    modules = {p.stem for p in (ROOT / "loadtest" / "bench").glob("*.py")}
+    listed = {name.rsplit(".", 1)[1] for name in cli.SCENARIO_MODULES}
+    assert modules - HARNESS == listed, "add it to loadtest/bench/cli.py SCENARIO_MODULES"
+    for module in modules - HARNESS - {"cli"}:
+        text = (ROOT / "loadtest" / "bench" / f"{module}.py").read_text()
+        assert "ArgumentParser(" not in text, f"{module}: its options go in add_arguments"
+
+
 def test_every_scenario_has_help_and_takes_out() -> None:
     for name, cls in cli.scenarios().items():
         assert cls.name == name
