@@ -9,7 +9,7 @@ batches held a few rows where 96 fit, and det batches about one page. `[engine] 
 - "bucketed": each crop padded to the first of a few widths that holds it, and each page's
   detector input to a multiple of a step (`BatchShapes`), so rows of many pages share a batch.
   A crop then reads the same whatever its companions; the text differs from exact mode only by
-  the padding (the bench's CER per language: `python -m loadtest.bench.batching`).
+  the padding (the bench's CER per language: `ocr-bench batching`).
 - "auto": bucketed where a GPU serves (its batches are cheap to fill and dear to leave empty),
   exact on CPU-only servers.
 

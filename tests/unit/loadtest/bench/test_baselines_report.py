@@ -1,4 +1,4 @@
-"""`make bench`'s summary: one row per measured level, ratios against each PaddleX install."""
+"""`ocr-bench baselines`' summary: one row per measured level, ratios against each baseline."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from loadtest.accuracy import pages_cer
-from loadtest.bench import run as bench_run
-from loadtest.bench.run import markdown
-from loadtest.report import save_report
+from loadtest.bench import baselines, common
+from loadtest.bench.baselines_report import markdown
 
 
 def _level(concurrency: int, pages_s: float, p50_s: float) -> dict[str, Any]:
@@ -58,7 +57,7 @@ def test_rows_and_ratios_for_both_paddlex_installs() -> None:
     assert "(Paddle 3.3.1, oneDNN off) at concurrency 4: 5.00x" in text
     assert "ours p50 at concurrency 1 / engine median page time: 1.10 (goal <= 1.00)" in text
     assert "ours mean latency at concurrency 1 / engine mean page time: 1.10" in text
-    assert "ours at concurrency 8 0.0085" in text
+    assert "- CER on the page set: engine 0.0084, ours 0.0085" in text
     assert "PaddleX basic serving, default install (Paddle 3.3.1, oneDNN off) 1500 MiB" in text
 
 
@@ -103,16 +102,6 @@ def test_cer_over_all_pages_weighs_pages_by_their_characters() -> None:
     texts = {"a.png": ["abcdefghij"], "b.png": ["x", "z"]}  # "xz" without whitespace: 1 edit
     assert pages_cer(truths, texts) == pytest.approx(1 / 12)  # not the mean of 0 and 1/2
     assert pages_cer({}, {}) == 0.0
-
-
-def test_save_report_writes_json_and_table_and_prints_the_table(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    save_report(tmp_path, "engines", {"pages": ["é.png"]}, "| a |\n")
-    assert json.loads((tmp_path / "engines.json").read_text()) == {"pages": ["é.png"]}
-    assert "é" in (tmp_path / "engines.json").read_text()  # not escaped
-    assert (tmp_path / "engines.md").read_text() == "| a |\n"
-    assert capsys.readouterr().out == "| a |\n\n"
 
 
 def test_a_baseline_that_fails_requests_is_compared_at_its_fastest_level_without_errors() -> None:
@@ -235,8 +224,8 @@ def test_engine_limit_runs_the_engine_with_the_threads_and_reads_its_result(
         del result["cer"]
         Path(command[command.index("--json") + 1]).write_text(json.dumps(result))
 
-    monkeypatch.setattr(bench_run.subprocess, "run", fake_run)
-    engine = bench_run._engine_limit(tmp_path, "engine-1thread", 1, 3, {"a.png": "abce"})
+    monkeypatch.setattr(common.subprocess, "run", fake_run)
+    engine = baselines._engine_limit(tmp_path, "engine-1thread", 1, 3, {"a.png": "abce"})
     [command] = calls
     assert command[1:3] == ["-m", "loadtest.engine_limit"]
     assert command[command.index("--config") + 1] == str(tmp_path / "engine-1thread.toml")
