@@ -42,6 +42,25 @@ def line_angles(polys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     return angles, lengths
 
 
+def level_boxes(polys: ArrayLike, skew_deg: float) -> np.ndarray:
+    """The quads' axis-aligned boxes on the page turned level (by `-skew_deg` about its
+    origin), (N, 4) x0, y0, x1, y1: what the reading order sorts (`pipelines.layout`). On the
+    page as scanned, a long line 2.5 degrees askew has a box taller than the line pitch, whose
+    top is above the next line's: sorted by those boxes, the lines of a paragraph interleaved.
+
+    Args:
+        polys: Quads (N, 4, 2), or any (N, K, 2) points, y down.
+        skew_deg: The page's skew, degrees counter-clockwise (`estimate_skew`).
+    """
+    points = np.asarray(polys, dtype=np.float64).reshape(-1, 4, 2)
+    if skew_deg:
+        turn = np.radians(skew_deg)
+        cos, sin = np.cos(turn), np.sin(turn)
+        x, y = points[..., 0], points[..., 1]
+        points = np.stack([x * cos - y * sin, x * sin + y * cos], axis=-1)
+    return np.concatenate([points.min(axis=1), points.max(axis=1)], axis=1)
+
+
 def _thickness(quads: np.ndarray) -> np.ndarray:
     """The quads' short sides' mean length (TL->BL and TR->BR)."""
     left = np.hypot(*(quads[:, 3] - quads[:, 0]).T)
