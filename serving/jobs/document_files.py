@@ -49,6 +49,8 @@ class StoredDocument:
     limits: DecodeLimits
     mode: TextMode = "skip"
     """A PDF from a PDF: what its pages that have text get (`serving.outputs.pdf_text`)."""
+    deskew: bool = False
+    """A PDF: its pages straightened, their text layers with them (`serving.outputs.deskew`)."""
 
 
 def limits_of(config: InputConfig) -> DecodeLimits:
@@ -97,6 +99,7 @@ def write_stored(task: StoredDocument) -> int:
         source=task.source,
         limits=task.limits,
         mode=task.mode,
+        deskew=task.deskew,
     )
 
 
@@ -111,6 +114,7 @@ def write_document(
     source: str | Path | None,
     limits: DecodeLimits,
     mode: TextMode = "skip",
+    deskew: bool = False,
 ) -> int:
     """Write one document in `fmt` to `dest` (whole or not at all: through a temporary file);
     returns its size in bytes. `records[i]` is page i's record, None (or an error entry) when
@@ -119,7 +123,7 @@ def write_document(
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("wb") as file:
-            for chunk in _chunks(fmt, name, records, kind, pages, source, limits, mode):
+            for chunk in _chunks(fmt, name, records, kind, pages, source, limits, mode, deskew):
                 file.write(chunk)
         os.replace(tmp, dest)
     finally:
@@ -136,6 +140,7 @@ def _chunks(
     source: str | Path | None,
     limits: DecodeLimits,
     mode: TextMode,
+    deskew: bool = False,
 ) -> Iterable[bytes]:
     if fmt == "json":
         return [json_document(name, records, pages)]
@@ -144,6 +149,7 @@ def _chunks(
         pages=tuple(_pages(records, kind, pages, source, limits)),
         source=_source(source, kind),
         mode=mode,
+        deskew=deskew,
     )
     return render(document, fmt)
 
