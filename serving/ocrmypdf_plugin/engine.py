@@ -17,11 +17,16 @@ from ocrmypdf import OcrClass, OcrElement
 from ocrmypdf._options import OcrOptions
 from ocrmypdf.exceptions import MissingDependencyError
 from ocrmypdf.hocrtransform import BoundingBox
+from ocrmypdf.models.ocr_element import Baseline
 from ocrmypdf.pluginspec import OcrEngine, OrientationConfidence
 from PIL import Image
 
+from pipelines.skew import MAX_DEG, estimate_skew
 from serving.ocrmypdf_plugin.backend import backend_for
 from serving.ocrmypdf_plugin.client import OcrServerError
+from serving.outputs.baselines import DESCENT, baseline
+from serving.outputs.document import make_line
+from serving.outputs.pdf_layer import LINE_LAYOUT
 
 logger = logging.getLogger(__name__)
 
@@ -59,24 +64,12 @@ The server calls a page turned only past its own threshold, so a turned page's s
 (0.93 for the test's sideways page: 27.8 here, where 15 times it fell short)."""
 
 
-MIN_SKEW_LINE_ASPECT = 4.0
-"""Lines at least this many times as long as they are tall give the page's skew (a short line's
-top edge says little about its angle)."""
-
-
-def skew_degrees(lines: Sequence[dict[str, Any]]) -> float:
-    """The page's deskew angle for OCRmyPDF (degrees counter-clockwise, as PIL's `rotate` takes
-    it): the median slope of the long lines' top edges, 0 without any. Boxes' corners run
-    clockwise from the top left, in pixels with y down: a top edge falling to the right is text
-    turned clockwise, which a positive (counter-clockwise) turn undoes."""
-    angles = []
-    for line in lines:
-        (x0, y0), (x1, y1), _, (x3, y3) = line["box"][:4]
-        length = float(np.hypot(x1 - x0, y1 - y0))
-        height = float(np.hypot(x3 - x0, y3 - y0))
-        if length >= MIN_SKEW_LINE_ASPECT * max(height, 1.0):
-            angles.append(float(np.degrees(np.arctan2(y1 - y0, x1 - x0))))
-    return float(np.median(angles)) if angles else 0.0
+def page_skew(page: dict[str, Any]) -> float:
+    """The page's skew (degrees counter-clockwise) as the server reported it; from its lines'
+    boxes for a server that does not report it."""
+    if "skew" in page:
+        return float(page["skew"])
+    return estimate_skew([line["box"] for line in page["lines"]])
 
 
 def paddle_lang(languages: Sequence[str]) -> str:
@@ -130,7 +123,39 @@ def hug_ink(gray: np.ndarray | None, box: BoundingBox) -> BoundingBox:
     )
 
 
-def _line_element(line: dict[str, Any], scale: float, gray: np.ndarray | None) -> OcrElement:
+def line_baseline(
+    line: dict[str, Any], scale: float, skew_deg: float
+) -> tuple[BoundingBox, Baseline] | None:
+    """The box and baseline OCRmyPDF's renderer sets `line` (native JSON, scaled by `scale`)
+    on, as our own PDFs lay it (`serving.outputs.pdf_layer.LINE_LAYOUT`: level through the
+    line's middle on a page scanned askew, which text extractors read as one line); None for a
+    line set sideways, left to the renderer's own handling.
+
+    The renderer starts a line's baseline at its box's left edge, `intercept` above the box's
+    bottom, and makes the font as tall as the box above that point. So the box given is the
+    line's band where its baseline starts (its thickness tall), not the box around the whole
+    line: a line 2.5 degrees askew over 1,500 pixels is 65 pixels taller than its text, and the
+    renderer made its font that tall, so that poppler read neighbouring lines into each other
+    and found no gap between the words ("Thewordsusedherecanbeconfusing").
+    """
+    built = make_line(str(line["text"]), 1.0, line["box"])
+    base = baseline(built, skew_deg, (scale, scale), LINE_LAYOUT)
+    if abs(base.angle_deg - skew_deg) > MAX_DEG:
+        return None
+    ux, uy = base.direction
+    slope = uy / ux
+    left, right = built.box[0] * scale, built.box[2] * scale
+    at_left = base.origin[1] + (left - base.origin[0]) * slope
+    descent = DESCENT * base.size
+    box = BoundingBox(
+        left=left, top=at_left + descent - base.size, right=right, bottom=at_left + descent
+    )
+    return box, Baseline(slope=slope, intercept=-descent)
+
+
+def _line_element(
+    line: dict[str, Any], scale: float, gray: np.ndarray | None, skew_deg: float = 0.0
+) -> OcrElement:
     words = [
         OcrElement(
             ocr_class=OcrClass.WORD,
@@ -141,9 +166,11 @@ def _line_element(line: dict[str, Any], scale: float, gray: np.ndarray | None) -
         for word in line.get("words", [])
         if word["text"].strip()
     ]
+    placed = line_baseline(line, scale, skew_deg)
     return OcrElement(
         ocr_class=OcrClass.LINE,
-        bbox=_bbox(_line_bounds(line["box"]), scale),
+        bbox=_bbox(_line_bounds(line["box"]), scale) if placed is None else placed[0],
+        baseline=None if placed is None else placed[1],
         text=line["text"],
         confidence=round(100 * float(line["score"]), 2),
         children=words,
@@ -164,11 +191,12 @@ def page_elements(
     width, height = size
     scale = width / page["width"] if page.get("width") else 1.0
     lines = page["lines"]
+    skew = page_skew(page)
     blocks = page.get("blocks") or [{"lines": list(range(len(lines)))}]
     paragraphs = []
     texts = []
     for block in blocks:
-        members = [_line_element(lines[i], scale, gray) for i in block["lines"]]
+        members = [_line_element(lines[i], scale, gray, skew) for i in block["lines"]]
         members = [line for line in members if line.children]
         if not members:
             continue
@@ -269,7 +297,7 @@ class ServingOcrEngine(OcrEngine):
         page = backend_for(options).ocr(
             data, {"orientation": "off", "lang": paddle_lang(options.languages)}
         )
-        return skew_degrees(page["lines"])
+        return -page_skew(page)  # OCRmyPDF turns the image by this: the skew undone
 
     @staticmethod
     def supports_generate_ocr() -> bool:

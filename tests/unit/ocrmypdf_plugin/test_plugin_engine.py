@@ -18,7 +18,7 @@ from serving.ocrmypdf_plugin.engine import (
     hug_ink,
     paddle_lang,
     page_elements,
-    skew_degrees,
+    page_skew,
 )
 
 pytestmark = pytest.mark.unit
@@ -125,10 +125,12 @@ def _quad(x: float, y: float, length: float, degrees: float, height: float = 20)
     return {"box": [c.tolist() for c in corners]}
 
 
-def test_skew_is_the_long_lines_median_slope() -> None:
-    lines = [_quad(10, 10 + 30 * i, 600, 2.0) for i in range(5)]
-    lines.append(_quad(10, 400, 600, -10.0))  # one outlier
+def test_deskew_undoes_the_servers_skew_or_the_lines_slope() -> None:
+    """OCRmyPDF turns the image by `get_deskew`'s angle (counter-clockwise): the page's skew,
+    undone. A server that reports `skew` is taken at its word; an older one's lines are
+    measured (`pipelines.skew`)."""
+    lines = [_quad(10, 10 + 30 * i, 600, 2.0) for i in range(5)]  # turned clockwise
     lines.append(_quad(10, 500, 40, 30.0))  # a short line: not counted
-    assert skew_degrees(lines) == pytest.approx(2.0)
-    assert skew_degrees([]) == 0.0
-    assert skew_degrees([_quad(0, 0, 30, 5.0)]) == 0.0
+    assert page_skew({"lines": lines}) == pytest.approx(-2.0)
+    assert page_skew({"lines": lines, "skew": 1.25}) == 1.25
+    assert page_skew({"lines": []}) == 0.0
