@@ -5,7 +5,9 @@ with the third-party PaddleOCR plugins, on the same scans, in one run.
 
 Real pages (text pages of Debian's manuals, English and Chinese, whose text layer is the truth)
 are rendered at `--dpi` and saved as scans: JPEG, and every third page degraded as a poor scan
-is (a slight skew, blur, noise, harder JPEG). The scans go into one image-only PDF (img2pdf: the
+is (a slight skew, blur, noise, harder JPEG); `--askew` more pages are turned 1 to 5 degrees both
+ways, blurred, noised and saved as JPEG, as a page laid crooked on a scanner
+(`loadtest.askew`, issue 48). The scans go into one image-only PDF (img2pdf: the
 JPEGs as they are), and each tool (`loadtest.bench.ocrmypdf_tools`) makes a searchable PDF of it,
 timed from its command's start to its exit (model loading included), and once more on the first
 page alone, so that the pages after the first over the time they added give a rate past the
@@ -24,11 +26,11 @@ start-up. OCRmyPDF runs with `--jobs` = the cores (`--jobs`):
 they read the English pages too (our `ocr-batch` reads with them by default). Each PDF's text is
 read back by `pdftotext` (poppler) page by page and scored against the truth: CER after
 `loadtest.accuracy.normalize_text`, per language (en, zh) and per kind of page (English,
-Chinese, degraded). Pages/s is reported for the run and for its correct pages alone (CER at most
-`--correct-cer`): a fast run that writes garbage counts only what it read; with the 1-minute load
-average after each tool, as other work on the machine moves the rates. A tool that cannot be
-installed or run keeps its row with the reason (its log's error line). Writes `compare.json`,
-the PDFs, logs and the scans under `--out`, and prints a Markdown table.
+Chinese, degraded, askew). Pages/s is reported for the run and for its correct pages alone (CER
+at most `--correct-cer`): a fast run that writes garbage counts only what it read; with the
+1-minute load average after each tool, as other work on the machine moves the rates. A tool that
+cannot be installed or run keeps its row with the reason (its log's error line). Writes
+`compare.json`, the PDFs, logs and the scans under `--out`, and prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import cv2
 import numpy as np
 
 from loadtest.accuracy import char_edits
+from loadtest.askew import askew_scans
 from loadtest.bench.ocrmypdf_tools import (
     THIRD_PARTY_PLUGINS,
     OurServer,
@@ -91,8 +94,9 @@ def degrade(image: np.ndarray, seed: int) -> np.ndarray:
     return np.clip(blurred.astype(np.float32) + noise, 0, 255).astype(np.uint8)
 
 
-def make_scans(pages: int, dpi: float) -> list[Scan]:
-    """`pages` real pages as JPEG scans, every third degraded."""
+def make_scans(pages: int, dpi: float, askew: int = 0) -> list[Scan]:
+    """`pages` real pages as JPEG scans, every third degraded; then `askew` pages turned 1 to
+    5 degrees (`loadtest.askew`)."""
     scans = []
     for index, (label, image, truth) in enumerate(real_page_set(pages, dpi)):
         degraded = index % 3 == 2
@@ -104,6 +108,16 @@ def make_scans(pages: int, dpi: float) -> list[Scan]:
         kind = "degraded" if degraded else "chinese" if chinese else "english"
         lang = "zh" if chinese else "en"
         scans.append(Scan(label=label, kind=kind, lang=lang, jpeg=jpeg.tobytes(), truth=truth))
+    for turned in askew_scans(askew, dpi) if askew else []:
+        scans.append(
+            Scan(
+                label=turned.label,
+                kind="askew",
+                lang=turned.lang,
+                jpeg=turned.jpeg,
+                truth=turned.truth,
+            )
+        )
     return scans
 
 
@@ -264,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=12, help="pages over the 4 manuals")
     parser.add_argument("--dpi", type=float, default=150.0)
     parser.add_argument(
+        "--askew", type=int, default=4, help="more pages, turned 1 to 5 degrees (default 4)"
+    )
+    parser.add_argument(
         "--config",
         type=Path,
         default=Path("config.toml") if Path("config.toml").exists() else None,
@@ -307,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         if shutil.which(needed) is None:
             parser.error(f"{needed} is not installed (scripts/system-deps.sh installs it)")
     args.out.mkdir(parents=True, exist_ok=True)
-    scans = make_scans(args.pages, args.dpi)
+    scans = make_scans(args.pages, args.dpi, args.askew)
     scans_path = args.out / "scans.pdf"
     scans_pdf(scans, args.dpi, scans_path)
     first_path = args.out / "first-page.pdf"
@@ -347,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     (args.out / "compare.json").write_text(json.dumps(report, indent=1) + "\n")
     langs = sorted({s.lang for s in scans})
-    kinds = ["degraded"] if any(s.kind == "degraded" for s in scans) else []  # the rest: langs
+    kinds = [k for k in ("degraded", "askew") if any(s.kind == k for s in scans)]  # rest: langs
     print(f"{len(scans)} pages at {args.dpi:g} dpi, scans.pdf {report['input_bytes']:,} bytes")
     print(markdown_table(rows, langs, kinds))
     return 1 if any("error" in row for row in rows) else 0
