@@ -6,12 +6,14 @@ order of askew lines. Real pages: tests/e2e/test_text_layers.py."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import pikepdf
 import pytest
 
 from loadtest.accuracy import cer
@@ -21,9 +23,10 @@ from pipelines.words import Word
 from serving.outputs import alto, hocr
 from serving.outputs.baselines import baseline
 from serving.outputs.deskew import levelled
-from serving.outputs.document import Document, Line, Page, group_blocks, make_line
+from serving.outputs.document import Document, Line, Page, Source, group_blocks, make_line
 from serving.outputs.formats import render_bytes
 from serving.outputs.pdf_layer import place_line
+from tests.images import make_pdf
 from tests.poppler import needs_poppler
 
 pytestmark = pytest.mark.unit
@@ -183,3 +186,23 @@ def test_alto_has_the_rotation_and_each_lines_baseline() -> None:
     level = Page(width=100, height=100, blocks=())
     level_root = ET.fromstring(b"".join(alto.render(Document(name="b.png", pages=(level,)))))
     assert level_root.find(".//a:Page", ns).get("ROTATION") is None  # type: ignore[union-attr]
+
+
+@needs_poppler
+def test_deskew_turns_a_pdf_pages_content_and_lays_its_text_level() -> None:
+    page = _askew_page()
+    original = make_pdf([np.full((600, 1400, 3), 255, np.uint8)], dpi=144.0)
+    document = Document(
+        name="askew.pdf", pages=(page,), source=Source("application/pdf", original), deskew=True
+    )
+    pdf = render_bytes(document, "pdf")
+    with pikepdf.open(io.BytesIO(pdf)) as opened:
+        first = next(
+            op
+            for op in pikepdf.parse_content_stream(opened.pages[0])
+            if isinstance(op, pikepdf.ContentStreamInstruction) and str(op.operator) == "cm"
+        )
+        a, b = float(first.operands[0]), float(first.operands[1])
+    assert math.degrees(math.atan2(b, a)) == pytest.approx(-page.skew, abs=0.01)
+    (text,) = extract(pdf, "pdftotext")
+    assert [" ".join(line.split()) for line in text.splitlines() if line.strip()] == PARAGRAPH
