@@ -65,9 +65,10 @@ def extract(pdf: bytes, tool: str) -> list[str]:
 
 
 def page_scores(truth: str, ours: str, read: dict[str, str]) -> dict[str, float]:
-    """One page's scores: `f1_text` (our `format=text` against the truth), and per extractor
-    `f1_TOOL` (its text against the truth) and `cer_TOOL` (against our `format=text`)."""
-    scores = {"f1_text": word_counts(truth, ours).f1}
+    """One page's scores: `f1_text` and `cer_text` (our `format=text` against the truth), and
+    per extractor `f1_TOOL` (its text against the truth) and `cer_TOOL` (against our
+    `format=text`)."""
+    scores = {"f1_text": word_counts(truth, ours).f1, "cer_text": cer(truth, ours)}
     for tool, text in read.items():
         scores[f"f1_{tool}"] = word_counts(truth, text).f1
         scores[f"cer_{tool}"] = cer(ours, text)

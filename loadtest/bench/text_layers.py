@@ -12,12 +12,13 @@ one started as `make serve` starts it, `--config`) as
 - `job`: one job of every scan, each document's PDF (`/v1/jobs/{id}/documents/{n}?format=pdf`);
 - `plugin`: `ocrmypdf --plugin serving.ocrmypdf_plugin --ocr-server URL -l chi_sim` on one
   image-only PDF of the scans (img2pdf: the JPEGs as they are);
-- `tesseract`: OCRmyPDF's own engine, `-l eng` (with `--tesseract`), for scale.
+- `tesseract`: OCRmyPDF's own engine, `-l eng` (`--rows ...,tesseract`), for scale.
 
-Per row, the means over the pages of: word F1 of `format=text` and of `pdftotext` (default mode)
-against the truth; CER against our `format=text` of `pdftotext -raw`, PyMuPDF's `get_text()`,
-and on the askew pages of `pdftotext` (default) and pdfminer.six. Writes `text-layers.json` and
-the PDFs under `--out`, and prints a Markdown table.
+Per row, the means over the pages of: CER of `format=text` against the truth on the askew pages
+(its reading order); word F1 of `format=text` and of `pdftotext` (default mode) against the
+truth; CER against our `format=text` of `pdftotext -raw`, PyMuPDF's `get_text()`, and on the
+askew pages of `pdftotext` (default) and pdfminer.six, and on the tables of `pdftotext`. Writes
+`text-layers.json` and the PDFs under `--out`, and prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from loadtest.text_layers import EXTRACTORS, extract, mean, page_scores
 
 ROWS = ("format=pdf", "format=pdf deskew", "job", "plugin", "tesseract")
 _COLUMNS = (
+    ("CER text, askew", "cer_text", "askew"),
     ("F1 text", "f1_text", None),
     ("F1 pdftotext", "f1_pdftotext", None),
     ("CER -raw", "cer_pdftotext-raw", None),

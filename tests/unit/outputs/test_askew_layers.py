@@ -90,12 +90,16 @@ def test_level_boxes_turn_the_quads_level() -> None:
     assert heights == pytest.approx([24] * 4, abs=2)  # the line's thickness, not its rise
 
 
-def test_a_line_is_laid_level_through_its_middle_its_thickness_tall() -> None:
-    line = _askew_page().lines[0]
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_line_is_laid_level_through_its_middle_its_thickness_tall(index: int) -> None:
+    """Its thickness, and half its rise (at most half its thickness) so that a viewer's selection
+    of its end words reaches their print: the short first line, and a long one."""
+    line = _askew_page().lines[index]
     placed = place_line(line, SKEW, (1.0, 1.0))
     assert placed is not None
     assert placed.angle_deg == 0.0
-    assert placed.size == pytest.approx(24, abs=1)
+    rise = (line.box[2] - line.box[0]) * math.tan(math.radians(SKEW)) / 2
+    assert placed.size == pytest.approx(24 + min(rise, 12), abs=1)
     quad = np.asarray(line.poly, dtype=float)
     middle = quad[:, 1].mean()
     # The em box (baseline a fifth of the size up from its bottom) centred on the quad.
@@ -107,6 +111,7 @@ def test_a_line_is_laid_level_through_its_middle_its_thickness_tall() -> None:
     skewed = place_line(line, SKEW, (1.0, 1.0), "skew")
     assert skewed is not None
     assert skewed.angle_deg == pytest.approx(SKEW, abs=0.1)
+    assert skewed.size == pytest.approx(24, abs=1)
 
 
 def test_baselines_follow_the_skew_and_a_sideways_line_its_own_angle() -> None:
