@@ -23,6 +23,7 @@ from typing import Any
 from PIL import Image
 
 from pipelines.layout import reading_order
+from pipelines.skew import estimate_skew, level_boxes
 from serving.config import InputConfig
 from serving.decode import documents
 from serving.decode.readers import DecodeLimits, FileKind, image_page_sizes
@@ -166,7 +167,10 @@ def json_document(name: str, records: Sequence[PageRecord | None], pages: int) -
             out.append({"page": index, "error": error})
             continue
         body = {k: v for k, v in record.items() if k not in ("file", "file_index", "sha256")}
-        boxes = [_bounds(line["box"]) for line in record["lines"]]
+        polys = [line["box"] for line in record["lines"]]
+        skew = float(record["skew"]) if "skew" in record else estimate_skew(polys)
+        # Ordered as the page reads levelled (an askew page's lines interleaved otherwise).
+        boxes = level_boxes(polys, skew)
         body["blocks"] = [{"lines": members} for members in reading_order(boxes)]
         out.append(body)
     return json.dumps({"name": name, "pages": out}, ensure_ascii=False).encode() + b"\n"
@@ -206,9 +210,3 @@ def _source(source: str | Path | None, kind: FileKind) -> Source | None:
     with Image.open(source) as image:
         media_type = image.get_format_mimetype() or "application/octet-stream"
     return Source(media_type=media_type, path=str(source))
-
-
-def _bounds(poly: Sequence[Sequence[float]]) -> tuple[int, int, int, int]:
-    xs = [int(p[0]) for p in poly]
-    ys = [int(p[1]) for p in poly]
-    return min(xs), min(ys), max(xs), max(ys)
