@@ -115,6 +115,19 @@ def test_word_boxes_hug_their_ink_and_never_grow() -> None:
     assert hug_ink(None, box) == box
 
 
+def test_on_an_askew_page_only_the_words_own_line_counts_as_its_ink() -> None:
+    """The upright box of a word on a sloping line holds the ends of the lines above and below;
+    their ink must not widen it back over the gap to the next word."""
+    gray = np.full((60, 120), 255, np.uint8)
+    gray[25:35, 30:70] = 0  # the word, on its line's band (rows 20 to 40)
+    gray[2:12, 0:120] = 0  # the line above, across the whole box
+    box = BoundingBox(left=10, top=0, right=100, bottom=60)
+    quad = np.array([[0, 20], [120, 20], [120, 40], [0, 40]], dtype=float)
+    hugged = hug_ink(gray, box, quad)
+    assert (hugged.left, hugged.right) == (30, 70)
+    assert (hug_ink(gray, box).left, hug_ink(gray, box).right) == (10, 100)  # without the quad
+
+
 def _quad(x: float, y: float, length: float, degrees: float, height: float = 20) -> dict[str, Any]:
     """A line's box turned `degrees` clockwise on the page (y down), corners clockwise."""
     rad = np.radians(degrees)
