@@ -26,8 +26,8 @@ from pipelines.skew import MAX_DEG, estimate_skew
 from serving.ocrmypdf_plugin.backend import backend_for
 from serving.ocrmypdf_plugin.client import OcrServerError
 from serving.outputs.baselines import DESCENT, baseline
-from serving.outputs.document import make_line
-from serving.outputs.pdf_layer import LINE_LAYOUT
+from serving.outputs.document import Word, make_line
+from serving.outputs.pdf_layer import LINE_LAYOUT, place_line
 
 logger = logging.getLogger(__name__)
 
@@ -167,19 +167,48 @@ def line_baseline(
     return box, Baseline(slope=slope, intercept=-descent)
 
 
+def _word_boxes(
+    line: dict[str, Any], words: list[dict[str, Any]], scale: float, skew_deg: float
+) -> list[BoundingBox]:
+    """The words' boxes as our own PDFs place them along the line (`serving.outputs.pdf_layer`):
+    on an askew page a word's upright box is wider than the word by the slant of the line's
+    thickness and overlaps its neighbours' (OCRmyPDF stretches a word to its box: "will" then
+    reached into "usually", and pdftotext read "willusually"); each word spans its length along
+    the line, short of the next by a gap a reader takes for a space."""
+    built = make_line(
+        str(line["text"]),
+        1.0,
+        line["box"],
+        [Word(text=w["text"], box=_int_box(w["box"]), score=float(w["score"])) for w in words],
+    )
+    placed = place_line(built, skew_deg, (scale, scale))
+    boxes = [_bbox(w["box"], scale) for w in words]
+    if placed is None or placed.angle_deg or len(placed.words) != len(words):
+        return boxes  # a line set sideways: as the server boxed it
+    x = placed.origin[0]
+    return [
+        BoundingBox(left=x + p.start, top=b.top, right=x + p.start + p.width, bottom=b.bottom)
+        for p, b in zip(placed.words, boxes, strict=True)
+    ]
+
+
+def _int_box(box: Sequence[float]) -> tuple[int, int, int, int]:
+    return (int(box[0]), int(box[1]), int(box[2]), int(box[3]))
+
+
 def _line_element(
     line: dict[str, Any], scale: float, gray: np.ndarray | None, skew_deg: float = 0.0
 ) -> OcrElement:
     quad = np.asarray(line["box"], dtype=np.float64).reshape(4, 2) * scale
+    kept = [word for word in line.get("words", []) if word["text"].strip()]
     words = [
         OcrElement(
             ocr_class=OcrClass.WORD,
-            bbox=hug_ink(gray, _bbox(word["box"], scale), quad),
+            bbox=hug_ink(gray, box, quad),
             text=word["text"],
             confidence=round(100 * float(word["score"]), 2),
         )
-        for word in line.get("words", [])
-        if word["text"].strip()
+        for word, box in zip(kept, _word_boxes(line, kept, scale, skew_deg), strict=True)
     ]
     placed = line_baseline(line, scale, skew_deg)
     return OcrElement(

@@ -128,6 +128,28 @@ def test_on_an_askew_page_only_the_words_own_line_counts_as_its_ink() -> None:
     assert (hug_ink(gray, box).left, hug_ink(gray, box).right) == (10, 100)  # without the quad
 
 
+def test_words_on_an_askew_line_are_set_apart_as_our_pdfs_set_them() -> None:
+    """Upright boxes of words on a line 4 degrees askew overlap by the slant of the line's
+    thickness; OCRmyPDF stretches each word to its box, and pdftotext read "willusually"."""
+    turn = np.radians(4.0)
+    along, down = np.array([np.cos(turn), -np.sin(turn)]), np.array([np.sin(turn), np.cos(turn)])
+    start = np.array([100.0, 300.0])
+    quad = [start, start + 400 * along, start + 400 * along + 30 * down, start + 30 * down]
+    words = []
+    for text, a, b in (("will", 0, 100), ("usually", 101, 400)):
+        corners = [start + t * along + d * down for t in (a, b) for d in (0, 30)]
+        xs, ys = [c[0] for c in corners], [c[1] for c in corners]
+        words.append({"text": text, "box": [min(xs), min(ys), max(xs), max(ys)], "score": 0.9})
+    assert words[0]["box"][2] > words[1]["box"][0]  # the upright boxes overlap
+    line = {"text": "will usually", "score": 0.9, "box": [p.tolist() for p in quad], "words": words}
+    page = {"width": 600, "height": 600, "skew": 4.0, "lines": [line], "blocks": [{"lines": [0]}]}
+    root, text = page_elements(page, (600, 600), 72.0, 0)
+    (element,) = root.lines
+    will, usually = element.children
+    assert will.bbox.right < usually.bbox.left  # apart: a gap for the space
+    assert text == "will usually\n"
+
+
 def _quad(x: float, y: float, length: float, degrees: float, height: float = 20) -> dict[str, Any]:
     """A line's box turned `degrees` clockwise on the page (y down), corners clockwise."""
     rad = np.radians(degrees)
