@@ -12,12 +12,16 @@ one started as `make serve` starts it, `--config`) as
 - `job`: one job of every scan, each document's PDF (`/v1/jobs/{id}/documents/{n}?format=pdf`);
 - `plugin`: `ocrmypdf --plugin serving.ocrmypdf_plugin --ocr-server URL -l chi_sim` on one
   image-only PDF of the scans (img2pdf: the JPEGs as they are);
-- `tesseract`: OCRmyPDF's own engine, `-l eng` (`--rows ...,tesseract`), for scale.
+- `tesseract`: OCRmyPDF's own engine, `-l eng` (`--rows ...,tesseract`), for scale;
+- `layout=...` (`--layouts skew,centre:0`): our PDF made in this process from the server's JSON
+  with another way of laying the lines (`serving.outputs.baselines`), to measure the choice.
 
 Per row, the means over the pages of: CER of `format=text` against the truth on the askew pages
 (its reading order); word F1 of `format=text` and of `pdftotext` (default mode) against the
 truth; CER against our `format=text` of `pdftotext -raw`, PyMuPDF's `get_text()`, and on the
-askew pages of `pdftotext` (default) and pdfminer.six, and on the tables of `pdftotext`. Writes
+askew pages of `pdftotext` (default) and pdfminer.six, and on the tables of `pdftotext`; and the
+share of the askew pages' words that a viewer's selection of them covers
+(`loadtest.text_layers.words_on_print`). Writes
 `text-layers.json` and the PDFs under `--out`, and prints a Markdown table.
 """
 
@@ -37,7 +41,7 @@ import httpx
 
 from loadtest.askew import Scan, askew_scans, table_scans
 from loadtest.bench.ocrmypdf_tools import OurServer
-from loadtest.text_layers import EXTRACTORS, extract, mean, page_scores
+from loadtest.text_layers import EXTRACTORS, extract, mean, page_scores, words_on_print
 
 ROWS = ("format=pdf", "format=pdf deskew", "job", "plugin", "tesseract")
 _COLUMNS = (
@@ -49,6 +53,7 @@ _COLUMNS = (
     ("CER pdftotext, askew", "cer_pdftotext", "askew"),
     ("CER pdfminer, askew", "cer_pdfminer", "askew"),
     ("CER pdftotext, tables", "cer_pdftotext", "table"),
+    ("words on their print, askew", "on_print", "askew"),
 )
 
 
@@ -66,6 +71,40 @@ def _post(url: str, scan: Scan, query: str) -> httpx.Response:
 def our_texts(url: str, scans: list[Scan]) -> list[str]:
     """Each scan's `format=text`."""
     return [_post(url, scan, "format=text").text for scan in scans]
+
+
+def our_pages(url: str, scans: list[Scan]) -> list[dict[str, Any]]:
+    """Each scan's JSON page, with its lines' words and its blocks."""
+    return [_post(url, scan, "words=true&layout=true").json()["pages"][0] for scan in scans]
+
+
+def layout_pdfs(layout: str, scans: list[Scan], pages: list[dict[str, Any]]) -> list[bytes]:
+    """Our `format=pdf` of each scan made in this process from its JSON, its lines laid as
+    `layout` says: `skew` (along the page's skew) or `centre:DRIFT` (level through the middle,
+    grown by half the rise up to DRIFT of the thickness; `serving.outputs.baselines`)."""
+    from serving.outputs import baselines, pdf_layer
+    from serving.outputs.document import Document, Source, page_from_json
+    from serving.outputs.pdf import render
+
+    kind, _, drift = layout.partition(":")
+    saved = pdf_layer.LINE_LAYOUT, baselines.DRIFT_SIZE
+    pdf_layer.LINE_LAYOUT = "skew" if kind == "skew" else "centre"
+    baselines.DRIFT_SIZE = float(drift or baselines.DRIFT_SIZE)
+    try:
+        return [
+            b"".join(
+                render(
+                    Document(
+                        name=scan.label,
+                        pages=(page_from_json(page, 0),),
+                        source=Source("image/jpeg", scan.jpeg),
+                    )
+                )
+            )
+            for scan, page in zip(scans, pages, strict=True)
+        ]
+    finally:
+        pdf_layer.LINE_LAYOUT, baselines.DRIFT_SIZE = saved
 
 
 def request_pdfs(url: str, scans: list[Scan], query: str = "") -> list[bytes]:
@@ -119,17 +158,25 @@ def ocrmypdf_pages(options: list[str], scans_path: Path, out: Path, jobs: int) -
     return pages
 
 
-def score_row(name: str, pdfs: list[bytes], scans: list[Scan], texts: list[str]) -> dict[str, Any]:
+def score_row(
+    name: str,
+    pdfs: list[bytes],
+    scans: list[Scan],
+    texts: list[str],
+    pages: list[dict[str, Any]],
+) -> dict[str, Any]:
     """The row of one way of making the PDFs: per page scores, and their means."""
     per_page: list[dict[str, Any]] = []
-    for scan, pdf, ours in zip(scans, pdfs, texts, strict=True):
+    for scan, pdf, ours, page in zip(scans, pdfs, texts, pages, strict=True):
         read = {tool: "\n".join(extract(pdf, tool)) for tool in EXTRACTORS}
         scores = page_scores(scan.truth, ours, read)
+        if "deskew" not in name:  # the words' print is on the page as scanned
+            scores["on_print"] = words_on_print(pdf, page)
         per_page.append({"page": scan.label, "kind": scan.kind, **scores})
     row: dict[str, Any] = {"row": name, "per_page": per_page}
     for _, key, kind in _COLUMNS:
-        rows = [p for p in per_page if kind is None or p["kind"] == kind]
-        row[f"{key}@{kind or 'all'}"] = round(mean(rows, key), 4)
+        rows = [p for p in per_page if (kind is None or p["kind"] == kind) and key in p]
+        row[f"{key}@{kind or 'all'}"] = round(mean(rows, key), 4) if rows else None
     return row
 
 
@@ -141,7 +188,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         cells = [row["row"]]
         for _, key, kind in _COLUMNS:
             value = row[f"{key}@{kind or 'all'}"]
-            cells.append(f"{value:.3f}" if key.startswith("f1") else f"{value:.1%}")
+            if value is None:
+                cells.append("–")
+            else:
+                cells.append(f"{value:.3f}" if key.startswith("f1") else f"{value:.1%}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -156,8 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=None, help="the started server's config")
     parser.add_argument("--rows", default="format=pdf,job,plugin", help=",".join(ROWS))
     parser.add_argument("--jobs", type=int, default=2, help="OCRmyPDF's --jobs")
+    parser.add_argument(
+        "--layouts",
+        default="",
+        help="more rows: our PDFs made in this process with other line layouts, comma-separated: "
+        "skew, centre:DRIFT (e.g. skew,centre:0,centre:0.5)",
+    )
     args = parser.parse_args(argv)
-    chosen = args.rows.split(",")
+    chosen = args.rows.split(",") if args.rows else []
+    layouts = [x for x in args.layouts.split(",") if x]
     unknown = sorted(set(chosen) - set(ROWS))
     if unknown:
         parser.error(f"unknown --rows {','.join(unknown)}; choose from {','.join(ROWS)}")
@@ -170,11 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         url = args.server or server.url()  # type: ignore[union-attr]
         texts = our_texts(url, scans)
-        for name in ROWS:
-            if name not in chosen:
-                continue
+        pages = our_pages(url, scans)
+        for name in [*(r for r in ROWS if r in chosen), *(f"layout={x}" for x in layouts)]:
             print(f"{name}...", file=sys.stderr)
-            if name == "format=pdf":
+            if name.startswith("layout="):
+                pdfs = layout_pdfs(name.removeprefix("layout="), scans, pages)
+            elif name == "format=pdf":
                 pdfs = request_pdfs(url, scans)
             elif name == "format=pdf deskew":
                 pdfs = request_pdfs(url, scans, "&deskew=true")
@@ -190,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 folder = args.out / name.replace(" ", "-").replace("=", "-")
                 folder.mkdir(exist_ok=True)
                 (folder / f"{scan.label}.pdf").write_bytes(pdf)
-            rows.append(score_row(name, pdfs, scans, texts))
+            rows.append(score_row(name, pdfs, scans, texts, pages))
     finally:
         if server is not None:
             server.stop()
