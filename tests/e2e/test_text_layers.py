@@ -174,7 +174,15 @@ def test_hocr_and_alto_carry_the_baselines_and_rotation(
     # OCRmyPDF's renderer follows the baselines: its PDF holds our text in our order.
     rendered = tmp_path / "hocr.pdf"
     subprocess.run(
-        [sys.executable, "-m", "ocrmypdf.hocrtransform", "-r", str(DPI), str(hocr), str(rendered)],
+        [
+            sys.executable,
+            "-m",
+            "ocrmypdf.hocrtransform",
+            "-r",
+            str(round(DPI)),
+            str(hocr),
+            str(rendered),
+        ],
         check=True,
         capture_output=True,
     )
