@@ -29,6 +29,7 @@ SCENARIO_MODULES = (
     "loadtest.bench.baselines",
     "loadtest.bench.cpu_engines",
     "loadtest.bench.ocrmypdf_compare",
+    "loadtest.bench.text_layers",
     "loadtest.bench.languages",
     "loadtest.bench.batching",
     "loadtest.bench.precision_check",

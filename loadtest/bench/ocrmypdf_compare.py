@@ -5,7 +5,9 @@ with the third-party PaddleOCR plugins, on the same scans, in one run.
 
 Real pages (text pages of Debian's manuals, English and Chinese, whose text layer is the truth)
 are rendered at `--dpi` and saved as scans: JPEG, and every third page degraded as a poor scan
-is (a slight skew, blur, noise, harder JPEG). The scans go into one image-only PDF (img2pdf: the
+is (a slight skew, blur, noise, harder JPEG); `--askew` more pages are turned 1 to 5 degrees both
+ways, blurred, noised and saved as JPEG, as a page laid crooked on a scanner
+(`loadtest.askew`, issue 48). The scans go into one image-only PDF (img2pdf: the
 JPEGs as they are), and each tool (`loadtest.bench.ocrmypdf_tools`) makes a searchable PDF of it,
 timed from its command's start to its exit (model loading included), and once more on the first
 page alone, so that the pages after the first over the time they added give a rate past the
@@ -24,11 +26,11 @@ start-up. OCRmyPDF runs with `--jobs` = the cores (`--jobs`):
 they read the English pages too (our `ocr-batch` reads with them by default). Each PDF's text is
 read back by `pdftotext` (poppler) page by page and scored against the truth: CER after
 `loadtest.accuracy.normalize_text`, per language (en, zh) and per kind of page (English,
-Chinese, degraded). Pages/s is reported for the run and for its correct pages alone (CER at most
-`--correct-cer`): a fast run that writes garbage counts only what it read; with the 1-minute load
-average after each tool, as other work on the machine moves the rates. A tool that cannot be
-installed or run keeps its row with the reason (its log's error line), and the run exits 1. The
-PDFs, logs and the scans stay under `--out`.
+Chinese, degraded, askew). Pages/s is reported for the run and for its correct pages alone (CER
+at most `--correct-cer`): a fast run that writes garbage counts only what it read; with the
+1-minute load average after each tool, as other work on the machine moves the rates. A tool that
+cannot be installed or run keeps its row with the reason (its log's error line), and the run
+exits 1. The PDFs, logs and the scans stay under `--out`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from typing import Any, ClassVar
 import cv2
 
 from loadtest.accuracy import char_edits
+from loadtest.askew import askew_scans
 from loadtest.bench.common import CHINESE_PDF_STEM, degrade
 from loadtest.bench.ocrmypdf_tools import (
     THIRD_PARTY_PLUGINS,
@@ -82,8 +85,9 @@ class Scan:
     truth: str
 
 
-def make_scans(pages: int, dpi: float) -> list[Scan]:
-    """`pages` real pages as JPEG scans, every third degraded."""
+def make_scans(pages: int, dpi: float, askew: int = 0) -> list[Scan]:
+    """`pages` real pages as JPEG scans, every third degraded; then `askew` pages turned 1 to
+    5 degrees (`loadtest.askew`)."""
     scans = []
     for index, (label, image, truth) in enumerate(real_page_set(pages, dpi)):
         degraded = index % 3 == 2
@@ -95,6 +99,16 @@ def make_scans(pages: int, dpi: float) -> list[Scan]:
         kind = "degraded" if degraded else "chinese" if chinese else "english"
         lang = "zh" if chinese else "en"
         scans.append(Scan(label=label, kind=kind, lang=lang, jpeg=jpeg.tobytes(), truth=truth))
+    for turned in askew_scans(askew, dpi) if askew else []:
+        scans.append(
+            Scan(
+                label=turned.label,
+                kind="askew",
+                lang=turned.lang,
+                jpeg=turned.jpeg,
+                truth=turned.truth,
+            )
+        )
     return scans
 
 
@@ -266,6 +280,9 @@ class OcrmypdfCompare(Scenario):
             help="ocr-batch's and the server's config (default: ./config.toml, as make serve)",
         )
         parser.add_argument(
+            "--askew", type=int, default=4, help="more pages, turned 1 to 5 degrees (default 4)"
+        )
+        parser.add_argument(
             "--tesseract-langs",
             type=lambda s: [x for x in s.split(",") if x],
             default=["eng", "chi_sim+eng"],
@@ -302,7 +319,7 @@ class OcrmypdfCompare(Scenario):
                 raise SystemExit(f"{needed} is not installed (scripts/system-deps.sh installs it)")
         report = measure(args)
         langs = sorted({p["lang"] for p in report["pages"]})
-        kinds = ["degraded"] if any(p["kind"] == "degraded" for p in report["pages"]) else []
+        kinds = [k for k in ("degraded", "askew") if any(p["kind"] == k for p in report["pages"])]
         table = markdown_table(report["rows"], langs, kinds)
         intro = (
             f"{len(report['pages'])} pages at {args.dpi:g} dpi, scans.pdf "
@@ -321,7 +338,7 @@ class OcrmypdfCompare(Scenario):
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Each chosen tool on the scans, and once on the first page alone."""
-    scans = make_scans(args.pages, args.dpi)
+    scans = make_scans(args.pages, args.dpi, args.askew)
     scans_path = args.out / "scans.pdf"
     scans_pdf(scans, args.dpi, scans_path)
     first_path = args.out / "first-page.pdf"

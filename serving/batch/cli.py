@@ -56,6 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "earlier OCR layer replaced by this one (redo)",
     )
     parser.add_argument(
+        "--deskew",
+        action="store_true",
+        help="--format pdf: each page shown straightened by its skew, the text layer with it "
+        "(OCRmyPDF's --deskew; the image is drawn turned, not re-encoded)",
+    )
+    parser.add_argument(
         "--config",
         type=Path,
         default=os.environ.get("OCR_CONFIG"),
@@ -169,6 +175,7 @@ def _main(args: argparse.Namespace) -> int:
         failures,
         inputs=_config(args).input,
         mode=args.mode,
+        deskew=args.deskew,
     )
     done_now = len(plan.todo) - len(failures)
     _say(

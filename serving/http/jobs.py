@@ -262,14 +262,15 @@ async def list_documents(request: Request) -> Response:
 
 async def get_document(request: Request) -> Response:
     """`GET /v1/jobs/{id}/documents/{n}`: one document in `?format=` (or as `Accept` asks):
-    json, text, hocr, alto or pdf (`?mode=`: as `/v1/ocr`'s); 409 while its pages are still to
-    run."""
+    json, text, hocr, alto or pdf (`?mode=`, `?deskew=`: as `/v1/ocr`'s); 409 while its pages
+    are still to run."""
     runner = _runner(request)
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = negotiate(request.query_params.get("format"), request.headers.get("accept"))
     mode = parse_mode(request.query_params.get("mode", "skip"))
+    deskew = parse_flag("deskew", request.query_params.get("deskew", "false"))
     state = pick(await document_states(runner.store, info), request.path_params["index"])
-    return await document_response(jobs_of(request), runner, info, state, fmt, mode)
+    return await document_response(jobs_of(request), runner, info, state, fmt, mode, deskew)
 
 
 async def job_archive(request: Request) -> Response:
@@ -279,8 +280,9 @@ async def job_archive(request: Request) -> Response:
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = parse_format(request.query_params.get("format", "json"))
     mode = parse_mode(request.query_params.get("mode", "skip"))
+    deskew = parse_flag("deskew", request.query_params.get("deskew", "false"))
     states = await document_states(runner.store, info)
-    return archive_response(jobs_of(request), runner, info, states, fmt, mode)
+    return archive_response(jobs_of(request), runner, info, states, fmt, mode, deskew)
 
 
 @dataclass(slots=True)

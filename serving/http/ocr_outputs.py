@@ -44,6 +44,8 @@ class Wanted:
     """JSON: the page's `blocks` in reading order."""
     mode: TextMode = "skip"
     """PDF from a PDF: what its pages that have text get (`serving.outputs.pdf_text`)."""
+    deskew: bool = False
+    """PDF: each page shown straightened, its text layer with it (`serving.outputs.deskew`)."""
 
 
 def wanted(request: Request) -> Wanted:
@@ -51,8 +53,8 @@ def wanted(request: Request) -> Wanted:
     work is done.
 
     Raises:
-        ValidationFailed: `format` names no format, `words` or `layout` is neither true nor
-            false, `mode` is not a mode (422).
+        ValidationFailed: `format` names no format, `words`, `layout` or `deskew` is neither
+            true nor false, `mode` is not a mode (422).
         NotAcceptable: `Accept` names only media types not made here (406).
     """
     params = request.query_params
@@ -61,6 +63,7 @@ def wanted(request: Request) -> Wanted:
         words=parse_flag("words", params.get("words", "false")),
         layout=parse_flag("layout", params.get("layout", "false")),
         mode=parse_mode(params.get("mode", "skip")),
+        deskew=parse_flag("deskew", params.get("deskew", "false")),
     )
 
 
@@ -133,6 +136,7 @@ async def answer(
         ),
         source=Source(media_type_of(data, pdf=kind == "pdf"), data),
         mode=want.mode,
+        deskew=want.deskew,
     )
     stream = await renderer.render(document, want.format, source_bytes=len(data))
     headers["Content-Length"] = str(stream.size)

@@ -93,6 +93,13 @@ _MODE = _query(
     "are (skip), get the OCR layer over their text (force), or have an earlier OCR layer "
     "(invisible text) replaced by this one (redo)",
 )
+_DESKEW = _query(
+    "deskew",
+    {"type": "boolean", "default": False},
+    "A searchable PDF with each page straightened, as OCRmyPDF's --deskew: the page image drawn "
+    "turned back by the page's `skew` (not re-encoded; the page keeps its size), the text layer "
+    "on the straightened page",
+)
 _OUTPUT_OPTIONS = [
     _query(
         "format",
@@ -104,6 +111,7 @@ _OUTPUT_OPTIONS = [
     _query("words", {"type": "boolean"}, "JSON: each line's words with their boxes"),
     _query("layout", {"type": "boolean"}, "JSON: the page's blocks in reading order"),
     _MODE,
+    _DESKEW,
 ]
 _DOCUMENT_BODY: Json = {
     "required": True,
@@ -296,6 +304,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                 "cancelled job) come out without text",
             ),
             _MODE,
+            _DESKEW,
         ],
         "responses": {
             "200": {
@@ -317,6 +326,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
             _JOB_ID,
             _query("format", {"type": "string", "enum": list(FORMATS)}, "Default json"),
             _MODE,
+            _DESKEW,
         ],
         "responses": {
             "200": {

@@ -89,6 +89,12 @@ _PAGE: Json = {
         "page": {"type": "integer", "description": "0-based"},
         "width": {"type": "integer"},
         "height": {"type": "integer"},
+        "skew": {
+            "type": "number",
+            "description": "How far the page's lines are turned from level, in degrees "
+            "counter-clockwise (positive: lines rise to the right), from its detected line boxes; "
+            "`deskew=true` turns the page back by it",
+        },
         "scaled_from": {
             "type": "object",
             "description": "Present when the page was decoded smaller than sent (its longer "

@@ -57,6 +57,7 @@ def page_record(file: str, page: int, result: PageResult, **extra: Any) -> dict[
         "page": page,
         "width": result.width,
         "height": result.height,
+        "skew": result.skew,
         "lines": [_line(line) for line in result.lines],
         **orientation_json(result),
     }

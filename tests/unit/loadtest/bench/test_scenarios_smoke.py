@@ -37,6 +37,7 @@ from loadtest.bench import (
     output_cost,
     precision_check,
     precision_layouts,
+    text_layers,
 )
 from loadtest.bench.common import Page, ServerRun
 from loadtest.bench.ocrmypdf_tools import ToolFailed
@@ -247,7 +248,7 @@ def test_ocrmypdf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             label="a", kind="english", lang="en", jpeg=jpeg.tobytes(), truth="ABC"
         )
     ]
-    monkeypatch.setattr(ocrmypdf_compare, "make_scans", lambda pages, dpi: scans)
+    monkeypatch.setattr(ocrmypdf_compare, "make_scans", lambda pages, dpi, askew: scans)
     monkeypatch.setattr(
         ocrmypdf_compare, "OurServer", lambda **_: SimpleNamespace(ready_s=1.0, stop=lambda: None)
     )
@@ -431,6 +432,34 @@ def test_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(output_cost, "measure", measure)
     _run(tmp_path, "outputs", "--url", "http://x", "--formats", "json,pdf")
     assert "| pdf | 1.00 | 100.0% | 2 KiB |" in (tmp_path / "results.md").read_text()
+
+
+def test_text_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scan = text_layers.Scan(
+        label="a", kind="askew", lang="en", angle_deg=2.5, jpeg=b"jpeg", truth="ABC"
+    )
+    monkeypatch.setattr(text_layers, "askew_scans", lambda pages, dpi: [scan])
+    monkeypatch.setattr(text_layers, "table_scans", lambda dpi: [])
+    monkeypatch.setattr(text_layers, "scans_pdf", lambda scans, dpi: b"%PDF")
+    monkeypatch.setattr(text_layers, "our_texts", lambda url, scans: ["ABC"])
+    monkeypatch.setattr(text_layers, "our_pages", lambda url, scans: [{}])
+    asked: list[str] = []
+
+    def pdfs(url: str, scans: Any, query: str = "") -> list[bytes]:
+        asked.append(f"{url} {query}")
+        return [b"%PDF"]
+
+    def score(name: str, *_: Any) -> dict[str, Any]:
+        return {"row": name, **{f"{k}@{kind or 'all'}": 0.5 for _, k, kind in text_layers._COLUMNS}}
+
+    monkeypatch.setattr(text_layers, "request_pdfs", pdfs)
+    monkeypatch.setattr(text_layers, "score_row", score)
+    args = ("--url", "http://x", "--servers", "format=pdf,format=pdf deskew", "--pages", "1")
+    report = _run(tmp_path, "text-layers", *args)
+    assert asked == ["http://x ", "http://x &deskew=true"]
+    assert [r["row"] for r in report["results"]["rows"]] == ["format=pdf", "format=pdf deskew"]
+    table = (tmp_path / "results.md").read_text()
+    assert "| format=pdf deskew | 50.0% | 0.500 | 0.500 | 50.0% |" in table
 
 
 def test_every_scenario_has_a_smoke_test_here() -> None:
