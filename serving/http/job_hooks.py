@@ -17,7 +17,9 @@ from serving.jobs.destinations import connect_target
 from serving.jobs.hooks import FIELDS, JobHooks, check_output_names, exported_names, parse_hooks
 from serving.jobs.outbox import callback_policy
 from serving.jobs.storage.inputs import InputObject, presigned_policy, resolve_inputs, s3_client
+from serving.jobs.storage.s3 import TRANSFER_BYTES
 from serving.metrics import Metrics
+from serving.scheduling.memory_budget import MemoryBudget
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,17 +89,23 @@ def check_outputs(hooks: JobHooks, documents: Sequence[str]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def count_reads(metrics: Metrics, objects: int) -> AsyncIterator[None]:
-    """Count the `objects` a submit reads from storage (`ocr_storage_objects_total`): all read,
-    or one failed (the submit stops at the first)."""
-    try:
+async def storage_reads(
+    submit: SubmitHooks, budget: MemoryBudget, metrics: Metrics
+) -> AsyncIterator[None]:
+    """While a submit stages its documents: the buffer its objects from storage are streamed
+    through held in the memory budget, and the objects counted (`ocr_storage_objects_total`):
+    all read, or one failed (the submit stops at the first)."""
+    if not submit.inputs:
         yield
+        return
+    try:
+        async with budget.hold(TRANSFER_BYTES):
+            yield
     except OcrError as err:
-        if objects and err.code.startswith("storage_"):
+        if err.code.startswith("storage_"):
             metrics.storage_objects.labels(direction="read", outcome="failed").inc()
         raise
-    if objects:
-        metrics.storage_objects.labels(direction="read", outcome="ok").inc(objects)
+    metrics.storage_objects.labels(direction="read", outcome="ok").inc(len(submit.inputs))
 
 
 def _texts(values: Sequence[object]) -> list[str]:

@@ -37,7 +37,7 @@ from serving.http.job_documents import (
     list_body,
     pick,
 )
-from serving.http.job_hooks import check_outputs, count_reads, submit_hooks
+from serving.http.job_hooks import check_outputs, storage_reads, submit_hooks
 from serving.http.job_limits import check_free_disk, check_room, stored_limits, upload_bytes
 from serving.http.ocr_outputs import parse_mode
 from serving.http.params import (
@@ -55,7 +55,6 @@ from serving.jobs.files import BatchLimits, stage_uploads
 from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
 from serving.jobs.staging import WorkerCounter
-from serving.jobs.storage.s3 import TRANSFER_BYTES
 from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
 from serving.outputs.formats import negotiate, parse_format
 from serving.request_options import NO_CLASSIFIER, parse_flag
@@ -144,9 +143,7 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
                 budget=jobs.budget,
                 max_decoded_pixels=config.max_staging_pixels,
             )
-            # Objects read from storage are streamed through a buffer the memory budget holds.
-            held = jobs.budget.hold(TRANSFER_BYTES) if extras.inputs else contextlib.nullcontext()
-            async with held, count_reads(metrics_of(request), len(extras.inputs)):
+            async with storage_reads(extras, jobs.budget, metrics_of(request)):
                 staging = asyncio.ensure_future(
                     asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
                 )
