@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from starlette.datastructures import FormData
 
 from serving.config import AppConfig
 from serving.errors import OcrError, ValidationFailed
+from serving.http.job_limits import check_free_disk
 from serving.jobs.credentials import Credentials, CredentialStore
 from serving.jobs.destinations import connect_target
 from serving.jobs.hooks import FIELDS, JobHooks, check_output_names, exported_names, parse_hooks
@@ -48,6 +50,7 @@ async def submit_hooks(
         StorageNotConfigured, StorageDenied, StorageNotFound: the key cannot use the store as
             asked (422); StorageUnavailable: the store could not be reached (502).
         PayloadTooLarge: the listed inputs are over `jobs.max_upload_bytes`.
+        InsufficientStorage: the disk would not keep `jobs.min_free_disk_bytes` with them (507).
     """
     fields = {name: _texts(form.getlist(name)) for name in FIELDS}
     hooks = parse_hooks(
@@ -70,6 +73,9 @@ async def submit_hooks(
         max_objects=config.jobs.max_files_per_job - uploads,
         max_bytes=config.jobs.max_upload_bytes,
     )
+    listed = sum(item.size or 0 for item in inputs)
+    if listed:  # the objects as listed, before a byte is read (the body's size was checked)
+        check_free_disk(Path(config.jobs.data_dir), listed, config.jobs.min_free_disk_bytes)
     if not uploads and not inputs:
         raise ValidationFailed(
             "Send one or more files in multipart fields named `file`, or name them in `input` "

@@ -1,7 +1,7 @@
 """serving/jobs/outbox.py over a real SQLite store: a job's end is called back, a failing
 receiver retried until it answers, an export refused by the store fails once and its job's
 webhook says so, an unavailable store is tried again; /metrics counts each outcome. Receivers
-are httpx mock transports (a real one: tests/e2e/test_webhooks.py)."""
+are httpx mock transports (a real one: tests/e2e/test_job_callbacks.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """serving/jobs/webhooks.py: the signature, checked by the Standard Webhooks reference library
 (`standardwebhooks`, an implementation of its own), and how each answer of a receiver is taken
-(the receivers here are httpx mock transports; tests/e2e/test_webhooks.py has a real one)."""
+(the receivers here are httpx mock transports; tests/e2e/test_job_callbacks.py has a real one)."""
 
 from __future__ import annotations
 
