@@ -16,6 +16,7 @@ from serving.config import AppConfig
 from serving.http import exceptions, openapi, ui
 from serving.http.auth import ApiKeyMiddleware
 from serving.http.hosts import HostCheckMiddleware
+from serving.http.job_export import JobExporter
 from serving.http.key_reload import KeyReloader
 from serving.http.keys import load_keys
 from serving.http.listeners import ListenerMiddleware
@@ -120,6 +121,11 @@ def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Sta
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if runtime.jobs is not None and runtime.jobs.outbox is not None:
+            # Exports render the jobs' documents, which the HTTP layer does (`job_documents`).
+            runtime.jobs.outbox.exporter = JobExporter(
+                app.state.services.jobs, runtime.config.storage, runtime.metrics
+            )
         starting = asyncio.create_task(runtime.start(), name="runtime-start")
         try:
             yield

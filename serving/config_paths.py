@@ -31,6 +31,8 @@ PATH_KEYS: tuple[tuple[str, str], ...] = (
     ("engine", "trt_cache_dir"),
     ("engine", "onnx_dir"),
     ("jobs", "data_dir"),
+    ("webhooks", "secret_file"),
+    ("storage", "s3_credentials_file"),
 )
 """(section, key) of the other configuration values that are filesystem paths."""
 

@@ -144,5 +144,8 @@ def configure_logging(
                 },
             },
             "root": {"handlers": ["stderr"], "level": level.upper()},
+            # httpx logs each request's whole URL at INFO: a presigned URL's signature, a
+            # callback's token. Our modules log what they send, without the query.
+            "loggers": {"httpx": {"level": "WARNING"}},
         }
     )

@@ -1,10 +1,10 @@
 """One typed configuration object, read from `config.toml`; unknown keys are errors.
 
 One module per `config.toml` section (`server`, `input`, `auth`, `paddlex`, `models`,
-`pipeline`, `engine`, `workers`, `jobs`), `app` for the whole `AppConfig`, and `loading` for
-reading the file and the `OCR_<SECTION>__<KEY>` overrides. Import the names from here
-(`from serving.config import AppConfig`); a new key goes into its section's module, with a
-docstring, a check in `__post_init__` and a line in `config.toml`.
+`pipeline`, `engine`, `workers`, `jobs`, `webhooks`, `storage`), `app` for the whole
+`AppConfig`, and `loading` for reading the file and the `OCR_<SECTION>__<KEY>` overrides.
+Import the names from here (`from serving.config import AppConfig`); a new key goes into its
+section's module, with a docstring, a check in `__post_init__` and a line in `config.toml`.
 """
 
 from serving.config.app import AppConfig, describe
@@ -25,6 +25,8 @@ from serving.config.models import ModelsConfig, ModelSetConfig
 from serving.config.paddlex import PaddlexConfig
 from serving.config.pipeline import DetPipelineConfig, PipelineConfig, RecPipelineConfig
 from serving.config.server import ServerConfig
+from serving.config.storage import StorageConfig
+from serving.config.webhooks import WebhooksConfig
 from serving.config.workers import (
     STAGES,
     DeviceClassConfig,
@@ -54,6 +56,8 @@ __all__ = [
     "RecPipelineConfig",
     "ServerConfig",
     "StageLimits",
+    "StorageConfig",
+    "WebhooksConfig",
     "WorkersConfig",
     "apply_env_overrides",
     "build",

@@ -14,6 +14,8 @@ from serving.config.models import ModelsConfig
 from serving.config.paddlex import PaddlexConfig
 from serving.config.pipeline import PipelineConfig
 from serving.config.server import ServerConfig
+from serving.config.storage import StorageConfig
+from serving.config.webhooks import WebhooksConfig
 from serving.config.workers import WorkersConfig
 from serving.cpus import available_cpus
 
@@ -31,6 +33,8 @@ class AppConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    webhooks: WebhooksConfig = field(default_factory=WebhooksConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
 
     @property
     def cpu_workers(self) -> int:

@@ -21,7 +21,14 @@ from starlette.routing import Route
 from serving.errors import OcrError, StoredQuotaExceeded, UnsupportedMediaType, ValidationFailed
 from serving.http.auth import identity_of
 from serving.http.body_limit import JOBS, limit_body
-from serving.http.endpoints import Handler, config_of, jobs_of, ocr_of, until_disconnect
+from serving.http.endpoints import (
+    Handler,
+    config_of,
+    jobs_of,
+    metrics_of,
+    ocr_of,
+    until_disconnect,
+)
 from serving.http.exceptions import native_errors
 from serving.http.job_documents import (
     archive_response,
@@ -30,6 +37,7 @@ from serving.http.job_documents import (
     list_body,
     pick,
 )
+from serving.http.job_hooks import check_outputs, storage_reads, submit_hooks
 from serving.http.job_limits import check_free_disk, check_room, stored_limits, upload_bytes
 from serving.http.ocr_outputs import parse_mode
 from serving.http.params import (
@@ -119,6 +127,14 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
                 for i, (_key, value) in enumerate(form.multi_items())
                 if isinstance(value, UploadFile)
             ]
+            extras = await submit_hooks(
+                form,
+                config=config_of(request),
+                credentials=jobs.credentials,
+                owner=owner,
+                uploads=len(uploads),
+            )
+            uploads += [(item.name, item.stream()) for item in extras.inputs]
             dest = runner.store.job_dir(job_id) / "files"
             count = WorkerCounter(
                 jobs.cpu,
@@ -127,15 +143,17 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
                 budget=jobs.budget,
                 max_decoded_pixels=config.max_staging_pixels,
             )
-            staging = asyncio.ensure_future(
-                asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
-            )
-            try:
-                documents = await until_disconnect(request, _shielded(staging))
-            finally:  # the client went away, or the server stops: the thread ends before its
-                if not staging.done():  # files are discarded
-                    count.cancel()
-                    await asyncio.wait({staging})
+            async with storage_reads(extras, jobs.budget, metrics_of(request)):
+                staging = asyncio.ensure_future(
+                    asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
+                )
+                try:
+                    documents = await until_disconnect(request, _shielded(staging))
+                finally:  # the client went away, or the server stops: the thread ends before its
+                    if not staging.done():  # files are discarded
+                        count.cancel()
+                        await asyncio.wait({staging})
+            check_outputs(extras.hooks, [document.name for document in documents])
     except HTTPException as err:
         runner.store.discard(job_id)
         raise _form_error(err.detail, config.max_files_per_job) from err
@@ -149,7 +167,9 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
     # committed (a commit whose outcome is unknown, a cancellation while its thread commits)
     # leaves a job that needs them. Files of a job never recorded go to the store's orphan sweep.
     try:
-        info = await runner.submit(job_id, documents, options, owner=owner, limits=stored)
+        info = await runner.submit(
+            job_id, documents, options, owner=owner, limits=stored, hooks=extras.hooks
+        )
     except StoredQuotaExceeded:  # nothing was recorded: its files go now
         runner.store.discard(job_id)
         raise
@@ -199,9 +219,15 @@ async def _visible(request: Request, runner: JobRunner, job_id: str) -> JobInfo:
 
 
 async def get_job(request: Request) -> Response:
-    """`GET /v1/jobs/{id}`: status, counts, timestamps, files and failed pages."""
-    info = await _visible(request, _runner(request), request.path_params["job_id"])
-    return JSONResponse(info.to_json())
+    """`GET /v1/jobs/{id}`: status, counts, timestamps, files and failed pages; with its
+    callback or export, their deliveries and every attempt's outcome."""
+    runner = _runner(request)
+    info = await _visible(request, runner, request.path_params["job_id"])
+    body = info.to_json()
+    if info.hooks.wanted:
+        deliveries = await asyncio.to_thread(runner.store.deliveries, info.id)
+        body["deliveries"] = [delivery.to_json() for delivery in deliveries]
+    return JSONResponse(body)
 
 
 async def list_jobs(request: Request) -> Response:

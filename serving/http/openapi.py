@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from serving.http.endpoints import TIMEOUT_HEADER
-from serving.http.openapi_schemas import SCHEMAS, Json, bounds
+from serving.http.openapi_schemas import JOB_HOOK_FIELDS, SCHEMAS, Json, bounds
 from serving.options import OPTIONS, Option
 from serving.outputs.document import TEXT_MODES
 from serving.outputs.formats import FORMATS, MEDIA_TYPES
@@ -43,6 +43,7 @@ def _errors(*statuses: int, schema: str = "Error") -> dict[str, Json]:
         409: "Pages of the job are still to run (a document, or the archive of a running job)",
         415: "Unsupported content type",
         422: "Invalid input or parameters",
+        502: "The object store named by an `input` could not be reached (`storage_unavailable`)",
         503: (
             "Not ready, overloaded or no memory-budget room for the body now (with Retry-After), "
             "or a worker unavailable"
@@ -187,13 +188,14 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                 "multipart/form-data": {
                     "schema": {
                         "type": "object",
-                        "required": ["file"],
+                        "description": "One or more `file` parts, or `input` fields, or both",
                         "properties": {
                             "file": {"type": "array", "items": _BINARY},
                             "options": {
                                 "type": "string",
                                 "description": "JSON object of options (at most 64 KiB)",
                             },
+                            **JOB_HOOK_FIELDS,
                         },
                     }
                 }
@@ -201,7 +203,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         },
         "responses": {
             "202": _json("Accepted; `Location` names the job", _ref("Job")),
-            **_errors(404, 408, 413, 415, 422, 503),
+            **_errors(404, 408, 413, 415, 422, 502, 503),
         },
     },
     ("/v1/jobs", "get"): {

@@ -142,6 +142,53 @@ _JOB: Json = {
         "options": {"type": "object"},
         "files": {"type": "array", "items": {"type": "object"}},
         "failed_pages": {"type": "array", "items": {"type": "object"}},
+        "callback": {
+            "type": "object",
+            "description": "Its `callback_url` (without its query) and `events`",
+        },
+        "output": {
+            "type": "object",
+            "description": "Where its outputs are exported: `location` (s3://), `urls` (presigned "
+            "PUT URLs, without their query), `formats`",
+        },
+        "deliveries": {
+            "type": "array",
+            "description": "With a callback or an output: each webhook and export, its `status` "
+            "(pending, delivered, failed), `attempts`, `next_attempt_at`, `last_error` and the "
+            "`log` of its last attempts",
+            "items": {"type": "object"},
+        },
+    },
+}
+JOB_HOOK_FIELDS: Json = {
+    "callback_url": {
+        "type": "string",
+        "description": "POSTed a signed event (Standard Webhooks) when the job ends; hosts "
+        "allow-listed in `webhooks.allowed_hosts`",
+    },
+    "callback_events": {
+        "type": "string",
+        "description": "Comma-separated: `job` (default: its end), `document` (each document's)",
+    },
+    "input": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "Documents to read: s3://bucket/key, s3://bucket/prefix/, or presigned "
+        "GET URLs (hosts in `storage.url_allowed_hosts`)",
+    },
+    "output": {
+        "type": "string",
+        "description": "s3://bucket/prefix/: `results.jsonl` and each document are written there "
+        "when the job ends",
+    },
+    "output_urls": {
+        "type": "string",
+        "description": "JSON object: output name (`results.jsonl`, `NAME.EXT`) to a presigned "
+        "PUT URL",
+    },
+    "output_formats": {
+        "type": "string",
+        "description": "Comma-separated formats each document is exported in (default json)",
     },
 }
 _PADDLEX_REQUEST: Json = {

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from serving.errors import ValidationFailed
+from serving.jobs.hooks import FIELDS as HOOK_FIELDS
 from serving.options import OPTIONS
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -28,7 +29,9 @@ FORMAT_QUERY = ("format", "mode", "deskew")
 NO_QUERY: tuple[str, ...] = ()
 DOCUMENT_FIELDS = ("file",)
 """`/v1/ocr` and `/v1/render` in multipart: the document."""
-JOB_FIELDS = ("file", "options")
+JOB_FIELDS = ("file", "options", *HOOK_FIELDS)
+"""`POST /v1/jobs`: the documents, their options, and the callback, export and storage inputs
+(`serving.jobs.hooks.FIELDS`)."""
 
 
 def check_query(request: Request, known: Collection[str]) -> None:

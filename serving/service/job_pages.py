@@ -13,6 +13,8 @@ import functools
 from models.bundle import ModelBundle
 from pipelines.types import PageResult
 from serving.config import AppConfig
+from serving.jobs.credentials import CredentialStore
+from serving.jobs.outbox import Outbox
 from serving.jobs.runner import JobRunner, PageOcr
 from serving.jobs.store import build_store
 from serving.jobs.store.types import PageTask
@@ -69,9 +71,19 @@ def job_runner(
     bundle: ModelBundle,
     metrics: Metrics,
     *,
+    credentials: CredentialStore | None = None,
     sets: ModelSets | None = None,
     shapes: BatchShapes | None = None,
 ) -> JobRunner:
-    """A runner over the configured store whose pages go through `service` (`job_page_ocr`)."""
+    """A runner over the configured store whose pages go through `service` (`job_page_ocr`),
+    and whose jobs' webhooks and exports an outbox sends with `credentials` (default: read
+    from `config`'s files when first needed)."""
     ocr = job_page_ocr(config, service, bundle, sets=sets, shapes=shapes)
-    return JobRunner(store=build_store(config.jobs), ocr=ocr, config=config.jobs, metrics=metrics)
+    store = build_store(config.jobs)
+    outbox = Outbox(
+        store=store,
+        config=config,
+        credentials=credentials or CredentialStore(config),
+        metrics=metrics,
+    )
+    return JobRunner(store=store, ocr=ocr, config=config.jobs, metrics=metrics, outbox=outbox)

@@ -16,6 +16,7 @@ from models.bundle import ModelBundle
 from pipelines.types import PageResult
 from serving.config import AppConfig, JobsConfig, PipelineConfig
 from serving.decode.readers import DecodeLimits, FileKind
+from serving.jobs.credentials import CredentialStore
 from serving.jobs.runner import JobRunner
 from serving.jobs.staging import UploadSlots
 from serving.metrics import Metrics
@@ -137,6 +138,9 @@ class JobRequests:
         default_factory=lambda: UploadSlots(JobsConfig().max_uploads_per_key)
     )
     """Uploads each client has being received and staged (`jobs.max_uploads_per_key`)."""
+    credentials: CredentialStore | None = None
+    """Each key's webhook secret and S3 credentials (`serving.jobs.credentials`); None: none
+    configured, so callbacks and `s3://` are refused."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

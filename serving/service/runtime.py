@@ -18,6 +18,7 @@ from serving.decode.readers import DecodeLimits
 from serving.engine.choice import COMPILE_KEYS, PRECISION_KEYS
 from serving.engine.gpu_choice import GpuEngineChoice
 from serving.errors import NotReady, ShuttingDown
+from serving.jobs.credentials import CredentialStore
 from serving.jobs.runner import JobRunner
 from serving.jobs.staging import UploadSlots
 from serving.metrics import Metrics
@@ -87,6 +88,9 @@ class Runtime:
     """The devices' measured batch costs, as placement predicts with them (`/readyz`)."""
     gpu_engine: GpuEngineChoice | None = None
     """Which engine GPU device workers run, and why (`engine.gpu_backend`; `/readyz`)."""
+    credentials: CredentialStore | None = None
+    """The jobs' webhook secrets and S3 credentials, per key (`serving.jobs.credentials`); None
+    where the runtime serves no jobs."""
     shapes: BatchShapes | None = None
     """The batch shapes every request's inputs are padded to (`[engine] batching`, for this
     server's devices: `serving.scheduling.batch_shapes`), set in its options when they are built
@@ -112,7 +116,9 @@ class Runtime:
 
         Raises:
             EngineBackendError: `backend` names no engine backend.
+            ConfigError: a file of the jobs' credentials does not read or is invalid.
         """
+        credentials = CredentialStore.load(config) if jobs else None
         models = config.models
         sets = load_sets(models)
         bundle = sets.default.bundle
@@ -218,9 +224,18 @@ class Runtime:
             devices=devices,
             service=service,
             metrics=metrics,
-            jobs=job_runner(config, service, bundle, metrics, sets=sets, shapes=shapes)
-            if jobs
+            jobs=job_runner(
+                config,
+                service,
+                bundle,
+                metrics,
+                credentials=credentials,
+                sets=sets,
+                shapes=shapes,
+            )
+            if credentials is not None
             else None,
+            credentials=credentials,
             shapes=shapes,
             claim=claim,
             budget_bytes=budget_bytes,
@@ -269,6 +284,7 @@ class Runtime:
                 limits=self.service.limits,
                 budget=self.service.budget,
                 uploads=UploadSlots(self.config.jobs.max_uploads_per_key),
+                credentials=self.credentials,
             ),
         )
 

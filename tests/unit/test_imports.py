@@ -279,6 +279,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "serving.request_context",
         "serving.config_paths",
         "serving.options",
+        "serving.addresses",
     ),
     ("serving.config",),
     ("serving.decode", "serving.model_sets", "serving.log_config"),
@@ -298,12 +299,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 """The product's parts, lowest first: a module imports only from its own layer and those below
 (docs/architecture.md, "Layers"). The pure page steps; the model adapters; serving's leaves (its
 errors, the CPUs it may use, process helpers, the current request's id, config paths, the OCR
-options and their ranges); the typed config; decoding, the model sets, the logging setup; the
-scheduling policy; metrics and a request's options; the engine in one process; the worker
-processes and the model conversion; the output formats; batch jobs; the OCR service and the
-runtime that wires it all; the HTTP layer, `ocr-batch` and the OCRmyPDF plugin; the app and the
-server; the command line. Then the load-test tooling: its shared top, then its tools. A part is a
-sub-package or a module at the top of its package (`_part`); a new one must be placed here."""
+options and their ranges, the addresses it may connect to); the typed config; decoding, the model
+sets, the logging setup; the scheduling policy; metrics and a request's options; the engine in one
+process; the worker processes and the model conversion; the output formats; batch jobs; the OCR
+service and the runtime that wires it all; the HTTP layer, `ocr-batch` and the OCRmyPDF plugin; the
+app and the server; the command line. Then the load-test tooling: its shared top, then its tools. A
+part is a sub-package or a module at the top of its package (`_part`); a new one must be placed
+here."""
 
 
 def _part(name: str) -> str | None:
