@@ -23,6 +23,7 @@ from serving.http.open_store import OpenStoreGuard, is_loopback_bind, store_refu
 from serving.http.request_id import RequestIdMiddleware
 from serving.http.routes import ROUTES
 from serving.http.security_headers import SecurityHeadersMiddleware
+from serving.http.trace import TraceMiddleware
 from serving.http.upload_timeout import UploadTimeoutMiddleware
 from serving.metrics import Metrics
 from serving.service.runtime import Runtime
@@ -33,11 +34,11 @@ logger = logging.getLogger(__name__)
 def middleware(
     config: AppConfig, environ: Mapping[str, str], metrics: Metrics | None = None
 ) -> list[Middleware]:
-    """Security headers outermost, then request ids, then the listeners' routes and the API's
-    requests at once (`serving/http/listeners.py`), then upload timeouts, then CORS (only with
-    `server.cors_origins`), then API keys, or with no keys the Host check (`serving/http/hosts.py`)
-    and, on a bind beyond loopback without `auth.open`, the jobs API refused
-    (`serving/http/open_store.py`).
+    """Security headers outermost, then (tracing on) each request's span, then request ids, then
+    the listeners' routes and the API's requests at once (`serving/http/listeners.py`), then
+    upload timeouts, then CORS (only with `server.cors_origins`), then API keys, or with no keys
+    the Host check (`serving/http/hosts.py`) and, on a bind beyond loopback without
+    `auth.open`, the jobs API refused (`serving/http/open_store.py`).
 
     CORS sits outside the key check so that browsers' preflight requests, which carry no key,
     are answered.
@@ -47,6 +48,8 @@ def middleware(
     """
     stack = [
         Middleware(SecurityHeadersMiddleware),
+        # Only while tracing is on (`[telemetry]`): off, a request meets nothing of it.
+        *([Middleware(TraceMiddleware)] if config.telemetry.enabled else []),
         Middleware(RequestIdMiddleware),
         Middleware(
             ListenerMiddleware,

@@ -1,9 +1,9 @@
 """One typed configuration object, read from `config.toml`; unknown keys are errors.
 
 One module per `config.toml` section (`server`, `input`, `auth`, `paddlex`, `models`,
-`pipeline`, `engine`, `workers`, `jobs`), `app` for the whole `AppConfig`, and `loading` for
-reading the file and the `OCR_<SECTION>__<KEY>` overrides. Import the names from here
-(`from serving.config import AppConfig`); a new key goes into its section's module, with a
+`pipeline`, `engine`, `workers`, `jobs`, `telemetry`, `mcp`), `app` for the whole `AppConfig`,
+and `loading` for reading the file and the `OCR_<SECTION>__<KEY>` overrides. Import the names
+from here (`from serving.config import AppConfig`); a new key goes into its section's module, with a
 docstring, a check in `__post_init__` and a line in `config.toml`.
 """
 
@@ -21,10 +21,12 @@ from serving.config.loading import (
     load_config,
     with_paths_resolved,
 )
+from serving.config.mcp import McpConfig
 from serving.config.models import ModelsConfig, ModelSetConfig
 from serving.config.paddlex import PaddlexConfig
 from serving.config.pipeline import DetPipelineConfig, PipelineConfig, RecPipelineConfig
 from serving.config.server import ServerConfig
+from serving.config.telemetry import TelemetryConfig
 from serving.config.workers import (
     STAGES,
     DeviceClassConfig,
@@ -46,6 +48,7 @@ __all__ = [
     "EngineConfig",
     "InputConfig",
     "JobsConfig",
+    "McpConfig",
     "ModelSetConfig",
     "ModelsConfig",
     "PaddlexConfig",
@@ -54,6 +57,7 @@ __all__ = [
     "RecPipelineConfig",
     "ServerConfig",
     "StageLimits",
+    "TelemetryConfig",
     "WorkersConfig",
     "apply_env_overrides",
     "build",

@@ -10,10 +10,12 @@ from serving.config.auth import AuthConfig
 from serving.config.engine import EngineConfig
 from serving.config.input import InputConfig
 from serving.config.jobs import JobsConfig, redact_url
+from serving.config.mcp import McpConfig
 from serving.config.models import ModelsConfig
 from serving.config.paddlex import PaddlexConfig
 from serving.config.pipeline import PipelineConfig
 from serving.config.server import ServerConfig
+from serving.config.telemetry import TelemetryConfig
 from serving.config.workers import WorkersConfig
 from serving.cpus import available_cpus
 
@@ -31,6 +33,8 @@ class AppConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
 
     @property
     def cpu_workers(self) -> int:
