@@ -7,12 +7,15 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Route
 
 from serving.config import AppConfig
+from serving.errors import ConfigError
 from serving.http import exceptions, openapi, ui
 from serving.http.auth import ApiKeyMiddleware
 from serving.http.hosts import HostCheckMiddleware
@@ -27,6 +30,9 @@ from serving.http.trace import TraceMiddleware
 from serving.http.upload_timeout import UploadTimeoutMiddleware
 from serving.metrics import Metrics
 from serving.service.runtime import Runtime
+
+if TYPE_CHECKING:
+    from serving.mcp.endpoint import McpEndpoint
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +116,21 @@ def middleware(
     return stack
 
 
+def mcp_endpoint(config: AppConfig) -> McpEndpoint | None:
+    """`/mcp` when `[mcp] enabled` (`serving.mcp`), else None.
+
+    Raises:
+        ConfigError: it is enabled and the `mcp` extra is not installed.
+    """
+    if not config.mcp.enabled:
+        return None
+    try:
+        from serving.mcp.endpoint import McpEndpoint
+    except ImportError as err:
+        raise ConfigError("mcp.enabled", f"needs the mcp extra ({err})") from err
+    return McpEndpoint(config)
+
+
 def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Starlette:
     """The HTTP app over a built (not yet started) runtime.
 
@@ -121,11 +142,16 @@ def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Sta
         ConfigError: the API key file cannot be read.
     """
 
+    mcp = mcp_endpoint(runtime.config)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         starting = asyncio.create_task(runtime.start(), name="runtime-start")
         try:
-            yield
+            async with contextlib.AsyncExitStack() as stack:
+                if mcp is not None:
+                    await stack.enter_async_context(mcp.run())
+                yield
         finally:
             if not starting.done():
                 starting.cancel()
@@ -134,7 +160,12 @@ def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Sta
             await runtime.stop()
 
     app = Starlette(
-        routes=[*ROUTES, *openapi.ROUTES, *ui.ROUTES],
+        routes=[
+            *ROUTES,
+            *openapi.ROUTES,
+            *ui.ROUTES,
+            *([Route("/mcp", mcp)] if mcp is not None else []),
+        ],
         middleware=middleware(
             runtime.config, os.environ if environ is None else environ, runtime.metrics
         ),
