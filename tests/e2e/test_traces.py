@@ -137,3 +137,27 @@ def test_a_malformed_traceparent_starts_a_trace_of_its_own(
     (root,) = [s for s in spans if s.attributes.get("ocr.request_id") == "traced-bad"]
     assert root.parent_id == ""
     assert len(root.trace_id) == 32
+
+
+def test_a_job_page_is_a_trace_of_its_own(traced: tuple[Server, Receiver]) -> None:
+    server, receiver = traced
+    submitted = httpx.post(
+        f"{server.url}/v1/jobs", files={"file": ("page.png", PNG, "image/png")}, timeout=60
+    )
+    assert submitted.status_code == 202
+    job_id = submitted.json()["id"]
+
+    def page_traced(spans: list[Span]) -> bool:
+        pages = [s for s in spans if s.attributes.get("ocr.job_id") == job_id]
+        return bool(pages) and any(
+            s.name == "cpu_worker finish" and s.trace_id == pages[0].trace_id for s in spans
+        )
+
+    spans = receiver.wait_for(page_traced)
+    (page,) = [s for s in spans if s.attributes.get("ocr.job_id") == job_id]
+    assert page.name == "job.page"
+    assert page.parent_id == ""
+    trace = [s for s in spans if s.trace_id == page.trace_id]
+    by_id = {s.span_id: s for s in trace}
+    assert [s for s in trace if s.parent_id not in by_id] == [page]
+    assert {"queue.wait det", "cpu_worker prepare_page_of"} <= {s.name for s in trace}
