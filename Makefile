@@ -30,7 +30,7 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install -e '.[test,ray,torch,s3]'
+	$(PY) -m pip install -e '.[test,ray,torch,s3,otel,mcp]'
 	$(PY) -m pip install --no-deps $(ONNX2TORCH)
 	$(PY) -m pip install -e '.[ppocrv6]'
 	$(PY) -m pip install --no-deps $(RAPIDOCR_MODELS)

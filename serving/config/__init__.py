@@ -1,10 +1,11 @@
 """One typed configuration object, read from `config.toml`; unknown keys are errors.
 
 One module per `config.toml` section (`server`, `input`, `auth`, `paddlex`, `models`,
-`pipeline`, `engine`, `workers`, `jobs`, `webhooks`, `storage`), `app` for the whole
-`AppConfig`, and `loading` for reading the file and the `OCR_<SECTION>__<KEY>` overrides.
-Import the names from here (`from serving.config import AppConfig`); a new key goes into its
-section's module, with a docstring, a check in `__post_init__` and a line in `config.toml`.
+`pipeline`, `engine`, `workers`, `jobs`, `webhooks`, `storage`, `telemetry`, `mcp`), `app` for
+the whole `AppConfig`, and `loading` for reading the file and the `OCR_<SECTION>__<KEY>`
+overrides. Import the names from here (`from serving.config import AppConfig`); a new key goes
+into its section's module, with a docstring, a check in `__post_init__` and a line in
+`config.toml`.
 """
 
 from serving.config.app import AppConfig, describe
@@ -21,11 +22,13 @@ from serving.config.loading import (
     load_config,
     with_paths_resolved,
 )
+from serving.config.mcp import McpConfig
 from serving.config.models import ModelsConfig, ModelSetConfig
 from serving.config.paddlex import PaddlexConfig
 from serving.config.pipeline import DetPipelineConfig, PipelineConfig, RecPipelineConfig
 from serving.config.server import ServerConfig
 from serving.config.storage import StorageConfig
+from serving.config.telemetry import TelemetryConfig
 from serving.config.webhooks import WebhooksConfig
 from serving.config.workers import (
     STAGES,
@@ -48,6 +51,7 @@ __all__ = [
     "EngineConfig",
     "InputConfig",
     "JobsConfig",
+    "McpConfig",
     "ModelSetConfig",
     "ModelsConfig",
     "PaddlexConfig",
@@ -57,6 +61,7 @@ __all__ = [
     "ServerConfig",
     "StageLimits",
     "StorageConfig",
+    "TelemetryConfig",
     "WebhooksConfig",
     "WorkersConfig",
     "apply_env_overrides",

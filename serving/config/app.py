@@ -10,11 +10,13 @@ from serving.config.auth import AuthConfig
 from serving.config.engine import EngineConfig
 from serving.config.input import InputConfig
 from serving.config.jobs import JobsConfig, redact_url
+from serving.config.mcp import McpConfig
 from serving.config.models import ModelsConfig
 from serving.config.paddlex import PaddlexConfig
 from serving.config.pipeline import PipelineConfig
 from serving.config.server import ServerConfig
 from serving.config.storage import StorageConfig
+from serving.config.telemetry import TelemetryConfig
 from serving.config.webhooks import WebhooksConfig
 from serving.config.workers import WorkersConfig
 from serving.cpus import available_cpus
@@ -35,6 +37,8 @@ class AppConfig:
     jobs: JobsConfig = field(default_factory=JobsConfig)
     webhooks: WebhooksConfig = field(default_factory=WebhooksConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
 
     @property
     def cpu_workers(self) -> int:

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from serving import request_context
+from serving import request_context, tracing
 from serving.config import AppConfig
 from serving.decode.readers import FileKind, frames_type
 from serving.errors import InvalidInput
@@ -116,7 +116,8 @@ async def v1_ocr(request: Request) -> Response:
     pages = await until_disconnect(
         request, ocr.ocr(data, kind, options, timeout_s=timeout_s, tenant=identity_of(request))
     )
-    return await ocr_outputs.answer(renderer_of(request), pages, data, kind, want, name=name)
+    with tracing.span("outputs"):
+        return await ocr_outputs.answer(renderer_of(request), pages, data, kind, want, name=name)
 
 
 async def v1_models(request: Request) -> Response:

@@ -12,6 +12,7 @@ import functools
 
 from models.bundle import ModelBundle
 from pipelines.types import PageResult
+from serving import tracing
 from serving.config import AppConfig
 from serving.jobs.credentials import CredentialStore
 from serving.jobs.outbox import Outbox
@@ -51,15 +52,20 @@ def job_page_ocr(
             digest = await asyncio.to_thread(digests, str(task.path))
         except OSError:
             digest = None  # gone: the worker says so
-        output = await service.ocr_page_of(
-            str(task.path),
-            task.kind,
-            task.page,
-            options,
-            priority=BACKGROUND,
-            timeout_s=timeout_s,
-            digest=digest,
-        )
+        # A trace of its own: no request waits on a job page (`serving.tracing`).
+        with tracing.root_span(
+            "job.page",
+            **{"ocr.job_id": task.job_id, "ocr.file": task.file_index, "ocr.page": task.page},
+        ):
+            output = await service.ocr_page_of(
+                str(task.path),
+                task.kind,
+                task.page,
+                options,
+                priority=BACKGROUND,
+                timeout_s=timeout_s,
+                digest=digest,
+            )
         return output.result
 
     return ocr

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pipelines.types import DetParams, PageResult
+from serving import tracing
 from serving.decode.documents import PagePlan
 from serving.decode.page_png import page_png
 from serving.decode.readers import DecodeLimits, FileKind, fit_side
@@ -315,7 +316,8 @@ class OcrService:
             deadline=self._clock() + timeout_s,
             clock=self._clock,
         )
-        slot.grow_to(1)
+        with tracing.span("admission"):
+            slot.grow_to(1)
         try:
             async with asyncio.timeout(timeout_s):
                 yield slot
@@ -339,8 +341,25 @@ class OcrService:
         its result is assembled, but for what its detection held, given back once that is done
         (pages waiting on recognition then leave room for others' detection)."""
         _SET_STAGES.set(options.stages)  # this page's model set: the queues `_infer` submits to
+        with tracing.span("page", {"ocr.page": index}):
+            return await self._budgeted_page(
+                source, kind, index, charge, options, visualize, deadline, priority
+            )
+
+    async def _budgeted_page(
+        self,
+        source: shm.ShmRef | bytes | str,
+        kind: FileKind,
+        index: int,
+        charge: PageCharge,
+        options: OcrOptions,
+        visualize: bool,
+        deadline: float,
+        priority: int,
+    ) -> PageOutput:
         held = charge.cost
-        await self.budget.acquire(held)
+        with tracing.span("memory_budget.wait"):
+            await self.budget.acquire(held)
 
         def detection_done() -> None:
             nonlocal held
@@ -490,6 +509,7 @@ class OcrService:
             deadline=deadline,
             future=future,
             page=page,
+            trace=tracing.current(),
         )
         self.scheduler.submit(item)
         try:

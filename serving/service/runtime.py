@@ -195,6 +195,7 @@ class Runtime:
             ),
             # No keys, no database URL: they decode untrusted files (`serving.workers.sandbox`).
             environ=lambda: scrubbed_environ(os.environ),
+            telemetry=config.telemetry if config.telemetry.enabled else None,
         )
         _track(metrics, admission, budget, scheduler, cpu, devices)
         for stage in queues_for_sets:
