@@ -40,7 +40,8 @@ COPY pipelines pipelines
 COPY models models
 COPY loadtest loadtest
 # requirements-gpu.txt leaves paddlepaddle out: the gpu variant keeps its base image's GPU build.
-# Both carry the `postgres` extra (psycopg), so replicas can share a job store (OCR_JOBS__STORE).
+# Both carry the `postgres` extra (psycopg), so replicas can share a job store (OCR_JOBS__STORE),
+# and the `s3` extra (boto3), so jobs read and write object storage.
 # (No heredoc: buildah before 1.33 does not read them.)
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
@@ -48,7 +49,8 @@ RUN --mount=type=secret,id=ca \
     && /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
     && python3 -c 'import tomllib; \
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-deps = project["dependencies"] + project["optional-dependencies"]["postgres"]; \
+deps = project["dependencies"] + project["optional-dependencies"]["postgres"] \
+    + project["optional-dependencies"]["s3"]; \
 open("/wheels/requirements-cpu.txt", "w").write("\n".join(deps) + "\n"); \
 gpu = [d for d in deps if not d.startswith("paddlepaddle")]; \
 open("/wheels/requirements-gpu.txt", "w").write("\n".join(gpu) + "\n")'

@@ -30,7 +30,7 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install -e '.[test,ray,torch]'
+	$(PY) -m pip install -e '.[test,ray,torch,s3,otel,mcp]'
 	$(PY) -m pip install --no-deps $(ONNX2TORCH)
 	$(PY) -m pip install -e '.[ppocrv6]'
 	$(PY) -m pip install --no-deps $(RAPIDOCR_MODELS)
@@ -80,8 +80,8 @@ install-test: $(VENV)/.installed-test
 install-bench: $(VENV)/.installed-bench
 
 # PaddleX as `pip install paddlepaddle 'paddlex[ocr-core,serving]'` installs it today (Paddle 3.3.1, where
-# oneDNN fails on the detector), for the bench's optional default-install row:
-#   make paddlex-default-venv && make bench BENCH_ARGS="--paddlex-default-venv .venv-paddlex-default"
+# oneDNN fails on the detector), for `ocr-bench baselines`' optional default-install row:
+#   make paddlex-default-venv && ocr-bench baselines --paddlex-default-venv .venv-paddlex-default
 PADDLEX_DEFAULT_VENV ?= .venv-paddlex-default
 
 $(PADDLEX_DEFAULT_VENV)/.installed:
@@ -92,9 +92,8 @@ $(PADDLEX_DEFAULT_VENV)/.installed:
 paddlex-default-venv: $(PADDLEX_DEFAULT_VENV)/.installed
 
 # RapidOCR's API server on ONNX Runtime and on OpenVINO, with Paddle's converter for our models,
-# for the bench's optional RapidOCR rows (its own venv: RapidOCR brings opencv-python-headless,
-# another cv2):
-#   make rapidocr-venv && make bench BENCH_ARGS="--rapidocr-venv .venv-rapidocr"
+# for the bench's RapidOCR rows (`make bench` makes it; `ocr-bench baselines --servers
+# ours,rapidocr`); its own venv: RapidOCR brings opencv-python-headless, another cv2.
 RAPIDOCR_VENV ?= .venv-rapidocr
 
 $(RAPIDOCR_VENV)/.installed:
@@ -135,26 +134,30 @@ convert-int8: $(VENV)/.installed-int8 convert
 	$(PY) -m serving.convert --int8 --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
 
 # The CPU engines side by side: in-process engine limits (interleaved), text against Paddle's, and
-# our server at concurrency 4 on each (loadtest/bench/cpu_engines.py; docs/performance.md, CPU engines).
+# our server at concurrency 4 on each (`ocr-bench engines`; docs/performance.md, CPU engines).
 .PHONY: bench-engines
 bench-engines: install-test convert
 	bash scripts/system-deps.sh
-	$(PY) -m loadtest.bench.cpu_engines --out bench-out/engines $(BENCH_ENGINES_ARGS)
+	$(BIN)/ocr-bench engines --out bench-out/engines $(BENCH_ENGINES_ARGS)
 
 # Searchable PDFs side by side on the same scanned pages: ocr-batch --format pdf, OCRmyPDF with our
 # plugin against our server, with Tesseract, and with the PyPI PaddleOCR plugins (each in its own
 # venv under var/ocrmypdf-plugins): CER of pdftotext per language, pages/s, output size
-# (loadtest/bench/ocrmypdf_compare.py; docs/outputs.md). Shorter: BENCH_OCRMYPDF_ARGS="--tools
+# (`ocr-bench ocrmypdf`; docs/outputs.md). Shorter: BENCH_OCRMYPDF_ARGS="--servers
 # ours,plugin,tesseract --no-startup-run".
 .PHONY: bench-ocrmypdf
 bench-ocrmypdf: install-test convert
 	bash scripts/system-deps.sh
-	$(PY) -m loadtest.bench.ocrmypdf_compare --pages 12 --out bench-out/ocrmypdf $(BENCH_OCRMYPDF_ARGS)
+	$(BIN)/ocr-bench ocrmypdf --pages 12 --out bench-out/ocrmypdf $(BENCH_OCRMYPDF_ARGS)
 
-# Side by side on one page set: the offline engine limit, our server, PaddleX basic serving.
-bench: install-bench
+# The choice of the default model set, in one run on the same pages and CPU (`ocr-bench choice`,
+# docs/performance.md): our server's default set against PP-OCRv5 mobile at auto precision and
+# at f32, RapidOCR's API server on the same PP-OCRv6 small models, faster-paddle in process; in
+# correct pages/s at c=1 and c=4, CER per language, merged words. Options: BENCH_ARGS="--pages 12";
+# every other benchmark: `ocr-bench --help`.
+bench: install-bench convert $(RAPIDOCR_VENV)/.installed
 	bash scripts/system-deps.sh
-	$(PY) -m loadtest.bench --out bench-out $(BENCH_ARGS)
+	$(BIN)/ocr-bench choice --out bench-out/choice --rapidocr-venv $(RAPIDOCR_VENV) $(BENCH_ARGS)
 
 # Steady real traffic (20 minutes, 8 of warm-up, unless SOAK_ARGS="--duration-s N"): memory, fds and shared-memory
 # segments of every server process; fails on growth after warm-up or anything leaked.

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from loadtest import pages as pdf_pages
 from pipelines.text_scores import CJK_CHARS, char_edits, merged_words, normalize_text
+from serving.convert import pdf_pages
 
 __all__ = [
     "AccuracyReport",

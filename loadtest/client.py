@@ -6,8 +6,10 @@ import asyncio
 import base64
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
+from urllib.parse import urlencode
 
 import httpx
 
@@ -59,8 +61,17 @@ class Outcome:
     texts: tuple[str, ...] | None = None
 
 
-def prepare_request(api: Api, document: Document) -> PreparedRequest:
-    """The path, body and headers that send ``document`` to the ``api`` endpoint."""
+def prepare_request(
+    api: Api, document: Document, query: Mapping[str, str] | None = None
+) -> PreparedRequest:
+    """The path, body and headers that send ``document`` to the ``api`` endpoint; ``query``:
+    the ``v1`` API's query options (``{"model": "PP-OCRv5_mobile"}``).
+
+    Raises:
+        ValueError: ``query`` for another API than ``v1``, or a PDF for RapidOCR's.
+    """
+    if query and api != "v1":
+        raise ValueError(f"query options are for the v1 API, not {api}")
     if api == "paddlex":
         payload = {
             "file": base64.b64encode(document.data).decode("ascii"),
@@ -79,7 +90,8 @@ def prepare_request(api: Api, document: Document) -> PreparedRequest:
         multipart = httpx.Request("POST", "/ocr", files=files)
         body = multipart.read()
         return PreparedRequest("/ocr", body, {"content-type": multipart.headers["content-type"]})
-    return PreparedRequest("/v1/ocr", document.data, {"content-type": document.content_type})
+    path = f"/v1/ocr?{urlencode(query)}" if query else "/v1/ocr"
+    return PreparedRequest(path, document.data, {"content-type": document.content_type})
 
 
 def count_pages(api: Api, status_code: int, body: Any) -> tuple[int, str | None]:

@@ -19,8 +19,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from loadtest import pages as pdf_pages
 from serving.config import load_config
+from serving.convert import pdf_pages
 from serving.engine.local import LocalEngine
 
 
@@ -104,7 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--config", type=Path, help="config.toml (engine settings); OCR_* variables override it"
     )
-    parser.add_argument("--pages-dir", type=Path, help="PNG pages to use instead of rendering")
+    parser.add_argument(
+        "--pages-dir", type=Path, help="PNG and JPEG pages to use instead of rendering"
+    )
     parser.add_argument("--json", type=Path, help="write the result and each page's texts here")
     parser.add_argument("--rounds", type=int, default=1, help="times through the page set")
     args = parser.parse_args(argv)
@@ -113,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine = LocalEngine(config)
     engine.load()
     if args.pages_dir is not None:
-        paths = sorted(args.pages_dir.glob("*.png"))
+        paths = sorted(p for p in args.pages_dir.iterdir() if p.suffix in (".png", ".jpg"))
         names = [p.name for p in paths]
         images = [cv2.imread(str(p), cv2.IMREAD_COLOR) for p in paths]
     else:

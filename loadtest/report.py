@@ -14,7 +14,7 @@ from loadtest.plots import write_plots
 from loadtest.result import LevelResult
 from loadtest.server_metrics import StageMetrics
 
-__all__ = ["markdown_table", "results_json", "save_report", "write_reports"]
+__all__ = ["markdown_table", "results_json", "write_reports"]
 
 _COLUMNS = (
     "level",
@@ -97,14 +97,6 @@ def results_json(
         {"label": r.label, "error_count": r.error_count, **dataclasses.asdict(r)} for r in results
     ]
     return {"command": list(command), "timestamp": timestamp.isoformat(), "levels": levels}
-
-
-def save_report(out: Path, stem: str, report: dict[str, Any], table: str) -> None:
-    """Write a benchmark's `report` as `<stem>.json` and its markdown `table` as `<stem>.md`
-    under `out`, and print the table."""
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    (out / f"{stem}.md").write_text(table)
-    print(table)
 
 
 def write_reports(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import httpx
 
@@ -151,6 +151,7 @@ async def run_level(
     max_time_s: float | None = None,
     progress: bool = False,
     reference: Sequence[Sequence[str]] | None = None,
+    query: Mapping[str, str] | None = None,
 ) -> LevelResult:
     """Run one load level and measure it.
 
@@ -170,6 +171,9 @@ async def run_level(
             cancelled and the result is marked ``truncated``. Only the closing ``/metrics``
             scrape runs past it, for 2 s at most.
         progress: Show a live progress line on stderr.
+        reference: Each document's text as the server gives it to a lone request: each
+            success is compared with it (``LevelResult.changed``, ``correct_pages_s``).
+        query: The ``v1`` API's query options, on every request (``{"model": NAME}``).
 
     Returns:
         The level's figures, with ``/metrics`` deltas when the server exposes them.
@@ -179,7 +183,7 @@ async def run_level(
     """
     _check_args(api, documents, concurrency, rate, requests, duration_s)
     scrape_timeout_s = min(_SCRAPE_TIMEOUT_S, timeout_s)
-    prepared = [prepare_request(api, document) for document in documents]
+    prepared = [prepare_request(api, document, query) for document in documents]
     connections = concurrency if concurrency is not None else max_outstanding
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     result = LevelResult(url=url, api=api, concurrency=concurrency, rate_per_s=rate)

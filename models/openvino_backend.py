@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from models.base import not_loaded
 from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
 from models.openvino_layout import SplitModel, chained, split_at_head
@@ -172,6 +173,23 @@ class OpenVinoPredictor(OnnxPredictor):
         alone = self._alone if self.loaded else None
         return self._run_with(alone or self._run, batch)
 
+    def replace_runner(self, make: Callable[[BatchRunner], BatchRunner]) -> BatchRunner:
+        """Run batches with `make(runner)` from now on, `runner` being the one in use; returns
+        that one. For measurements that try variants of a loaded model
+        (`loadtest.bench.int8_sensitivity`: `compile_runner` of an int8 recogniser with layers
+        put back in float); the model compiled for lone batches goes, so `run_alone` runs the
+        new runner too.
+
+        Raises:
+            PredictorNotLoadedError: before `load()` or after `close()`.
+        """
+        if self._run is None:
+            raise not_loaded(self.spec)
+        current = self._run
+        self._run = make(current)
+        self._alone = None
+        return current
+
     def close(self) -> None:
         """Drop both compiled models; a second call does nothing."""
         super().close()
@@ -190,6 +208,15 @@ class OpenVinoPredictor(OnnxPredictor):
         if self.loaded:
             for release in self._releases:
                 release()
+
+
+def compile_runner(model: Any, options: EngineOptions, precision: OpenVinoPrecision) -> BatchRunner:
+    """`model` (an `openvino.Model`, read or built in this process) compiled on the CPU as a
+    predictor with `options` compiles its own at `precision` (`compile_config`), as a runner of
+    batches (`OpenVinoPredictor.replace_runner`)."""
+    ov = import_engine("openvino", "openvino")
+    compiled = ov.Core().compile_model(model, "CPU", compile_config(options, precision))
+    return _runner(compiled.create_infer_request())
 
 
 def _runner(request: Any) -> BatchRunner:

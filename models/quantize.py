@@ -84,8 +84,8 @@ FLOAT_LAYERS: dict[str, tuple[str, ...]] = {
     # squeeze-excitation convs, Conv.22, 23, 26, 27, stay int8) and the neck's three convs after
     # the SVTR blocks. On the Xeon with AMX, the detector at int8 too, the bench's 8 pages: with
     # these in float Chinese read at ~1.3% CER (f32 1.43%) where the whole recogniser at int8
-    # read at 2.69%, and merged 15 to 16 words (f32 16, int8 33). Found by `python -m
-    # loadtest.bench.int8_sensitivity`; docs/performance.md has the ranking.
+    # read at 2.69%, and merged 15 to 16 words (f32 16, int8 33). Found by `ocr-bench
+    # int8-layers` (loadtest/bench/int8_sensitivity.py); docs/performance.md has the ranking.
     "PP-OCRv5_mobile_rec": (
         "Conv.24",
         "Conv.25",

@@ -40,6 +40,7 @@ from pipelines.page_orientation import (
 from pipelines.pixels import Pixels
 from pipelines.rec_postprocess import CtcPath, decode_ctc_paths
 from pipelines.rec_preprocess import plan_rec_chunks
+from pipelines.skew import estimate_skew
 from pipelines.stages import Stage
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams, TextLine, Word
 from pipelines.words import page_words
@@ -228,7 +229,8 @@ def finish(
         charset: Labels from `build_charset`.
 
     Returns:
-        The page result, identical to PaddleOCR's for the same models and settings.
+        The page result, identical to PaddleOCR's for the same models and settings, with the
+        page's skew (`pipelines.skew`) from its detected quads.
 
     Raises:
         ValueError: If the outputs do not match what the state awaits.
@@ -245,6 +247,7 @@ def finish(
         rec_params,
         words=words,
     )
+    page.skew = estimate_skew(state.polys)  # the same in the page as read and as sent
     if state.orientation is None:
         return page
     return to_sent_page(page, state.orientation)

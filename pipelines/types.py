@@ -144,3 +144,6 @@ class PageResult:
     page_orientation: PageOrientation | None = None
     """What the page-orientation classifier said of the page; None when it did not run. Boxes
     and sizes are those of the page as sent, whether or not it was read turned."""
+    skew: float = 0.0
+    """How far the page's lines are turned from level, degrees counter-clockwise
+    (`pipelines.skew.estimate_skew` of its detected quads); 0.0 when none is long enough."""

@@ -11,7 +11,7 @@
 #   maint-guide-fr      /usr/share/doc/maint-guide-fr/maint-guide.fr.pdf (the same guide in French:
 #                       tests/e2e/test_languages.py reads its accents with lang=fr)
 #   maint-guide-de, -es, -it, -ja   the same guide in German, Spanish, Italian and Japanese:
-#                       python -m loadtest.bench.languages (make bench) reads each with its lang
+#                       ocr-bench languages reads each with its lang; make bench fr, de, es
 #   chromium            Debian's Chromium (/usr/bin/chromium): tests/e2e/test_web_ui.py drives the web
 #                       page in it with playwright; playwright's own browser download is never used
 #   postgresql          PostgreSQL's server (initdb, pg_ctl): the tests start their own throwaway one
@@ -20,13 +20,13 @@
 #   qpdf                qpdf --check: tests check our PDFs' structure
 #   tesseract-ocr       Tesseract 5 with its English model (tesseract-ocr-eng), and ghostscript: the
 #   tesseract-ocr-eng   OCR engine and PDF/A fallback OCRmyPDF runs in the side-by-side bench
-#   ghostscript         (python -m loadtest.bench.ocrmypdf_compare) and in the plugin's tests
+#   ghostscript         (ocr-bench ocrmypdf) and in the plugin's tests
 #                       (tests/e2e/test_ocrmypdf_plugin.py: --output-type pdfa, --ocr-engine tesseract)
 #   tesseract-ocr-chi-sim   Tesseract's Simplified Chinese: the bench's `-l chi_sim+eng` row, so
 #                       Tesseract is measured on the Chinese pages with a model that reads them
 #
-# The PDFs are real documents nobody here wrote; loadtest/pages.py renders them and uses their text
-# layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
+# The PDFs are real documents nobody here wrote; serving/convert/pdf_pages.py renders them and uses
+# their text layer as ground truth. Idempotent: installs nothing when everything is present. When not root, or
 # without apt-get, it prints what is missing and exits 0.
 set -euo pipefail
 

@@ -7,15 +7,19 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Route
 
 from serving.config import AppConfig
+from serving.errors import ConfigError
 from serving.http import exceptions, openapi, ui
 from serving.http.auth import ApiKeyMiddleware
 from serving.http.hosts import HostCheckMiddleware
+from serving.http.job_export import JobExporter
 from serving.http.key_reload import KeyReloader
 from serving.http.keys import load_keys
 from serving.http.listeners import ListenerMiddleware
@@ -23,9 +27,13 @@ from serving.http.open_store import OpenStoreGuard, is_loopback_bind, store_refu
 from serving.http.request_id import RequestIdMiddleware
 from serving.http.routes import ROUTES
 from serving.http.security_headers import SecurityHeadersMiddleware
+from serving.http.trace import TraceMiddleware
 from serving.http.upload_timeout import UploadTimeoutMiddleware
 from serving.metrics import Metrics
 from serving.service.runtime import Runtime
+
+if TYPE_CHECKING:
+    from serving.mcp.endpoint import McpEndpoint
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +41,11 @@ logger = logging.getLogger(__name__)
 def middleware(
     config: AppConfig, environ: Mapping[str, str], metrics: Metrics | None = None
 ) -> list[Middleware]:
-    """Security headers outermost, then request ids, then the listeners' routes and the API's
-    requests at once (`serving/http/listeners.py`), then upload timeouts, then CORS (only with
-    `server.cors_origins`), then API keys, or with no keys the Host check (`serving/http/hosts.py`)
-    and, on a bind beyond loopback without `auth.open`, the jobs API refused
-    (`serving/http/open_store.py`).
+    """Security headers outermost, then (tracing on) each request's span, then request ids, then
+    the listeners' routes and the API's requests at once (`serving/http/listeners.py`), then
+    upload timeouts, then CORS (only with `server.cors_origins`), then API keys, or with no keys
+    the Host check (`serving/http/hosts.py`) and, on a bind beyond loopback without
+    `auth.open`, the jobs API refused (`serving/http/open_store.py`).
 
     CORS sits outside the key check so that browsers' preflight requests, which carry no key,
     are answered.
@@ -47,6 +55,8 @@ def middleware(
     """
     stack = [
         Middleware(SecurityHeadersMiddleware),
+        # Only while tracing is on (`[telemetry]`): off, a request meets nothing of it.
+        *([Middleware(TraceMiddleware)] if config.telemetry.enabled else []),
         Middleware(RequestIdMiddleware),
         Middleware(
             ListenerMiddleware,
@@ -107,6 +117,21 @@ def middleware(
     return stack
 
 
+def mcp_endpoint(config: AppConfig) -> McpEndpoint | None:
+    """`/mcp` when `[mcp] enabled` (`serving.mcp`), else None.
+
+    Raises:
+        ConfigError: it is enabled and the `mcp` extra is not installed.
+    """
+    if not config.mcp.enabled:
+        return None
+    try:
+        from serving.mcp.endpoint import McpEndpoint
+    except ImportError as err:
+        raise ConfigError("mcp.enabled", f"needs the mcp extra ({err})") from err
+    return McpEndpoint(config)
+
+
 def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Starlette:
     """The HTTP app over a built (not yet started) runtime.
 
@@ -118,11 +143,21 @@ def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Sta
         ConfigError: the API key file cannot be read.
     """
 
+    mcp = mcp_endpoint(runtime.config)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if runtime.jobs is not None and runtime.jobs.outbox is not None:
+            # Exports render the jobs' documents, which the HTTP layer does (`job_documents`).
+            runtime.jobs.outbox.exporter = JobExporter(
+                app.state.services.jobs, runtime.config.storage, runtime.metrics
+            )
         starting = asyncio.create_task(runtime.start(), name="runtime-start")
         try:
-            yield
+            async with contextlib.AsyncExitStack() as stack:
+                if mcp is not None:
+                    await stack.enter_async_context(mcp.run())
+                yield
         finally:
             if not starting.done():
                 starting.cancel()
@@ -131,7 +166,12 @@ def build_app(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Sta
             await runtime.stop()
 
     app = Starlette(
-        routes=[*ROUTES, *openapi.ROUTES, *ui.ROUTES],
+        routes=[
+            *ROUTES,
+            *openapi.ROUTES,
+            *ui.ROUTES,
+            *([Route("/mcp", mcp)] if mcp is not None else []),
+        ],
         middleware=middleware(
             runtime.config, os.environ if environ is None else environ, runtime.metrics
         ),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import uvicorn
 
+from serving import tracing
 from serving.app import build_app
 from serving.config import AppConfig, ServerConfig, describe, load_config
 from serving.errors import ConfigError
@@ -20,6 +21,7 @@ from serving.http.connections import ConnectionLimits, guarded_h11
 from serving.log_config import configure_logging, log_effective_config
 from serving.server import GracefulServer, ShutdownPlan
 from serving.service.runtime import Runtime
+from serving.telemetry import setup_tracing
 
 logger = logging.getLogger("serving")
 
@@ -75,9 +77,10 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
     configure_logging(config.server.log_level, log_format=config.server.log_format)
     log_effective_config(logger, describe(config), config.server.log_format)
     try:
+        setup_tracing(config.telemetry, process="main")
         runtime = Runtime.build(config, backend=backend)
         app = build_app(runtime)
-    except (ConfigError, ValueError, OSError) as err:
+    except (ConfigError, ValueError, OSError, RuntimeError) as err:
         logger.error("cannot start: %s", err)
         return 2
     uvicorn_config = uvicorn.Config(
@@ -99,8 +102,11 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
         abort=runtime.abort_inflight,
     )
     raise_open_files_limit(config.server.max_connections)
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once stopped
-        server.run(sockets=listeners(uvicorn_config, config.server.health_port))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once stopped
+            server.run(sockets=listeners(uvicorn_config, config.server.health_port))
+    finally:
+        tracing.shutdown()  # the spans still buffered are sent
     return 0
 
 

@@ -32,6 +32,8 @@ PATH_KEYS: tuple[tuple[str, str], ...] = (
     ("engine", "onnx_dir"),
     ("engine", "precision_check_dir"),
     ("jobs", "data_dir"),
+    ("webhooks", "secret_file"),
+    ("storage", "s3_credentials_file"),
 )
 """(section, key) of the other configuration values that are filesystem paths."""
 

@@ -9,19 +9,24 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from serving.http import request_id
+from serving import request_context, tracing
 
 LEVELS = ("critical", "error", "warning", "info", "debug")
 FORMATS = ("text", "json")
 
 
 class RequestIdFilter(logging.Filter):
-    """Stamps every record with the current request's id (`-` outside a request)."""
+    """Stamps every record with the current request's id (`-` outside a request) and, while
+    tracing is on (`serving.tracing`), the current trace's id."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Add `record.request_id`; never drops a record."""
+        """Add `record.request_id`, `record.trace_id` (None outside a trace) and
+        `record.trace_tag` (` trace=ID`, or empty); never drops a record."""
         if not hasattr(record, "request_id"):
-            record.request_id = request_id.current() or "-"
+            record.request_id = request_context.current() or "-"
+        trace_id = getattr(record, "trace_id", None) or tracing.current_trace_id()
+        record.trace_id = trace_id
+        record.trace_tag = f" trace={trace_id}" if trace_id else ""
         return True
 
 
@@ -69,6 +74,9 @@ class JsonFormatter(logging.Formatter):
             "request_id": getattr(record, "request_id", "-"),
             "message": record.getMessage(),
         }
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id:
+            entry["trace_id"] = trace_id
         config = getattr(record, "config", None)
         if config is not None:  # `log_effective_config`'s object
             entry["config"] = config
@@ -123,10 +131,11 @@ def configure_logging(
     level: str = "info", *, process_name: str = "main", log_format: str = "text"
 ) -> None:
     """Log to stderr: readable lines ("text"), or JSON lines ("json"), each naming its process
-    and carrying the request id."""
+    and carrying the request id, and the trace id while tracing is on."""
     if log_format not in FORMATS:
         raise ValueError(f"log_format must be one of {', '.join(FORMATS)}, got {log_format!r}")
-    text = f"%(asctime)s %(levelname)s [{process_name}] %(request_id)s %(name)s: %(message)s"
+    ids = "%(request_id)s%(trace_tag)s"
+    text = f"%(asctime)s %(levelname)s [{process_name}] {ids} %(name)s: %(message)s"
     logging.config.dictConfig(
         {
             "version": 1,
@@ -144,5 +153,8 @@ def configure_logging(
                 },
             },
             "root": {"handlers": ["stderr"], "level": level.upper()},
+            # httpx logs each request's whole URL at INFO: a presigned URL's signature, a
+            # callback's token. Our modules log what they send, without the query.
+            "loggers": {"httpx": {"level": "WARNING"}},
         }
     )

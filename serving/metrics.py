@@ -94,6 +94,20 @@ class Metrics:
             "ocr_worker_restarts", "Worker processes restarted after dying.", ["kind"], registry=r
         )
         self.jobs = Gauge("ocr_jobs", "Batch jobs in the job store.", ["status"], registry=r)
+        self.deliveries = Counter(
+            "ocr_deliveries",
+            "Attempts of jobs' deliveries by kind (webhook: a signed call; export: the outputs "
+            "written to object storage) and outcome: delivered, retried (failed, tried again "
+            "later), failed (failed for good: out of time, or no retry can help).",
+            ["kind", "outcome"],
+            registry=r,
+        )
+        self.storage_objects = Counter(
+            "ocr_storage_objects",
+            "Objects jobs read from (inputs) and wrote to (outputs) object storage, by outcome.",
+            ["direction", "outcome"],
+            registry=r,
+        )
         self.cost_estimate = Gauge(
             "ocr_batch_cost_seconds",
             "Cost model: predicted seconds for a batch of the size class's cost, per device.",
@@ -103,6 +117,9 @@ class Metrics:
         # Series that exist from the start, so dashboards and alerts see zeros, not gaps.
         for kind in ("cpu", "device"):
             self.worker_restarts.labels(kind=kind)
+        for kind in ("webhook", "export"):
+            for outcome in ("delivered", "retried", "failed"):
+                self.deliveries.labels(kind=kind, outcome=outcome)
 
     def observe_cost(
         self, device: str, stage: str, cost: int, seconds: float, model: CostModel

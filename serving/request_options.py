@@ -1,67 +1,23 @@
-"""Per-request OCR settings: the config's pipeline defaults, the models' own settings, and the
-request's overrides, named as the native API names them."""
+"""Per-request OCR settings: the config's pipeline defaults, the models' own settings, the
+request's options (`serving.options.OPTIONS`, under the native API's names) and the server's
+batch shapes, made into the pipeline's parameters here and nowhere else."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from models.bundle import ModelBundle
 from pipelines.page_orientation import OriParams
-from pipelines.types import LIMIT_TYPES, ClsParams, DetParams, RecParams
-from serving.config import (
-    ORIENTATION_MODES,
-    PIPELINE_RANGES,
-    PipelineConfig,
-    choices_text,
-    in_range,
-    range_text,
-)
+from pipelines.types import ClsParams, DetParams, RecParams
+from serving.config import PipelineConfig
 from serving.errors import ValidationFailed
 from serving.model_sets import ModelSets
+from serving.options import OPTIONS, check_choice, check_overrides
+from serving.scheduling.batch_shapes import BatchShapes
 
-
-class Option(NamedTuple):
-    """One OCR option of the native API."""
-
-    override: str
-    """Its `ocr_options` override."""
-    kind: type
-    description: str
-    """For the OpenAPI document."""
-
-
-OPTIONS: dict[str, Option] = {
-    "det_limit_side_len": Option("limit_side_len", int, "Detection resize limit"),
-    "det_limit_type": Option("limit_type", str, ""),
-    "det_thresh": Option("thresh", float, "Pixel threshold of the detector"),
-    "det_box_thresh": Option("box_thresh", float, "Box score threshold"),
-    "det_unclip_ratio": Option("unclip_ratio", float, "Box expansion"),
-    "score_thresh": Option("score_thresh", float, "Drop lines scoring below this"),
-    "textline_orientation": Option(
-        "use_textline_orientation", bool, "Run the orientation classifier"
-    ),
-    "orientation": Option(
-        "orientation",
-        str,
-        "Page orientation: auto (a page found turned 90, 180 or 270 degrees is read upright, its "
-        "boxes in the page as sent) or off",
-    ),
-    "lang": Option(
-        "lang",
-        str,
-        "Language (PaddleOCR's codes: ch, en, fr, japan, ...): the model set reading it",
-    ),
-    "model": Option("model", str, "Model set by name (GET /v1/models)"),
-}
-"""The native API's OCR options: `/v1/ocr`'s query parameters, a job's options, `ocr-batch -o`."""
-CHOICES: dict[str, tuple[str, ...]] = {
-    "det_limit_type": LIMIT_TYPES,
-    "orientation": ORIENTATION_MODES,
-}
-"""The values a string option may take."""
 NO_CLASSIFIER = "textline_orientation=true needs a classifier (models.cls)"
 """The native API's answer when the classifier is asked for and none is configured."""
 NO_PAGE_CLASSIFIER = (
@@ -102,36 +58,49 @@ def ocr_options(
     pipeline: PipelineConfig,
     *,
     sets: ModelSets | None = None,
+    shapes: BatchShapes | None = None,
     **overrides: Any,
 ) -> OcrOptions:
-    """Request options: config defaults, then the request's overrides (None = default), for
-    the model set the request's `lang` or `model` picks among `sets` (`ModelSets.pick`; None:
-    `bundle` is the one set).
+    """A request's options: the config's defaults, then the request's `overrides` (named as in
+    `OPTIONS`; None = default), for the model set the request's `lang` or `model` picks among
+    `sets` (`ModelSets.pick`; None: `bundle` is the one set), padded to the server's batch
+    `shapes` (bucketed batching; None: exact, as PaddleOCR).
 
     Raises:
         ValidationFailed: an override is out of range (`check_overrides`), or no set served
             reads the request's `lang` or is named its `model`.
+        TypeError: an override no option has that name (a caller's mistake, never a client's:
+            every API checks the names it reads).
     """
+    unknown = sorted(set(overrides) - OPTIONS.keys())
+    if unknown:
+        raise TypeError(f"ocr_options got unknown options {unknown}; the options are {[*OPTIONS]}")
     check_overrides(overrides)
     sets = sets if sets is not None else ModelSets.single(bundle)
     model_set = sets.pick(overrides.get("lang"), overrides.get("model"))
-    options = _set_options(model_set.bundle, pipeline, **overrides)
+    options = _set_options(model_set.bundle, pipeline, shapes, overrides)
     if model_set is sets.default:
         return options
     return dataclasses.replace(options, model_set=model_set.name, stages=dict(model_set.stages))
 
 
-def _set_options(bundle: ModelBundle, pipeline: PipelineConfig, **overrides: Any) -> OcrOptions:
-    """`ocr_options` for the models of one set."""
+def _set_options(
+    bundle: ModelBundle,
+    pipeline: PipelineConfig,
+    shapes: BatchShapes | None,
+    overrides: Mapping[str, Any],
+) -> OcrOptions:
+    """`ocr_options` for the models of one set: each option's value made into the pipeline's
+    parameter of the same setting (`Option.default`: `det_thresh` into `det.thresh`)."""
     det_cfg = pipeline.det
     model_det = bundle.det.det_params or DetParams()
     det = DetParams(
-        limit_side_len=_pick(overrides.get("limit_side_len"), det_cfg.limit_side_len),
-        limit_type=_pick(overrides.get("limit_type"), det_cfg.limit_type),
-        max_side_limit=_pick(overrides.get("max_side_limit"), det_cfg.max_side_limit),
-        thresh=_pick(overrides.get("thresh"), det_cfg.thresh),
-        box_thresh=_pick(overrides.get("box_thresh"), det_cfg.box_thresh),
-        unclip_ratio=_pick(overrides.get("unclip_ratio"), det_cfg.unclip_ratio),
+        limit_side_len=_pick(overrides.get("det_limit_side_len"), det_cfg.limit_side_len),
+        limit_type=_pick(overrides.get("det_limit_type"), det_cfg.limit_type),
+        max_side_limit=det_cfg.max_side_limit,
+        thresh=_pick(overrides.get("det_thresh"), det_cfg.thresh),
+        box_thresh=_pick(overrides.get("det_box_thresh"), det_cfg.box_thresh),
+        unclip_ratio=_pick(overrides.get("det_unclip_ratio"), det_cfg.unclip_ratio),
         max_candidates=model_det.max_candidates,
     )
     model_rec = bundle.rec.rec_params or RecParams()
@@ -140,7 +109,10 @@ def _set_options(bundle: ModelBundle, pipeline: PipelineConfig, **overrides: Any
         batch_size=pipeline.rec.batch_size,
         score_thresh=_pick(overrides.get("score_thresh"), pipeline.rec.score_thresh),
     )
-    use_cls = _pick(overrides.get("use_textline_orientation"), pipeline.use_textline_orientation)
+    if shapes is not None:  # bucketed batching (`serving.scheduling.batch_shapes`)
+        det = dataclasses.replace(det, pad_step_px=shapes.det_step_px)
+        rec = dataclasses.replace(rec, pad_widths_px=shapes.rec_widths_px)
+    use_cls = _pick(overrides.get("textline_orientation"), pipeline.use_textline_orientation)
     cls = None
     if use_cls and bundle.cls is not None:
         cls = bundle.cls.cls_params
@@ -165,6 +137,7 @@ def request_options(
     *,
     no_classifier: str,
     sets: ModelSets | None = None,
+    shapes: BatchShapes | None = None,
 ) -> OcrOptions:
     """`ocr_options` for a request, which may not ask for a classifier that is not configured.
 
@@ -173,11 +146,11 @@ def request_options(
             for the textline-orientation classifier and no model is configured; the same for
             page orientation (`NO_PAGE_CLASSIFIER`); an override out of range.
     """
-    if overrides.get("use_textline_orientation") and bundle.cls is None:
+    if overrides.get("textline_orientation") and bundle.cls is None:
         raise ValidationFailed(no_classifier)
     if overrides.get("orientation") == "auto" and bundle.ori is None:
         raise ValidationFailed(NO_PAGE_CLASSIFIER)
-    return ocr_options(bundle, pipeline, sets=sets, **overrides)
+    return ocr_options(bundle, pipeline, sets=sets, shapes=shapes, **overrides)
 
 
 def query_overrides(params: Mapping[str, str]) -> dict[str, Any]:
@@ -186,21 +159,21 @@ def query_overrides(params: Mapping[str, str]) -> dict[str, Any]:
     Flags are `parse_flag`'s; ranges are checked by `ocr_options`.
 
     Raises:
-        ValidationFailed: a number that does not parse, a limit type that is not one, a flag
-            that is neither true nor false.
+        ValidationFailed: a number that does not parse, a string that is none of its option's
+            choices, a flag that is neither true nor false.
     """
     given = [(name, option) for name, option in OPTIONS.items() if name in params]
     given.sort(key=lambda item: _QUERY_ORDER.index(item[1].kind))
     overrides: dict[str, Any] = {}
-    for name, (override, kind, _) in given:
+    for name, option in given:
         text = params[name]
-        if kind is bool:
-            overrides[override] = parse_flag(name, text)
-        elif kind is str:
-            overrides[override] = check_choice(name, text) if name in CHOICES else text
+        if option.kind is bool:
+            overrides[name] = parse_flag(name, text)
+        elif option.kind is str:
+            overrides[name] = check_choice(name, text) if option.choices else text
         else:
             try:
-                overrides[override] = kind(text)
+                overrides[name] = option.kind(text)
             except ValueError as err:
                 raise ValidationFailed(f"Bad query parameter: {err}") from err
     return overrides
@@ -216,34 +189,6 @@ def parse_flag(name: str, text: str) -> bool:
     if value is None:
         raise ValidationFailed(f"{name} must be true or false (or 1 or 0), got {text[:40]!r}")
     return value
-
-
-def overrides(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Options, checked and named as in `OPTIONS`, as `ocr_options` overrides."""
-    return {OPTIONS[name].override: value for name, value in options.items() if name in OPTIONS}
-
-
-def check_choice(name: str, value: Any) -> Any:
-    """`value` when the string option `name` may take it.
-
-    Raises:
-        ValidationFailed: naming the choices.
-    """
-    if value not in CHOICES[name]:
-        raise ValidationFailed(f"{name} must be {choices_text(CHOICES[name])}")
-    return value
-
-
-def check_overrides(overrides: Mapping[str, Any]) -> None:
-    """Refuse numeric overrides outside `config.PIPELINE_RANGES`; None means "not given".
-
-    Raises:
-        ValidationFailed: naming the option, its range and the value.
-    """
-    for name in PIPELINE_RANGES:
-        value = overrides.get(name)
-        if value is not None and not in_range(name, value):
-            raise ValidationFailed(f"{name} must be {range_text(name)}, got {value!r:.40}")
 
 
 def _pick(value: Any, default: Any) -> Any:

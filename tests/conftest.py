@@ -6,6 +6,7 @@ import os
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,6 +16,9 @@ from serving.config import ModelsConfig
 from serving.workers import shm
 from tests import properties
 from tests.postgres import MISSING, PostgresServer, find_binaries
+
+if TYPE_CHECKING:
+    from tests.s3 import SeaweedServer
 
 os.environ.setdefault("PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK", "True")
 # The ONNX engines' conversions (`make convert`) sit under the repository; servers and CLIs that
@@ -66,6 +70,23 @@ def postgres() -> Iterator[PostgresServer]:
     if bindir is None:
         pytest.skip(MISSING)
     server = PostgresServer(bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[SeaweedServer]:
+    """An S3-compatible server for the session (tests/s3.py: SeaweedFS), its bucket made."""
+    from tests.s3 import MISSING as WEED_MISSING
+    from tests.s3 import SeaweedServer, find_weed
+
+    weed = find_weed()
+    if weed is None:
+        pytest.skip(WEED_MISSING)
+    server = SeaweedServer(weed)
     try:
         server.start()
         yield server

@@ -1,7 +1,7 @@
-"""`python -m loadtest.bench`: `make bench` (`loadtest.bench.run`)."""
+"""`python -m loadtest.bench`: the same as `ocr-bench`."""
 
 from __future__ import annotations
 
-from loadtest.bench.run import main
+from loadtest.bench.cli import main
 
 raise SystemExit(main())

@@ -1,17 +1,17 @@
-"""`make bench`'s batching rows: `[engine] batching` exact and bucketed, side by side.
+"""`[engine] batching` exact and bucketed, side by side.
 
 - Accuracy, in process: every bench page read in both modes by one engine (`LocalEngine`), CER
   per language. In bucketed mode a crop is padded to its width bucket whatever its companions,
   so its text does not depend on the batch it runs in, nor on the device beyond float noise:
   what is measured here on the CPU holds for a GPU. Bucketed is the GPU default ("auto") only
   while it stays within `CER_BOUND` of exact for every language (`within_bound`).
-- Batches, on our server: the pages sent at `--concurrency` to a server in each mode whose CPU
+- Batches, on our server: the pages sent at each of `--levels` to a server in each mode whose CPU
   device workers take the GPU class's batch limits (a CPU device's own take one det page and 24
   rec rows a batch), to show how batches fill: det pages a batch, rec rows a batch and rec pages
   a batch, histograms from `/metrics` (`ocr_batch_size`, `ocr_batch_pages`). Throughput here
   says nothing of a GPU's.
 
-Alone: `python -m loadtest.bench.batching --pages 8 --out bench-out/batching`.
+    ocr-bench batching --pages 8
 """
 
 from __future__ import annotations
@@ -23,15 +23,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import numpy as np
 
 from loadtest.accuracy import pages_cer
+from loadtest.bench.options import count
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from loadtest.documents import Document, load_documents
 from loadtest.engine_limit import real_page_set, write_page_set
-from loadtest.report import save_report
 from loadtest.run import run_level
 from loadtest.server_metrics import format_le, parse_histograms, scrape_metrics, subtract
 from loadtest.servers import OURS_CPU_TOML, start_ours
@@ -66,7 +68,7 @@ batching = "{mode}"
 
 
 def language(label: str) -> str:
-    """The bench page's language, from its PDF's name (`loadtest.pages.REAL_PDFS`)."""
+    """The bench page's language, from its PDF's name (`serving.convert.pdf_pages.REAL_PDFS`)."""
     return "zh" if "zh-cn" in label else "en"
 
 
@@ -82,9 +84,11 @@ def read_in_process(
     engine: LocalEngine, pages: Sequence[tuple[str, np.ndarray, str]]
 ) -> list[ModeTexts]:
     """Every page read in each mode by `engine`."""
-    exact = ocr_options(engine.bundle, engine.config.pipeline)
     shapes = BatchShapes.of("bucketed", engine.config.engine.torch)
-    options = {"exact": exact, "bucketed": shapes.apply(exact) if shapes else exact}
+    options = {
+        mode: ocr_options(engine.bundle, engine.config.pipeline, shapes=mode_shapes)
+        for mode, mode_shapes in (("exact", None), ("bucketed", shapes))
+    }
     return [
         ModeTexts(
             mode,
@@ -140,10 +144,14 @@ async def _scrape(url: str) -> str:
 
 
 def serve_mode(
-    out: Path, mode: BatchingMode, documents: Sequence[Document], args: argparse.Namespace
+    out: Path,
+    mode: BatchingMode,
+    documents: Sequence[Document],
+    args: argparse.Namespace,
+    concurrency: int,
 ) -> dict[str, Any]:
-    """Our server in `mode` at `args.concurrency`: pages/s and its batch histograms."""
-    folder = out / f"server-{mode}"
+    """Our server in `mode` at `concurrency`: pages/s and its batch histograms."""
+    folder = out / f"server-{mode}-c{concurrency}"
     folder.mkdir(parents=True, exist_ok=True)
     config = SERVER_CONFIG.format(
         cpu_workers=args.cpu_workers,
@@ -154,7 +162,7 @@ def serve_mode(
         rec_cost=_GPU.rec.max_cost,
         rec_wait_ms=args.rec_wait_ms,
         jobs_dir=folder / "jobs",
-        threads=args.cpu_threads,
+        threads=args.threads,
         mode=mode,
     )
     server = start_ours(folder, config)
@@ -166,7 +174,7 @@ def serve_mode(
                 server.url,
                 "v1",
                 documents,
-                concurrency=args.concurrency,
+                concurrency=concurrency,
                 requests=args.requests or 2 * len(documents),
                 timeout_s=600,
                 max_time_s=args.max_time_s,
@@ -195,8 +203,8 @@ def measure(
     """Both modes: CER per language in process, then each mode's server batches."""
     print("batching modes: CER per language in process...", file=sys.stderr)
     config = AppConfig()
-    if args.cpu_threads:
-        config = _with_threads(config, args.cpu_threads)
+    if args.threads:
+        config = _with_threads(config, args.threads)
     engine = LocalEngine(config)
     engine.load()
     truths = {label: truth for label, _, truth in pages}
@@ -207,10 +215,14 @@ def measure(
         "within_bound": within_bound(cers),
         "bound_points": CER_BOUND * 100,
     }
-    if not args.skip_batching_servers:
+    if not args.skip_servers:
         for mode in MODES:
-            print(f"batching modes: our server, {mode}...", file=sys.stderr)
-            report.setdefault("servers", {})[mode] = serve_mode(out, mode, documents, args)
+            for concurrency in args.levels:
+                print(f"batching modes: our server, {mode}, c={concurrency}...", file=sys.stderr)
+                key = f"{mode}, c={concurrency}"
+                report.setdefault("servers", {})[key] = serve_mode(
+                    out, mode, documents, args, concurrency
+                )
     return report
 
 
@@ -259,50 +271,39 @@ def markdown(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options `make bench` shares with this module's own command."""
-    parser.add_argument(
-        "--batching-concurrency",
-        dest="concurrency",
-        type=int,
-        default=8,
-        help="batching modes: concurrency of each mode's server run",
-    )
-    parser.add_argument(
-        "--batching-rec-wait-ms",
-        dest="rec_wait_ms",
-        type=float,
-        default=WorkersConfig().rec_queue.max_wait_ms,
-        help="batching modes: the servers' [workers.rec_queue] max_wait_ms",
-    )
-    parser.add_argument(
-        "--skip-batching-servers",
-        action="store_true",
-        help="batching modes: CER only, no server runs",
-    )
+@register
+class Batching(Scenario):
+    """Exact and bucketed batching: CER per language in process, batches on our server."""
 
+    name = "batching"
+    help = "[engine] batching exact and bucketed: CER per language, how batches fill"
+    shared = ("out", "pages", "dpi", "threads", "levels", "requests", "max_time_s")
+    defaults: ClassVar[dict[str, Any]] = {"levels": [8]}
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: both modes on the bench's page set."""
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.batching", description=__doc__)
-    parser.add_argument("--out", type=Path, default=Path("bench-out/batching"))
-    parser.add_argument("--pages", type=int, default=8)
-    parser.add_argument("--dpi", type=float, default=150.0)
-    parser.add_argument("--requests", type=int, default=0, help="per mode; default 2 x pages")
-    parser.add_argument("--cpu-threads", type=int, default=0, help="0 = the server's rule")
-    parser.add_argument("--cpu-workers", type=int, default=0)
-    parser.add_argument("--cpu-instances", type=int, default=WorkersConfig().cpu_instances)
-    parser.add_argument("--max-time-s", type=float, default=900.0)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    pages = real_page_set(args.pages, args.dpi)
-    documents = load_documents(write_page_set(pages, args.out / "pages"))
-    report = measure(args.out, pages, documents, args)
-    text = "\n".join(markdown(report)).strip() + "\n"
-    save_report(args.out, "batching", report, text)
-    return 0
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own options."""
+        parser.add_argument(
+            "--rec-wait-ms",
+            type=float,
+            default=WorkersConfig().rec_queue.max_wait_ms,
+            help="the servers' [workers.rec_queue] max_wait_ms",
+        )
+        parser.add_argument("--skip-servers", action="store_true", help="CER only, no server runs")
+        parser.add_argument("--cpu-workers", type=count(0), default=0, help="0 = the cores")
+        parser.add_argument("--cpu-instances", type=count(1), default=WorkersConfig().cpu_instances)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    def run(self, args: argparse.Namespace) -> Results:
+        """Both modes on the bench's pages."""
+        pages = real_page_set(args.pages, args.dpi)
+        documents = load_documents(write_page_set(pages, args.out / "pages"))
+        report = measure(args.out, pages, documents, args)
+        cers = {
+            f"{mode} {lang}": cer * 100
+            for mode, by_lang in report["cer"].items()
+            for lang, cer in by_lang.items()
+        }
+        return Results(
+            data=report,
+            markdown="\n".join(markdown(report)).strip() + "\n",
+            plots={"cer": bars("CER per mode and language", "CER %", cers)},
+        )

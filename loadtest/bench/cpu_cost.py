@@ -1,7 +1,7 @@
 """What a page costs the host outside the models: CPU seconds in a CPU worker and in a device
 worker, and bytes through shared memory (issue 31: the CPU-side limit).
 
-`python -m loadtest.bench.cpu_cost` runs the server's own stage functions in this process, one
+`ocr-bench host-cost` runs the server's own stage functions in this process, one
 page after another, as the server's processes run them: the CPU worker's steps
 (`serving.workers.cpu_stages`: decode and prepare, DB post-process and crops, CTC decode) and the
 device worker's side of a batch (`DeviceRunner.run_batch`: collate from shared memory, normalise,
@@ -9,25 +9,21 @@ the outputs back), with the real models (`[engine] cpu_backend`) whose own CPU t
 Figures are CPU time of the calling thread (`time.thread_time`), not wall time, so a busy machine
 moves them less, and an engine's own threads (which may spin after a call) do not count; OpenCV
 runs on one thread, as in a CPU worker, and the model calls' time is subtracted.
-
-The script uses only interfaces older than issue 31, so the same file run in a worktree of an
-earlier commit gives the "before" row.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, cast
 
 import cv2
 import numpy as np
 
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from loadtest.engine_limit import real_page_set
 from models.bundle import load_bundle
 from serving.config import AppConfig
@@ -159,21 +155,29 @@ def _summary(rows: list[dict[str, float]]) -> dict[str, Any]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print (and optionally save) the per-page costs of the bench's pages."""
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.cpu_cost", description=__doc__)
-    parser.add_argument("--pages", type=int, default=8, help="pages from the real PDFs")
-    parser.add_argument("--dpi", type=float, default=150.0)
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    args = parser.parse_args(argv)
-    pages = [image for _, image, _ in real_page_set(args.pages, args.dpi)]
-    report = measure(pages, AppConfig())
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
-    return 0
+@register
+class HostCost(Scenario):
+    """A page's CPU seconds outside the models, in a CPU worker and a device worker."""
 
+    name = "host-cost"
+    help = "a page's CPU seconds outside the models (CPU and device workers), shared-memory bytes"
+    shared = ("out", "pages", "dpi")
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def run(self, args: argparse.Namespace) -> Results:
+        """The server's stage functions on the bench's pages, one after another."""
+        pages = [image for _, image, _ in real_page_set(args.pages, args.dpi)]
+        report = measure(pages, AppConfig())
+        mean = report["per_page_mean"]
+        lines = [
+            f"- {report['pages']} pages; a page's core-seconds outside the models: CPU worker "
+            f"{report['cpu_worker_core_s']:.4f}, device worker "
+            f"{report['device_worker_host_core_s']:.4f}; shared memory "
+            f"{report['shm_bytes'] / 2**20:.2f} MiB",
+            "- per page, mean: " + ", ".join(f"{k} {v}" for k, v in mean.items()),
+        ]
+        seconds = {k: float(v) for k, v in mean.items() if k.endswith("_s")}
+        return Results(
+            data=report,
+            markdown="\n".join(lines) + "\n",
+            plots={"core_s": bars("A page's CPU seconds outside the models", "s", seconds)},
+        )

@@ -1,14 +1,13 @@
 """The CPU engines side by side in one run: each one's in-process engine limit, its text against
 Paddle's, and our server's throughput with it as the CPU device workers' backend.
 
-    python -m loadtest.bench.cpu_engines --out engines-out     # or: make bench-engines
+    ocr-bench engines            # or: make bench-engines
 
 Same pages as `make bench` (real document pages rendered at 150 dpi), same models (the ONNX
 engines read the cached conversions `make convert` makes), same threads. Engine limits are
 interleaved: each page goes to every engine in turn (one process each, one at work at a time),
 so that load from elsewhere on the machine falls on all of them alike. Then our server runs
-with each engine as its CPU backend, one after another, at one concurrency. Writes
-engines.json and engines.md under --out.
+with each engine as its CPU backend, one after another, at each of `--levels`.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
 import statistics
 import sys
 import time
@@ -25,14 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import cv2
 
 from loadtest.accuracy import pages_cer
+from loadtest.bench.common import real_pages, write_pages
+from loadtest.bench.options import comma_list, count
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from loadtest.documents import load_documents
-from loadtest.engine_limit import real_page_set, write_page_set
-from loadtest.report import save_report
 from loadtest.run import run_level
 from loadtest.servers import OURS_CPU_TOML, start_ours
 from serving.config import AppConfig, build
@@ -191,25 +191,61 @@ def server_level(
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+@register
+class Engines(Scenario):
+    """The CPU engines side by side: engine limits, text against Paddle's, our server on each."""
+
+    name = "engines"
+    help = "make bench-engines: the CPU engines' limits, text against Paddle's, our server on each"
+    shared = ("out", "pages", "dpi", "threads", "servers", "repeats", "levels", "requests")
+    defaults: ClassVar[dict[str, Any]] = {
+        "repeats": 2,
+        "levels": [4],
+        "servers": ["paddle", "onnxruntime", "openvino"],
+    }
+    servers = tuple(VARIANTS)
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own options: which engines, and the server's threads."""
+        parser.add_argument(
+            "--engines",
+            type=comma_list(tuple(VARIANTS)),
+            default=["paddle", "onnxruntime", "openvino"],
+            help="engine limits of these, interleaved (default paddle,onnxruntime,openvino); "
+            "--servers: the ones our server also runs on",
+        )
+        parser.add_argument(
+            "--server-threads",
+            type=count(0),
+            default=0,
+            help="the server's [engine] cpu_threads; 0 = its own rule",
+        )
+
+    def run(self, args: argparse.Namespace) -> Results:
+        """Engine limits, then the servers; the table."""
+        report = measure(args)
+        limits = {name: row["engine_limit_pages_s"] for name, row in report["engines"].items()}
+        return Results(
+            data=report,
+            markdown=markdown(report),
+            plots={"engine_limits": bars("Engine limit (in process)", "pages/s", limits)},
+        )
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Everything measured, as one JSON-able dict."""
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    threads = args.cpu_threads or available_cpus()
+    threads = args.threads or available_cpus()
     variants = [VARIANTS[name] for name in args.engines]
-    page_set = real_page_set(args.pages, args.dpi)
-    paths = write_page_set(page_set, out / "pages")
-    truths = {p.name: truth for p, (_, _, truth) in zip(paths, page_set, strict=True)}
+    pages = real_pages(args.pages, args.dpi)
+    paths = write_pages(pages, out / "pages")
+    truths = {page.file_name: page.truth for page in pages}
     report: dict[str, Any] = {
-        "command": " ".join(sys.argv),
-        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "pages": [p.name for p in paths],
         "cpu_threads": threads,
-        "cpu_count": os.cpu_count(),
-        "load_average_before": os.getloadavg(),
         "engines": {},
     }
-    limits = engine_limits(variants, threads, paths, args.rounds)
+    limits = engine_limits(variants, threads, paths, args.repeats)
     reference = limits["paddle"]["texts"] if "paddle" in limits else None
     for variant in variants:
         limit = limits[variant.name]
@@ -223,83 +259,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row["vs_paddle"] = line_diffs(limit["texts"], reference)
         report["engines"][variant.name] = row
     for variant in variants:
-        if variant.name in args.server_engines:
-            print(f"our server on {variant.name}...", file=sys.stderr)
+        if variant.name not in args.servers:
+            continue
+        for concurrency in args.levels:
+            print(f"our server on {variant.name}, c={concurrency}...", file=sys.stderr)
             requests = args.requests or 2 * len(paths)
-            report["engines"][variant.name]["server"] = server_level(
-                variant, args.server_threads, paths, out, args.concurrency, requests
+            report["engines"][variant.name].setdefault("server", []).append(
+                server_level(variant, args.server_threads, paths, out, concurrency, requests)
             )
-    report["load_average_after"] = os.getloadavg()
     return report
 
 
 def markdown(report: dict[str, Any]) -> str:
     """The side-by-side table."""
     rows = [
-        "| engine | engine limit pages/s | x Paddle | server pages/s (c=4) | server x Paddle "
+        "| engine | engine limit pages/s | x Paddle | server pages/s | server x Paddle "
         "| lines differing from Paddle | CER |",
         "|---|---|---|---|---|---|---|",
     ]
     engines = report["engines"]
     base = engines.get("paddle", {})
     base_limit = base.get("engine_limit_pages_s")
-    base_server = base.get("server", {}).get("pages_s")
+    base_servers = {lv["concurrency"]: lv["pages_s"] for lv in base.get("server", [])}
     for name, row in engines.items():
         limit = row["engine_limit_pages_s"]
-        server = row.get("server", {}).get("pages_s")
+        servers = row.get("server", [])
         diff = row.get("vs_paddle")
-        rows.append(
-            f"| {name} | {limit:.3f} | {limit / base_limit:.2f} | "
-            if base_limit
-            else f"| {name} | {limit:.3f} | | "
+        cells = [name, f"{limit:.3f}", f"{limit / base_limit:.2f}" if base_limit else ""]
+        cells.append(", ".join(f"c={lv['concurrency']} {lv['pages_s']:.3f}" for lv in servers))
+        cells.append(
+            ", ".join(
+                f"{lv['pages_s'] / base_servers[lv['concurrency']]:.2f}"
+                for lv in servers
+                if base_servers.get(lv["concurrency"])
+            )
         )
-        rows[-1] += f"{server:.3f} | " if server is not None else "| "
-        rows[-1] += f"{server / base_server:.2f} | " if server and base_server else "| "
-        rows[-1] += f"{diff['differing']}/{diff['lines']} | " if diff else "| "
-        rows[-1] += f"{row['cer']:.4f} |"
-    notes = [
-        f"- {len(report['pages'])} pages, {report['cpu_threads']} threads, "
-        f"{report['cpu_count']} cores; load average before "
-        f"{report['load_average_before'][0]:.1f}, after {report['load_average_after'][0]:.1f}",
-    ]
+        cells.append(f"{diff['differing']}/{diff['lines']}" if diff else "")
+        cells.append(f"{row['cer']:.4f}")
+        rows.append("| " + " | ".join(cells) + " |")
+    notes = [f"- {len(report['pages'])} pages, {report['cpu_threads']} threads"]
     for name, row in engines.items():
         for example in row.get("vs_paddle", {}).get("examples", []):
             notes.append(f"- {name}: {example}")
     return "\n".join(rows) + "\n\n" + "\n".join(notes) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point of `make bench-engines`."""
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.cpu_engines", description=__doc__
-    )
-    parser.add_argument("--out", type=Path, default=Path("engines-out"))
-    parser.add_argument("--pages", type=int, default=8)
-    parser.add_argument("--dpi", type=float, default=150.0)
-    parser.add_argument("--rounds", type=int, default=2, help="engine-limit rounds")
-    parser.add_argument("--cpu-threads", type=int, default=0, help="0 = number of cores")
-    parser.add_argument(
-        "--server-threads", type=int, default=0, help="server's [engine] cpu_threads; 0 = its rule"
-    )
-    parser.add_argument(
-        "--engines", type=lambda s: s.split(","), default=["paddle", "onnxruntime", "openvino"]
-    )
-    parser.add_argument(
-        "--server-engines",
-        type=lambda s: s.split(","),
-        default=["paddle", "onnxruntime", "openvino"],
-        help="engines to also measure as our server's backend",
-    )
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--requests", type=int, default=0, help="default 2 x pages")
-    args = parser.parse_args(argv)
-    unknown = set(args.engines) - set(VARIANTS)
-    if unknown:
-        parser.error(f"unknown engines {sorted(unknown)}: one of {', '.join(VARIANTS)}")
-    report = run(args)
-    save_report(args.out, "engines", report, markdown(report))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

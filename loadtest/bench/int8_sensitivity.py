@@ -10,7 +10,7 @@ f32 and int8 as served, then each layer's CER per language and merged words
 (`loadtest.accuracy`) with it in float, ranked by the Chinese CER gained, then the top 1, 2, ...
 layers in float together (`--layers "a,b;c"`: groups of layers instead, each group one try)::
 
-    python -m loadtest.bench.int8_sensitivity --pages 8 --det int8 --top 8
+    ocr-bench int8-layers --pages 8 --det int8 --top 8
 
 The names are the layers' OpenVINO names, which are the ONNX conversion's node names, so they
 can go into NNCF's `IgnoredScope(names=...)` (`models.quantize.RECIPES`).
@@ -21,17 +21,21 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from loadtest.bench.options import count
 from loadtest.bench.precision_layouts import Layout, load, score, synthetic_pages
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from loadtest.engine_limit import real_page_set
 from models.onnx_predictor import import_engine
-from models.openvino_backend import OpenVinoPredictor, _runner, compile_config
+from models.openvino_backend import OpenVinoPredictor, compile_runner
 from models.quantize import int8_model
+from serving.cpus import available_cpus
 from serving.engine.local import LocalEngine
 
 QUANTISED_TYPES = ("Convolution", "GroupConvolution", "MatMul")
@@ -97,24 +101,21 @@ class RecogniserTries:
         self.pages = pages
         self.engine: LocalEngine = load(Layout(det, "f32"), threads)
         for stage, predictor in self.engine.predictors.items():
-            if stage != "rec" and isinstance(predictor, OpenVinoPredictor) and predictor._run:
-                predictor._run = memoised(predictor._run)
+            if stage != "rec" and isinstance(predictor, OpenVinoPredictor):
+                predictor.replace_runner(memoised)
         rec = self.engine.predictors["rec"]
-        if not isinstance(rec, OpenVinoPredictor) or rec._run is None:
+        if not isinstance(rec, OpenVinoPredictor):
             raise TypeError("rec is not served by OpenVINO here")
         self.rec: OpenVinoPredictor = rec
-        self.f32_run = rec._run
+        self.f32_run = rec.replace_runner(lambda run: run)
         self.int8_file = int8_file or int8_model(rec.spec, Path(rec.options.onnx_dir))
 
     def read(self, model: Any | None = None) -> Scores:
         """The pages' scores with `model` as the recogniser (None: f32)."""
-        ov = import_engine("openvino", "openvino")
         run = self.f32_run
         if model is not None:
-            config = compile_config(self.rec.options, "int8")
-            run = _runner(ov.Core().compile_model(model, "CPU", config).create_infer_request())
-        self.rec._run = run
-        self.rec._alone = None
+            run = compile_runner(model, self.rec.options, "int8")
+        self.rec.replace_runner(lambda _: run)
         texts = {
             name: "\n".join(line.text for line in self.engine.ocr(image).lines)
             for name, (image, _) in self.pages.items()
@@ -133,49 +134,86 @@ def row(label: str, scores: Scores, base: Scores | None = None) -> str:
 
 def gained(scores: Scores) -> tuple[float, float, int]:
     """A try's rank: the Chinese CER, then the English, then all merged words (least first)."""
-    return scores["zh"][0], scores["en"][0], sum(merged for _, merged in scores.values())
+    zh, en = scores.get("zh", (0.0, 0))[0], scores.get("en", (0.0, 0))[0]  # where pages had them
+    return zh, en, sum(merged for _, merged in scores.values())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pages", type=int, default=8, help="the bench's real pages")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--det", default="f32", help="the detector's precision: f32 or int8")
-    parser.add_argument(
-        "--model", type=Path, help="the int8 recogniser (default: the recipe's, made already)"
-    )
-    parser.add_argument("--top", type=int, default=8, help="cumulative tries of the top layers")
-    parser.add_argument(
-        "--layers", help='groups of layers to try, "a,b;c": a and b together, then c'
-    )
-    args = parser.parse_args(argv)
-    pages = {label: (image, truth) for label, image, truth in real_page_set(args.pages)}
-    pages.update(synthetic_pages())
-    tries = RecogniserTries(pages, args.threads, args.det, args.model)
-    f32 = tries.read()
-    print(row("f32", f32), flush=True)
-    int8 = tries.read(in_float(tries.int8_file, []))
-    print(row("int8", int8, f32), flush=True)
-    ov = import_engine("openvino", "openvino")
-    names = list(quantised_inputs(ov.Core().read_model(str(tries.int8_file))))
-    if args.layers:  # groups of layers, each group one try
-        groups = [group.split(",") for group in args.layers.split(";")]
-    else:
-        print(row("int8, every layer in float", tries.read(in_float(tries.int8_file, names)), f32))
-        groups = [[name] for name in names]
-    alone = {}
-    for group in groups:
-        label = ",".join(group)
-        alone[label] = tries.read(in_float(tries.int8_file, group))
-        print(row(f"{label} in float", alone[label], int8), flush=True)
-    ranked = sorted(groups, key=lambda group: gained(alone[",".join(group)]))
-    print("ranked (CER of zh then en with it in float):", ";".join(",".join(g) for g in ranked))
-    for top in range(1, min(args.top, len(ranked)) + 1):
-        floated = [name for group in ranked[:top] for name in group]
-        scores = tries.read(in_float(tries.int8_file, floated))
-        print(row(f"top {top} in float", scores, f32), flush=True)
-    return 0
+@register
+class Int8Layers(Scenario):
+    """Each quantised layer of the int8 recogniser left in float in turn: which cost text."""
 
+    name = "int8-layers"
+    help = "which layers of the int8 recogniser cost text: each left in float in turn"
+    shared = ("out", "pages", "threads")
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own options."""
+        parser.add_argument("--det", default="f32", help="the detector's precision: f32 or int8")
+        parser.add_argument(
+            "--model", type=Path, help="the int8 recogniser (default: the recipe's, made already)"
+        )
+        parser.add_argument(
+            "--top", type=count(0), default=8, help="cumulative tries of the top layers"
+        )
+        parser.add_argument(
+            "--layers", help='groups of layers to try, "a,b;c": a and b together, then c'
+        )
+
+    def run(self, args: argparse.Namespace) -> Results:
+        """f32, int8, each layer (or group) in float, then the top ones together."""
+        pages = {label: (image, truth) for label, image, truth in real_page_set(args.pages)}
+        pages.update(synthetic_pages())
+        tries = RecogniserTries(pages, args.threads or available_cpus(), args.det, args.model)
+        rows: dict[str, Scores] = {}
+        lines: list[str] = []
+
+        def tried(label: str, scores: Scores, base: Scores | None) -> Scores:
+            rows[label] = scores
+            lines.append("- " + row(label, scores, base))
+            print(lines[-1], file=sys.stderr)
+            return scores
+
+        f32 = tried("f32", tries.read(), None)
+        int8 = tried("int8", tries.read(in_float(tries.int8_file, [])), f32)
+        ov = import_engine("openvino", "openvino")
+        names = list(quantised_inputs(ov.Core().read_model(str(tries.int8_file))))
+        if args.layers:  # groups of layers, each group one try
+            groups = [group.split(",") for group in args.layers.split(";")]
+            unknown = sorted({name for group in groups for name in group} - set(names))
+            if unknown:  # kept in float by the recipe already, or a typo
+                raise SystemExit(
+                    f"not quantised in {tries.int8_file}: {', '.join(unknown)}; its quantised "
+                    f"layers: {', '.join(names)}"
+                )
+        else:
+            every = tries.read(in_float(tries.int8_file, names))
+            tried("int8, every layer in float", every, f32)
+            groups = [[name] for name in names]
+        alone = {}
+        for group in groups:
+            label = ",".join(group)
+            alone[label] = tried(
+                f"{label} in float", tries.read(in_float(tries.int8_file, group)), int8
+            )
+        ranked = sorted(groups, key=lambda group: gained(alone[",".join(group)]))
+        lines.append(
+            "- ranked (CER of zh then en with it in float): "
+            + ";".join(",".join(g) for g in ranked)
+        )
+        for top in range(1, min(args.top, len(ranked)) + 1):
+            floated = [name for group in ranked[:top] for name in group]
+            tried(f"top {top} in float", tries.read(in_float(tries.int8_file, floated)), f32)
+        data = {
+            "int8_file": str(tries.int8_file),
+            "ranked": [",".join(g) for g in ranked],
+            "tries": {
+                label: {lang: {"cer": c, "merged_words": m} for lang, (c, m) in scores.items()}
+                for label, scores in rows.items()
+            },
+        }
+        zh = {label: scores["zh"][0] * 100 for label, scores in rows.items() if "zh" in scores}
+        return Results(
+            data=data,
+            markdown="\n".join(lines) + "\n",
+            plots={"zh_cer": bars("Chinese CER per try", "CER %", zh)} if zh else {},
+        )

@@ -1,31 +1,30 @@
-"""How much a large batch job slows interactive `/ocr`, and how much a busy server lets it do.
+"""How much a large batch job slows interactive requests, and how much a busy server lets it do.
 
-`measure`, run by `make bench` (unless --skip-job-impact): the same server serves a closed-loop
-`/ocr` load at concurrency 2 twice, first alone, then while a job of many pages runs at
-background priority.
+For each jobs' share (`jobs.min_share`, `--min-shares`), a server of its own serves `/v1/ocr`
+closed-loop at `--levels`' concurrency (one that keeps every device busy) first alone, then while
+a job of `--job-copies` x the bench's pages runs beside it at background priority; the
+requests' figures and the job pages done meanwhile:
 
-`python -m loadtest.bench.job_impact`: the jobs' share (`jobs.min_share`) side by side. For each
-share, a server of its own serves `/v1/ocr` at a concurrency that keeps every device busy while a
-job of the bench's pages runs beside it; the requests' figures and the job pages done meanwhile:
-
-    python -m loadtest.bench.job_impact --min-shares 0,0.1 --concurrency 4 --requests 96
+    ocr-bench job-share --min-shares 0,0.1 --levels 4 --requests 96
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
+from loadtest.bench.common import real_pages, write_pages
+from loadtest.bench.options import count
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from loadtest.client import Api
 from loadtest.documents import Document, load_documents
-from loadtest.engine_limit import real_page_set, write_page_set
 from loadtest.run import run_level
 from loadtest.servers import OURS_CPU_TOML, ServerProcess, start_ours
 
@@ -49,28 +48,6 @@ async def _job_status(url: str, job_id: str) -> dict[str, Any]:
         response.raise_for_status()
         status: dict[str, Any] = response.json()
         return status
-
-
-def measure(
-    server: ServerProcess,
-    documents: Sequence[Document],
-    page_paths: Sequence[Path],
-    *,
-    requests: int,
-    job_copies: int,
-    max_time_s: float,
-) -> dict[str, Any]:
-    """p50/p95 of `/ocr` at concurrency 2 alone, then beside a job of `job_copies` x the pages."""
-    alone = _closed_loop(server, "paddlex", documents, 2, requests, max_time_s)
-    job_id = asyncio.run(_submit_job(server.url, page_paths, job_copies))
-    started = time.monotonic()
-    with_job = _closed_loop(server, "paddlex", documents, 2, requests, max_time_s)
-    status = asyncio.run(_job_status(server.url, job_id))
-    with_job["job_pages_done_meanwhile"] = status["pages_done"]
-    with_job["job_pages_total"] = status["pages_total"]
-    with_job["seconds"] = round(time.monotonic() - started, 1)
-    asyncio.run(_cancel(server.url, job_id))
-    return {"alone": alone, "with_job": with_job}
 
 
 def _closed_loop(
@@ -142,52 +119,75 @@ min_share = {share}
 )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.job_impact", description=__doc__
-    )
-    parser.add_argument("--out", type=Path, default=Path("bench-out/job-share"))
-    parser.add_argument("--pages", type=int, default=8, help="real document pages, as make bench")
-    parser.add_argument("--dpi", type=float, default=150.0)
-    parser.add_argument("--min-shares", default="0,0.1", help="jobs.min_share values, in order")
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--requests", type=int, default=96)
-    parser.add_argument("--job-copies", type=int, default=5, help="the job: copies of the pages")
-    parser.add_argument("--max-time-s", type=float, default=900.0)
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    paths = write_page_set(real_page_set(args.pages, args.dpi), args.out / "pages")
-    documents = load_documents(paths)
-    results: dict[str, dict[str, Any]] = {}
-    for share in args.min_shares.split(","):
-        out = args.out / f"share-{share}"
-        out.mkdir(parents=True, exist_ok=True)
-        server = start_ours(out, SHARE_CONFIG.format(jobs_dir=out / "jobs", share=float(share)))
-        try:
-            server.wait_ready("/readyz")
-            results[share] = beside_busy_requests(
-                server,
-                documents,
-                paths,
-                concurrency=args.concurrency,
-                requests=args.requests,
-                job_copies=args.job_copies,
-                max_time_s=args.max_time_s,
-            )
-        finally:
-            server.stop()
-    (args.out / "job-share.json").write_text(json.dumps(results, indent=1))
-    job_pages = args.job_copies * len(paths)
-    print(f"/v1/ocr at concurrency {args.concurrency} beside a {job_pages}-page job")
-    print("| jobs.min_share | requests pages/s | p50 s | p95 s | job pages done | in s | errors |")
-    print("|---|---|---|---|---|---|---|")
-    for share, r in results.items():
-        print(
-            f"| {share} | {r['pages_per_s']:.3f} | {r['p50_s']:.2f} | {r['p95_s']:.2f} | "
-            f"{r['job_pages_done']} | {r['seconds']} | {r['errors'] or '-'} |"
+@register
+class JobShare(Scenario):
+    """Requests alone and beside a batch job, per jobs' share."""
+
+    name = "job-share"
+    help = "interactive requests alone and beside a batch job, per jobs.min_share"
+    shared = ("out", "pages", "dpi", "levels", "requests", "max_time_s")
+    defaults: ClassVar[dict[str, Any]] = {"levels": [4], "requests": 96}
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own options."""
+        parser.add_argument(
+            "--min-shares",
+            type=lambda s: [float(x) for x in s.split(",") if x],
+            default=[0.0, 0.1],
+            help="jobs.min_share values, a server each (default 0,0.1)",
         )
-    return 0
+        parser.add_argument(
+            "--job-copies", type=count(1), default=5, help="the job: copies of the pages"
+        )
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    def run(self, args: argparse.Namespace) -> Results:
+        """Each share's server: alone, then beside the job."""
+        paths = write_pages(real_pages(args.pages, args.dpi), args.out / "pages")
+        documents = load_documents(paths)
+        concurrency = args.levels[0]
+        requests = args.requests or 2 * len(paths)
+        results: dict[str, dict[str, Any]] = {}
+        for share in args.min_shares:
+            out = args.out / f"share-{share:g}"
+            out.mkdir(parents=True, exist_ok=True)
+            server = start_ours(out, SHARE_CONFIG.format(jobs_dir=out / "jobs", share=share))
+            try:
+                server.wait_ready("/readyz")
+                alone = _closed_loop(
+                    server, "v1", documents, concurrency, requests, args.max_time_s
+                )
+                beside = beside_busy_requests(
+                    server,
+                    documents,
+                    paths,
+                    concurrency=concurrency,
+                    requests=requests,
+                    job_copies=args.job_copies,
+                    max_time_s=args.max_time_s,
+                )
+            finally:
+                server.stop()
+            results[f"{share:g}"] = {"alone": alone, "beside_job": beside}
+        job_pages = args.job_copies * len(paths)
+        lines = [
+            f"/v1/ocr at concurrency {concurrency} alone, then beside a {job_pages}-page job",
+            "",
+            "| jobs.min_share | alone pages/s | alone p95 s | beside pages/s | p50 s | p95 s "
+            "| job pages done | in s | errors |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for share, r in results.items():
+            a, b = r["alone"], r["beside_job"]
+            lines.append(
+                f"| {share} | {a['pages_per_s']:.3f} | {a['p95_s'] or 0:.2f} | "
+                f"{b['pages_per_s']:.3f} | {b['p50_s'] or 0:.2f} | {b['p95_s'] or 0:.2f} | "
+                f"{b['job_pages_done']} | {b['seconds']} | {b['errors'] or '-'} |"
+            )
+        speeds = {
+            f"share {k}, beside a job": r["beside_job"]["pages_per_s"] for k, r in results.items()
+        }
+        return Results(
+            data=results,
+            markdown="\n".join(lines) + "\n",
+            plots={"pages_s": bars("Requests beside a job", "pages/s", speeds)},
+        )

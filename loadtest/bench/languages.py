@@ -10,7 +10,7 @@ picks, beside PP-OCRv5 mobile (the default set) on the same pages.
   translations are kept out, for an independent check), each page read by the set
   `ModelSets.pick(lang)` chooses and by the default set: CER of each, per language.
 
-    python -m loadtest.bench.languages --pages 2
+    ocr-bench languages --pages 2
 
 In process, the default config's models (`[models]`, `[models.sets]`), one engine per set.
 """
@@ -19,26 +19,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from loadtest import pages as pdf_pages
 from loadtest.accuracy import cer
+from loadtest.bench.common import LANGUAGE_PDFS
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from loadtest.engine_limit import real_page_set
 from serving.config import AppConfig, EngineConfig, ModelsConfig
+from serving.convert import pdf_pages
+from serving.cpus import available_cpus
 from serving.engine.local import LocalEngine
 from serving.model_sets import ModelSet, load_sets
-
-LANGUAGE_PDFS: dict[str, Path] = {
-    lang: Path(f"/usr/share/doc/maint-guide-{debian}/maint-guide.{debian}.pdf")
-    for lang, debian in (("fr", "fr"), ("de", "de"), ("es", "es"), ("it", "it"), ("japan", "ja"))
-}
-"""PaddleOCR language code -> Debian's maint-guide in that language (scripts/system-deps.sh)."""
 
 ANGLES = (90, 180, 270)
 MAX_TURNED_LOSS = 0.005
@@ -139,18 +133,28 @@ def markdown_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pages", type=int, default=2, help="pages per language and turned")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", type=Path, help="write the report here too")
-    args = parser.parse_args(argv)
-    report = measure(args.pages, args.threads)
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1))
-    print("\n".join(markdown_lines(report)))
-    return 0
+@register
+class Languages(Scenario):
+    """Turned pages and languages, in process."""
 
+    name = "languages"
+    help = "pages turned 90/180/270 read as upright; each language by the set its lang picks"
+    shared = ("out", "pages", "threads")
+    defaults: ClassVar[dict[str, Any]] = {"pages": 2}
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def run(self, args: argparse.Namespace) -> Results:
+        """Both checks; a line each."""
+        report = measure(args.pages, args.threads or available_cpus())
+        cers = {
+            f"lang={lang} {key}": row[key] * 100
+            for lang, row in report["languages"].items()
+            if "missing" not in row
+            for key in ("cer", "default_cer")
+        }
+        return Results(
+            data=report,
+            markdown="\n".join(markdown_lines(report)) + "\n",
+            plots={
+                "languages_cer": bars("CER per language: its set, the default set", "CER %", cers)
+            },
+        )

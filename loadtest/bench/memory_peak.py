@@ -5,7 +5,7 @@ pages of many square inches.
         --concurrent 8 --out memory-out
 
 Starts `ocr-serve` (one CPU device, two device workers, two CPU workers), and for each
-`--concurrent N` sends N copies at once of one PDF of `--pages` blank pages of `--inches` x
+N of `--levels` sends N copies at once of one PDF of `--pages` blank pages of `--inches` x
 `--inches` to `/v1/ocr`, while `TreeSampler` samples every 20 ms the memory of the main process
 and all its descendants plus the server's shared-memory segments. Prints one JSON line per run:
 statuses, seconds, the idle footprint before the run, the peaks in MiB, and whether the peak kept
@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 import httpx
 import psutil
 import pypdfium2 as pdfium
 
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from loadtest.servers import start_ours
 from serving.workers.shm import server_prefix
 
@@ -260,38 +262,64 @@ def measure(
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: print one JSON line per budget and concurrency."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pages", type=int, default=4)
-    parser.add_argument("--inches", type=float, default=92.0)
-    parser.add_argument(
-        "--budget-mib",
-        type=int,
-        action="append",
-        help="server.memory_budget_bytes in MiB (repeat to compare; 0 = the default)",
-    )
-    parser.add_argument(
-        "--concurrent",
-        type=int,
-        action="append",
-        help="copies of the PDF sent at once (repeat for several runs on one server; default 1)",
-    )
-    parser.add_argument("--max-inflight-pages", type=int, default=64)
-    parser.add_argument("--out", type=Path, default=Path("memory-out"))
-    args = parser.parse_args(argv)
-    for budget in args.budget_mib or [0]:
-        for result in measure(
-            args.pages,
-            args.inches,
-            budget,
-            args.concurrent or [1],
-            args.out / f"budget-{budget}",
-            args.max_inflight_pages,
-        ):
-            print(json.dumps(result))
-    return 0
+def _mib_list(text: str) -> list[int]:
+    values = [int(x) for x in text.split(",") if x.strip()]
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"MiB values of at least 0, got {text!r}")
+    return values
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+@register
+class MemoryPeak(Scenario):
+    """The server tree's peak memory for PDFs of huge pages, per budget and concurrency."""
+
+    name = "memory-peak"
+    help = "peak memory of the server's process tree for small PDFs of huge pages, per budget"
+    shared = ("out", "pages", "levels")
+    defaults: ClassVar[dict[str, Any]] = {"pages": 4, "levels": [1]}
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own options."""
+        parser.add_argument("--inches", type=float, default=92.0, help="each page's side")
+        parser.add_argument(
+            "--budget-mib",
+            type=_mib_list,
+            default=[0],
+            help="server.memory_budget_bytes in MiB, a server each (0 = the default; default 0)",
+        )
+        parser.add_argument("--max-inflight-pages", type=int, default=64)
+
+    def run(self, args: argparse.Namespace) -> Results:
+        """Each budget's server, each level's copies sent at once."""
+        rows = []
+        for budget in args.budget_mib:
+            rows += measure(
+                args.pages,
+                args.inches,
+                budget,
+                args.levels,
+                args.out / f"budget-{budget}",
+                args.max_inflight_pages,
+            )
+        lines = [
+            "| budget MiB | PDFs at once | statuses | seconds | idle MiB | peak MiB | within |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['budget_mib']} | {r['concurrent']} | {r['statuses']} | {r['seconds']} | "
+                f"{r['idle_mib']} | {r.get('peak_total_mib', '-')} | {r['within_budget']} |"
+            )
+        peaks = {
+            f"budget {r['budget_mib']}, {r['concurrent']} at once": float(
+                str(r.get("peak_total_mib", 0))
+            )
+            for r in rows
+        }
+        for r in rows:
+            r.pop("samples", None)
+        return Results(
+            data={"runs": rows},
+            markdown="\n".join(lines) + "\n",
+            plots={"peak_mib": bars("Peak memory of the server tree", "MiB", peaks)},
+        )

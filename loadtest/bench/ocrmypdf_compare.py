@@ -1,11 +1,13 @@
 """Searchable PDFs side by side: our `format=pdf`, OCRmyPDF with our plugin, with Tesseract and
 with the third-party PaddleOCR plugins, on the same scans, in one run.
 
-    python -m loadtest.bench.ocrmypdf_compare --pages 12 --out ocrmypdf-out
+    ocr-bench ocrmypdf --pages 12            # or: make bench-ocrmypdf
 
 Real pages (text pages of Debian's manuals, English and Chinese, whose text layer is the truth)
 are rendered at `--dpi` and saved as scans: JPEG, and every third page degraded as a poor scan
-is (a slight skew, blur, noise, harder JPEG). The scans go into one image-only PDF (img2pdf: the
+is (a slight skew, blur, noise, harder JPEG); `--askew` more pages are turned 1 to 5 degrees both
+ways, blurred, noised and saved as JPEG, as a page laid crooked on a scanner
+(`loadtest.askew`, issue 48). The scans go into one image-only PDF (img2pdf: the
 JPEGs as they are), and each tool (`loadtest.bench.ocrmypdf_tools`) makes a searchable PDF of it,
 timed from its command's start to its exit (model loading included), and once more on the first
 page alone, so that the pages after the first over the time they added give a rate past the
@@ -24,18 +26,17 @@ start-up. OCRmyPDF runs with `--jobs` = the cores (`--jobs`):
 they read the English pages too (our `ocr-batch` reads with them by default). Each PDF's text is
 read back by `pdftotext` (poppler) page by page and scored against the truth: CER after
 `loadtest.accuracy.normalize_text`, per language (en, zh) and per kind of page (English,
-Chinese, degraded). Pages/s is reported for the run and for its correct pages alone (CER at most
-`--correct-cer`): a fast run that writes garbage counts only what it read; with the 1-minute load
-average after each tool, as other work on the machine moves the rates. A tool that cannot be
-installed or run keeps its row with the reason (its log's error line). Writes `compare.json`,
-the PDFs, logs and the scans under `--out`, and prints a Markdown table.
+Chinese, degraded, askew). Pages/s is reported for the run and for its correct pages alone (CER
+at most `--correct-cer`): a fast run that writes garbage counts only what it read; with the
+1-minute load average after each tool, as other work on the machine moves the rates. A tool that
+cannot be installed or run keeps its row with the reason (its log's error line), and the run
+exits 1. The PDFs, logs and the scans stay under `--out`.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -43,12 +44,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import cv2
-import numpy as np
 
 from loadtest.accuracy import char_edits
+from loadtest.askew import askew_scans
+from loadtest.bench.common import CHINESE_PDF_STEM, degrade
 from loadtest.bench.ocrmypdf_tools import (
     THIRD_PARTY_PLUGINS,
     OurServer,
@@ -58,11 +60,16 @@ from loadtest.bench.ocrmypdf_tools import (
     run_ocrmypdf,
     run_ours,
 )
+from loadtest.bench.options import count
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from loadtest.engine_limit import real_page_set
 from serving.cpus import available_cpus
 
-CHINESE_PDF_STEM = "maint-guide.zh-cn"
-"""Pages of this manual are the Chinese ones (`loadtest.pages.REAL_PDFS`)."""
+__all__ = ["OcrmypdfCompare", "Scan", "after_startup", "degrade", "make_scans", "score"]
+
+TOOLS = ("ours", "plugin", "tesseract", *(t.package for t in THIRD_PARTY_PLUGINS))
+"""What `--servers` may name: each way to a searchable PDF."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,21 +85,9 @@ class Scan:
     truth: str
 
 
-def degrade(image: np.ndarray, seed: int) -> np.ndarray:
-    """A poor scan of `image`: skewed by up to a degree, blurred, with sensor noise."""
-    rng = np.random.default_rng(seed)
-    height, width = image.shape[:2]
-    angle = float(rng.uniform(-1.0, 1.0))
-    matrix = cv2.getRotationMatrix2D((width / 2, height / 2), angle, 1.0)
-    white = (255, 255, 255)
-    skewed = cv2.warpAffine(image, matrix, (width, height), borderValue=white)
-    blurred = cv2.GaussianBlur(skewed, (3, 3), 0.9)
-    noise = rng.normal(0.0, 14.0, blurred.shape)
-    return np.clip(blurred.astype(np.float32) + noise, 0, 255).astype(np.uint8)
-
-
-def make_scans(pages: int, dpi: float) -> list[Scan]:
-    """`pages` real pages as JPEG scans, every third degraded."""
+def make_scans(pages: int, dpi: float, askew: int = 0) -> list[Scan]:
+    """`pages` real pages as JPEG scans, every third degraded; then `askew` pages turned 1 to
+    5 degrees (`loadtest.askew`)."""
     scans = []
     for index, (label, image, truth) in enumerate(real_page_set(pages, dpi)):
         degraded = index % 3 == 2
@@ -104,6 +99,16 @@ def make_scans(pages: int, dpi: float) -> list[Scan]:
         kind = "degraded" if degraded else "chinese" if chinese else "english"
         lang = "zh" if chinese else "en"
         scans.append(Scan(label=label, kind=kind, lang=lang, jpeg=jpeg.tobytes(), truth=truth))
+    for turned in askew_scans(askew, dpi) if askew else []:
+        scans.append(
+            Scan(
+                label=turned.label,
+                kind="askew",
+                lang=turned.lang,
+                jpeg=turned.jpeg,
+                truth=turned.truth,
+            )
+        )
     return scans
 
 
@@ -191,7 +196,7 @@ Runner = Callable[[Path], tuple[Path, float]]
 
 
 def tool_runs(args: argparse.Namespace, server: OurServer) -> list[tuple[str, str, Runner]]:
-    """(name for --tools, label, runner) of each tool, in the table's order."""
+    """(name for --servers, label, runner) of each tool, in the table's order."""
     out: Path = args.out
     ocrmypdf_python = Path(sys.executable)
     runs: list[tuple[str, str, Runner]] = [
@@ -205,7 +210,7 @@ def tool_runs(args: argparse.Namespace, server: OurServer) -> list[tuple[str, st
 
     runs.append(("plugin", f"OCRmyPDF + our plugin `-l {args.paddle_lang}`", plugin))
     installed = tesseract_langs()
-    for spec in args.tesseract_langs.split(","):
+    for spec in args.tesseract_langs:
 
         def tesseract(path: Path, spec: str = spec) -> tuple[Path, float]:
             missing = missing_tesseract_langs(spec, installed)
@@ -256,68 +261,93 @@ def markdown_table(rows: list[dict[str, Any]], langs: list[str], kinds: list[str
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the tools on the same scans and print the table; 0 when each made its PDF."""
-    names = ["ours", "plugin", "tesseract", *(t.package for t in THIRD_PARTY_PLUGINS)]
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.ocrmypdf_compare")
-    parser.add_argument("--out", type=Path, default=Path("ocrmypdf-out"))
-    parser.add_argument("--pages", type=int, default=12, help="pages over the 4 manuals")
-    parser.add_argument("--dpi", type=float, default=150.0)
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=Path("config.toml") if Path("config.toml").exists() else None,
-        help="ocr-batch's and the server's config (default: ./config.toml, as make serve)",
-    )
-    parser.add_argument(
-        "--tesseract-langs",
-        default="eng,chi_sim+eng",
-        help="OCRmyPDF's -l for each Tesseract run, comma-separated (default eng,chi_sim+eng)",
-    )
-    parser.add_argument(
-        "--paddle-lang", default="chi_sim", help="OCRmyPDF's -l for the PaddleOCR-based plugins"
-    )
-    parser.add_argument("--jobs", type=int, default=available_cpus(), help="OCRmyPDF's --jobs")
-    parser.add_argument(
-        "--plugin-venvs",
-        type=Path,
-        default=Path("var/ocrmypdf-plugins"),
-        help="where each third-party plugin's venv is made (default var/ocrmypdf-plugins)",
-    )
-    parser.add_argument(
-        "--correct-cer",
-        type=float,
-        default=0.1,
-        help="a page counts as correct at this CER or under (default 0.1)",
-    )
-    parser.add_argument(
-        "--tools", default=",".join(names), help=f"which to run, comma-separated: {','.join(names)}"
-    )
-    parser.add_argument(
-        "--no-startup-run",
-        action="store_true",
-        help="skip each tool's run on the first page alone (which measures its start-up)",
-    )
-    args = parser.parse_args(argv)
-    chosen = args.tools.split(",")
-    unknown = sorted(set(chosen) - set(names))
-    if unknown:
-        parser.error(f"unknown --tools {','.join(unknown)}; choose from {','.join(names)}")
-    for needed in ("pdftotext", "tesseract"):
-        if shutil.which(needed) is None:
-            parser.error(f"{needed} is not installed (scripts/system-deps.sh installs it)")
-    args.out.mkdir(parents=True, exist_ok=True)
-    scans = make_scans(args.pages, args.dpi)
+@register
+class OcrmypdfCompare(Scenario):
+    """Searchable PDFs: ours, OCRmyPDF with our plugin, with Tesseract, with the PyPI plugins."""
+
+    name = "ocrmypdf"
+    help = "make bench-ocrmypdf: searchable PDFs by ours, OCRmyPDF with our plugin, Tesseract, ..."
+    shared = ("out", "pages", "dpi", "servers")
+    defaults: ClassVar[dict[str, Any]] = {"pages": 12}
+    servers = TOOLS
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own options."""
+        parser.add_argument(
+            "--config",
+            type=Path,
+            default=Path("config.toml") if Path("config.toml").exists() else None,
+            help="ocr-batch's and the server's config (default: ./config.toml, as make serve)",
+        )
+        parser.add_argument(
+            "--askew", type=int, default=4, help="more pages, turned 1 to 5 degrees (default 4)"
+        )
+        parser.add_argument(
+            "--tesseract-langs",
+            type=lambda s: [x for x in s.split(",") if x],
+            default=["eng", "chi_sim+eng"],
+            help="OCRmyPDF's -l for each Tesseract run, comma-separated (default eng,chi_sim+eng)",
+        )
+        parser.add_argument(
+            "--paddle-lang", default="chi_sim", help="OCRmyPDF's -l for the PaddleOCR plugins"
+        )
+        parser.add_argument(
+            "--jobs", type=count(1), default=available_cpus(), help="OCRmyPDF's --jobs"
+        )
+        parser.add_argument(
+            "--plugin-venvs",
+            type=Path,
+            default=Path("var/ocrmypdf-plugins"),
+            help="where each third-party plugin's venv is made (default var/ocrmypdf-plugins)",
+        )
+        parser.add_argument(
+            "--correct-cer",
+            type=float,
+            default=0.1,
+            help="a page counts as correct at this CER or under (default 0.1)",
+        )
+        parser.add_argument(
+            "--no-startup-run",
+            action="store_true",
+            help="skip each tool's run on the first page alone (which measures its start-up)",
+        )
+
+    def run(self, args: argparse.Namespace) -> Results:
+        """Every tool on the same scans; fails where a tool could not make its PDF."""
+        for needed in ("pdftotext", "tesseract"):
+            if shutil.which(needed) is None:
+                raise SystemExit(f"{needed} is not installed (scripts/system-deps.sh installs it)")
+        report = measure(args)
+        langs = sorted({p["lang"] for p in report["pages"]})
+        kinds = [k for k in ("degraded", "askew") if any(p["kind"] == k for p in report["pages"])]
+        table = markdown_table(report["rows"], langs, kinds)
+        intro = (
+            f"{len(report['pages'])} pages at {args.dpi:g} dpi, scans.pdf "
+            f"{report['input_bytes']:,} bytes"
+        )
+        if report["server_ready_s"] is not None:  # started for the plugin's row
+            intro += f"; our server ready in {report['server_ready_s']} s"
+        ran = {r["tool"]: r["correct_pages_per_s"] for r in report["rows"] if "error" not in r}
+        return Results(
+            data=report,
+            markdown=f"{intro}\n\n{table}\n",
+            plots={"correct_pages_s": bars("Correct pages/s", "pages/s", ran)} if ran else {},
+            failed=any("error" in row for row in report["rows"]),
+        )
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Each chosen tool on the scans, and once on the first page alone."""
+    scans = make_scans(args.pages, args.dpi, args.askew)
     scans_path = args.out / "scans.pdf"
     scans_pdf(scans, args.dpi, scans_path)
     first_path = args.out / "first-page.pdf"
     scans_pdf(scans[:1], args.dpi, first_path)
-    load_1m_start = round(os.getloadavg()[0], 1)
     server = OurServer(config=args.config, log=args.out / "ocr-serve.log")
     rows: list[dict[str, Any]] = []
     try:
         for name, label, runner in tool_runs(args, server):
-            if name not in chosen:
+            if name not in args.servers:
                 continue
             print(f"running {label}...", file=sys.stderr)
             try:
@@ -333,25 +363,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
     finally:
         server.stop()
-    report = {
-        "command": " ".join(["python -m loadtest.bench.ocrmypdf_compare", *(argv or sys.argv[1:])]),
-        "cpu_count": os.cpu_count(),
+    return {
         "jobs": args.jobs,
-        "dpi": args.dpi,
         "correct_cer": args.correct_cer,
-        "load_1m_start": load_1m_start,
         "server_ready_s": None if server.ready_s is None else round(server.ready_s, 1),
         "input_bytes": scans_path.stat().st_size,
         "pages": [{"page": s.label, "kind": s.kind, "lang": s.lang} for s in scans],
         "rows": rows,
     }
-    (args.out / "compare.json").write_text(json.dumps(report, indent=1) + "\n")
-    langs = sorted({s.lang for s in scans})
-    kinds = ["degraded"] if any(s.kind == "degraded" for s in scans) else []  # the rest: langs
-    print(f"{len(scans)} pages at {args.dpi:g} dpi, scans.pdf {report['input_bytes']:,} bytes")
-    print(markdown_table(rows, langs, kinds))
-    return 1 if any("error" in row for row in rows) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,29 +1,33 @@
-"""What an output format costs a running server: pages/s of `/v1/ocr` answered as JSON and as
-each other format, on the same real pages, at the same concurrency.
+"""What an output format costs a server: pages/s of `/v1/ocr` answered as JSON and as each
+other format, on the same real pages, at the same concurrency.
 
-    python -m loadtest.bench.output_cost --url http://127.0.0.1:8000 --pages 8 --rounds 3
+    ocr-bench outputs --pages 8 --repeats 3 [--url http://127.0.0.1:8000]
 
-Text pages of Debian's manuals (`loadtest.pages`) are rendered at `--dpi` and sent as JPEG
-scans; each round sends every page once in every format (`?format=`), the formats in turn, at
-`--concurrency`, so that a slower or busier stretch of the run falls on all of them alike.
-Prints pages/s per format, its ratio to JSON and the mean answer size, and writes them as JSON
-to `--out` when given. The format's work runs in the server's CPU workers (`serving.outputs`):
-on a server whose CPU workers are the bottleneck, the PDF's share shows here.
+Text pages of Debian's manuals (`serving.convert.pdf_pages`) are rendered at `--dpi` and sent as
+JPEG scans; each of `--repeats` rounds sends every page once in every format (`?format=`), the
+formats in turn, at the first of `--levels`, so that a slower or busier stretch of the run falls
+on all of them alike: pages/s per format, its ratio to JSON and the mean answer size. The server
+is `--url`'s, else ours on the default config, started here. The format's work runs in the
+server's CPU workers (`serving.outputs`): on a server whose CPU workers are the bottleneck, the
+PDF's share shows here.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
-from pathlib import Path
+from typing import Any, ClassVar
 
 import cv2
 import httpx
 import numpy as np
 
-from loadtest.pages import find_real_pdfs, render_pdf_pages, select_text_pages
+from loadtest.bench.options import comma_list
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
+from loadtest.servers import OURS_CPU_TOML, start_ours
+from serving.convert.pdf_pages import find_real_pdfs, render_pdf_pages, select_text_pages
 
 FORMATS = ("json", "text", "hocr", "alto", "pdf")
 
@@ -92,33 +96,50 @@ async def measure(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--url", required=True, help="a running ocr-serve, e.g. http://127.0.0.1:8000"
-    )
-    parser.add_argument("--pages", type=int, default=8, help="real pages (default 8)")
-    parser.add_argument("--dpi", type=float, default=150.0, help="scan resolution (default 150)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of every format (default 3)")
-    parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
-    parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated formats")
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    args = parser.parse_args(argv)
-    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
-    results = asyncio.run(
-        measure(args.url, scans(args.pages, args.dpi), formats, args.rounds, args.concurrency)
-    )
-    print("| format | pages/s | vs JSON | mean answer |")
-    print("|---|---|---|---|")
-    for fmt, row in results.items():
-        print(
-            f"| {fmt} | {row['pages_per_s']:.2f} | {row['vs_json']:.1%} "
-            f"| {row['mean_bytes'] / 1024:.0f} KiB |"
+@register
+class Outputs(Scenario):
+    """Pages/s of each output format against JSON's, on one server."""
+
+    name = "outputs"
+    help = "what each output format (text, hOCR, ALTO, PDF) costs against JSON, pages/s"
+    shared = ("out", "pages", "dpi", "repeats", "levels")
+    defaults: ClassVar[dict[str, Any]] = {"repeats": 3, "levels": [4]}
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own options."""
+        parser.add_argument("--url", help="a running ocr-serve (default: ours, started here)")
+        parser.add_argument(
+            "--formats",
+            type=comma_list(FORMATS),
+            default=list(FORMATS),
+            help=f"comma-separated (default {','.join(FORMATS)})",
         )
-    if args.out is not None:
-        args.out.write_text(json.dumps(results, indent=2))
-    return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    def run(self, args: argparse.Namespace) -> Results:
+        """Every format in turn, `--repeats` rounds."""
+        pages = scans(args.pages, args.dpi)
+        formats = tuple(args.formats)
+        if args.url:
+            results = asyncio.run(measure(args.url, pages, formats, args.repeats, args.levels[0]))
+        else:
+            config = OURS_CPU_TOML + f'[jobs]\ndata_dir = "{args.out / "jobs"}"\n'
+            server = start_ours(args.out, config)
+            try:
+                server.wait_ready("/readyz")
+                results = asyncio.run(
+                    measure(server.url, pages, formats, args.repeats, args.levels[0])
+                )
+            finally:
+                server.stop()
+        lines = ["| format | pages/s | vs JSON | mean answer |", "|---|---|---|---|"]
+        for fmt, row in results.items():
+            lines.append(
+                f"| {fmt} | {row['pages_per_s']:.2f} | {row['vs_json']:.1%} "
+                f"| {row['mean_bytes'] / 1024:.0f} KiB |"
+            )
+        speeds = {fmt: row["pages_per_s"] for fmt, row in results.items()}
+        return Results(
+            data=results,
+            markdown="\n".join(lines) + "\n",
+            plots={"pages_s": bars(f"Pages/s at c={args.levels[0]}", "pages/s", speeds)},
+        )

@@ -1,4 +1,4 @@
-"""`make bench`'s precision check: is OpenVINO's text under bf16 within 0.1 CER points of f32's?
+"""Is OpenVINO's text under bf16 (and int8) within its bound of f32's, on this CPU?
 
 `engine.openvino_precision = "auto"` takes bf16 for a model where the CPU computes in it and the
 server's own start-up check passed it (`serving.engine.precision_check`, on its small check set);
@@ -12,6 +12,7 @@ given per language (the Chinese PDF's pages, the English ones'), as int8 may cos
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -19,19 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.accuracy import merged_words, pages_cer
-from models.base import PredictorError
-from models.onnx_predictor import import_engine
+from loadtest.bench.common import real_pages, write_pages
+from loadtest.bench.header import openvino_capabilities
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from models.openvino_precision import BF16_MAX_CER_LOSS, INT8_MAX_CER_LOSS, has_bf16
+from serving.cpus import available_cpus
 
-
-def cpu_capabilities() -> list[str]:
-    """OpenVINO's CPU `OPTIMIZATION_CAPABILITIES` on this machine ("BF16" among them where it
-    computes in bf16); empty where OpenVINO is not installed."""
-    try:
-        openvino = import_engine("openvino", "openvino")
-    except PredictorError:
-        return []
-    return list(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+cpu_capabilities = openvino_capabilities
+"""OpenVINO's CPU `OPTIMIZATION_CAPABILITIES` here (the report header's)."""
 
 
 WHOLE_BF16 = "bf16-every-layer"
@@ -179,31 +176,34 @@ def markdown_line(report: dict[str, Any]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`make bench`'s precision check alone, on its pages: `python -m
-    loadtest.bench.precision_check --pages 8 --int8 --out bench-out/precision`."""
-    import argparse
+@register
+class PrecisionCheck(Scenario):
+    """f32 against auto, bf16 and (with --int8) int8, in process, on the bench's pages."""
 
-    from loadtest.engine_limit import real_page_set, write_page_set
+    name = "precision"
+    help = "OpenVINO's text at auto, bf16 (and int8) against f32, in process, per language"
+    shared = ("out", "pages", "dpi", "threads")
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--pages", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--int8", action="store_true", help="int8 too (make convert-int8)")
-    parser.add_argument("--out", type=Path, default=Path("bench-out/precision"))
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    page_set = real_page_set(args.pages)
-    paths = write_page_set(page_set, args.out / "pages")
-    truths = {p.name: truth for p, (_, _, truth) in zip(paths, page_set, strict=True)}
-    report = check(args.out, args.out / "pages", truths, args.threads, int8=args.int8)
-    (args.out / "precision.json").write_text(json.dumps(report, indent=1))
-    print(markdown_line(report))
-    line = int8_line(report)
-    if line is not None:
-        print(line)
-    return 0
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own option."""
+        parser.add_argument("--int8", action="store_true", help="int8 too (make convert-int8)")
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    def run(self, args: argparse.Namespace) -> Results:
+        """Each precision in turn."""
+        pages = real_pages(args.pages, args.dpi)
+        write_pages(pages, args.out / "pages")
+        truths = {page.file_name: page.truth for page in pages}
+        threads = args.threads or available_cpus()
+        report = check(args.out, args.out / "pages", truths, threads, int8=args.int8)
+        lines = [markdown_line(report)]
+        line = int8_line(report)
+        if line is not None:
+            lines.append(line)
+        speeds = {name: run["pages_per_s"] for name, run in report.get("runs", {}).items()}
+        return Results(
+            data=report,
+            markdown="\n".join(lines) + "\n",
+            plots={"pages_s": bars("In process, per precision", "pages/s", speeds)}
+            if speeds
+            else {},
+        )

@@ -8,8 +8,8 @@ pages is read by every layout in turn (the order reversed every other round), so
 machine falls on all alike. Printed per layout: pages/s over the real pages, and per language (en,
 zh, and the synthetic test pages) CER and merged words (`loadtest.accuracy.merged_words`)::
 
-    python -m loadtest.bench.precision_layouts --pages 8 --layouts f32/f32,bf16/f32,bf16/bf16
-    python -m loadtest.bench.precision_layouts --det embedded:PP-OCRv6_small_det \\
+    ocr-bench precision-layouts --pages 8 --layouts f32/f32,bf16/f32,bf16/bf16
+    ocr-bench precision-layouts --det embedded:PP-OCRv6_small_det \\
         --rec embedded:PP-OCRv6_small_rec
 
 The synthetic pages are the test suite's (`tests/images.py`: the invoice lines where whole-model
@@ -21,21 +21,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from loadtest.accuracy import cer, merged_words
+from loadtest.bench.results import Results, bars
+from loadtest.bench.scenario import Scenario, register
 from loadtest.engine_limit import real_page_set
 from models.openvino_backend import OpenVinoPredictor
 from serving.config import AppConfig, EngineConfig, ModelsConfig
+from serving.cpus import available_cpus
 from serving.engine.local import LocalEngine
 
 PRECISIONS = ("f32", "bf16", "int8")
 """The precisions a stage of a layout can run at."""
+DEFAULT_LAYOUTS = "f32/f32,bf16/f32,f32/bf16,bf16/bf16,bf16/bf16!"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +108,8 @@ def measure(
     rounds: int,
     threads: int,
     models: ModelsConfig | None = None,
-) -> list[str]:
-    """One line per layout: pages/s on the real pages, CER and merged words per language."""
+) -> list[dict[str, Any]]:
+    """A row per layout: pages/s on the real pages, CER and merged words per language."""
     engines = {layout: load(layout, threads, models) for layout in layouts}
     seconds = dict.fromkeys(layouts, 0.0)
     texts: dict[Layout, dict[str, str]] = {layout: {} for layout in layouts}
@@ -121,13 +125,25 @@ def measure(
                 result = engines[layout].ocr(pages[name][0])
                 seconds[layout] += time.perf_counter() - started
                 texts[layout][name] = "\n".join(ln.text for ln in result.lines)
-    lines = []
-    for layout in layouts:
-        row = f"{layout!s:11} {rounds * len(real) / seconds[layout]:.3f} pages/s"
-        for lang, (lang_cer, merged) in score(pages, texts[layout]).items():
-            row += f" | {lang} CER {lang_cer * 100:.2f}% merged {merged}"
-        lines.append(row)
-    return lines
+    return [
+        {
+            "layout": str(layout),
+            "pages_s": round(rounds * len(real) / seconds[layout], 4),
+            "scores": {
+                lang: {"cer": lang_cer, "merged_words": merged}
+                for lang, (lang_cer, merged) in score(pages, texts[layout]).items()
+            },
+        }
+        for layout in layouts
+    ]
+
+
+def row_line(row: dict[str, Any]) -> str:
+    """A layout's line: pages/s, then CER and merged words per language."""
+    line = f"- {row['layout']:11} {row['pages_s']:.3f} pages/s"
+    for lang, got in row["scores"].items():
+        line += f" | {lang} CER {got['cer'] * 100:.2f}% merged {got['merged_words']}"
+    return line
 
 
 def score(
@@ -147,26 +163,39 @@ def score(
     return scores
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pages", type=int, default=8, help="the bench's real pages")
-    parser.add_argument("--layouts", default="f32/f32,bf16/f32,f32/bf16,bf16/bf16,bf16/bf16!")
-    parser.add_argument("--rounds", type=int, default=1, help="times each real page is read")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--det", help="detector (default: the default set's), e.g. embedded:NAME")
-    parser.add_argument("--rec", help="recogniser (default: the default set's)")
-    args = parser.parse_args(argv)
-    defaults = ModelsConfig()
-    models = dataclasses.replace(
-        defaults, det=args.det or defaults.det, rec=args.rec or defaults.rec
-    )
-    layouts = [Layout.parse(text) for text in args.layouts.split(",")]
-    pages = {label: (image, truth) for label, image, truth in real_page_set(args.pages)}
-    pages.update(synthetic_pages())
-    for line in measure(layouts, pages, args.rounds, args.threads, models):
-        print(line, flush=True)
-    return 0
+@register
+class PrecisionLayouts(Scenario):
+    """Each stage's OpenVINO precision, side by side in one process."""
 
+    name = "precision-layouts"
+    help = "OpenVINO precision per stage (det/rec layouts), interleaved in one process"
+    shared = ("out", "pages", "threads", "repeats")
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own options."""
+        parser.add_argument(
+            "--layouts",
+            type=lambda text: [Layout.parse(x) for x in text.split(",") if x],
+            default=[Layout.parse(x) for x in DEFAULT_LAYOUTS.split(",")],
+            help=f"det/rec precisions, a trailing ! all layers at bf16 (default {DEFAULT_LAYOUTS})",
+        )
+        parser.add_argument("--det", help="detector (default: the default set's), embedded:NAME")
+        parser.add_argument("--rec", help="recogniser (default: the default set's)")
+
+    def run(self, args: argparse.Namespace) -> Results:
+        """Every layout on the real and the synthetic pages; `--repeats` rounds of the real."""
+        defaults = ModelsConfig()
+        models = dataclasses.replace(
+            defaults, det=args.det or defaults.det, rec=args.rec or defaults.rec
+        )
+        pages = {label: (image, truth) for label, image, truth in real_page_set(args.pages)}
+        pages.update(synthetic_pages())
+        threads = args.threads or available_cpus()
+        rows = measure(args.layouts, pages, args.repeats, threads, models)
+        return Results(
+            data={"det": models.det, "rec": models.rec, "rows": rows},
+            markdown=f"{models.det} / {models.rec}\n\n" + "\n".join(map(row_line, rows)) + "\n",
+            plots={
+                "pages_s": bars("Layouts", "pages/s", {r["layout"]: r["pages_s"] for r in rows})
+            },
+        )

@@ -1,11 +1,11 @@
 """What this CPU's precision check costs at start-up, and what it found (issue 46).
 
-    python -m loadtest.bench.precision_startup --out precision-startup-out --rounds 2
+    ocr-bench precision-startup --repeats 2 [--cold ahead]
 
 Starts `ocr-serve` (the default config, CPU device workers) until `/readyz` answers 200, and
 measures the seconds that took and the CPU seconds of the whole process tree (every worker's):
 at `openvino_precision = "f32"` (no check runs), at "auto" with an empty verdict cache (the cold
-start: the check measures), then `--rounds` times "auto" with that cache (warm) and f32 again,
+start: the check measures), then `--repeats` times "auto" with that cache (warm) and f32 again,
 interleaved, so that a shared machine's drift falls on both. `--cold ahead` measures the cold
 check by itself instead (`python -m serving.engine.precision_ahead`, the way a deployment runs
 it before the servers start; a cold start is then a warm one plus it), for machines so loaded
@@ -23,13 +23,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
+from loadtest.bench.results import Results
+from loadtest.bench.scenario import Scenario, register
 from loadtest.servers import OURS_CPU_TOML, ServerProcess, start_ours
 from serving.engine.choice import PRECISION_CHECKS_KEY as CHECKS
 
@@ -162,30 +163,34 @@ def checks_table(checks: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("precision-startup-out"))
-    parser.add_argument("--rounds", type=int, default=2, help="warm and f32 starts after cold")
-    parser.add_argument(
-        "--cold", choices=("server", "ahead"), default="server", help="how the cold check runs"
-    )
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    cache_dir = Path(tempfile.mkdtemp(prefix="verdicts-", dir=args.out))
-    cold = (
-        check_ahead(args.out, cache_dir)
-        if args.cold == "ahead"
-        else start_once(args.out, "auto, cold (the check measures)", "auto", cache_dir)
-    )
-    starts = [start_once(args.out, "f32 forced (no check)", "f32", cache_dir), cold]
-    for i in range(args.rounds):
-        starts.append(start_once(args.out, f"auto, warm (cached) #{i + 1}", "auto", cache_dir))
-        starts.append(start_once(args.out, f"f32 forced #{i + 1}", "f32", cache_dir))
-    (args.out / "starts.json").write_text(json.dumps(starts, indent=1) + "\n")
-    for line in [*starts_table(starts), "", *checks_table(starts[1]["checks"])]:
-        print(line)
-    return 0
+@register
+class PrecisionStartup(Scenario):
+    """The start-up cost of the precision check, and its verdicts."""
 
+    name = "precision-startup"
+    help = "start-up seconds and CPU seconds at f32, auto cold and auto warm; the check's verdicts"
+    shared = ("out", "repeats")
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its own options."""
+        parser.add_argument(
+            "--cold",
+            choices=("server", "ahead"),
+            default="server",
+            help="the cold check as a server start, or by itself (precision_ahead)",
+        )
+
+    def run(self, args: argparse.Namespace) -> Results:
+        """f32, cold, then `--repeats` rounds of warm and f32 starts."""
+        cache_dir = Path(tempfile.mkdtemp(prefix="verdicts-", dir=args.out))
+        cold = (
+            check_ahead(args.out, cache_dir)
+            if args.cold == "ahead"
+            else start_once(args.out, "auto, cold (the check measures)", "auto", cache_dir)
+        )
+        starts = [start_once(args.out, "f32 forced (no check)", "f32", cache_dir), cold]
+        for i in range(args.repeats):
+            starts.append(start_once(args.out, f"auto, warm (cached) #{i + 1}", "auto", cache_dir))
+            starts.append(start_once(args.out, f"f32 forced #{i + 1}", "f32", cache_dir))
+        lines = [*starts_table(starts), "", *checks_table(cold["checks"])]
+        return Results(data={"starts": starts}, markdown="\n".join(lines) + "\n")

@@ -316,7 +316,7 @@ def bucketed_options(engine: LocalEngine) -> OcrOptions:
     shapes = BatchShapes.of("bucketed", engine.config.engine.torch)
     if shapes is None:  # pragma: no cover - "bucketed" always has shapes
         raise ValueError("bucketed batching without shapes")
-    return shapes.apply(ocr_options(engine.bundle, engine.config.pipeline))
+    return ocr_options(engine.bundle, engine.config.pipeline, shapes=shapes)
 
 
 def read_pages(engine: LocalEngine, images: Sequence[np.ndarray]) -> list[PageCalls]:

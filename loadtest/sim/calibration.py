@@ -1,7 +1,8 @@
 """Default latency models: the CPU figures measured on this machine, the GPU ones assumed.
 
 CPU device (Paddle 3.2.2 with oneDNN, 2 math threads), from the README's Performance section,
-table "Why Paddle 3.2.2" (`loadtest/bench/engine_variants.py`, median ms, 2026-12-03, idle machine):
+table "Why Paddle 3.2.2" (`loadtest/bench/engine_variants.py` at 319bedf, median ms, 2026-12-03,
+idle machine):
 
 - det 1x3x736x736: 118 ms; 1x3x960x1248: 265 ms; 1x3x1216x1568: 650 ms. Fitted through the
   smallest and the largest as `a * px + b * px**2` (a = 1.690e-7 s/px, b = 9.016e-14 s/px²): a
@@ -13,7 +14,7 @@ table "Why Paddle 3.2.2" (`loadtest/bench/engine_variants.py`, median ms, 2026-1
   (`loadtest/engine_limit.py`, README table); `BENCH_PAGES` below, run through these models,
   gives its own figure to compare (`python -m loadtest.sim --config cpu`).
 
-CPU workers (single-threaded calls), measured on 2026-12-05 with `python -m loadtest.bench.cpu_cost
+CPU workers (single-threaded calls), measured on 2026-12-05 with `ocr-bench host-cost
 --pages 4` (CPU time of the calling thread, on a shared 2-core machine; bench pages at 150 dpi,
 2.2 Mpx, 29 lines): since issue 31 pixels cross shared memory as uint8 (22.6 MB a page, from
 62.7 MB as float32), the detection map comes back as float16, and the CPU worker reads the page,
@@ -54,7 +55,7 @@ CPU_TRANSFER = Latency(fixed_s=0.0005, per_unit_s=3e-9)
 """The device worker's side of shared memory and the pipe, for a rec batch."""
 CPU_DET_TRANSFER = Latency(fixed_s=0.0005, per_unit_s=1.2e-8)
 """The device worker's side of a det batch: uint8 pixels collated and normalised, the map out as
-float16 (30 ms for a 2.2 Mpx page, `loadtest.bench.cpu_cost`)."""
+float16 (30 ms for a 2.2 Mpx page, `ocr-bench host-cost`)."""
 
 
 DET_REFERENCE_PX = 1280 * 1792
@@ -63,8 +64,8 @@ BYTE_MAP_PUT_S = 0.0028
 """Measured (this CPU, 2 busy cores, 2026-12-06; docs/gpus.md, "The detection map as bytes"):
 the device worker's side of a det batch with the torch detector's byte map, the map copied into
 shared memory, median per 150 dpi page of `BYTE_MAP_PUT_PX`
-(`python -m loadtest.bench.det_map_cost --pages 3 --repeats 15`); 18.0 ms with the float16 map
-it replaced, where issue 40 estimated 15 + 2.5."""
+(`python -m loadtest.bench.det_map_cost --pages 3 --repeats 15` at 319bedf); 18.0 ms with the
+float16 map it replaced, where issue 40 estimated 15 + 2.5."""
 BYTE_MAP_PUT_PX = 2_100_000
 BENCH_REC_ROW_PX = 53_240
 """Padded recognition width x rows of a bench page, bucketed (`BENCH_PAGES`, 38 lines a page on
@@ -253,7 +254,7 @@ def cpu_workers(workers: int, *, priority: bool = True) -> CpuModel:
         # Reading a page size from the headers: not measured, assumed small.
         sizes=CpuStep(fixed_s=0.002),
         # Decode, det resize, the page and its uint8 pixels into shared memory: 55 ms for
-        # 2.2 Mpx (`loadtest.bench.cpu_cost`).
+        # 2.2 Mpx (`ocr-bench host-cost`).
         prepare=CpuStep(fixed_s=0.005, per_mpx_s=0.023),
         # Map and page read in place, DB postprocess and crops, rec resize, uint8 chunks into
         # shared memory: 49 ms for 2.2 Mpx and 29 lines.

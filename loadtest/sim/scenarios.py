@@ -26,8 +26,8 @@ from loadtest.sim.calibration import (
 from loadtest.sim.config import SimConfig, default_queues
 from loadtest.sim.model import DeviceModel, HostModel
 from loadtest.sim.traffic import TrafficConfig
-from serving.config import QueueConfig, WorkersConfig
-from serving.scheduling.batch_shapes import BatchingSetting, batching_mode
+from serving.config import BatchingSetting, QueueConfig, WorkersConfig
+from serving.scheduling.batch_shapes import batching_mode
 
 BENCH_CLIENT_GAP_S = 0.3
 """The bench's client between an answer and its next request: at c=1 it did 0.196 pages/s (5.1 s a

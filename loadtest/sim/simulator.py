@@ -21,8 +21,7 @@ from loadtest.sim.calibration import GPU_PROFILES, H100_FP32_EAGER
 from loadtest.sim.report import markdown_table, write_overview, write_run
 from loadtest.sim.run import run_simulation
 from loadtest.sim.scenarios import SCENARIOS, ScenarioOptions, build
-from serving.config import WorkersConfig
-from serving.scheduling.batch_shapes import BATCHING_SETTINGS
+from serving.config import BATCHING_SETTINGS, WorkersConfig
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -21,6 +21,14 @@ from tqdm import tqdm
 
 from models.base import EngineBackendError
 from serving.batch.manifest import PageKey
+from serving.batch.object_storage import (
+    client_of,
+    download_inputs,
+    pull_manifest,
+    push_outputs,
+    uses_storage,
+    work_folder,
+)
 from serving.batch.outputs import BATCH_FORMATS, write_outputs
 from serving.batch.plan import BatchError, open_plan
 from serving.config import AppConfig, load_config
@@ -38,8 +46,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "Resumable: a rerun skips the pages already done.",
     )
     # "*", not "+": `--ray INPUT ...` hands its first input to --ray, which gives it back below.
-    parser.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or globs")
-    parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="INPUT",
+        help="files, folders or globs; s3://bucket/prefix/ or s3://bucket/key (downloaded first)",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="output folder, or s3://bucket/prefix/ (its manifest read back, everything "
+        "uploaded at the end); s3:// uses storage.s3_credentials_file of --config",
+    )
     parser.add_argument(
         "--format",
         choices=BATCH_FORMATS,
@@ -56,12 +74,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "earlier OCR layer replaced by this one (redo)",
     )
     parser.add_argument(
+        "--deskew",
+        action="store_true",
+        help="--format pdf: each page shown straightened by its skew, the text layer with it "
+        "(OCRmyPDF's --deskew; the image is drawn turned, not re-encoded)",
+    )
+    parser.add_argument(
         "--config",
         type=Path,
         default=os.environ.get("OCR_CONFIG"),
         help="config.toml for the in-process run (default: $OCR_CONFIG, else built-in defaults)",
     )
     parser.add_argument("--server", metavar="URL", help="submit to this server's jobs API")
+    parser.add_argument(
+        "--api-key-env",
+        default="OCR_API_KEY",
+        metavar="NAME",
+        help="--server: the environment variable holding the API key sent (default OCR_API_KEY; "
+        "unset: none sent)",
+    )
     parser.add_argument(
         "-o",
         "--option",
@@ -112,6 +143,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.ray = ""
     if not args.inputs:
         parser.error("the following arguments are required: INPUT")
+    args.out_url = args.out if args.out.startswith("s3://") else None
+    args.out = None if args.out_url else Path(args.out)
     return args
 
 
@@ -133,9 +166,33 @@ def _main(args: argparse.Namespace) -> int:
     raw.update({name: getattr(args, name) for name in ("lang", "model") if getattr(args, name)})
     options = parse_options(raw)
     if args.ray is not None:
+        if uses_storage(args.inputs, args.out_url or ""):
+            raise BatchError(
+                "--ray reads inputs from a file system every node mounts: s3:// is not supported "
+                "with --ray (sync the objects to it first)"
+            )
         from serving.batch.ray_driver import main_ray
 
         return main_ray(args, options, _config(args))
+    if not uses_storage(args.inputs, args.out_url or ""):
+        return _run(args, options)
+    with work_folder() as work:
+        client = client_of(_config(args))
+        args.inputs = download_inputs(client, args.inputs, work)
+        if args.out_url is not None:
+            args.out = work / "out"
+            args.out.mkdir()
+            pull_manifest(client, args.out_url, args.out)
+        try:
+            return _run(args, options)
+        finally:  # what was done is kept, the manifest with it, even when the run stopped
+            if args.out_url is not None and any(args.out.iterdir()):
+                written = push_outputs(client, args.out_url, args.out)
+                _say(f"ocr-batch: uploaded {len(written)} files to {args.out_url}")
+
+
+def _run(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """Plan and run the pages of `args.inputs` into the folder `args.out`."""
     plan, manifest = open_plan(
         args.inputs,
         args.out,
@@ -152,7 +209,8 @@ def _main(args: argparse.Namespace) -> int:
         if plan.todo and args.server:
             from serving.batch.remote import run_remote
 
-            failures = run_remote(args.server, plan.documents, manifest, progress)
+            api_key = os.environ.get(args.api_key_env) or None
+            failures = run_remote(args.server, plan.documents, manifest, progress, api_key=api_key)
         elif plan.todo:
             from serving.batch.local import run_local
 
@@ -169,6 +227,7 @@ def _main(args: argparse.Namespace) -> int:
         failures,
         inputs=_config(args).input,
         mode=args.mode,
+        deskew=args.deskew,
     )
     done_now = len(plan.todo) - len(failures)
     _say(

@@ -14,7 +14,7 @@ from serving.batch.plan import BatchError, PageTodo
 from serving.config import AppConfig
 from serving.errors import OcrError
 from serving.jobs.options import page_record
-from serving.request_options import NO_CLASSIFIER, overrides
+from serving.request_options import NO_CLASSIFIER
 from serving.scheduling.priorities import BACKGROUND
 
 Progress = Callable[[int], "tqdm[Any]"]
@@ -38,7 +38,7 @@ async def run_local(
     failures: dict[PageKey, dict[str, Any]] = {}
     runtime = Runtime.build(config, jobs=False)
     try:  # before any model loads: a classifier asked for and not configured stops the run
-        options = runtime.request_options(overrides(manifest.options), no_classifier=NO_CLASSIFIER)
+        options = runtime.request_options(manifest.options, no_classifier=NO_CLASSIFIER)
     except OcrError as err:
         raise BatchError(err.message) from err
     queue = list(reversed(todo))

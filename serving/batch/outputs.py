@@ -43,10 +43,12 @@ def write_outputs(
     *,
     inputs: InputConfig | None = None,
     mode: TextMode = "skip",
+    deskew: bool = False,
 ) -> list[Path]:
     """Write the results of `documents` in `fmt`; returns the files that changed. `inputs`
     sizes the pages that have no record (the config's `[input]`; default: its defaults);
-    `mode`: what a PDF made from a PDF does with its pages that have text."""
+    `mode`: what a PDF made from a PDF does with its pages that have text; `deskew`: a PDF's
+    pages straightened."""
     if fmt == "jsonl" or fmt == "json":
         return write_records(out, fmt, documents, manifest, failures)
     rendered = _RENDERED[fmt]
@@ -61,7 +63,8 @@ def write_outputs(
         ]
         target = out / f"{safe_relative(doc.name)}.{EXTENSIONS[rendered]}"
         relative = target.relative_to(out).as_posix()
-        fingerprint = _fingerprint(doc, f"{fmt}.{mode}" if fmt == "pdf" else fmt, records)
+        variant = f"{fmt}.{mode}{'.deskew' if deskew else ''}" if fmt == "pdf" else fmt
+        fingerprint = _fingerprint(doc, variant, records)
         if known.get(relative) == fingerprint and target.exists():
             continue
         write_document(
@@ -74,6 +77,7 @@ def write_outputs(
             source=doc.path,
             limits=limits,
             mode=mode,
+            deskew=deskew,
         )
         known[relative] = fingerprint
         changed.append(target)

@@ -48,7 +48,7 @@ from serving.config import AppConfig, load_config
 from serving.decode.readers import DecodeLimits
 from serving.jobs.options import parse_options
 from serving.model_sets import load_sets
-from serving.request_options import ocr_options, overrides
+from serving.request_options import ocr_options
 
 logger = logging.getLogger(__name__)
 
@@ -302,7 +302,7 @@ def build_dataset(
             max_image_pixels=config.input.max_image_pixels,
             max_frames_per_document=config.input.max_frames_per_document,
         ),
-        options=ocr_options(bundle, config.pipeline, **overrides(options)),
+        options=ocr_options(bundle, config.pipeline, **options),
         charset=bundle.charset,
     )
     rows = [

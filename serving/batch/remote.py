@@ -27,15 +27,21 @@ def run_remote(
     documents: list[BatchDocument],
     manifest: Manifest,
     progress: Callable[[int], tqdm[Any]],
+    *,
+    api_key: str | None = None,
 ) -> dict[PageKey, dict[str, Any]]:
-    """Submit every document with a page not done yet; record results as they stream in.
+    """Submit every document with a page not done yet, with `api_key` (`X-API-Key`) when the
+    server wants one; record results as they stream in.
 
     The server takes whole files, so a document with some pages done is sent again; its pages
     already in the manifest are not recorded twice. Returns the pages that failed.
     """
     todo = [d for d in documents if not all(manifest.done(k) for k in d.page_keys())]
     failures: dict[PageKey, dict[str, Any]] = {}
-    with httpx.Client(base_url=url.rstrip("/"), timeout=httpx.Timeout(60.0, read=None)) as client:
+    headers = {"X-API-Key": api_key} if api_key else {}
+    with httpx.Client(
+        base_url=url.rstrip("/"), timeout=httpx.Timeout(60.0, read=None), headers=headers
+    ) as client:
         job = _submit(client, todo, manifest.options)
         seen: set[PageKey] = set()
         with progress(int(job["pages_total"])) as bar:

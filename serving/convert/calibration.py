@@ -2,8 +2,8 @@
 
 NNCF sets each int8 model's quantisation ranges from inputs it has seen (`models.quantize`).
 They are the inputs the served pipeline gives each model: the pages of the Debian doc PDFs
-(`loadtest.pages.REAL_PDFS`), rendered at the bench's 150 dpi and read by the configured models
-at f32 on OpenVINO, with each model's batches recorded as they run (the detector's pages, the
+(`serving.convert.pdf_pages.REAL_PDFS`), rendered at the bench's 150 dpi and read by the configured
+models at f32 on OpenVINO, with each model's batches recorded as they run (the detector's pages, the
 recogniser's line batches, the classifier's where one is configured).
 
 The pages are held out from every measurement: `make bench`, `loadtest.accuracy` and the tests
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from loadtest import pages as pdf_pages
 from serving.config import AppConfig
+from serving.convert import pdf_pages
 from serving.engine.local import LocalEngine
 
 HELD_OUT_UP_TO = 10
@@ -109,8 +109,8 @@ def _recording(
 def describe(pages: list[CalibrationPage]) -> dict[str, Any]:
     """The calibration set, for the int8 models' provenance."""
     return {
-        "source": "Debian doc PDFs (loadtest.pages.REAL_PDFS), text pages held out from the "
-        f"bench's and tests' picks (select_text_pages n <= {HELD_OUT_UP_TO} per PDF)",
+        "source": "Debian doc PDFs (serving.convert.pdf_pages.REAL_PDFS), text pages held out from "
+        f"the bench's and tests' picks (select_text_pages n <= {HELD_OUT_UP_TO} per PDF)",
         "dpi": CALIBRATION_DPI,
         "pages": [page.label for page in pages],
         "page_count": len(pages),

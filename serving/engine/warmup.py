@@ -13,8 +13,8 @@ from models.bundle import load_bundle
 from serving.config import PipelineConfig
 from serving.engine.local import ocr_page
 from serving.model_sets import STAGE_SEP, set_stage, stage_kind
+from serving.proc import release_free_heap
 from serving.request_options import ocr_options
-from serving.workers.proc import release_free_heap
 
 WARMUP_TEXT = ("Warm-up page 2026", "OCR server 0123456789")
 MIN_LINE_SIMILARITY = 0.9
@@ -46,7 +46,7 @@ def warm_up_page(predictors: dict[str, Any], model_dirs: dict[str, str]) -> list
     options = ocr_options(
         bundle,
         PipelineConfig(),
-        use_textline_orientation="cls" in predictors,
+        textline_orientation="cls" in predictors,
         orientation="off",
     )
     image = warmup_image()

@@ -25,9 +25,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Send
 
+from serving import request_context
 from serving.config import ServerConfig
 from serving.errors import OcrError, Overloaded, QuotaExceeded
-from serving.http import paddlex_api, request_id
+from serving.http import paddlex_api
 from serving.http.endpoints import Handler, config_of
 from serving.scheduling.retry_after import retry_after_s
 
@@ -79,7 +80,7 @@ async def send_refusal(
 ) -> None:
     """A refusal written straight to ASGI `send`, in the format of the API at `path`: for pure
     ASGI middleware that answers before any route runs (keys, quotas, hosts)."""
-    rid = request_id.current_or_new()
+    rid = request_context.current_or_new()
     if path in PADDLEX_PATHS:
         body = paddlex_api.envelope(rid, status=status, message=message)
     else:
@@ -102,7 +103,7 @@ async def send_refusal(
 def native_error(exc: Exception, server: ServerConfig) -> JSONResponse:
     """`exc` answered in the native format, under the current request's id (which
     `RequestIdMiddleware` also returns in `X-Request-ID`)."""
-    rid = request_id.current_or_new()
+    rid = request_context.current_or_new()
     err = as_ocr_error(exc, rid)
     return JSONResponse(
         native_body(err.code, err.message, rid),
@@ -179,7 +180,7 @@ async def route_error(request: Request, exc: Exception) -> Response:
     else:
         code = "http_error"
         message = exc.detail if isinstance(exc, HTTPException) else "Internal Server Error"
-    rid = request_id.current_or_new()
+    rid = request_context.current_or_new()
     if path in PADDLEX_PATHS:
         body = paddlex_api.envelope(rid, status=status, message=message)
     else:

@@ -147,6 +147,7 @@ async def document_response(
     state: DocumentState,
     fmt: Format,
     mode: TextMode = "skip",
+    deskew: bool = False,
 ) -> Response:
     """One document in `fmt`, as a download.
 
@@ -160,7 +161,7 @@ async def document_response(
             f"{state.file.pages} pages finished; ask again when `GET /v1/jobs/{info.id}/documents` "
             "says it is not pending"
         )
-    path = await rendered(jobs, runner, info.id, state, fmt, mode)
+    path = await rendered(jobs, runner, info.id, state, fmt, mode, deskew)
     return FileResponse(
         path,
         media_type=_content_type(fmt),
@@ -176,6 +177,7 @@ def archive_response(
     states: list[DocumentState],
     fmt: Format,
     mode: TextMode = "skip",
+    deskew: bool = False,
 ) -> Response:
     """Every document of the finished job in `fmt`, as one zip streamed as it is made.
 
@@ -188,7 +190,7 @@ def archive_response(
             f"{info.pages_total} pages finished); its archive is made once it ends"
         )
     return StreamingResponse(
-        _archive(jobs, runner, info.id, states, fmt, mode),
+        _archive(jobs, runner, info.id, states, fmt, mode, deskew),
         media_type="application/zip",
         headers={"Content-Disposition": f'attachment; filename="job-{info.id}-{fmt}.zip"'},
     )
@@ -201,13 +203,14 @@ async def _archive(
     states: list[DocumentState],
     fmt: Format,
     mode: TextMode,
+    deskew: bool,
 ) -> AsyncIterator[bytes]:
     stream = ZipStream()
     names: set[str] = set()
     for state in states:
         name = _member_name(state.file, fmt, names)
         try:
-            path = await rendered(jobs, runner, job_id, state, fmt, mode)
+            path = await rendered(jobs, runner, job_id, state, fmt, mode, deskew)
         except OcrError as err:  # one document's failure is reported in the archive, not fatal
             error = {"code": err.code, "message": err.message}
             body = json.dumps({"name": state.file.name, "error": error}).encode()
@@ -233,9 +236,10 @@ async def rendered(
     state: DocumentState,
     fmt: Format,
     mode: TextMode = "skip",
+    deskew: bool = False,
 ) -> Path:
-    """The document's file in `fmt` (a PDF from a PDF: in `mode`), rendered by a CPU worker
-    unless it was already.
+    """The document's file in `fmt` (a PDF from a PDF: in `mode`; a PDF straightened with
+    `deskew`), rendered by a CPU worker unless it was already.
 
     Raises:
         PayloadTooLarge: rendering it could never fit in the memory budget.
@@ -243,6 +247,7 @@ async def rendered(
     """
     outputs = runner.store.job_dir(job_id) / "outputs"
     moded = f".{mode}" if fmt == "pdf" and mode != "skip" else ""
+    moded += ".deskew" if fmt == "pdf" and deskew else ""
     path = outputs / f"{state.file.index}{moded}.{EXTENSIONS[fmt]}"
     if await asyncio.to_thread(path.exists):
         return path
@@ -283,6 +288,7 @@ async def rendered(
             fmt=fmt,
             limits=jobs.limits,
             mode=mode,
+            deskew=deskew,
         )
         async with budget.hold(cost):
             await jobs.cpu.run(write_stored, task, priority=BACKGROUND)

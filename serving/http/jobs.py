@@ -21,7 +21,14 @@ from starlette.routing import Route
 from serving.errors import OcrError, StoredQuotaExceeded, UnsupportedMediaType, ValidationFailed
 from serving.http.auth import identity_of
 from serving.http.body_limit import JOBS, limit_body
-from serving.http.endpoints import Handler, config_of, jobs_of, ocr_of, until_disconnect
+from serving.http.endpoints import (
+    Handler,
+    config_of,
+    jobs_of,
+    metrics_of,
+    ocr_of,
+    until_disconnect,
+)
 from serving.http.exceptions import native_errors
 from serving.http.job_documents import (
     archive_response,
@@ -30,6 +37,7 @@ from serving.http.job_documents import (
     list_body,
     pick,
 )
+from serving.http.job_hooks import check_outputs, storage_reads, submit_hooks
 from serving.http.job_limits import check_free_disk, check_room, stored_limits, upload_bytes
 from serving.http.ocr_outputs import parse_mode
 from serving.http.params import (
@@ -49,7 +57,7 @@ from serving.jobs.runner import JobRunner
 from serving.jobs.staging import WorkerCounter
 from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
 from serving.outputs.formats import negotiate, parse_format
-from serving.request_options import NO_CLASSIFIER, overrides, parse_flag
+from serving.request_options import NO_CLASSIFIER, parse_flag
 from serving.service.requests import JobRequests
 
 T = TypeVar("T")
@@ -113,12 +121,20 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
                 raw_options.update(options_from_json(cast(str, form["options"])))
             options = parse_options(raw_options)
             # Refused now, not page by page once the job runs.
-            ocr_of(request).options(overrides(options), no_classifier=NO_CLASSIFIER)
+            ocr_of(request).options(options, no_classifier=NO_CLASSIFIER)
             uploads = [
                 (value.filename or f"file{i}", cast(IO[bytes], value.file))
                 for i, (_key, value) in enumerate(form.multi_items())
                 if isinstance(value, UploadFile)
             ]
+            extras = await submit_hooks(
+                form,
+                config=config_of(request),
+                credentials=jobs.credentials,
+                owner=owner,
+                uploads=len(uploads),
+            )
+            uploads += [(item.name, item.stream()) for item in extras.inputs]
             dest = runner.store.job_dir(job_id) / "files"
             count = WorkerCounter(
                 jobs.cpu,
@@ -127,15 +143,17 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
                 budget=jobs.budget,
                 max_decoded_pixels=config.max_staging_pixels,
             )
-            staging = asyncio.ensure_future(
-                asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
-            )
-            try:
-                documents = await until_disconnect(request, _shielded(staging))
-            finally:  # the client went away, or the server stops: the thread ends before its
-                if not staging.done():  # files are discarded
-                    count.cancel()
-                    await asyncio.wait({staging})
+            async with storage_reads(extras, jobs.budget, metrics_of(request)):
+                staging = asyncio.ensure_future(
+                    asyncio.to_thread(stage_uploads, uploads, dest, limits, count)
+                )
+                try:
+                    documents = await until_disconnect(request, _shielded(staging))
+                finally:  # the client went away, or the server stops: the thread ends before its
+                    if not staging.done():  # files are discarded
+                        count.cancel()
+                        await asyncio.wait({staging})
+            check_outputs(extras.hooks, [document.name for document in documents])
     except HTTPException as err:
         runner.store.discard(job_id)
         raise _form_error(err.detail, config.max_files_per_job) from err
@@ -149,7 +167,9 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
     # committed (a commit whose outcome is unknown, a cancellation while its thread commits)
     # leaves a job that needs them. Files of a job never recorded go to the store's orphan sweep.
     try:
-        info = await runner.submit(job_id, documents, options, owner=owner, limits=stored)
+        info = await runner.submit(
+            job_id, documents, options, owner=owner, limits=stored, hooks=extras.hooks
+        )
     except StoredQuotaExceeded:  # nothing was recorded: its files go now
         runner.store.discard(job_id)
         raise
@@ -199,9 +219,15 @@ async def _visible(request: Request, runner: JobRunner, job_id: str) -> JobInfo:
 
 
 async def get_job(request: Request) -> Response:
-    """`GET /v1/jobs/{id}`: status, counts, timestamps, files and failed pages."""
-    info = await _visible(request, _runner(request), request.path_params["job_id"])
-    return JSONResponse(info.to_json())
+    """`GET /v1/jobs/{id}`: status, counts, timestamps, files and failed pages; with its
+    callback or export, their deliveries and every attempt's outcome."""
+    runner = _runner(request)
+    info = await _visible(request, runner, request.path_params["job_id"])
+    body = info.to_json()
+    if info.hooks.wanted:
+        deliveries = await asyncio.to_thread(runner.store.deliveries, info.id)
+        body["deliveries"] = [delivery.to_json() for delivery in deliveries]
+    return JSONResponse(body)
 
 
 async def list_jobs(request: Request) -> Response:
@@ -262,14 +288,15 @@ async def list_documents(request: Request) -> Response:
 
 async def get_document(request: Request) -> Response:
     """`GET /v1/jobs/{id}/documents/{n}`: one document in `?format=` (or as `Accept` asks):
-    json, text, hocr, alto or pdf (`?mode=`: as `/v1/ocr`'s); 409 while its pages are still to
-    run."""
+    json, text, hocr, alto or pdf (`?mode=`, `?deskew=`: as `/v1/ocr`'s); 409 while its pages
+    are still to run."""
     runner = _runner(request)
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = negotiate(request.query_params.get("format"), request.headers.get("accept"))
     mode = parse_mode(request.query_params.get("mode", "skip"))
+    deskew = parse_flag("deskew", request.query_params.get("deskew", "false"))
     state = pick(await document_states(runner.store, info), request.path_params["index"])
-    return await document_response(jobs_of(request), runner, info, state, fmt, mode)
+    return await document_response(jobs_of(request), runner, info, state, fmt, mode, deskew)
 
 
 async def job_archive(request: Request) -> Response:
@@ -279,8 +306,9 @@ async def job_archive(request: Request) -> Response:
     info = await _visible(request, runner, request.path_params["job_id"])
     fmt = parse_format(request.query_params.get("format", "json"))
     mode = parse_mode(request.query_params.get("mode", "skip"))
+    deskew = parse_flag("deskew", request.query_params.get("deskew", "false"))
     states = await document_states(runner.store, info)
-    return archive_response(jobs_of(request), runner, info, states, fmt, mode)
+    return archive_response(jobs_of(request), runner, info, states, fmt, mode, deskew)
 
 
 @dataclass(slots=True)

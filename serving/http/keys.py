@@ -3,7 +3,7 @@
 Keys come from two places. Plain keys (the `auth.api_keys_env` variable, comma-separated, and the
 `auth.api_keys_file` file, one a line) are `user`s named `key-` and the first 8 hex digits of
 their SHA-256, so logs and metrics never carry a secret. Named keys come from the TOML file
-`auth.keys_file` (a mounted Kubernetes Secret, say), which holds no secret either:
+`auth.keys_file` (a mounted Kubernetes Secret, say), which holds no key either, only its hash:
 
     [[keys]]
     id = "alice"                 # letters, digits, `.`, `_`, `-`; shown in metrics and logs
@@ -13,6 +13,10 @@ their SHA-256, so logs and metrics never carry a secret. Named keys come from th
     burst_requests = 10          # optional, else auth.burst_requests
     max_inflight_pages = 20      # optional, else auth.max_inflight_pages
     max_jobs = 50                # optional, else auth.max_jobs (and max_stored_bytes, _pages)
+
+An entry may also hold the credentials of its jobs' webhooks and object storage
+(`webhook_secret`, `s3_access_key_id`, ...: `serving.jobs.credentials`), which are secrets:
+they are checked here at start, never kept in an `Identity`.
 """
 
 from __future__ import annotations
@@ -27,15 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from serving.config import AuthConfig
+from serving.config import AuthConfig, StorageConfig
 from serving.errors import ConfigError
+from serving.jobs.credentials import KEY_FIELDS, key_credentials
 from serving.scheduling.quotas import KeyQuota
 
 Role = Literal["user", "admin"]
 ROLES: tuple[Role, ...] = ("user", "admin")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_ENTRY_KEYS = frozenset(("id", "role", "sha256", *(f.name for f in dataclasses.fields(KeyQuota))))
+_QUOTA_KEYS = frozenset(f.name for f in dataclasses.fields(KeyQuota))
+_ENTRY_KEYS = frozenset(("id", "role", "sha256", *_QUOTA_KEYS, *KEY_FIELDS))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,7 +156,8 @@ def _entry(entry: Any, defaults: KeyQuota, where: str) -> ApiKey:
         raise ConfigError(
             where, f"sha256 of {key_id} must be 64 hex digits (the SHA-256 of the key, not the key)"
         )
-    quota = {name: entry[name] for name in _ENTRY_KEYS - {"id", "role", "sha256"} if name in entry}
+    key_credentials(entry, StorageConfig(), where)  # the secrets are checked, not kept here
+    quota = {name: entry[name] for name in _QUOTA_KEYS if name in entry}
     for name, value in quota.items():
         whole = name != "requests_per_s"
         kinds = (int,) if whole else (int, float)

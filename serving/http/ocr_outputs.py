@@ -12,11 +12,12 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from serving.config import choices_text
+from serving import request_context
 from serving.decode.readers import FileKind
 from serving.errors import ValidationFailed
 from serving.http import request_id
 from serving.http.answers import charged_json
+from serving.options import choices_text
 from serving.outputs.document import (
     TEXT_MODES,
     Document,
@@ -43,6 +44,8 @@ class Wanted:
     """JSON: the page's `blocks` in reading order."""
     mode: TextMode = "skip"
     """PDF from a PDF: what its pages that have text get (`serving.outputs.pdf_text`)."""
+    deskew: bool = False
+    """PDF: each page shown straightened, its text layer with it (`serving.outputs.deskew`)."""
 
 
 def wanted(request: Request) -> Wanted:
@@ -50,8 +53,8 @@ def wanted(request: Request) -> Wanted:
     work is done.
 
     Raises:
-        ValidationFailed: `format` names no format, `words` or `layout` is neither true nor
-            false, `mode` is not a mode (422).
+        ValidationFailed: `format` names no format, `words`, `layout` or `deskew` is neither
+            true nor false, `mode` is not a mode (422).
         NotAcceptable: `Accept` names only media types not made here (406).
     """
     params = request.query_params
@@ -60,6 +63,7 @@ def wanted(request: Request) -> Wanted:
         words=parse_flag("words", params.get("words", "false")),
         layout=parse_flag("layout", params.get("layout", "false")),
         mode=parse_mode(params.get("mode", "skip")),
+        deskew=parse_flag("deskew", params.get("deskew", "false")),
     )
 
 
@@ -117,7 +121,7 @@ async def answer(
     """The answer in the wanted format; a rendered one is made in a CPU worker and streamed,
     named after the upload (`name`, else "document"): the hOCR's and ALTO's source, the PDF's
     title, and the file name in `Content-Disposition` (`scan.png.pdf`, as a job's documents)."""
-    headers = {request_id.HEADER: request_id.current_or_new()}
+    headers = {request_id.HEADER: request_context.current_or_new()}
     if want.format == "json":  # charged until the client has read it (`serving.http.answers`)
         orders = None
         if want.layout:
@@ -132,6 +136,7 @@ async def answer(
         ),
         source=Source(media_type_of(data, pdf=kind == "pdf"), data),
         mode=want.mode,
+        deskew=want.deskew,
     )
     stream = await renderer.render(document, want.format, source_bytes=len(data))
     headers["Content-Length"] = str(stream.size)

@@ -15,10 +15,10 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from serving.http.endpoints import TIMEOUT_HEADER
-from serving.http.openapi_schemas import SCHEMAS, Json, bounds
+from serving.http.openapi_schemas import JOB_HOOK_FIELDS, SCHEMAS, Json, bounds
+from serving.options import OPTIONS, Option
 from serving.outputs.document import TEXT_MODES
 from serving.outputs.formats import FORMATS, MEDIA_TYPES
-from serving.request_options import CHOICES, OPTIONS, Option
 
 _BINARY: Json = {"type": "string", "format": "binary"}
 
@@ -43,6 +43,7 @@ def _errors(*statuses: int, schema: str = "Error") -> dict[str, Json]:
         409: "Pages of the job are still to run (a document, or the archive of a running job)",
         415: "Unsupported content type",
         422: "Invalid input or parameters",
+        502: "The object store named by an `input` could not be reached (`storage_unavailable`)",
         503: (
             "Not ready, overloaded or no memory-budget room for the body now (with Retry-After), "
             "or a worker unavailable"
@@ -76,9 +77,9 @@ _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 
 def _option_schema(name: str, option: Option) -> Json:
-    schema: Json = {"type": _JSON_TYPES[option.kind], **bounds(option.override)}
-    if name in CHOICES:
-        schema["enum"] = list(CHOICES[name])
+    schema: Json = {"type": _JSON_TYPES[option.kind], **bounds(name)}
+    if option.choices:
+        schema["enum"] = list(option.choices)
     return schema
 
 
@@ -93,6 +94,13 @@ _MODE = _query(
     "are (skip), get the OCR layer over their text (force), or have an earlier OCR layer "
     "(invisible text) replaced by this one (redo)",
 )
+_DESKEW = _query(
+    "deskew",
+    {"type": "boolean", "default": False},
+    "A searchable PDF with each page straightened, as OCRmyPDF's --deskew: the page image drawn "
+    "turned back by the page's `skew` (not re-encoded; the page keeps its size), the text layer "
+    "on the straightened page",
+)
 _OUTPUT_OPTIONS = [
     _query(
         "format",
@@ -104,6 +112,7 @@ _OUTPUT_OPTIONS = [
     _query("words", {"type": "boolean"}, "JSON: each line's words with their boxes"),
     _query("layout", {"type": "boolean"}, "JSON: the page's blocks in reading order"),
     _MODE,
+    _DESKEW,
 ]
 _DOCUMENT_BODY: Json = {
     "required": True,
@@ -179,13 +188,14 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                 "multipart/form-data": {
                     "schema": {
                         "type": "object",
-                        "required": ["file"],
+                        "description": "One or more `file` parts, or `input` fields, or both",
                         "properties": {
                             "file": {"type": "array", "items": _BINARY},
                             "options": {
                                 "type": "string",
                                 "description": "JSON object of options (at most 64 KiB)",
                             },
+                            **JOB_HOOK_FIELDS,
                         },
                     }
                 }
@@ -193,7 +203,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         },
         "responses": {
             "202": _json("Accepted; `Location` names the job", _ref("Job")),
-            **_errors(404, 408, 413, 415, 422, 503),
+            **_errors(404, 408, 413, 415, 422, 502, 503),
         },
     },
     ("/v1/jobs", "get"): {
@@ -296,6 +306,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                 "cancelled job) come out without text",
             ),
             _MODE,
+            _DESKEW,
         ],
         "responses": {
             "200": {
@@ -317,6 +328,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
             _JOB_ID,
             _query("format", {"type": "string", "enum": list(FORMATS)}, "Default json"),
             _MODE,
+            _DESKEW,
         ],
         "responses": {
             "200": {

@@ -6,15 +6,15 @@ import math
 from typing import Any
 
 from pipelines.types import LIMIT_TYPES
-from serving.config import PIPELINE_RANGES
+from serving.options import OPTIONS
 
 Json = dict[str, Any]
 
 
 def bounds(name: str) -> Json:
-    """JSON Schema `minimum` and `maximum` of an option, from `config.PIPELINE_RANGES`; none for
-    an option without one, or with an unbounded range (JSON has no infinity)."""
-    low, high = PIPELINE_RANGES.get(name, (-math.inf, math.inf))
+    """JSON Schema `minimum` and `maximum` of an OCR option (`serving.options.OPTIONS`); none for
+    an option without bounds, or with unbounded ones (JSON has no infinity)."""
+    low, high = OPTIONS[name].bounds or (-math.inf, math.inf)
     if math.isinf(low) or math.isinf(high):
         return {}
     return {"minimum": low, "maximum": high}
@@ -89,6 +89,12 @@ _PAGE: Json = {
         "page": {"type": "integer", "description": "0-based"},
         "width": {"type": "integer"},
         "height": {"type": "integer"},
+        "skew": {
+            "type": "number",
+            "description": "How far the page's lines are turned from level, in degrees "
+            "counter-clockwise (positive: lines rise to the right), from its detected line boxes; "
+            "`deskew=true` turns the page back by it",
+        },
         "scaled_from": {
             "type": "object",
             "description": "Present when the page was decoded smaller than sent (its longer "
@@ -136,6 +142,53 @@ _JOB: Json = {
         "options": {"type": "object"},
         "files": {"type": "array", "items": {"type": "object"}},
         "failed_pages": {"type": "array", "items": {"type": "object"}},
+        "callback": {
+            "type": "object",
+            "description": "Its `callback_url` (without its query) and `events`",
+        },
+        "output": {
+            "type": "object",
+            "description": "Where its outputs are exported: `location` (s3://), `urls` (presigned "
+            "PUT URLs, without their query), `formats`",
+        },
+        "deliveries": {
+            "type": "array",
+            "description": "With a callback or an output: each webhook and export, its `status` "
+            "(pending, delivered, failed), `attempts`, `next_attempt_at`, `last_error` and the "
+            "`log` of its last attempts",
+            "items": {"type": "object"},
+        },
+    },
+}
+JOB_HOOK_FIELDS: Json = {
+    "callback_url": {
+        "type": "string",
+        "description": "POSTed a signed event (Standard Webhooks) when the job ends; hosts "
+        "allow-listed in `webhooks.allowed_hosts`",
+    },
+    "callback_events": {
+        "type": "string",
+        "description": "Comma-separated: `job` (default: its end), `document` (each document's)",
+    },
+    "input": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "Documents to read: s3://bucket/key, s3://bucket/prefix/, or presigned "
+        "GET URLs (hosts in `storage.url_allowed_hosts`)",
+    },
+    "output": {
+        "type": "string",
+        "description": "s3://bucket/prefix/: `results.jsonl` and each document are written there "
+        "when the job ends",
+    },
+    "output_urls": {
+        "type": "string",
+        "description": "JSON object: output name (`results.jsonl`, `NAME.EXT`) to a presigned "
+        "PUT URL",
+    },
+    "output_formats": {
+        "type": "string",
+        "description": "Comma-separated formats each document is exported in (default json)",
     },
 }
 _PADDLEX_REQUEST: Json = {
@@ -155,7 +208,7 @@ _PADDLEX_REQUEST: Json = {
         "textDetLimitSideLen": {
             "type": "integer",
             "minimum": 0,
-            "maximum": bounds("limit_side_len")["maximum"],
+            "maximum": bounds("det_limit_side_len")["maximum"],
             "nullable": True,
             "description": "0: the default",
         },
@@ -164,9 +217,9 @@ _PADDLEX_REQUEST: Json = {
             "enum": list(LIMIT_TYPES),
             "nullable": True,
         },
-        "textDetThresh": {"type": "number", **bounds("thresh"), "nullable": True},
-        "textDetBoxThresh": {"type": "number", **bounds("box_thresh"), "nullable": True},
-        "textDetUnclipRatio": {"type": "number", **bounds("unclip_ratio"), "nullable": True},
+        "textDetThresh": {"type": "number", **bounds("det_thresh"), "nullable": True},
+        "textDetBoxThresh": {"type": "number", **bounds("det_box_thresh"), "nullable": True},
+        "textDetUnclipRatio": {"type": "number", **bounds("det_unclip_ratio"), "nullable": True},
         "textRecScoreThresh": {"type": "number", **bounds("score_thresh"), "nullable": True},
         "returnWordBox": {"type": "boolean", "nullable": True},
         "visualize": {"type": "boolean", "nullable": True},

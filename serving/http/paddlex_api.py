@@ -11,23 +11,23 @@ from typing import Any
 
 from pipelines.crop import boxes_from_polys
 from pipelines.types import LIMIT_TYPES, PageResult
-from serving.config import choices_text
 from serving.decode.readers import FileKind
 from serving.errors import InvalidInput, ValidationFailed
+from serving.options import choices_text
 from serving.outputs.document import make_line
 from serving.request_options import OcrOptions
 from serving.service.ocr import PageOutput
 
-# Request field -> (accepted JSON types, OcrOptions override name).
+# Request field -> (accepted JSON types, the OCR option it sets: `serving.options.OPTIONS`).
 _OPTIONAL_FIELDS: dict[str, tuple[tuple[type, ...], str | None]] = {
     "useDocOrientationClassify": ((bool,), None),
     "useDocUnwarping": ((bool,), None),
-    "useTextlineOrientation": ((bool,), "use_textline_orientation"),
-    "textDetLimitSideLen": ((int,), "limit_side_len"),
-    "textDetLimitType": ((str,), "limit_type"),
-    "textDetThresh": ((int, float), "thresh"),
-    "textDetBoxThresh": ((int, float), "box_thresh"),
-    "textDetUnclipRatio": ((int, float), "unclip_ratio"),
+    "useTextlineOrientation": ((bool,), "textline_orientation"),
+    "textDetLimitSideLen": ((int,), "det_limit_side_len"),
+    "textDetLimitType": ((str,), "det_limit_type"),
+    "textDetThresh": ((int, float), "det_thresh"),
+    "textDetBoxThresh": ((int, float), "det_box_thresh"),
+    "textDetUnclipRatio": ((int, float), "det_unclip_ratio"),
     "textRecScoreThresh": ((int, float), "score_thresh"),
     "returnWordBox": ((bool,), None),
     "visualize": ((bool,), None),
@@ -42,8 +42,14 @@ NO_CLASSIFIER = (
 )
 """The answer to `useTextlineOrientation: true` without a classifier (PaddleX answers 500)."""
 # PaddleX reads these as `value or default`: a 0 in the request runs with the default but is
-# still reported in `text_det_params`. Reproduced so that results match PaddleX's.
-_FALSY_MEANS_DEFAULT = ("limit_side_len", "thresh", "box_thresh", "unclip_ratio")
+# still reported in `text_det_params` (option -> its key there). Reproduced so that results match
+# PaddleX's.
+_FALSY_MEANS_DEFAULT = {
+    "det_limit_side_len": "limit_side_len",
+    "det_thresh": "thresh",
+    "det_box_thresh": "box_thresh",
+    "det_unclip_ratio": "unclip_ratio",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +61,7 @@ class OcrRequest:
     """Base64 data or a URL."""
     file_type: FileKind | None
     overrides: dict[str, Any]
-    """OcrOptions overrides as the request gave them (None = not given)."""
+    """The OCR options as the request gave them (`serving.options.OPTIONS`; None = not given)."""
     visualize: bool | None
     return_word_box: bool = False
     """`returnWordBox`: each line's words and their boxes (`text_word`, `text_word_boxes`)."""
@@ -169,7 +175,7 @@ def parse_request(body: Any) -> OcrRequest:
         )
     if body.get("useDocOrientationClassify") is not None:
         overrides["orientation"] = "auto" if body["useDocOrientationClassify"] else "off"
-    if overrides.get("limit_type") not in (None, *LIMIT_TYPES):
+    if overrides.get("det_limit_type") not in (None, *LIMIT_TYPES):
         raise ValidationFailed(f"textDetLimitType must be {choices_text(LIMIT_TYPES)}")
     file_kind: FileKind | None = None
     if file_type is not None:
@@ -238,9 +244,9 @@ def pruned_result(
         "box_thresh": det.box_thresh,
         "unclip_ratio": det.unclip_ratio,
     }
-    for key in _FALSY_MEANS_DEFAULT:
-        if key in reported:
-            params[key] = reported[key]
+    for name, key in _FALSY_MEANS_DEFAULT.items():
+        if name in reported:
+            params[key] = reported[name]
     rec_polys = [line.poly for line in page.lines]
     use_doc = page.page_orientation is not None
     result: dict[str, Any] = {

@@ -11,24 +11,27 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from serving.errors import ValidationFailed
-from serving.request_options import OPTIONS
+from serving.jobs.hooks import FIELDS as HOOK_FIELDS
+from serving.options import OPTIONS
 
 Handler = Callable[[Request], Awaitable[Response]]
 
-OCR_QUERY = (*OPTIONS, "format", "words", "layout", "mode")
-"""`/v1/ocr`: the OCR options (`request_options.OPTIONS`, `lang` and `model` among them) and
+OCR_QUERY = (*OPTIONS, "format", "words", "layout", "mode", "deskew")
+"""`/v1/ocr`: the OCR options (`serving.options.OPTIONS`, `lang` and `model` among them) and
 what to answer with (`serving.http.ocr_outputs.wanted`)."""
 RENDER_QUERY = ("page",)
 JOB_QUERY = tuple(OPTIONS)
 """`POST /v1/jobs`: the OCR options, for every page of the job (or in its `options` field)."""
 LIST_JOBS_QUERY = ("status", "limit")
 RESULTS_QUERY = ("follow", "format")
-FORMAT_QUERY = ("format", "mode")
-"""A job's documents and archive: the format, and a searchable PDF's `mode`."""
+FORMAT_QUERY = ("format", "mode", "deskew")
+"""A job's documents and archive: the format, and a searchable PDF's `mode` and `deskew`."""
 NO_QUERY: tuple[str, ...] = ()
 DOCUMENT_FIELDS = ("file",)
 """`/v1/ocr` and `/v1/render` in multipart: the document."""
-JOB_FIELDS = ("file", "options")
+JOB_FIELDS = ("file", "options", *HOOK_FIELDS)
+"""`POST /v1/jobs`: the documents, their options, and the callback, export and storage inputs
+(`serving.jobs.hooks.FIELDS`)."""
 
 
 def check_query(request: Request, known: Collection[str]) -> None:

@@ -1,8 +1,8 @@
-"""Request ids: taken from `X-Request-ID` or made, kept in a contextvar, echoed in the response."""
+"""Request ids: taken from `X-Request-ID` or made, kept in `serving.request_context` for the
+request's log lines and answers, echoed in the response."""
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import re
 import time
@@ -11,25 +11,16 @@ import uuid
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serving.request_context import REQUEST_ID
+
 HEADER = "X-Request-ID"
 QUIET_PATHS = ("/livez", "/readyz", "/health", "/metrics", "/static/")
 """Probes, scrapes and page assets: their access lines are DEBUG, the others INFO."""
 
 access_logger = logging.getLogger("serving.access")
 
-_REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 # A client's id is kept only when it is short and plain, so it cannot forge log lines.
 _ACCEPTED = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
-
-
-def current() -> str | None:
-    """The id of the request being handled in this context; None outside a request."""
-    return _REQUEST_ID.get()
-
-
-def current_or_new() -> str:
-    """The current request's id, or a fresh one outside a request."""
-    return _REQUEST_ID.get() or uuid.uuid4().hex
 
 
 def accepted(value: str | None) -> str | None:
@@ -41,8 +32,8 @@ def accepted(value: str | None) -> str | None:
 
 class RequestIdMiddleware:
     """Pure ASGI middleware: every HTTP request gets an id, visible to handlers and log records
-    through `current()`, and returned in the `X-Request-ID` response header; one access line is
-    logged per request when it ends (`serving.access`)."""
+    through `serving.request_context.current()`, and returned in the `X-Request-ID` response
+    header; one access line is logged per request when it ends (`serving.access`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -68,7 +59,7 @@ class RequestIdMiddleware:
                 headers[HEADER] = request_id
             await send(message)
 
-        token = _REQUEST_ID.set(request_id)
+        token = REQUEST_ID.set(request_id)
         started = time.monotonic()
         try:
             await self.app(scope, receive, send_with_id)
@@ -83,4 +74,4 @@ class RequestIdMiddleware:
                 status,
                 (time.monotonic() - started) * 1000,
             )
-            _REQUEST_ID.reset(token)
+            REQUEST_ID.reset(token)

@@ -7,10 +7,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from serving import request_context, tracing
 from serving.config import AppConfig
 from serving.decode.readers import FileKind, frames_type
 from serving.errors import InvalidInput
-from serving.http import json_body, ocr_outputs, paddlex_api, request_id, url_fetch
+from serving.http import json_body, ocr_outputs, paddlex_api, url_fetch
 from serving.http.answers import charged_json
 from serving.http.auth import identity_of
 from serving.http.body_limit import PADDLEX, RAW, limit_body
@@ -38,7 +39,7 @@ async def paddlex_ocr(request: Request) -> Response:
     """`POST /ocr`: PaddleX basic serving's OCR endpoint."""
     config = config_of(request)
     ocr = ocr_of(request)
-    log_id = request_id.current_or_new()
+    log_id = request_context.current_or_new()
     fetched = BodyCharge(budget_of(request), copies=2)  # a URL's file, held as a raw body is
     try:
         paddlex_api.check_content_type(request.headers.get("content-type", ""))
@@ -115,7 +116,8 @@ async def v1_ocr(request: Request) -> Response:
     pages = await until_disconnect(
         request, ocr.ocr(data, kind, options, timeout_s=timeout_s, tenant=identity_of(request))
     )
-    return await ocr_outputs.answer(renderer_of(request), pages, data, kind, want, name=name)
+    with tracing.span("outputs"):
+        return await ocr_outputs.answer(renderer_of(request), pages, data, kind, want, name=name)
 
 
 async def v1_models(request: Request) -> Response:
@@ -135,7 +137,7 @@ async def metrics(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     """`GET /health`: PaddleX's liveness answer."""
-    return JSONResponse(paddlex_api.envelope(request_id.current_or_new(), message="Healthy"))
+    return JSONResponse(paddlex_api.envelope(request_context.current_or_new(), message="Healthy"))
 
 
 async def livez(request: Request) -> Response:

@@ -12,13 +12,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from serving.addresses import IpAddress, refused_address
 from serving.decode.readers import FileKind
 from serving.errors import InvalidInput, PayloadTooLarge
 from serving.scheduling.memory_budget import BodyCharge
 
 logger = logging.getLogger(__name__)
-
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,29 +46,6 @@ def kind_from_url(url: str) -> FileKind:
     raise InvalidInput(
         "Unsupported file type: the URL path names neither an image nor a PDF; set fileType"
     )
-
-
-def refused_address(address: IpAddress) -> str | None:
-    """Why `address` may not be fetched (private, loopback, ...), or None when it is public. An
-    IPv6 address that carries an IPv4 one (IPv4-mapped `::ffff:a.b.c.d`, 6to4 `2002:AABB:CCDD::`)
-    is judged by the IPv4 address: a 6to4 relay, or the host's own `sit` tunnel, delivers there."""
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = address.ipv4_mapped or address.sixtofour
-        if embedded is not None:
-            address = embedded
-    checks = (
-        ("unspecified", address.is_unspecified),
-        ("loopback", address.is_loopback),
-        ("link-local", address.is_link_local),
-        ("multicast", address.is_multicast),
-        ("reserved", address.is_reserved),
-        ("private", address.is_private),
-        ("not globally routable", not address.is_global),
-    )
-    for reason, hit in checks:
-        if hit:
-            return reason
-    return None
 
 
 async def _resolve(host: str, port: int) -> list[str]:

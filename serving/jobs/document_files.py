@@ -23,6 +23,7 @@ from typing import Any
 from PIL import Image
 
 from pipelines.layout import reading_order
+from pipelines.skew import estimate_skew, level_boxes
 from serving.config import InputConfig
 from serving.decode import documents
 from serving.decode.readers import DecodeLimits, FileKind, image_page_sizes
@@ -49,6 +50,8 @@ class StoredDocument:
     limits: DecodeLimits
     mode: TextMode = "skip"
     """A PDF from a PDF: what its pages that have text get (`serving.outputs.pdf_text`)."""
+    deskew: bool = False
+    """A PDF: its pages straightened, their text layers with them (`serving.outputs.deskew`)."""
 
 
 def limits_of(config: InputConfig) -> DecodeLimits:
@@ -97,6 +100,7 @@ def write_stored(task: StoredDocument) -> int:
         source=task.source,
         limits=task.limits,
         mode=task.mode,
+        deskew=task.deskew,
     )
 
 
@@ -111,6 +115,7 @@ def write_document(
     source: str | Path | None,
     limits: DecodeLimits,
     mode: TextMode = "skip",
+    deskew: bool = False,
 ) -> int:
     """Write one document in `fmt` to `dest` (whole or not at all: through a temporary file);
     returns its size in bytes. `records[i]` is page i's record, None (or an error entry) when
@@ -119,7 +124,7 @@ def write_document(
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("wb") as file:
-            for chunk in _chunks(fmt, name, records, kind, pages, source, limits, mode):
+            for chunk in _chunks(fmt, name, records, kind, pages, source, limits, mode, deskew):
                 file.write(chunk)
         os.replace(tmp, dest)
     finally:
@@ -136,6 +141,7 @@ def _chunks(
     source: str | Path | None,
     limits: DecodeLimits,
     mode: TextMode,
+    deskew: bool = False,
 ) -> Iterable[bytes]:
     if fmt == "json":
         return [json_document(name, records, pages)]
@@ -144,6 +150,7 @@ def _chunks(
         pages=tuple(_pages(records, kind, pages, source, limits)),
         source=_source(source, kind),
         mode=mode,
+        deskew=deskew,
     )
     return render(document, fmt)
 
@@ -160,7 +167,10 @@ def json_document(name: str, records: Sequence[PageRecord | None], pages: int) -
             out.append({"page": index, "error": error})
             continue
         body = {k: v for k, v in record.items() if k not in ("file", "file_index", "sha256")}
-        boxes = [_bounds(line["box"]) for line in record["lines"]]
+        polys = [line["box"] for line in record["lines"]]
+        skew = float(record["skew"]) if "skew" in record else estimate_skew(polys)
+        # Ordered as the page reads levelled (an askew page's lines interleaved otherwise).
+        boxes = level_boxes(polys, skew)
         body["blocks"] = [{"lines": members} for members in reading_order(boxes)]
         out.append(body)
     return json.dumps({"name": name, "pages": out}, ensure_ascii=False).encode() + b"\n"
@@ -200,9 +210,3 @@ def _source(source: str | Path | None, kind: FileKind) -> Source | None:
     with Image.open(source) as image:
         media_type = image.get_format_mimetype() or "application/octet-stream"
     return Source(media_type=media_type, path=str(source))
-
-
-def _bounds(poly: Sequence[Sequence[float]]) -> tuple[int, int, int, int]:
-    xs = [int(p[0]) for p in poly]
-    ys = [int(p[1]) for p in poly]
-    return min(xs), min(ys), max(xs), max(ys)

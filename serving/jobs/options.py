@@ -9,14 +9,8 @@ from typing import Any
 
 from pipelines.types import PageResult, TextLine
 from serving.errors import ValidationFailed
+from serving.options import OPTIONS, check_choice, check_overrides
 from serving.outputs.document import orientation_json
-from serving.request_options import (
-    CHOICES,
-    OPTIONS,
-    check_choice,
-    check_overrides,
-    overrides,
-)
 
 
 def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -31,10 +25,10 @@ def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
             known = ", ".join(OPTIONS)
             raise ValidationFailed(f"Unknown option {name!r}; the options are {known}")
         options[name] = _coerce(name, value, OPTIONS[name].kind)
-    for name in CHOICES:
-        if name in options:
+    for name, option in OPTIONS.items():
+        if option.choices and name in options:
             check_choice(name, options[name])
-    check_overrides(overrides(options))
+    check_overrides(options)
     return options
 
 
@@ -63,6 +57,7 @@ def page_record(file: str, page: int, result: PageResult, **extra: Any) -> dict[
         "page": page,
         "width": result.width,
         "height": result.height,
+        "skew": result.skew,
         "lines": [_line(line) for line in result.lines],
         **orientation_json(result),
     }

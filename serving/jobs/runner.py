@@ -21,13 +21,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from models.bundle import ModelBundle
 from pipelines.types import PageResult
-from serving.config import AppConfig, JobsConfig
+from serving.config import JobsConfig
 from serving.errors import OcrError, Overloaded
 from serving.jobs.files import Document
+from serving.jobs.hooks import JobHooks
 from serving.jobs.options import page_record
-from serving.jobs.store import JobStore, build_store
+from serving.jobs.outbox import Outbox
+from serving.jobs.store import JobStore
 from serving.jobs.store.types import (
     STATUSES,
     JobInfo,
@@ -37,11 +38,6 @@ from serving.jobs.store.types import (
     StoredLimits,
 )
 from serving.metrics import Metrics
-from serving.model_sets import ModelSets
-from serving.request_options import ocr_options, overrides
-from serving.scheduling.priorities import BACKGROUND
-from serving.service.ocr import OcrService
-from serving.workers.quarantine import file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +90,11 @@ class JobRunner:
         metrics: Metrics | None = None,
         sweep_interval_s: float | None = None,
         retry_backoff_s: float = RETRY_BACKOFF_S,
+        outbox: Outbox | None = None,
     ) -> None:
         self.store = store
+        self.outbox = outbox
+        """Sends the jobs' webhooks and exports; woken at every change of a job."""
         self.config = config
         self.events = JobEvents()
         self._ocr = ocr
@@ -108,41 +107,6 @@ class JobRunner:
         self._open_lock = asyncio.Lock()
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._loops: list[asyncio.Task[None]] = []
-
-    @classmethod
-    def build(
-        cls,
-        config: AppConfig,
-        service: OcrService,
-        bundle: ModelBundle,
-        metrics: Metrics,
-        *,
-        sets: ModelSets | None = None,
-    ) -> JobRunner:
-        """A runner over the configured store whose pages go through `service` at background
-        priority, each read by the model set its job's options pick (`lang`, `model`)."""
-        timeout_s = config.jobs.page_timeout_s
-        # A stored document never changes: hashed once for its pages (`serving.workers.quarantine`).
-        digests = functools.lru_cache(maxsize=256)(file_digest)
-
-        async def ocr(task: PageTask) -> PageResult:
-            options = ocr_options(bundle, config.pipeline, sets=sets, **overrides(task.options))
-            try:
-                digest = await asyncio.to_thread(digests, str(task.path))
-            except OSError:
-                digest = None  # gone: the worker says so
-            output = await service.ocr_page_of(
-                str(task.path),
-                task.kind,
-                task.page,
-                options,
-                priority=BACKGROUND,
-                timeout_s=timeout_s,
-                digest=digest,
-            )
-            return output.result
-
-        return cls(store=build_store(config.jobs), ocr=ocr, config=config.jobs, metrics=metrics)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -184,9 +148,13 @@ class JobRunner:
         ]
         if self.store.lease_s is not None:
             self._loops.append(asyncio.create_task(self._renew(), name="jobs-leases"))
+        if self.outbox is not None:
+            await self.outbox.start()
 
     async def stop(self) -> None:
         """Cancel pages in flight (they go back to pending) and close the store."""
+        if self.outbox is not None:
+            await self.outbox.stop()
         pages = list(self._tasks)
         for task in [*self._loops, *self._tasks.values()]:
             task.cancel()
@@ -209,15 +177,23 @@ class JobRunner:
         *,
         owner: str | None = None,
         limits: StoredLimits | None = None,
+        hooks: JobHooks | None = None,
     ) -> JobInfo:
         """Record a job whose documents are staged under `store.job_dir(job_id)`; it is queued,
-        owned by the API key `owner` (None: authentication is off), within the owner's `limits`.
+        owned by the API key `owner` (None: authentication is off), within the owner's `limits`,
+        with its `hooks` (a callback, an export) carried out by the outbox when it ends.
 
         Raises:
             StoredQuotaExceeded: the job would take its owner past `limits` (nothing recorded).
         """
         info = await asyncio.to_thread(
-            self.store.create_job, job_id, documents, options, owner=owner, limits=limits
+            self.store.create_job,
+            job_id,
+            documents,
+            options,
+            owner=owner,
+            limits=limits,
+            hooks=hooks,
         )
         logger.info("job %s queued: %d files, %d pages", job_id, len(documents), info.pages_total)
         self._wake.set()
@@ -360,6 +336,8 @@ class JobRunner:
 
     async def _changed(self, job_id: str) -> None:
         self.events.notify(job_id)
+        if self.outbox is not None:
+            self.outbox.wake()
         await self._refresh_metrics()
 
     async def _sweep(self) -> None:
@@ -378,6 +356,8 @@ class JobRunner:
                 for job_id in expired:
                     logger.info("job %s expired in the queue (jobs.queued_expiry_s)", job_id)
                     self.events.notify(job_id)
+                if expired and self.outbox is not None:
+                    self.outbox.wake()
                 for job_id in deleted:
                     self.events.notify(job_id)
                 if deleted:

@@ -12,16 +12,22 @@ from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 from ocrmypdf import OcrClass, OcrElement
 from ocrmypdf._options import OcrOptions
 from ocrmypdf.exceptions import MissingDependencyError
 from ocrmypdf.hocrtransform import BoundingBox
+from ocrmypdf.models.ocr_element import Baseline
 from ocrmypdf.pluginspec import OcrEngine, OrientationConfidence
 from PIL import Image
 
+from pipelines.skew import MAX_DEG, estimate_skew
 from serving.ocrmypdf_plugin.backend import backend_for
 from serving.ocrmypdf_plugin.client import OcrServerError
+from serving.outputs.baselines import DESCENT, baseline
+from serving.outputs.document import Word, make_line
+from serving.outputs.pdf_layer import LINE_LAYOUT, place_line
 
 logger = logging.getLogger(__name__)
 
@@ -59,24 +65,12 @@ The server calls a page turned only past its own threshold, so a turned page's s
 (0.93 for the test's sideways page: 27.8 here, where 15 times it fell short)."""
 
 
-MIN_SKEW_LINE_ASPECT = 4.0
-"""Lines at least this many times as long as they are tall give the page's skew (a short line's
-top edge says little about its angle)."""
-
-
-def skew_degrees(lines: Sequence[dict[str, Any]]) -> float:
-    """The page's deskew angle for OCRmyPDF (degrees counter-clockwise, as PIL's `rotate` takes
-    it): the median slope of the long lines' top edges, 0 without any. Boxes' corners run
-    clockwise from the top left, in pixels with y down: a top edge falling to the right is text
-    turned clockwise, which a positive (counter-clockwise) turn undoes."""
-    angles = []
-    for line in lines:
-        (x0, y0), (x1, y1), _, (x3, y3) = line["box"][:4]
-        length = float(np.hypot(x1 - x0, y1 - y0))
-        height = float(np.hypot(x3 - x0, y3 - y0))
-        if length >= MIN_SKEW_LINE_ASPECT * max(height, 1.0):
-            angles.append(float(np.degrees(np.arctan2(y1 - y0, x1 - x0))))
-    return float(np.median(angles)) if angles else 0.0
+def page_skew(page: dict[str, Any]) -> float:
+    """The page's skew (degrees counter-clockwise) as the server reported it; from its lines'
+    boxes for a server that does not report it."""
+    if "skew" in page:
+        return float(page["skew"])
+    return estimate_skew([line["box"] for line in page["lines"]])
 
 
 def paddle_lang(languages: Sequence[str]) -> str:
@@ -102,14 +96,20 @@ MIN_INK_CONTRAST = 64
 """Grey levels between a word box's darkest and lightest pixel below which it is not trimmed."""
 
 
-def hug_ink(gray: np.ndarray | None, box: BoundingBox) -> BoundingBox:
-    """`box` narrowed to the columns with ink in it, on the page's greyscale `gray`.
+def hug_ink(
+    gray: np.ndarray | None, box: BoundingBox, quad: np.ndarray | None = None
+) -> BoundingBox:
+    """`box` narrowed to the columns with ink in it, on the page's greyscale `gray`; with the
+    word's line `quad` (4 points, the image's pixels), only the ink inside the line counts.
 
     Our word boxes come from the recogniser's CTC alignment and reach into the spaces between
     words; OCRmyPDF fits each word's glyphs to its box and puts a space after it, which then
     overlaps the next word, and pdftotext reads the two as one ("thisand": 10% of the test
     pages' words). Tesseract's boxes hug the ink; trimmed to it, ours leave the gap a reader
-    takes for a space. Only ever narrower; a box without clear ink stays as it is.
+    takes for a space. On a page scanned askew a word's upright box also holds the ends of the
+    words above and below it, whose ink filled the gaps (the issue's 4-degree page: "willusually",
+    "conflictwith"): hence the line's quad. Only ever narrower; a box without clear ink stays as
+    it is.
     """
     if gray is None:
         return box
@@ -118,10 +118,17 @@ def hug_ink(gray: np.ndarray | None, box: BoundingBox) -> BoundingBox:
     crop = gray[y0:y1, x0:x1]
     if crop.size == 0:
         return box
-    darkest, lightest = int(crop.min()), int(crop.max())
+    inside = np.ones(crop.shape, dtype=bool)
+    if quad is not None:
+        mask = np.zeros(crop.shape, dtype=np.uint8)
+        cv2.fillPoly(mask, [np.rint(quad - (x0, y0)).astype(np.int32)], (1,))
+        inside = mask.astype(bool)
+        if not inside.any():
+            return box
+    darkest, lightest = int(crop[inside].min()), int(crop[inside].max())
     if lightest - darkest < MIN_INK_CONTRAST:
         return box
-    columns = np.flatnonzero((crop < (darkest + lightest) / 2).any(axis=0))
+    columns = np.flatnonzero(((crop < (darkest + lightest) / 2) & inside).any(axis=0))
     return BoundingBox(
         left=max(box.left, float(x0 + columns[0])),
         top=box.top,
@@ -130,20 +137,84 @@ def hug_ink(gray: np.ndarray | None, box: BoundingBox) -> BoundingBox:
     )
 
 
-def _line_element(line: dict[str, Any], scale: float, gray: np.ndarray | None) -> OcrElement:
+def line_baseline(
+    line: dict[str, Any], scale: float, skew_deg: float
+) -> tuple[BoundingBox, Baseline] | None:
+    """The box and baseline OCRmyPDF's renderer sets `line` (native JSON, scaled by `scale`)
+    on, as our own PDFs lay it (`serving.outputs.pdf_layer.LINE_LAYOUT`: level through the
+    line's middle on a page scanned askew, which text extractors read as one line); None for a
+    line set sideways, left to the renderer's own handling.
+
+    The renderer starts a line's baseline at its box's left edge, `intercept` above the box's
+    bottom, and makes the font as tall as the box above that point. So the box given is the
+    line's band where its baseline starts (its thickness tall), not the box around the whole
+    line: a line 2.5 degrees askew over 1,500 pixels is 65 pixels taller than its text, and the
+    renderer made its font that tall, so that poppler read neighbouring lines into each other
+    and found no gap between the words ("Thewordsusedherecanbeconfusing").
+    """
+    built = make_line(str(line["text"]), 1.0, line["box"])
+    base = baseline(built, skew_deg, (scale, scale), LINE_LAYOUT)
+    if abs(base.angle_deg - skew_deg) > MAX_DEG:
+        return None
+    ux, uy = base.direction
+    slope = uy / ux
+    left, right = built.box[0] * scale, built.box[2] * scale
+    at_left = base.origin[1] + (left - base.origin[0]) * slope
+    descent = DESCENT * base.size
+    box = BoundingBox(
+        left=left, top=at_left + descent - base.size, right=right, bottom=at_left + descent
+    )
+    return box, Baseline(slope=slope, intercept=-descent)
+
+
+def _word_boxes(
+    line: dict[str, Any], words: list[dict[str, Any]], scale: float, skew_deg: float
+) -> list[BoundingBox]:
+    """The words' boxes as our own PDFs place them along the line (`serving.outputs.pdf_layer`):
+    on an askew page a word's upright box is wider than the word by the slant of the line's
+    thickness and overlaps its neighbours' (OCRmyPDF stretches a word to its box: "will" then
+    reached into "usually", and pdftotext read "willusually"); each word spans its length along
+    the line, short of the next by a gap a reader takes for a space."""
+    built = make_line(
+        str(line["text"]),
+        1.0,
+        line["box"],
+        [Word(text=w["text"], box=_int_box(w["box"]), score=float(w["score"])) for w in words],
+    )
+    placed = place_line(built, skew_deg, (scale, scale))
+    boxes = [_bbox(w["box"], scale) for w in words]
+    if placed is None or placed.angle_deg or len(placed.words) != len(words):
+        return boxes  # a line set sideways: as the server boxed it
+    x = placed.origin[0]
+    return [
+        BoundingBox(left=x + p.start, top=b.top, right=x + p.start + p.width, bottom=b.bottom)
+        for p, b in zip(placed.words, boxes, strict=True)
+    ]
+
+
+def _int_box(box: Sequence[float]) -> tuple[int, int, int, int]:
+    return (int(box[0]), int(box[1]), int(box[2]), int(box[3]))
+
+
+def _line_element(
+    line: dict[str, Any], scale: float, gray: np.ndarray | None, skew_deg: float = 0.0
+) -> OcrElement:
+    quad = np.asarray(line["box"], dtype=np.float64).reshape(4, 2) * scale
+    kept = [word for word in line.get("words", []) if word["text"].strip()]
     words = [
         OcrElement(
             ocr_class=OcrClass.WORD,
-            bbox=hug_ink(gray, _bbox(word["box"], scale)),
+            bbox=hug_ink(gray, box, quad),
             text=word["text"],
             confidence=round(100 * float(word["score"]), 2),
         )
-        for word in line.get("words", [])
-        if word["text"].strip()
+        for word, box in zip(kept, _word_boxes(line, kept, scale, skew_deg), strict=True)
     ]
+    placed = line_baseline(line, scale, skew_deg)
     return OcrElement(
         ocr_class=OcrClass.LINE,
-        bbox=_bbox(_line_bounds(line["box"]), scale),
+        bbox=_bbox(_line_bounds(line["box"]), scale) if placed is None else placed[0],
+        baseline=None if placed is None else placed[1],
         text=line["text"],
         confidence=round(100 * float(line["score"]), 2),
         children=words,
@@ -164,11 +235,12 @@ def page_elements(
     width, height = size
     scale = width / page["width"] if page.get("width") else 1.0
     lines = page["lines"]
+    skew = page_skew(page)
     blocks = page.get("blocks") or [{"lines": list(range(len(lines)))}]
     paragraphs = []
     texts = []
     for block in blocks:
-        members = [_line_element(lines[i], scale, gray) for i in block["lines"]]
+        members = [_line_element(lines[i], scale, gray, skew) for i in block["lines"]]
         members = [line for line in members if line.children]
         if not members:
             continue
@@ -269,7 +341,7 @@ class ServingOcrEngine(OcrEngine):
         page = backend_for(options).ocr(
             data, {"orientation": "off", "lang": paddle_lang(options.languages)}
         )
-        return skew_degrees(page["lines"])
+        return -page_skew(page)  # OCRmyPDF turns the image by this: the skew undone
 
     @staticmethod
     def supports_generate_ocr() -> bool:

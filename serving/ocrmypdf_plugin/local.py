@@ -74,13 +74,13 @@ class LocalEngine:
     async def _ocr(self, image: bytes, params: dict[str, str]) -> dict[str, Any]:
         from serving.decode.readers import sniff_kind
         from serving.outputs.document import page_json
-        from serving.request_options import NO_CLASSIFIER, overrides
+        from serving.request_options import NO_CLASSIFIER, query_overrides
 
         kind = sniff_kind(image) or "image"
         wanted = {name: params[name] == "true" for name in FLAGS if name in params}
         try:
             options = self._runtime.request_options(
-                overrides({k: v for k, v in params.items() if k not in FLAGS}),
+                query_overrides(params),
                 no_classifier=NO_CLASSIFIER,
             )
             (page,) = await self._runtime.service.ocr(

@@ -8,6 +8,7 @@ page's pixels, origin top left.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -17,6 +18,7 @@ import numpy as np
 from pipelines.layout import LayoutParams, reading_order
 from pipelines.page import to_upright_page
 from pipelines.page_orientation import sent_size, to_sent_box, to_sent_points
+from pipelines.skew import estimate_skew, level_boxes
 from pipelines.types import PageResult, TextLine
 from pipelines.words import Box, Word
 
@@ -70,6 +72,10 @@ class Page:
     """Degrees the page as sent is turned counter-clockwise to be read (the page classifier's
     angle, `pipelines.page_orientation`): `width`, `height` and every box are then the upright
     page's, as a reader sees it; the PDF writer shows the page so."""
+    skew: float = 0.0
+    """How far the page's lines are turned from level, degrees counter-clockwise
+    (`pipelines.skew`): what the text layers' baselines follow, and what `Document.deskew`
+    turns the page back by."""
 
     @property
     def lines(self) -> tuple[Line, ...]:
@@ -114,6 +120,9 @@ class Document:
     mode: TextMode = "skip"
     """What the PDF output does with pages of a PDF source that have text already: skip them,
     force the OCR layer over them, or redo their earlier OCR layer (`serving.outputs.pdf_text`)."""
+    deskew: bool = False
+    """The PDF output shows each page straightened (turned back by its `skew`), its text layer
+    with it (`serving.outputs.deskew`), as OCRmyPDF's `--deskew`."""
 
 
 def _bounds(points: np.ndarray) -> Box:
@@ -146,12 +155,12 @@ def make_line(text: str, score: float, poly: Any, words: Sequence[Word] = ()) ->
 
 
 def group_blocks(
-    lines: Sequence[Line], blocks: Sequence[Sequence[int]] | None = None
+    lines: Sequence[Line], blocks: Sequence[Sequence[int]] | None = None, skew: float = 0.0
 ) -> tuple[Block, ...]:
     """Lines into blocks: the given blocks (indices into `lines`, in reading order), or those
-    `pipelines.layout.reading_order` finds."""
+    `pipelines.layout.reading_order` finds on the page levelled by its `skew`."""
     if blocks is None:
-        blocks = reading_order([line.box for line in lines], LayoutParams())
+        blocks = reading_order(level_boxes([line.poly for line in lines], skew), LayoutParams())
     return tuple(
         Block(box=_union([lines[i].box for i in members]), lines=tuple(lines[i] for i in members))
         for members in blocks
@@ -179,9 +188,10 @@ def page_from_result(
     page = Page(
         width=result.width,
         height=result.height,
-        blocks=group_blocks(lines, blocks),
+        blocks=group_blocks(lines, blocks, result.skew),
         index=index,
         turn=turn,
+        skew=result.skew,
     )
     return page if sent is None else scale_page(page, *sent)
 
@@ -209,7 +219,7 @@ def scale_page(page: Page, width: int, height: int) -> Page:
         )
         for block in page.blocks
     )
-    return Page(width=width, height=height, blocks=blocks, index=page.index, turn=page.turn)
+    return dataclasses.replace(page, width=width, height=height, blocks=blocks)
 
 
 def page_from_json(page: Mapping[str, Any], index: int | None = None) -> Page:
@@ -244,14 +254,17 @@ def page_from_json(page: Mapping[str, Any], index: int | None = None) -> Page:
         ]
         width, height = sent_size(back, width, height)
         blocks = [list(block["lines"]) for block in page["blocks"]] if "blocks" in page else None
+        stored = page.get("skew")  # results stored before it was reported: from the line boxes
+        skew = float(stored) if stored is not None else estimate_skew([ln.poly for ln in lines])
         return Page(
             width=width,
             height=height,
-            blocks=group_blocks(lines, blocks),
+            blocks=group_blocks(lines, blocks, skew),
             index=int(page.get("page", 0)) if index is None else index,
             turn=turn,
+            skew=skew,
         )
-    except (KeyError, TypeError, IndexError) as err:
+    except (KeyError, TypeError, IndexError, ValueError) as err:
         raise ValueError(f"not a native OCR page: {err!r}") from err
 
 
@@ -274,6 +287,7 @@ def page_json(
     body: dict[str, Any] = {
         "width": result.width,
         "height": result.height,
+        "skew": result.skew,
         "lines": [
             {
                 "text": line.text,
@@ -298,10 +312,11 @@ def page_json(
 def reading_orders(results: Sequence[PageResult]) -> list[list[list[int]]]:
     """Each page's blocks in reading order (`pipelines.layout.reading_order` on its lines' boxes),
     for `page_json` and `page_from_result`: a CPU worker runs it (`Renderer.reading_orders`). A
-    page read turned is ordered as a reader sees it, upright (`to_upright_page`)."""
+    page read turned is ordered as a reader sees it, upright (`to_upright_page`), and a page
+    scanned askew as it reads levelled (`pipelines.skew.level_boxes`)."""
     return [
         reading_order(
-            [_bounds(np.asarray(line.poly).reshape(4, 2)) for line in to_upright_page(result).lines]
+            level_boxes([line.poly for line in to_upright_page(result).lines], result.skew)
         )
         for result in results
     ]

@@ -1,9 +1,11 @@
 """hOCR 1.2 (http://kba.github.io/hocr-spec/1.2/): `ocr_page`, `ocr_carea`, `ocr_par`,
 `ocr_line` and `ocrx_word` elements with their `bbox`, words with `x_wconf`, in reading order.
 
-Each block is one `ocr_carea` holding one `ocr_par`. Words a space apart in the line's text are
-a space apart in the `ocr_line`; CJK runs next to other text are not, so the text of each line
-reads back unchanged. Written a page at a time with the standard library's XML serialiser.
+Each block is one `ocr_carea` holding one `ocr_par`. Each line's `baseline` runs at the page's
+skew (`serving.outputs.baselines`: a page scanned askew has sloping baselines, which OCRmyPDF's
+renderer follows); a line set sideways has its `textangle`. Words a space apart in the line's
+text are a space apart in the `ocr_line`; CJK runs next to other text are not, so the text of
+each line reads back unchanged. Written a page at a time with the standard library's XML serialiser.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import html
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
+from pipelines.skew import MAX_DEG
+from serving.outputs.baselines import baseline
 from serving.outputs.document import Box, Document, Line, Page
 
 MEDIA_TYPE = "text/vnd.hocr+html; charset=utf-8"
@@ -70,15 +74,28 @@ def page_element(page: Page, number: int, image: str) -> ET.Element:
         carea.tail = "\n"
         for line in block.lines:
             counts["line"] += 1
-            _line(par, line, f"{number}_{counts['line']}", counts)
+            _line(par, line, f"{number}_{counts['line']}", counts, page.skew)
     return div
 
 
-def _line(par: ET.Element, line: Line, tag: str, counts: dict[str, int]) -> None:
+def line_title(line: Line, skew_deg: float) -> str:
+    """An `ocr_line`'s title: its `bbox` and `baseline` (slope, and the baseline's offset from
+    the box's bottom at its left edge, pixels, y down: `serving.outputs.baselines`); a line set
+    sideways on the page has its `textangle` instead (degrees counter-clockwise)."""
+    base = baseline(line, skew_deg)
+    if abs(base.angle_deg - skew_deg) > MAX_DEG:
+        return f"{_bbox(line.box)}; textangle {round(base.angle_deg) % 360}"
+    ux, uy = base.direction
+    slope = uy / ux
+    offset = base.origin[1] + (line.box[0] - base.origin[0]) * slope - line.box[3]
+    return f"{_bbox(line.box)}; baseline {round(slope, 4) + 0.0:g} {round(offset)}"
+
+
+def _line(par: ET.Element, line: Line, tag: str, counts: dict[str, int], skew: float) -> None:
     span = ET.SubElement(
         par,
         "span",
-        {"class": "ocr_line", "id": f"line_{tag}", "title": f"{_bbox(line.box)}; baseline 0 0"},
+        {"class": "ocr_line", "id": f"line_{tag}", "title": line_title(line, skew)},
     )
     span.tail = "\n"
     position = 0

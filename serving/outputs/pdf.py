@@ -35,19 +35,18 @@ import cv2
 import numpy as np
 import pikepdf
 from fpdf import FPDF
-from fpdf.enums import TextMode
 from PIL import Image, ImageOps
 
 from serving.errors import InvalidInput
-from serving.outputs.document import Document, Line, Page
+from serving.outputs.deskew import levelled
+from serving.outputs.document import Document, Page
+from serving.outputs.pdf_layer import write_layer
 from serving.outputs.pdf_text import pages_with_text
 
 MEDIA_TYPE = "application/pdf"
 FONT = Path(__file__).parent / "fonts" / "Occulta.ttf"
 _FONT_NAME = "Occulta"
 _DEFAULT_DPI = 300.0
-_BASELINE = 0.2
-"""The baseline's height above the word box's bottom, in box heights (the font's descent)."""
 _CHUNK_BYTES = 1 << 20
 
 
@@ -81,12 +80,13 @@ def _build(document: Document) -> bytes:
     pdf = _new_pdf(document)
     raw = source.read() if source is not None else None
     for page in document.pages:
+        tilt = page.skew if document.deskew else 0.0
         placement = _Placement(page.width, page.height)
         if raw is not None:
-            placement = _image_page(pdf, raw, page)
+            placement = _image_page(pdf, raw, page, tilt)
         else:
             pdf.add_page(format=(placement.width_pt, placement.height_pt))
-        _text_layer(pdf, page, placement)
+        _text_layer(pdf, levelled(page) if tilt else page, placement)
     return bytes(pdf.output())
 
 
@@ -101,14 +101,15 @@ def _new_pdf(document: Document) -> FPDF:
     return pdf
 
 
-def _image_page(pdf: FPDF, raw: bytes, page: Page) -> _Placement:
-    """Adds a page holding frame `page.index` of the image, returns where its OCR page lies.
+def _image_page(pdf: FPDF, raw: bytes, page: Page, tilt: float = 0.0) -> _Placement:
+    """Adds a page holding frame `page.index` of the image (turned back by `tilt` degrees, the
+    page's skew, when it is straightened), returns where its OCR page lies.
 
     Raises:
         InvalidInput: neither Pillow nor OpenCV reads the image (the OCR read it with OpenCV).
     """
     try:
-        return _embed(pdf, raw, page)
+        return _embed(pdf, raw, page, tilt)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
         # An image OpenCV decodes and Pillow does not (a truncated JPEG, say): its pixels, as
         # the OCR saw them, go in losslessly.
@@ -120,11 +121,12 @@ def _image_page(pdf: FPDF, raw: bytes, page: Page) -> _Placement:
             frame.width * 72.0 / _DEFAULT_DPI, frame.height * 72.0 / _DEFAULT_DPI
         )
         pdf.add_page(format=(placement.width_pt, placement.height_pt))
-        pdf.image(frame, x=0, y=0, w=placement.width_pt, h=placement.height_pt)
+        with pdf.rotation(-tilt, x=placement.width_pt / 2, y=placement.height_pt / 2):
+            pdf.image(frame, x=0, y=0, w=placement.width_pt, h=placement.height_pt)
         return placement
 
 
-def _embed(pdf: FPDF, raw: bytes, page: Page) -> _Placement:
+def _embed(pdf: FPDF, raw: bytes, page: Page, tilt: float) -> _Placement:
     with warnings.catch_warnings(action="ignore"), Image.open(io.BytesIO(raw)) as image:
         frames = getattr(image, "n_frames", 1)
         if page.index >= frames:
@@ -153,7 +155,9 @@ def _embed(pdf: FPDF, raw: bytes, page: Page) -> _Placement:
     )
     pdf.add_page(format=(placement.width_pt, placement.height_pt))
     centre_x, centre_y = placement.width_pt / 2, placement.height_pt / 2
-    with pdf.rotation(page.turn, x=centre_x, y=centre_y):
+    # Straightened (`tilt`, the page's skew): turned back by it too, about the same centre, and
+    # cut to the page, as OCRmyPDF's --deskew keeps the page's size.
+    with pdf.rotation(page.turn - tilt, x=centre_x, y=centre_y):
         pdf.image(
             io.BytesIO(picture) if isinstance(picture, bytes) else picture,
             x=centre_x - width_pt / 2,
@@ -175,58 +179,9 @@ def _dpi(image: Image.Image) -> tuple[float, float]:
     return x, y
 
 
-_WORD_GAP = 0.2
-"""The least gap between two words of a line, in font heights (poppler breaks words at 0.1)."""
-
-
 def _text_layer(pdf: FPDF, page: Page, placement: _Placement) -> None:
-    """The page's words, invisible, each on its box."""
-    sx, sy = placement.scale(page)
-    pdf.text_mode = TextMode.INVISIBLE
-    for line in page.lines:
-        if not line.words:  # a line read as blanks only (an ideographic space): nothing to lay
-            continue
-        spaced = _spaced(line)
-        for word, following, space in zip(line.words, [*line.words[1:], None], spaced, strict=True):
-            x0, y0, x1, y1 = word.box
-            height = max(y1 - y0, 1) * sy
-            baseline = y1 * sy - _BASELINE * height
-            pdf.set_font(_FONT_NAME, size=height)
-            left, right = x0 * sx, max(x1, x0 + 1) * sx
-            if following is not None and space:
-                # pdftotext breaks words where glyphs leave a gap, and recognised word boxes
-                # can touch (it read "over" "the" as "overthe"): a word ends a fifth of its
-                # height short of the next, and a space character fills that gap.
-                next_left = following.box[0] * sx
-                gap = max(_WORD_GAP * height, next_left - right)
-                right = max(min(right, next_left - gap), left + (right - left) / 2)
-            _stretched(pdf, word.text, left, baseline, right - left)
-            if following is not None and space:
-                _stretched(pdf, " ", right, baseline, max(next_left - right, 0.05 * height))
-    pdf.set_stretching(100)
-    pdf.text_mode = TextMode.FILL
-
-
-def _spaced(line: Line) -> list[bool]:
-    """Per word of `line`, whether the line's text has a space after it (a CJK run and the
-    Latin word right after it are two words with none between them)."""
-    spaced = []
-    position = 0
-    for word in line.words:
-        found = line.text.find(word.text, position)
-        position = position if found < 0 else found + len(word.text)
-        spaced.append(found < 0 or line.text[position : position + 1] == " ")
-    return spaced
-
-
-def _stretched(pdf: FPDF, text: str, x: float, baseline: float, width: float) -> None:
-    """`text` at (x, baseline) in the current font, stretched horizontally to `width`."""
-    pdf.set_stretching(100)
-    natural = pdf.get_string_width(text)
-    if natural <= 0:
-        return
-    pdf.set_stretching(100 * width / natural)
-    pdf.text(x, baseline, text)
+    """The page's lines, invisible, each word on its box (`serving.outputs.pdf_layer`)."""
+    write_layer(pdf, page, placement.scale(page), _FONT_NAME)
 
 
 def _graft(document: Document, original: bytes) -> bytes:
@@ -265,13 +220,14 @@ def _graft_onto(document: Document, opened: pikepdf.Pdf, kept: set[int]) -> byte
             width, height = (box.height, box.width) if rotate % 180 else (box.width, box.height)
             placement = _Placement(float(width), float(height))
             layer.add_page(format=(placement.width_pt, placement.height_pt))
-            _text_layer(layer, page, placement)
-            shown.append((target, box, rotate, placement))
+            tilt = page.skew if document.deskew else 0.0
+            _text_layer(layer, levelled(page) if tilt else page, placement)
+            shown.append((target, box, rotate, placement, tilt))
         if not shown:
             layer.add_page()  # fpdf2 writes no document without a page; this one is not used
         with pikepdf.open(io.BytesIO(bytes(layer.output()))) as text:
             laid = zip(text.pages[: len(shown)], shown, strict=True)
-            for text_page, (target, box, rotate, placement) in laid:
+            for text_page, (target, box, rotate, placement, tilt) in laid:
                 form = pdf.copy_foreign(text_page.as_form_xobject())
                 name = target.add_resource(form, pikepdf.Name.XObject, prefix="OcrText")
                 # Centre the layer on the origin, turn it counter-clockwise by the page's /Rotate
@@ -284,10 +240,24 @@ def _graft_onto(document: Document, opened: pikepdf.Pdf, kept: set[int]) -> byte
                         float(box.lly) + float(box.height) / 2,
                     )
                 )  # applied left to right
-                # The page's own content in its own graphics state, then the layer on top.
-                target.contents_add(
-                    pikepdf.unparse_content_stream([([], pikepdf.Operator("q"))]), prepend=True
+                # The page's own content in its own graphics state (straightened: turned back by
+                # its skew about the crop box's centre), then the layer on top.
+                centre = (
+                    float(box.llx) + float(box.width) / 2,
+                    float(box.lly) + float(box.height) / 2,
                 )
+                straighten = (
+                    pikepdf.Matrix().translated(-centre[0], -centre[1])
+                    @ pikepdf.Matrix().rotated(-tilt)
+                    @ pikepdf.Matrix().translated(*centre)
+                )
+                opening: list[tuple[list[pikepdf.Object], pikepdf.Operator]] = [
+                    ([], pikepdf.Operator("q"))
+                ]
+                if tilt:
+                    shorthand = cast(list[pikepdf.Object], list(straighten.shorthand))
+                    opening.append((shorthand, pikepdf.Operator("cm")))
+                target.contents_add(pikepdf.unparse_content_stream(opening), prepend=True)
                 target.contents_add(
                     pikepdf.unparse_content_stream(
                         [

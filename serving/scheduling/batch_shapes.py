@@ -9,7 +9,7 @@ batches held a few rows where 96 fit, and det batches about one page. `[engine] 
 - "bucketed": each crop padded to the first of a few widths that holds it, and each page's
   detector input to a multiple of a step (`BatchShapes`), so rows of many pages share a batch.
   A crop then reads the same whatever its companions; the text differs from exact mode only by
-  the padding (the bench's CER per language: `python -m loadtest.bench.batching`).
+  the padding (the bench's CER per language: `ocr-bench batching`).
 - "auto": bucketed where a GPU serves (its batches are cheap to fill and dear to leave empty),
   exact on CPU-only servers.
 
@@ -19,18 +19,13 @@ backend: a compiled torch model then meets only shapes it was prepared for.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal
 
-if TYPE_CHECKING:
-    from models.torch_options import TorchOptions
-    from serving.request_options import OcrOptions
+from models.torch_options import TorchOptions
+from serving.config import BatchingSetting
 
-BatchingSetting = Literal["auto", "exact", "bucketed"]
-"""`[engine] batching`."""
-BATCHING_SETTINGS: tuple[BatchingSetting, ...] = get_args(BatchingSetting)
 BatchingMode = Literal["exact", "bucketed"]
 """What "auto" resolves to for a server's devices."""
 
@@ -45,7 +40,8 @@ def batching_mode(setting: BatchingSetting, device_kinds: Iterable[str]) -> Batc
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchShapes:
-    """Bucketed batching's padding targets."""
+    """Bucketed batching's padding targets, set in a request's options when they are built
+    (`serving.request_options.ocr_options`)."""
 
     rec_widths_px: tuple[int, ...]
     """Recogniser width buckets, ascending (`pipelines.types.RecParams.pad_widths_px`)."""
@@ -58,11 +54,3 @@ class BatchShapes:
         if mode == "exact":
             return None
         return cls(rec_widths_px=torch.rec_widths_px, det_step_px=torch.det_step_px)
-
-    def apply(self, options: OcrOptions) -> OcrOptions:
-        """A request's options with these padding targets."""
-        return dataclasses.replace(
-            options,
-            det=dataclasses.replace(options.det, pad_step_px=self.det_step_px),
-            rec=dataclasses.replace(options.rec, pad_widths_px=self.rec_widths_px),
-        )

@@ -52,6 +52,9 @@ class WorkItem:
     page: Hashable = None
     """The page the item is part of (any key unique to it), for the pages-a-batch metric;
     None where unknown."""
+    trace: Any = None
+    """The submitter's trace context (`serving.tracing.current`), that its wait in the queue
+    and its batch are traced in; None while tracing is off."""
 
     @property
     def abandoned(self) -> bool:

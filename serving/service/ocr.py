@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pipelines.types import DetParams, PageResult
+from serving import tracing
 from serving.decode.documents import PagePlan
 from serving.decode.page_png import page_png
 from serving.decode.readers import DecodeLimits, FileKind, fit_side
 from serving.errors import DeadlineExceeded
 from serving.request_options import OcrOptions
 from serving.scheduling.admission import Admission
-from serving.scheduling.batch_shapes import BatchShapes
 from serving.scheduling.batching import Scheduler, WorkItem
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.scheduling.page_memory import MIN_SCALED_SIDE_PX, PageCosts
@@ -136,7 +136,6 @@ class OcrService:
         prefix: str,
         clock: Callable[[], float] = time.monotonic,
         page_costs: Callable[[], PageCosts] = PageCosts,
-        batch_shapes: BatchShapes | None = None,
         pictures: PictureLimits | None = None,
     ) -> None:
         self.cpu = cpu
@@ -152,8 +151,6 @@ class OcrService:
         self._clock = clock
         self.page_costs = page_costs
         """The page cost model now (device workers report their engines' costs when ready)."""
-        self.batch_shapes = batch_shapes
-        """Bucketed batching's padding targets (`[engine] batching`); None: exact mode."""
 
     async def ocr(
         self,
@@ -319,7 +316,8 @@ class OcrService:
             deadline=self._clock() + timeout_s,
             clock=self._clock,
         )
-        slot.grow_to(1)
+        with tracing.span("admission"):
+            slot.grow_to(1)
         try:
             async with asyncio.timeout(timeout_s):
                 yield slot
@@ -342,11 +340,26 @@ class OcrService:
         """Decode one page once the budget has room for it, and OCR it; the room is held until
         its result is assembled, but for what its detection held, given back once that is done
         (pages waiting on recognition then leave room for others' detection)."""
-        if self.batch_shapes is not None:
-            options = self.batch_shapes.apply(options)
         _SET_STAGES.set(options.stages)  # this page's model set: the queues `_infer` submits to
+        with tracing.span("page", {"ocr.page": index}):
+            return await self._budgeted_page(
+                source, kind, index, charge, options, visualize, deadline, priority
+            )
+
+    async def _budgeted_page(
+        self,
+        source: shm.ShmRef | bytes | str,
+        kind: FileKind,
+        index: int,
+        charge: PageCharge,
+        options: OcrOptions,
+        visualize: bool,
+        deadline: float,
+        priority: int,
+    ) -> PageOutput:
         held = charge.cost
-        await self.budget.acquire(held)
+        with tracing.span("memory_budget.wait"):
+            await self.budget.acquire(held)
 
         def detection_done() -> None:
             nonlocal held
@@ -496,6 +509,7 @@ class OcrService:
             deadline=deadline,
             future=future,
             page=page,
+            trace=tracing.current(),
         )
         self.scheduler.submit(item)
         try:

@@ -16,6 +16,7 @@ from models.bundle import ModelBundle
 from pipelines.types import PageResult
 from serving.config import AppConfig, JobsConfig, PipelineConfig
 from serving.decode.readers import DecodeLimits, FileKind
+from serving.jobs.credentials import CredentialStore
 from serving.jobs.runner import JobRunner
 from serving.jobs.staging import UploadSlots
 from serving.metrics import Metrics
@@ -24,6 +25,7 @@ from serving.outputs.document import Document, reading_orders
 from serving.outputs.formats import Format
 from serving.outputs.service import OutputStream, render_document
 from serving.request_options import OcrOptions, request_options
+from serving.scheduling.batch_shapes import BatchShapes
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.scheduling.quotas import Tenant
 from serving.service.ocr import OcrService, PageOutput
@@ -55,6 +57,8 @@ class OcrRequests:
     pages: Counter
     sets: ModelSets | None = None
     """Every model set served; a request's `lang` or `model` picks one (None: `bundle`)."""
+    shapes: BatchShapes | None = None
+    """The batch shapes a request's inputs are padded to (`[engine] batching`); None: exact."""
 
     def options(self, overrides: Mapping[str, Any], *, no_classifier: str) -> OcrOptions:
         """A request's options over the served models and the config's pipeline defaults.
@@ -64,7 +68,12 @@ class OcrRequests:
                 API's `no_classifier` message), or an override is out of range.
         """
         return request_options(
-            self.bundle, self.pipeline, overrides, no_classifier=no_classifier, sets=self.sets
+            self.bundle,
+            self.pipeline,
+            overrides,
+            no_classifier=no_classifier,
+            sets=self.sets,
+            shapes=self.shapes,
         )
 
     async def ocr(
@@ -129,6 +138,9 @@ class JobRequests:
         default_factory=lambda: UploadSlots(JobsConfig().max_uploads_per_key)
     )
     """Uploads each client has being received and staged (`jobs.max_uploads_per_key`)."""
+    credentials: CredentialStore | None = None
+    """Each key's webhook secret and S3 credentials (`serving.jobs.credentials`); None: none
+    configured, so callbacks and `s3://` are refused."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

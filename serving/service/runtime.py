@@ -18,6 +18,7 @@ from serving.decode.readers import DecodeLimits
 from serving.engine.choice import COMPILE_KEYS, PRECISION_KEYS
 from serving.engine.gpu_choice import GpuEngineChoice
 from serving.errors import NotReady, ShuttingDown
+from serving.jobs.credentials import CredentialStore
 from serving.jobs.runner import JobRunner
 from serving.jobs.staging import UploadSlots
 from serving.metrics import Metrics
@@ -39,6 +40,7 @@ from serving.service.devices import (
     with_sets,
     without_unread_orientation,
 )
+from serving.service.job_pages import job_runner
 from serving.service.ocr import OcrService
 from serving.service.requests import EndpointServices, JobRequests, OcrRequests, Renderer
 from serving.workers import shm
@@ -78,14 +80,21 @@ class Runtime:
     claim: shm.PrefixClaim | None = None
     """This server's hold on `prefix`; released once `stop()` has swept its segments."""
     budget_bytes: int = 0
+    """The whole memory budget (`server.memory_budget_bytes` or its default): pages are charged
+    against `service.budget`, its share for pages (`page_memory.pages_share_bytes`)."""
     sets: ModelSets | None = None
     """Every model set served (`serving.model_sets`); None: `bundle` alone."""
     cost_model: CostModel = field(default_factory=CostModel)
+    """The devices' measured batch costs, as placement predicts with them (`/readyz`)."""
     gpu_engine: GpuEngineChoice | None = None
     """Which engine GPU device workers run, and why (`engine.gpu_backend`; `/readyz`)."""
-    """The devices' measured batch costs, as placement predicts with them (`/readyz`)."""
-    """The whole memory budget (`server.memory_budget_bytes` or its default): pages are charged
-    against `service.budget`, its share for pages (`page_memory.pages_share_bytes`)."""
+    credentials: CredentialStore | None = None
+    """The jobs' webhook secrets and S3 credentials, per key (`serving.jobs.credentials`); None
+    where the runtime serves no jobs."""
+    shapes: BatchShapes | None = None
+    """The batch shapes every request's inputs are padded to (`[engine] batching`, for this
+    server's devices: `serving.scheduling.batch_shapes`), set in its options when they are built
+    (`serving.request_options`); None: exact, as PaddleOCR."""
 
     @classmethod
     def build(
@@ -107,7 +116,9 @@ class Runtime:
 
         Raises:
             EngineBackendError: `backend` names no engine backend.
+            ConfigError: a file of the jobs' credentials does not read or is invalid.
         """
+        credentials = CredentialStore.load(config) if jobs else None
         models = config.models
         sets = load_sets(models)
         bundle = sets.default.bundle
@@ -185,11 +196,13 @@ class Runtime:
             ),
             # No keys, no database URL: they decode untrusted files (`serving.workers.sandbox`).
             environ=lambda: scrubbed_environ(os.environ),
+            telemetry=config.telemetry if config.telemetry.enabled else None,
         )
         _track(metrics, admission, budget, scheduler, cpu, devices)
         for stage in queues_for_sets:
             metrics.track_queue_depth(stage, functools.partial(scheduler.policy.depth, stage))
         batching = batching_mode(config.engine.batching, (device_kind(s.device) for s in specs))
+        shapes = BatchShapes.of(batching, config.engine.torch)
         service = OcrService(
             cpu=cpu,
             scheduler=scheduler,
@@ -198,7 +211,6 @@ class Runtime:
             budget=budget,
             prefix=prefix,
             page_costs=lambda: PageCosts.measured(w.info for w in devices.workers),
-            batch_shapes=BatchShapes.of(batching, config.engine.torch),
             pictures=PictureLimits(
                 max_pixels=config.paddlex.visualize_max_pixels,
                 max_bytes=config.paddlex.visualize_max_bytes,
@@ -214,7 +226,19 @@ class Runtime:
             devices=devices,
             service=service,
             metrics=metrics,
-            jobs=JobRunner.build(config, service, bundle, metrics, sets=sets) if jobs else None,
+            jobs=job_runner(
+                config,
+                service,
+                bundle,
+                metrics,
+                credentials=credentials,
+                sets=sets,
+                shapes=shapes,
+            )
+            if credentials is not None
+            else None,
+            credentials=credentials,
+            shapes=shapes,
             claim=claim,
             budget_bytes=budget_bytes,
             cost_model=cost_model,
@@ -244,6 +268,7 @@ class Runtime:
             bundle=self.bundle,
             sets=self.sets,
             pipeline=self.config.pipeline,
+            shapes=self.shapes,
             service=self.service,
             pages=self.metrics.pages,
         )
@@ -261,6 +286,7 @@ class Runtime:
                 limits=self.service.limits,
                 budget=self.service.budget,
                 uploads=UploadSlots(self.config.jobs.max_uploads_per_key),
+                credentials=self.credentials,
             ),
         )
 
@@ -277,6 +303,7 @@ class Runtime:
             overrides,
             no_classifier=no_classifier,
             sets=self.sets,
+            shapes=self.shapes,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -305,7 +332,7 @@ class Runtime:
                 **self.service.page_costs().describe(),
             },
             "cost_model": self.cost_model.describe(),
-            "batching": "exact" if self.service.batch_shapes is None else "bucketed",
+            "batching": "exact" if self.shapes is None else "bucketed",
             **({"gpu_engine": self.gpu_engine.describe()} if self.gpu_engine else {}),
             "model_sets": self.describe_models(),
         }

@@ -23,10 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from serving import tracing
+from serving.config import TelemetryConfig
 from serving.errors import OcrError, WorkerUnavailable
+from serving.proc import cancel_and_wait
 from serving.scheduling.share import ShareQueue
 from serving.workers.cpu_worker import cpu_worker_main
-from serving.workers.proc import cancel_and_wait
 from serving.workers.quarantine import PageKey, Quarantine, page_read
 from serving.workers.sandbox import WorkerLimits
 from serving.workers.supervisor import RetryPolicy, WorkerDied, WorkerProcess, free_segments
@@ -48,6 +50,8 @@ class _Call:
     priority: int = 0
     page: PageKey | None = None
     """The page the call works on (`quarantine.reading`): its deaths are counted."""
+    trace: tracing.Carrier | None = None
+    """The caller's span (`serving.tracing.carrier`), continued in the worker; None: untraced."""
 
 
 @dataclass(eq=False, slots=True)
@@ -84,8 +88,11 @@ class CpuPool:
         limits: WorkerLimits | None = None,
         environ: Callable[[], Mapping[str, str]] | None = None,
         quarantine: Quarantine | None = None,
+        telemetry: TelemetryConfig | None = None,
     ) -> None:
         self.workers = workers
+        self._telemetry = telemetry
+        """Where workers export their spans (`[telemetry]`); None: they trace nothing."""
         self._limits = limits
         self._environ = environ
         """The environment each worker is spawned with, asked at each spawn
@@ -149,12 +156,21 @@ class CpuPool:
             raise WorkerUnavailable("The CPU worker pool is not running")
         page = page_read()
         self.quarantine.check(page)
-        call = _Call(
-            fn, args, asyncio.get_running_loop().create_future(), priority=priority, page=page
-        )
+        with tracing.span(f"cpu {fn.__name__}"):
+            call = _Call(
+                fn,
+                args,
+                asyncio.get_running_loop().create_future(),
+                priority=priority,
+                page=page,
+                trace=tracing.carrier(),
+            )
+            return await self._await(call)  # type: ignore[no-any-return]
+
+    async def _await(self, call: _Call) -> Any:
         await self._enqueue(call)
         try:
-            return await call.future  # type: ignore[no-any-return]
+            return await call.future
         except asyncio.CancelledError:
             call.future.cancel()
             if self._holder(call) is not None:
@@ -216,6 +232,8 @@ class CpuPool:
                     initializer=self._initializer,
                     initargs=self._initargs,
                     limits=self._limits,
+                    telemetry=self._telemetry,
+                    process_name=f"cpu-{worker.index}",
                 ),
                 name=f"ocr-cpu-{worker.index}",
                 replies=REPLIES,
@@ -239,7 +257,7 @@ class CpuPool:
         call.attempts += 1
         started = time.monotonic()
         try:
-            kind, value = await process.request((call.fn, call.args))
+            kind, value = await process.request((call.fn, call.args, call.trace))
         except WorkerDied as died:
             if died.before_sending:
                 call.attempts -= 1

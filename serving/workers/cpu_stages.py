@@ -26,9 +26,9 @@ from pipelines.rec_postprocess import build_charset
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 from serving.decode import documents
 from serving.decode.readers import DecodeLimits, FileKind
+from serving.proc import die_with_parent
 from serving.workers import shm
 from serving.workers.page_pictures import PictureLimits, visualize_page
-from serving.workers.proc import die_with_parent
 
 _CHARSET: tuple[str, ...] = ()
 _CHARSETS: dict[str, tuple[str, ...]] = {}

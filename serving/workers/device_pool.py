@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
+from serving import tracing
 from serving.config import StageLimits
 from serving.errors import OcrError, WorkerUnavailable
 from serving.metrics import Metrics
+from serving.proc import cancel_and_wait
 from serving.scheduling.batching import Scheduler, WorkItem
 from serving.workers import shm
 from serving.workers.device_worker import (
@@ -33,7 +35,6 @@ from serving.workers.device_worker import (
     WorkerSetup,
     device_worker_main,
 )
-from serving.workers.proc import cancel_and_wait
 from serving.workers.supervisor import RetryPolicy, WorkerDied, WorkerProcess, free_segments
 
 logger = logging.getLogger(__name__)
@@ -259,9 +260,12 @@ class DevicePool:
             self._observe_batch(worker, batch, started, alone=alone)
             seconds: float | None = None
             try:
-                outcomes = await worker.execute(
-                    stage, [item.payload for item in batch], alone=alone
-                )
+                with tracing.batch_span(
+                    "device.batch", batch, started, **{"ocr.stage": stage, "ocr.device": name}
+                ):
+                    outcomes = await worker.execute(
+                        stage, [item.payload for item in batch], alone=alone
+                    )
                 done = time.monotonic()
                 seconds = done - max(started, worker.last_done_at)
                 worker.last_done_at = done

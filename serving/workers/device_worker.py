@@ -46,11 +46,20 @@ from serving.engine.choice import (
     precision_report,
     use_byte_maps,
 )
+from serving.engine.warmup import (
+    WarmupMismatch,
+    check_warmup_texts,
+    measure_det_bytes_per_px,
+    release_engine_memory,
+    warm_up_page,
+)
 from serving.errors import OcrError, PredictorFailed
+from serving.log_config import configure_logging
 from serving.model_sets import StagePair, stage_kind
+from serving.proc import die_with_parent, release_free_heap
+from serving.scheduling.page_memory import DEFAULT_ENGINE_BYTES_PER_DET_PX, ENGINE_BYTES_KEY
 from serving.workers import shm
 from serving.workers.completions import Completions
-from serving.workers.proc import die_with_parent, release_free_heap
 
 logger = logging.getLogger(__name__)
 
@@ -195,8 +204,6 @@ class DeviceWorkerChild:
         """Read the warm-up page with every stage and check its text (once more at fp32 where an
         "auto" half precision read it wrong: `models.torch_precision`); what the worker reports
         ready with."""
-        from serving.engine.warmup import WarmupMismatch
-
         started = time.monotonic()
         try:
             texts = self._read_warmup_page()
@@ -213,8 +220,6 @@ class DeviceWorkerChild:
         }
 
     def _read_warmup_page(self) -> list[str]:
-        from serving.engine.warmup import check_warmup_texts, warm_up_page
-
         texts = warm_up_page(self.predictors, self.setup.model_dirs)
         check_warmup_texts(texts, self.predictors)
         return texts
@@ -250,12 +255,6 @@ class DeviceWorkerChild:
         """This worker's bytes per detector-input pixel (`page_memory.ENGINE_BYTES_KEY`), what
         the memory budget charges a page's detector input: its detectors' largest; nothing where
         it runs no detector or cannot read its peak memory."""
-        from serving.engine.warmup import measure_det_bytes_per_px
-        from serving.scheduling.page_memory import (
-            DEFAULT_ENGINE_BYTES_PER_DET_PX,
-            ENGINE_BYTES_KEY,
-        )
-
         dets = [stage for stage in self.predictors if stage_kind(stage) == "det"]
         if not dets:
             return {}
@@ -313,8 +312,6 @@ class DeviceWorkerChild:
         # Never while the engine runs a batch: a batch of a predictor that is not staged ran
         # to its end in `start_batch`.
         if self.release_pending and all(other.slot is None for _, other in running):
-            from serving.engine.warmup import release_engine_memory
-
             for stage, predictor in self.predictors.items():  # every model set's detector
                 if stage_kind(stage) == "det":
                     release_engine_memory(predictor)
@@ -444,8 +441,6 @@ class DeviceWorkerChild:
         alone = alone and isinstance(predictor, AloneRunner)
         if stage == "det":
             if self.det_alone is not None and alone != self.det_alone:
-                from serving.engine.warmup import release_engine_memory
-
                 release_engine_memory(predictor)
             self.det_alone = alone
         if alone:
@@ -530,7 +525,6 @@ def isolate_gpu(spec: DeviceSpec, environ: MutableMapping[str, str]) -> DeviceSp
 def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -> None:
     """Process entry point: load, warm up with a real page, report ready, serve until told."""
     die_with_parent()
-    from serving.log_config import configure_logging
 
     process_name = f"device[{spec.name}]"
     configure_logging(setup.log_level, process_name=process_name, log_format=setup.log_format)

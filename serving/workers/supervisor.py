@@ -3,7 +3,7 @@ sees them die, starts them again and frees what they leave in shared memory.
 
 A `WorkerProcess` is one spawned child and its pipe; a restart makes a new one. The event loop
 never blocks on it. The spawn runs on an executor thread (it writes start-up data through a pipe,
-and a thread that lives on keeps the child's parent-death signal armed: `serving.workers.proc`),
+and a thread that lives on keeps the child's parent-death signal armed: `serving.proc`),
 and the pipe has two threads of its own for as long as the child lives: one writes the queued
 messages in order, one waits on the pipe and the child's sentinel together, so a child that dies,
 or is killed, wakes it. What it reads comes back to the loop: replies settle the requests in the

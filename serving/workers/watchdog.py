@@ -3,7 +3,7 @@
 A stuck loop answers nothing, `/livez` included, and nothing inside the process can unstick it, so
 the watchdog writes every thread's stack to stderr (what was it blocked on?) and exits with
 `STALL_EXIT_CODE`, for the supervisor (Kubernetes, Docker's restart policy, systemd) to start a
-fresh server. Worker processes die with the main one (`serving.workers.proc`), and the next
+fresh server. Worker processes die with the main one (`serving.proc`), and the next
 server sweeps the shared memory left behind.
 """
 

@@ -16,8 +16,8 @@ import cv2
 import httpx
 import pytest
 
-from loadtest import pages
 from loadtest.accuracy import cer
+from serving.convert import pdf_pages as pages
 from tests.e2e.conftest import ONE_WORKER, Server, start_server, stop_server, wait_ready
 
 pytestmark = pytest.mark.e2e

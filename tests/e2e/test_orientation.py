@@ -17,9 +17,9 @@ import numpy as np
 import pypdfium2 as pdfium
 import pytest
 
-from loadtest import pages
 from loadtest.accuracy import cer
 from pipelines.page_orientation import to_sent_points
+from serving.convert import pdf_pages as pages
 from tests.e2e.conftest import Server
 from tests.images import encode_jpeg, encode_png, make_pdf
 from tests.poppler import pdftotext

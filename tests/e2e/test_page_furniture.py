@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtest import pages
 from loadtest.accuracy import cer
+from serving.convert import pdf_pages as pages
 from tests import images
 from tests.e2e.conftest import Server
 

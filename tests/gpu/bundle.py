@@ -80,7 +80,7 @@ MAX_MIB = 60
 def render_pages(real_pages: int = 1) -> Pages:
     """Synthetic pages, the warm-up page and `real_pages` real document pages, with the texts
     Paddle reads on them on the CPU (Paddle must be installed)."""
-    from loadtest import pages as pdf_pages
+    from serving.convert import pdf_pages
     from serving.engine.local import LocalEngine
     from serving.engine.warmup import warmup_image
     from tests import images

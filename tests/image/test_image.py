@@ -25,8 +25,8 @@ import httpx
 import pypdfium2 as pdfium
 import pytest
 
-from loadtest import pages
 from loadtest.accuracy import cer
+from serving.convert import pdf_pages as pages
 from tests import images
 from tests.e2e.conftest import free_port
 

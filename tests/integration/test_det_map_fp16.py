@@ -14,7 +14,6 @@ import cv2
 import numpy as np
 import pytest
 
-from loadtest.pages import find_real_pdfs, render_pdf_pages
 from models.base import Predictor
 from models.bundle import load_bundle
 from pipelines import det_postprocess
@@ -22,6 +21,7 @@ from pipelines.page import prepare
 from pipelines.stages import DET
 from pipelines.types import DetParams
 from serving.config import AppConfig
+from serving.convert.pdf_pages import find_real_pdfs, render_pdf_pages
 from serving.engine.choice import engine_choice
 from tests import images
 

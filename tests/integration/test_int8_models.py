@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadtest import pages
 from loadtest.accuracy import pages_cer
 from models import convert, quantize
 from models.base import PredictorError
@@ -27,6 +26,7 @@ from models.packaged import file_sha256
 from models.spec import ModelSpec, load_model_spec
 from serving.config import AppConfig, EngineConfig
 from serving.convert import calibration
+from serving.convert import pdf_pages as pages
 from serving.convert import run as convert_command
 from serving.engine.local import LocalEngine
 from tests.conftest import ONE_SET

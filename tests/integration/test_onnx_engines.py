@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from loadtest import pages
 from serving.app import build_app
 from serving.config import AppConfig, EngineConfig, PaddlexConfig, WorkersConfig
+from serving.convert import pdf_pages as pages
 from serving.engine.local import LocalEngine
 from serving.service.runtime import Runtime
 from tests import images

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadtest import pages
 from models.openvino_backend import OpenVinoPredictor
 from pipelines.ocr import run_page
 from pipelines.types import ClsParams
 from serving.config import AppConfig, EngineConfig
+from serving.convert import pdf_pages as pages
 from serving.engine.choice import engine_choice, model_stages
 from serving.engine.local import LocalEngine
 from serving.request_options import ocr_options

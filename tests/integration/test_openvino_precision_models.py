@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadtest import pages
 from loadtest.accuracy import cer, pages_cer
 from models.engine_options import EngineOptions, OpenVinoPrecisionSetting
 from models.openvino_backend import OpenVinoPredictor, compile_config
 from models.openvino_precision import PrecisionChoice, has_bf16
 from serving.config import AppConfig, EngineConfig
+from serving.convert import pdf_pages as pages
 from serving.engine.choice import engine_options, precision_report
 from serving.engine.local import LocalEngine
 from tests import images

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest import pages
 from loadtest.accuracy import evaluate
 from loadtest.engines import ours
+from serving.convert import pdf_pages as pages
 from tests.reference import reference_ocr
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadtest.pages import find_real_pdfs, render_pdf_pages
 from models.base import ByteMapOutput
 from models.bundle import load_bundle
 from models.spec import ModelSpec
@@ -22,6 +21,7 @@ from pipelines.page import prepare
 from pipelines.stages import DET
 from pipelines.types import DetParams
 from serving.config import AppConfig, EngineConfig
+from serving.convert.pdf_pages import find_real_pdfs, render_pdf_pages
 from serving.engine.choice import engine_choice
 from serving.engine.local import LocalEngine, ocr_page
 from serving.request_options import ocr_options

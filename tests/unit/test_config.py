@@ -314,7 +314,7 @@ def test_engine_backends_are_checked_against_the_registry(
         create=create_fake_predictor,
     )
     backends = {**BACKENDS, "cpu-only": cpu_only}
-    monkeypatch.setattr("serving.config.BACKENDS", backends)
+    monkeypatch.setattr("serving.config.engine.BACKENDS", backends)
     monkeypatch.setattr("models.registry.BACKENDS", backends)
     assert _build({"engine": {"cpu_backend": "cpu-only"}}).engine.cpu_backend == "cpu-only"
     on_gpu = ", ".join(n for n, b in BACKENDS.items() if "gpu" in b.devices).rsplit(", ", 1)

@@ -1,4 +1,5 @@
-"""Unit tests for the `OCR_*` environment overrides (serving/config.py) and their precedence."""
+"""Unit tests for the `OCR_*` environment overrides (serving/config/loading.py) and their
+precedence."""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
 """The packages' import arrows, read from the source with `ast` (nothing is imported).
 
-models/ and pipelines/ are below serving/: they import nothing from it, not even inside a
-function. And no module imports, at module level, a module that imports it back: such a circle
-works or fails depending on which side is imported first.
+Every package of the product (serving, pipelines, models, loadtest) sits in a layer (`LAYERS`,
+also in docs/architecture.md), and an import, wherever it is (at module level, inside a function,
+under `if TYPE_CHECKING:`), never goes to a higher layer. No module imports, in any of these ways,
+a module that leads back to it: a circle at module level works or fails depending on which side
+is imported first, and one hidden in a function or a type hint still ties two modules into one.
+And no two parts (a sub-package, or a module at the top of serving/) import each other both ways.
 """
 
 from __future__ import annotations
@@ -211,24 +214,18 @@ SERVING_ALLOWED: dict[str, tuple[str, ...]] = {
         "serving.errors",
         "serving.model_sets",
         "serving.request_options",
-        "serving.workers.proc",
+        "serving.proc",
     ),
     "serving.convert": ("serving.config", "serving.errors", "serving.engine"),
-    "serving.scheduling": (
-        "serving.config",
-        "serving.errors",
-        "serving.decode",
-        "serving.request_options",
-    ),
+    "serving.scheduling": ("serving.config", "serving.errors", "serving.decode"),
 }
 """What each lower package of serving/ may import of serving/ (itself aside): decoding needs only
 the config and errors; the engine in one process no HTTP, queues, service or jobs; the model
-conversion the engine; the scheduling's policy a page's sizes and options."""
+conversion the engine; the scheduling's policy a page's sizes."""
 
 SERVICE_USERS = (
     "serving.service",
     "serving.http",
-    "serving.jobs",
     "serving.batch",
     "serving.ocrmypdf_plugin",  # its local mode runs the runtime, as `ocr-batch` does
 )
@@ -271,17 +268,105 @@ def test_only_the_layers_above_the_service_use_it() -> None:
     assert not _within("serving.services", ["serving.service"])
 
 
-def test_no_two_modules_import_each_other() -> None:
-    assert _cycles(_graph()) == []
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("pipelines",),
+    ("models",),
+    (
+        "serving",
+        "serving.errors",
+        "serving.cpus",
+        "serving.proc",
+        "serving.request_context",
+        "serving.config_paths",
+        "serving.options",
+        "serving.addresses",
+        "serving.tracing",
+    ),
+    ("serving.config",),
+    ("serving.decode", "serving.model_sets", "serving.log_config", "serving.telemetry"),
+    ("serving.scheduling",),
+    ("serving.metrics", "serving.request_options"),
+    ("serving.engine",),
+    ("serving.workers", "serving.convert"),
+    ("serving.outputs",),
+    ("serving.jobs",),
+    ("serving.service",),
+    ("serving.http", "serving.batch", "serving.ocrmypdf_plugin", "serving.mcp"),
+    ("serving.app", "serving.server", "serving.healthcheck"),
+    ("serving.cli", "serving.__main__"),
+    ("loadtest",),
+    ("loadtest.sim", "loadtest.soak", "loadtest.bench", "loadtest.gpu"),
+)
+"""The product's parts, lowest first: a module imports only from its own layer and those below
+(docs/architecture.md, "Layers"). The pure page steps; the model adapters; serving's leaves (its
+errors, the CPUs it may use, process helpers, the current request's id, config paths, the OCR
+options and their ranges, the addresses it may connect to); the typed config; decoding, the model
+sets, the logging setup; the scheduling policy; metrics and a request's options; the engine in one
+process; the worker processes and the model conversion; the output formats; batch jobs; the OCR
+service and the runtime that wires it all; the HTTP layer, `ocr-batch` and the OCRmyPDF plugin; the
+app and the server; the command line. Then the load-test tooling: its shared top, then its tools. A
+part is a sub-package or a module at the top of its package (`_part`); a new one must be placed
+here."""
 
 
-def test_no_two_modules_import_each_other_even_inside_a_function() -> None:
-    """A deferred import hides a pair from the check above, not from a reader: two modules that
-    each need the other want a third that both use (as `serving.batch.plan` for `ocr-batch`).
-    A name imported only for type hints (`if TYPE_CHECKING:`) is no such need."""
-    uses = {
-        name: _ours(_imports(name, module_level=False, typing=False)) - {name} for name in MODULES
+def _part(name: str) -> str | None:
+    """The entry of `LAYERS` module `name` belongs to: the longest that is it or a package above
+    it; None for a module no layer names."""
+    parts = [p for layer in LAYERS for p in layer if name == p or name.startswith(f"{p}.")]
+    return max(parts, key=len) if parts else None
+
+
+LAYER_OF = {part: index for index, layer in enumerate(LAYERS) for part in layer}
+
+
+def _all_imports() -> dict[str, set[str]]:
+    """Every import between our modules, wherever it is (inside functions and `if
+    TYPE_CHECKING:` blocks too), but from a module to the packages above it (importing `a.b.c`
+    runs `a/__init__.py` first: no arrow back)."""
+    return {
+        name: {
+            target
+            for target in _ours(_imports(name, module_level=False)) - {name}
+            if not name.startswith(f"{target}.")
+        }
+        for name in MODULES
     }
+
+
+def test_every_module_has_a_layer() -> None:
+    assert sorted(name for name in MODULES if _part(name) is None) == []
+
+
+def test_no_import_goes_up_a_layer() -> None:
+    """`serving/convert/calibration.py` read its pages from `loadtest.pages`, a package above
+    the product; the engine reached into the workers for a process helper."""
+    arrows = sorted(
+        f"{name} -> {target}"
+        for name, targets in _all_imports().items()
+        for target in targets
+        if LAYER_OF[_part(target) or ""] > LAYER_OF[_part(name) or ""]
+    )
+    assert arrows == []
+
+
+def test_no_circle_of_imports() -> None:
+    """Four modules went round (config -> scheduling.batch_shapes -> request_options (a type
+    hint) -> model_sets -> config), and the device worker hid its import of the engine's
+    warm-up, which imported the workers, in five functions. Two modules that need each other
+    want a third that both use (as `serving.request_context` for logging and HTTP)."""
+    assert _cycles(_all_imports()) == []
+
+
+def test_no_two_parts_import_each_other() -> None:
+    """Sub-packages (and the modules at the top of serving/) in one layer may use each other,
+    one way: the jobs used the OCR service, which built the jobs' runner; logging read the
+    request id from the HTTP layer, which runs on the workers, which set up logging."""
+    uses: dict[str, set[str]] = {}
+    for name, targets in _all_imports().items():
+        for target in targets:
+            mine, theirs = _part(name), _part(target)
+            if mine is not None and theirs is not None and mine != theirs:
+                uses.setdefault(mine, set()).add(theirs)
     assert _mutual(uses) == []
 
 
@@ -308,3 +393,9 @@ def test_the_checks_see_deferred_imports_and_circles() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _mutual({"a": {"b", "c"}, "b": {"a"}, "c": set(), "c.d": {"c"}}) == ["a <-> b"]
     assert "models.convert" in _graph()["models.onnx_predictor"]
+    assert _part("serving.workers.device_worker") == "serving.workers"
+    assert _part("serving.proc") == "serving.proc"
+    assert _part("loadtest.bench.run") == "loadtest.bench"
+    assert _part("loadtest.accuracy") == "loadtest"
+    assert _part("elsewhere") is None
+    assert LAYER_OF["pipelines"] < LAYER_OF["serving.config"] < LAYER_OF["loadtest"]

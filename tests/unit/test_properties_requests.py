@@ -32,11 +32,10 @@ from serving.decode.readers import DecodeLimits, FileKind, frames_type
 from serving.errors import ConfigError, OcrError, ValidationFailed
 from serving.http import paddlex_api
 from serving.jobs.options import parse_options
+from serving.options import OPTIONS
 from serving.request_options import (
-    OPTIONS,
     OcrOptions,
     ocr_options,
-    overrides,
     request_options,
 )
 from serving.scheduling.priorities import BACKGROUND
@@ -223,7 +222,7 @@ job_options = st.one_of(good_job_options, good_job_options, any_job_options)
 @counted(max_examples=200)
 def test_job_options_run_or_refuse_with_4xx(raw: dict[str, Any], seed: int) -> None:
     pipeline = PipelineConfig()
-    options = outcome(lambda: ocr_options(BUNDLE, pipeline, **overrides(parse_options(raw))))
+    options = outcome(lambda: ocr_options(BUNDLE, pipeline, **parse_options(raw)))
     if isinstance(options, OcrError):
         return
     image = np.random.default_rng(seed).integers(0, 256, (40, 120, 3), dtype=np.uint8)

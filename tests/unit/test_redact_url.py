@@ -1,5 +1,5 @@
-"""serving/config.py's `redact_url`: a PostgreSQL URL's secrets never reach a log line, wherever
-libpq would read them from."""
+"""serving/config/jobs.py's `redact_url`: a PostgreSQL URL's secrets never reach a log line,
+wherever libpq would read them from."""
 
 from __future__ import annotations
 

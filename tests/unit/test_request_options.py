@@ -11,9 +11,9 @@ import pytest
 from models.bundle import ModelBundle
 from serving.config import PipelineConfig
 from serving.errors import ValidationFailed
+from serving.options import check_overrides
 from serving.request_options import (
     NO_CLASSIFIER,
-    check_overrides,
     parse_flag,
     query_overrides,
     request_options,
@@ -22,7 +22,11 @@ from serving.request_options import (
 
 def test_query_parameters_become_overrides_and_others_are_ignored() -> None:
     params = {"det_limit_side_len": "736", "det_thresh": "0.4", "det_limit_type": "max", "x": "1"}
-    assert query_overrides(params) == {"limit_side_len": 736, "thresh": 0.4, "limit_type": "max"}
+    assert query_overrides(params) == {
+        "det_limit_side_len": 736,
+        "det_thresh": 0.4,
+        "det_limit_type": "max",
+    }
 
 
 @pytest.mark.parametrize(
@@ -30,7 +34,7 @@ def test_query_parameters_become_overrides_and_others_are_ignored() -> None:
     [("1", True), ("true", True), ("True", True), ("0", False), ("false", False), ("FALSE", False)],
 )
 def test_a_flag_is_true_or_1_false_or_0_in_any_case(text: str, flag: bool) -> None:
-    assert query_overrides({"textline_orientation": text}) == {"use_textline_orientation": flag}
+    assert query_overrides({"textline_orientation": text}) == {"textline_orientation": flag}
 
 
 @pytest.mark.parametrize("text", ["yes", "no", "", "2", "on"])
@@ -44,7 +48,7 @@ def test_any_other_flag_is_refused_with_its_name(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("thresh", 2.0), ("thresh", -0.1), ("box_thresh", 1.5), ("score_thresh", -1.0)],
+    [("det_thresh", 2.0), ("det_thresh", -0.1), ("det_box_thresh", 1.5), ("score_thresh", -1.0)],
 )
 def test_thresholds_are_probabilities(name: str, value: float) -> None:
     """`det_thresh=2` was accepted and read nothing."""
@@ -66,7 +70,7 @@ def test_numbers_are_read_before_the_limit_type_floats_first() -> None:
 
 def test_a_classifier_asked_for_without_a_model_is_refused_in_the_apis_words() -> None:
     bundle = cast(ModelBundle, types.SimpleNamespace(cls=None))
-    overrides = {"use_textline_orientation": True}
+    overrides = {"textline_orientation": True}
     with pytest.raises(ValidationFailed) as refused:
         request_options(bundle, PipelineConfig(), overrides, no_classifier=NO_CLASSIFIER)
     assert refused.value.message == NO_CLASSIFIER

@@ -7,7 +7,8 @@ a result is committed only by the holder of the page's claim, while its job is r
 The package: `sqlite` and `postgres` (the stores), `sqlite_schema` and `postgres_schema` (their
 tables and migrations), `queries` and `rows` (the statements and rows both run, one dialect
 apart), `postgres_rows` (a page's end under a lease), `types` (the values the API reports),
-`job_dirs` (the job directories both keep on disk, their base class) and `durable` (file writes).
+`job_dirs` (the job directories both keep on disk, their base class), `durable` (file writes)
+and `deliveries` (a job's webhooks and export, queued when it ends, their statements and methods).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any, Protocol
 
 from serving.config import JobsConfig
 from serving.jobs.files import Document
+from serving.jobs.hooks import JobHooks
+from serving.jobs.store.deliveries import Attempt, Delivery, DeliveryInfo, NewDelivery
 from serving.jobs.store.types import (
     FinishedPage,
     JobInfo,
@@ -75,10 +78,12 @@ class JobStore(Protocol):
         *,
         owner: str | None = None,
         limits: StoredLimits | None = None,
+        hooks: JobHooks | None = None,
     ) -> JobInfo:
         """Record a queued job whose documents already sit under `job_dir(job_id) / "files"`,
         submitted by the API key `owner` (None: authentication is off), within the owner's
-        `limits` (checked with the owner's other submits serialised).
+        `limits` (checked with the owner's other submits serialised), with its `hooks`: its end
+        (and its documents') will queue their deliveries.
 
         Raises:
             StoredQuotaExceeded: the job would take its owner past `limits` (nothing recorded).
@@ -138,6 +143,31 @@ class JobStore(Protocol):
 
     def read_result(self, job_id: str, seq: int) -> bytes:
         """A done page's result line."""
+
+    def enqueue_deliveries(self) -> int:
+        """Queue the deliveries (webhooks, exports) of the documents and jobs that ended since
+        the last call, each event once; returns how many were queued."""
+
+    def claim_delivery(self, *, webhook_lease_s: float, export_lease_s: float) -> Delivery | None:
+        """Take the delivery due first, held from other processes for its kind's lease and
+        counted as an attempt; None when none is due."""
+
+    def finish_attempt(
+        self,
+        delivery_id: str,
+        attempt: Attempt,
+        *,
+        next_at: float | None,
+        then: NewDelivery | None = None,
+    ) -> bool:
+        """Record an attempt on a claimed delivery: due again at `next_at`, or over (delivered
+        or failed, as the attempt went), then `then` queued; False when it is gone."""
+
+    def next_delivery_at(self) -> float | None:
+        """When the next pending delivery is due; None: none is pending."""
+
+    def deliveries(self, job_id: str) -> list[DeliveryInfo]:
+        """The job's deliveries and their attempts, oldest first."""
 
 
 def build_store(config: JobsConfig) -> JobStore:

@@ -38,6 +38,9 @@ from psycopg.rows import dict_row
 
 from serving.config import redact_url
 from serving.jobs.files import Document
+from serving.jobs.hooks import JobHooks
+from serving.jobs.store import deliveries
+from serving.jobs.store.deliveries import DeliveryStore
 from serving.jobs.store.job_dirs import JobDirs
 from serving.jobs.store.postgres_rows import DB_NOW, PageEnd, PageGone, end_page
 from serving.jobs.store.postgres_schema import Connection, migrate
@@ -75,7 +78,7 @@ _OWNER_LOCK = 0x71756F7461
 """Seed of the `pg_advisory_xact_lock` key of an owner's submits (its quota is checked by one)."""
 
 
-class PostgresJobStore(JobDirs):
+class PostgresJobStore(JobDirs, DeliveryStore):
     """Jobs in the PostgreSQL database at `url`; see the module docstring for the guarantees."""
 
     def __init__(
@@ -99,6 +102,7 @@ class PostgresJobStore(JobDirs):
         self._lock = threading.Lock()
         self._conn: Connection | None = None
         self._open = False
+        self._dialect = POSTGRES
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -152,9 +156,11 @@ class PostgresJobStore(JobDirs):
         *,
         owner: str | None = None,
         limits: StoredLimits | None = None,
+        hooks: JobHooks | None = None,
     ) -> JobInfo:
         """Record a queued job whose documents already sit under `job_dir(job_id) / "files"`,
-        within its owner's `limits` (one submit of an owner at a time checks them, in every
+        with its `hooks` (callback, export), within its owner's `limits` (one submit of an
+        owner at a time checks them, in every
         replica: an advisory lock on the owner).
 
         The documents and the directories naming them reach the disk before the job's rows.
@@ -172,7 +178,15 @@ class PostgresJobStore(JobDirs):
                     (owner or "", _OWNER_LOCK),
                 )
             return insert_job(
-                conn, POSTGRES, job_id, documents, options, now=now, owner=owner, limits=limits
+                conn,
+                POSTGRES,
+                job_id,
+                documents,
+                options,
+                now=now,
+                owner=owner,
+                limits=limits,
+                hooks=hooks,
             )
 
         return self._call(insert)
@@ -237,6 +251,7 @@ class PostgresJobStore(JobDirs):
             # Pages before the job: the order `complete_page` locks them in, so no deadlock.
             conn.execute("DELETE FROM ocr_pages WHERE job_id = %s", (job_id,))
             conn.execute("DELETE FROM ocr_files WHERE job_id = %s", (job_id,))
+            deliveries.delete_of_job(conn, POSTGRES, job_id)
             if conn.execute("DELETE FROM ocr_jobs WHERE id = %s", (job_id,)).rowcount == 0:
                 raise JobNotFound(f"No job {job_id}")
 
@@ -448,6 +463,9 @@ class PostgresJobStore(JobDirs):
                 for row in conn.execute("SELECT id FROM ocr_jobs WHERE id = ANY(%s)", (names,))
             }
         )
+
+    def _tx(self, work: Callable[[Connection], T]) -> T:
+        return self._call(work)
 
     def _call(self, work: Callable[[Connection], T], *, opening: bool = False) -> T:
         """Run `work` in one transaction, retried on deadlock; connection errors answer 503."""

@@ -19,7 +19,7 @@ from serving.jobs.store.types import JobStoreUnavailable
 Connection = psycopg.Connection[DictRow]
 """A connection whose rows are dicts by column name."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA_LOCK = 0x6F63725F6A6F6273
 """`pg_advisory_xact_lock` key: one replica migrates at a time."""
 
@@ -73,10 +73,35 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE ocr_jobs ADD COLUMN owner TEXT;
     CREATE INDEX ocr_jobs_by_owner ON ocr_jobs (owner, created_at);
     """,
+    # As SQLite's version 3: a job's webhooks and exports, and their deliveries.
+    3: """
+    ALTER TABLE ocr_jobs ADD COLUMN hooks TEXT;
+    ALTER TABLE ocr_jobs ADD COLUMN hooks_pending INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX ocr_jobs_hooks_pending ON ocr_jobs (hooks_pending) WHERE hooks_pending = 1;
+    ALTER TABLE ocr_files ADD COLUMN notify INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX ocr_files_notify ON ocr_files (job_id) WHERE notify = 1;
+    CREATE TABLE ocr_deliveries (
+        id TEXT PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        event TEXT NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        created_at DOUBLE PRECISION NOT NULL,
+        next_at DOUBLE PRECISION NOT NULL,
+        claimed_until DOUBLE PRECISION,
+        finished_at DOUBLE PRECISION,
+        last_error TEXT,
+        log TEXT NOT NULL DEFAULT '[]'
+    );
+    CREATE INDEX ocr_deliveries_due ON ocr_deliveries (status, next_at);
+    CREATE INDEX ocr_deliveries_by_job ON ocr_deliveries (job_id, created_at);
+    """,
 }
 
 
-TABLES = ("ocr_jobs", "ocr_files", "ocr_pages")
+TABLES = ("ocr_jobs", "ocr_files", "ocr_pages", "ocr_deliveries")
 """What the server reads and writes; `ocr_schema` it only reads once migrated."""
 MIGRATE_COMMAND = "python -m serving.jobs.migrate --url ADMIN_URL"
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from serving.jobs.files import Document
+from serving.jobs.hooks import JobHooks
 from serving.jobs.store.rows import (
     file_rows,
     finished_page,
@@ -63,10 +64,21 @@ class Dialect:
     files: str
     pages: str
     param: str
+    deliveries: str = "deliveries"
+    skip_locked: str = ""
+    """What a claiming `SELECT` ends with: PostgreSQL's row locks, skipping those another replica
+    holds (SQLite's writers take turns: its transactions are `BEGIN IMMEDIATE`)."""
 
 
 SQLITE = Dialect(jobs="jobs", files="files", pages="pages", param="?")
-POSTGRES = Dialect(jobs="ocr_jobs", files="ocr_files", pages="ocr_pages", param="%s")
+POSTGRES = Dialect(
+    jobs="ocr_jobs",
+    files="ocr_files",
+    pages="ocr_pages",
+    param="%s",
+    deliveries="ocr_deliveries",
+    skip_locked=" FOR UPDATE SKIP LOCKED",
+)
 
 
 def insert_job(
@@ -79,9 +91,12 @@ def insert_job(
     now: float,
     owner: str | None = None,
     limits: StoredLimits | None = None,
+    hooks: JobHooks | None = None,
 ) -> JobInfo:
     """Insert a queued job's rows (the job, its files, its pages) in `db`'s transaction, once
     `limits` (the owner's) allow it; the caller's transaction serialises the owner's submits.
+    With `hooks`, the job's end (and its documents', if asked) queues their deliveries
+    (`serving.jobs.store.deliveries`).
 
     Raises:
         StoredQuotaExceeded: the job would take its owner past `limits`.
@@ -107,6 +122,13 @@ def insert_job(
             f"INSERT INTO {sql.pages} (job_id, seq, file_idx, page) VALUES ({p}, {p}, {p}, {p})",
             page_rows(job_id, documents),
         )
+    if hooks is not None and hooks.wanted:
+        db.execute(
+            f"UPDATE {sql.jobs} SET hooks = {p}, hooks_pending = 1 WHERE id = {p}",
+            (json.dumps(hooks.to_json()), job_id),
+        )
+        if hooks.calls("document"):
+            db.execute(f"UPDATE {sql.files} SET notify = 1 WHERE job_id = {p}", (job_id,))
     return read_job(db, sql, job_id, detail=True)
 
 

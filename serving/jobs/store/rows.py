@@ -11,6 +11,7 @@ from typing import Any, Protocol, cast
 
 from serving.decode.readers import FileKind
 from serving.jobs.files import Document
+from serving.jobs.hooks import JobHooks
 from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo, PageError, PageTask
 
 FileRow = tuple[str, int, str, str, str, int, int]
@@ -56,6 +57,7 @@ def job_info(
         files=files,
         failed=failed,
         owner=row["owner"],
+        hooks=JobHooks.from_json(json.loads(row["hooks"]) if row["hooks"] else None),
     )
 
 

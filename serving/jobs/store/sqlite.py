@@ -28,9 +28,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from serving.jobs.files import Document
+from serving.jobs.hooks import JobHooks
+from serving.jobs.store import deliveries
+from serving.jobs.store.deliveries import DeliveryStore
 from serving.jobs.store.durable import fsync_path, write_atomic
 from serving.jobs.store.job_dirs import ORPHAN_MIN_AGE_S, JobDirs
 from serving.jobs.store.queries import (
@@ -60,8 +63,10 @@ from serving.jobs.store.types import (
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-class SqliteJobStore(JobDirs):
+
+class SqliteJobStore(JobDirs, DeliveryStore):
     """Jobs in SQLite under `data_dir`; see the module docstring for the layout and guarantees."""
 
     poll_interval_s: float | None = None
@@ -76,6 +81,7 @@ class SqliteJobStore(JobDirs):
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
+        self._dialect = SQLITE
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -129,6 +135,10 @@ class SqliteJobStore(JobDirs):
                         "UPDATE pages SET status = 'pending' WHERE status = 'running' AND job_id IN"
                         " (SELECT id FROM jobs WHERE status IN ('queued', 'running'))"
                     ).rowcount
+                    # Deliveries a killed process was sending: this process holds the store.
+                    db.execute(
+                        "UPDATE deliveries SET claimed_until = NULL WHERE status = 'pending'"
+                    )
                 self._db = db
                 self._sweep_orphans()
             except (sqlite3.Error, JobStoreUnavailable) as err:
@@ -157,9 +167,10 @@ class SqliteJobStore(JobDirs):
         *,
         owner: str | None = None,
         limits: StoredLimits | None = None,
+        hooks: JobHooks | None = None,
     ) -> JobInfo:
         """Record a job whose documents already sit under `job_dir(job_id) / "files"`, within
-        its owner's `limits`.
+        its owner's `limits`, with its `hooks` (callback, export).
 
         The documents and the directories holding them reach the disk before the job's row.
 
@@ -170,7 +181,15 @@ class SqliteJobStore(JobDirs):
         now = self._clock()
         with self._locked() as db, _transaction(db):
             return insert_job(
-                db, SQLITE, job_id, documents, options, now=now, owner=owner, limits=limits
+                db,
+                SQLITE,
+                job_id,
+                documents,
+                options,
+                now=now,
+                owner=owner,
+                limits=limits,
+                hooks=hooks,
             )
 
     def expire_queued(self, max_queued_s: float) -> list[str]:
@@ -232,6 +251,7 @@ class SqliteJobStore(JobDirs):
                     raise JobNotFound(f"No job {job_id}")
                 db.execute("DELETE FROM files WHERE job_id = ?", (job_id,))
                 db.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
+                deliveries.delete_of_job(db, SQLITE, job_id)
             # Under the lock: a concurrent `complete_page` sees no row and writes nothing.
             self.discard(job_id)
 
@@ -359,6 +379,10 @@ class SqliteJobStore(JobDirs):
             raise JobNotFound(f"No job {job_id}") from err
 
     # --- internals ----------------------------------------------------------------------------
+
+    def _tx(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        with self._locked() as db, _transaction(db):
+            return work(db)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[sqlite3.Connection]:

@@ -7,7 +7,7 @@ import sqlite3
 
 from serving.jobs.store.types import JobStoreUnavailable
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 # Migrations from version N-1 to N; a new schema version appends one entry.
@@ -55,6 +55,33 @@ _MIGRATIONS: dict[int, str] = {
     2: """
     ALTER TABLE jobs ADD COLUMN owner TEXT;
     CREATE INDEX jobs_by_owner ON jobs (owner, created_at);
+    """,
+    # A job's webhooks and exports (issue 50): what it asked for (`hooks`, JSON), whether its
+    # end's deliveries are still to be queued (`hooks_pending`), the documents whose end is
+    # still to be told (`notify`), and the deliveries themselves, pending until done.
+    3: """
+    ALTER TABLE jobs ADD COLUMN hooks TEXT;
+    ALTER TABLE jobs ADD COLUMN hooks_pending INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_hooks_pending ON jobs (hooks_pending) WHERE hooks_pending = 1;
+    ALTER TABLE files ADD COLUMN notify INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX files_notify ON files (job_id) WHERE notify = 1;
+    CREATE TABLE deliveries (
+        id TEXT PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        event TEXT NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        next_at REAL NOT NULL,
+        claimed_until REAL,
+        finished_at REAL,
+        last_error TEXT,
+        log TEXT NOT NULL DEFAULT '[]'
+    );
+    CREATE INDEX deliveries_due ON deliveries (status, next_at);
+    CREATE INDEX deliveries_by_job ON deliveries (job_id, created_at);
     """,
 }
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from serving.decode.readers import FileKind
 from serving.errors import OcrError, StoredQuotaExceeded
+from serving.jobs.hooks import JobHooks
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 ACTIVE: tuple[JobStatus, ...] = ("queued", "running")
@@ -122,6 +123,8 @@ class JobInfo:
     failed: tuple[PageError, ...] = ()
     owner: str | None = None
     """The id of the API key that submitted it; None: submitted with authentication off."""
+    hooks: JobHooks = field(default_factory=JobHooks)
+    """Its callback and export (`serving.jobs.hooks`); empty for a job that asked for none."""
 
     @property
     def finished(self) -> bool:
@@ -148,6 +151,7 @@ class JobInfo:
                 for f in self.files
             ]
             body["failed_pages"] = [p.to_json() for p in self.failed]
+            body.update(self.hooks.public_json())
         return body
 
 

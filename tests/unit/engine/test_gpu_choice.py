@@ -10,10 +10,11 @@ from collections.abc import Callable
 import pytest
 
 from models.base import EngineBackendError
-from serving.config import AppConfig, ConfigError, build
+from serving.config import AppConfig, build
 from serving.engine import gpu_choice
 from serving.engine.choice import engine_choice
 from serving.engine.gpu_choice import EngineProbe, GpuEngineChoice, decide, probe
+from serving.errors import ConfigError
 from serving.service import devices
 
 pytestmark = pytest.mark.unit

@@ -11,10 +11,10 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from serving.app import build_app
-from serving.config import PIPELINE_RANGES, AppConfig
+from serving.config import AppConfig
 from serving.http import openapi
 from serving.metrics import Metrics
-from serving.request_options import OPTIONS
+from serving.options import OPTIONS
 from serving.service.runtime import Runtime
 
 
@@ -86,13 +86,14 @@ def test_every_ref_resolves(app: Starlette) -> None:
 
 def test_every_numeric_option_has_its_enforced_range(app: Starlette) -> None:
     """`?det_thresh=2` was accepted and read nothing, and /openapi.json gave no range: every
-    number either API takes has the range the server enforces (config.PIPELINE_RANGES)."""
+    number either API takes has the range the server enforces (`serving.options.OPTIONS`)."""
     spec = openapi.build_spec(app.routes)
     query = {p["name"]: p["schema"] for p in spec["paths"]["/v1/ocr"]["post"]["parameters"]}
     paddlex = spec["components"]["schemas"]["PaddlexRequest"]["properties"]
     for name, option in OPTIONS.items():
         if option.kind in (int, float):
-            low, high = PIPELINE_RANGES[option.override]
+            assert option.bounds is not None, name
+            low, high = option.bounds
             assert (query[name]["minimum"], query[name]["maximum"]) == (low, high), name
     assert (query["det_thresh"]["minimum"], query["det_thresh"]["maximum"]) == (0.0, 1.0)
     for field in ("textDetThresh", "textDetBoxThresh", "textDetUnclipRatio", "textRecScoreThresh"):

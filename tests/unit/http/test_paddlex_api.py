@@ -24,7 +24,8 @@ from serving.http.paddlex_api import (
     parse_request,
     pruned_result,
 )
-from serving.request_options import OcrOptions, check_overrides
+from serving.options import check_overrides
+from serving.request_options import OcrOptions
 from serving.service.ocr import PageOutput
 
 PRUNED_KEYS = [
@@ -91,13 +92,13 @@ def test_overrides_mapped_to_option_names() -> None:
     assert req.log_id == "req-1"
     assert req.visualize is False
     assert req.overrides == {
-        "use_textline_orientation": True,
+        "textline_orientation": True,
         "orientation": "off",  # useDocOrientationClassify: false
-        "limit_side_len": 960,
-        "limit_type": "max",
-        "thresh": 0.25,
-        "box_thresh": 0.5,
-        "unclip_ratio": 2,
+        "det_limit_side_len": 960,
+        "det_limit_type": "max",
+        "det_thresh": 0.25,
+        "det_box_thresh": 0.5,
+        "det_unclip_ratio": 2,
         "score_thresh": 0.4,
     }
 
@@ -116,7 +117,7 @@ def test_unknown_fields_are_ignored() -> None:
 
 
 def test_int_accepted_for_float_field() -> None:
-    assert parse_request({"file": "x", "textDetThresh": 1}).overrides == {"thresh": 1}
+    assert parse_request({"file": "x", "textDetThresh": 1}).overrides == {"det_thresh": 1}
 
 
 # --- parse_request: invalid bodies ----------------------------------------------------------
@@ -228,7 +229,7 @@ def test_bad_limit_type(limit_type: str) -> None:
 @pytest.mark.parametrize("limit_type", ["min", "max", "resize_long"])
 def test_good_limit_type(limit_type: str) -> None:
     req = parse_request({"file": "x", "textDetLimitType": limit_type})
-    assert req.overrides == {"limit_type": limit_type}
+    assert req.overrides == {"det_limit_type": limit_type}
 
 
 # --- log_id_of ------------------------------------------------------------------------------
@@ -272,7 +273,9 @@ def test_the_longest_log_id_and_any_printable_text_are_echoed() -> None:
 # --- effective_overrides --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["limit_side_len", "thresh", "box_thresh", "unclip_ratio"])
+@pytest.mark.parametrize(
+    "key", ["det_limit_side_len", "det_thresh", "det_box_thresh", "det_unclip_ratio"]
+)
 @pytest.mark.parametrize("zero", [0, 0.0])
 def test_falsy_means_default(key: str, zero: float) -> None:
     assert effective_overrides({key: zero}) == {key: None}
@@ -286,21 +289,21 @@ def test_score_thresh_zero_stays_zero() -> None:
 
 def test_effective_overrides_keeps_other_values() -> None:
     overrides = {
-        "limit_side_len": 736,
-        "limit_type": "max",
-        "thresh": 0.2,
-        "box_thresh": 0.5,
-        "unclip_ratio": 2.0,
+        "det_limit_side_len": 736,
+        "det_limit_type": "max",
+        "det_thresh": 0.2,
+        "det_box_thresh": 0.5,
+        "det_unclip_ratio": 2.0,
         "score_thresh": 0.5,
-        "use_textline_orientation": False,
+        "textline_orientation": False,
     }
     assert effective_overrides(overrides) == overrides
 
 
 def test_effective_overrides_does_not_mutate() -> None:
-    overrides = {"thresh": 0}
+    overrides = {"det_thresh": 0}
     effective_overrides(overrides)
-    assert overrides == {"thresh": 0}
+    assert overrides == {"det_thresh": 0}
 
 
 # --- load_body and out-of-range options (found by test_properties_requests.py) -----------------
@@ -461,7 +464,12 @@ def test_text_det_params_from_options() -> None:
 def test_text_det_params_report_raw_request_values() -> None:
     # The request sent zeros: the pipeline ran with the defaults (options), but PaddleX reports
     # the request's values for these keys.
-    reported = {"limit_side_len": 0, "thresh": 0, "box_thresh": 0.0, "unclip_ratio": 0}
+    reported = {
+        "det_limit_side_len": 0,
+        "det_thresh": 0,
+        "det_box_thresh": 0.0,
+        "det_unclip_ratio": 0,
+    }
     options = _options(limit_side_len=64, thresh=0.3, box_thresh=0.6, unclip_ratio=1.5)
     params = pruned_result(_page(), options, reported, use_cls=False)["text_det_params"]
     assert params == {
@@ -475,7 +483,7 @@ def test_text_det_params_report_raw_request_values() -> None:
 
 
 def test_text_det_params_ignore_non_quirk_reported_keys() -> None:
-    reported = {"limit_type": "max", "use_textline_orientation": True}
+    reported = {"det_limit_type": "max", "textline_orientation": True}
     options = _options(limit_type="resize_long")
     params = pruned_result(_page(), options, reported, use_cls=False)["text_det_params"]
     assert params["limit_type"] == "resize_long"
@@ -533,7 +541,7 @@ def test_infer_result_image() -> None:
 
 def test_infer_result_pdf_without_images() -> None:
     pages = [PageOutput(_page()), PageOutput(PageResult(width=300, height=400))]
-    result = infer_result(pages, "pdf", _options(), {"thresh": 0})
+    result = infer_result(pages, "pdf", _options(), {"det_thresh": 0})
     assert result["dataInfo"] == {
         "numPages": 2,
         "pages": [{"width": 200, "height": 150}, {"width": 300, "height": 400}],

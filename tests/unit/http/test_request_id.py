@@ -1,5 +1,5 @@
-"""Unit tests for serving/http/request_id.py and the request id in log lines
-(serving/log_config.py)."""
+"""Unit tests for serving/http/request_id.py, serving/request_context.py and the request id in
+log lines (serving/log_config.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from serving.http import request_id
+from serving import request_context
 from serving.http.request_id import RequestIdMiddleware
 from serving.log_config import JsonFormatter, RequestIdFilter, configure_logging
 
 
 async def echo(request: Request) -> Response:
-    return JSONResponse({"seen": request_id.current()})
+    return JSONResponse({"seen": request_context.current()})
 
 
 @pytest.fixture
@@ -52,8 +52,8 @@ def test_unsafe_ids_are_replaced(client: TestClient, sent: str) -> None:
 
 
 def test_outside_a_request_there_is_no_id() -> None:
-    assert request_id.current() is None
-    assert len(request_id.current_or_new()) == 32
+    assert request_context.current() is None
+    assert len(request_context.current_or_new()) == 32
 
 
 def _record(message: str = "hello %s", *args: object) -> logging.LogRecord:

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pikepdf
 import pytest
 from fpdf import FPDF
@@ -155,3 +156,31 @@ def test_a_pdf_with_text_is_read_once_unless_forced(tmp_path: Path, mode: str, t
         mode=mode,  # type: ignore[arg-type]
     )
     assert _pdftotext(dest, 0) == " ".join(["Shared MIME-info Database"] * times)
+
+
+@pdftotext
+def test_deskew_turns_the_stored_pages_image_by_its_recorded_skew(tmp_path: Path) -> None:
+    source = tmp_path / "latin.png"
+    source.write_bytes(images.encode_png(LATIN.image))
+    height, width = LATIN.image.shape[:2]
+    record = {**_record(0, LATIN.lines, width, height), "skew": 1.5}
+    turns = {}
+    for deskew in (False, True):
+        dest = tmp_path / f"{deskew}.pdf"
+        write_document(
+            dest, "pdf", name="latin.png", records=[record], kind="image", pages=1,
+            source=source, limits=LIMITS, deskew=deskew,
+        )  # fmt: skip
+        with pikepdf.open(dest) as pdf:
+            turns[deskew] = [
+                op.operands
+                for op in pikepdf.parse_content_stream(pdf.pages[0])
+                if isinstance(op, pikepdf.ContentStreamInstruction)
+                and str(op.operator) == "cm"
+                and abs(float(op.operands[1])) > 1e-6
+            ]
+        assert _pdftotext(dest, 0) == " ".join(" ".join(LATIN.lines).split())
+    assert turns[False] == []
+    (matrix, *_) = turns[True]
+    angle = np.degrees(np.arctan2(float(matrix[1]), float(matrix[0])))
+    assert angle == pytest.approx(-1.5, abs=0.01)  # turned back (clockwise) by the skew

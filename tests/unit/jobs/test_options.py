@@ -8,14 +8,13 @@ import pytest
 
 from serving.errors import ValidationFailed
 from serving.jobs.options import options_from_json, parse_options
-from serving.request_options import overrides
 
 
-def test_options_are_converted_and_renamed() -> None:
+def test_options_are_converted_and_keep_their_names() -> None:
     options = parse_options(
         {"det_limit_side_len": "960", "det_thresh": 0.5, "det_limit_type": "max"}
     )
-    assert overrides(options) == {"limit_side_len": 960, "thresh": 0.5, "limit_type": "max"}
+    assert options == {"det_limit_side_len": 960, "det_thresh": 0.5, "det_limit_type": "max"}
 
 
 # Found by test_properties_requests.py: each was a 500 when a job was submitted, or failed its

@@ -9,16 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.bundle import load_bundle
 from pipelines.types import PageResult, TextLine
-from serving.config import AppConfig, JobsConfig, ServerConfig
+from serving.config import JobsConfig
 from serving.errors import DeadlineExceeded, InvalidInput, Overloaded, WorkerUnavailable
 from serving.jobs.files import Document
 from serving.jobs.runner import MAX_ATTEMPTS, JobRunner
 from serving.jobs.store.sqlite import SqliteJobStore as JobStore
 from serving.jobs.store.types import JobNotFound, PageTask
 from serving.metrics import Metrics
-from serving.scheduling.priorities import BACKGROUND
 
 pytestmark = pytest.mark.anyio
 
@@ -256,34 +254,6 @@ async def test_nothing_is_created_until_a_job_comes(tmp_path: Path) -> None:
         assert not (tmp_path / "jobs").exists()
     finally:
         await runner.stop()
-
-
-async def test_job_pages_go_at_background_priority_with_the_jobs_page_timeout(
-    tmp_path: Path,
-) -> None:
-    """Not the request timeout: a job page may wait behind interactive work for its share."""
-    config = AppConfig(
-        server=ServerConfig(request_timeout_s=30.0),
-        jobs=JobsConfig(data_dir=str(tmp_path / "jobs"), page_timeout_s=1234.0),
-    )
-    models = config.models
-    bundle = load_bundle(models.det, models.rec, models.cls)
-    seen: dict[str, object] = {}
-
-    class Service:
-        async def ocr_page_of(
-            self, *args: object, priority: int, timeout_s: float, digest: str | None
-        ) -> object:
-            seen.update(priority=priority, timeout_s=timeout_s)
-            raise Overloaded()
-
-    runner = JobRunner.build(config, Service(), bundle, Metrics())  # type: ignore[arg-type]
-    task = PageTask(
-        job_id="j", seq=0, file_index=0, file_name="a.png", page=0, kind="image", path=tmp_path
-    )
-    with pytest.raises(Overloaded):
-        await runner._ocr(task)
-    assert seen == {"priority": BACKGROUND, "timeout_s": 1234.0}
 
 
 async def test_a_job_left_queued_past_its_expiry_fails_expired(tmp_path: Path) -> None:

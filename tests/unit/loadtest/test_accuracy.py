@@ -1,4 +1,5 @@
-"""Unit tests for the accuracy harness: CER (loadtest/accuracy.py) and pages (loadtest/pages.py)."""
+"""Unit tests for the accuracy harness: CER (loadtest/accuracy.py) and the real pages
+(serving/convert/pdf_pages.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtest import accuracy, pages
+from loadtest import accuracy
 from loadtest.accuracy import (
     WordCounts,
     cer,
@@ -20,6 +21,7 @@ from loadtest.accuracy import (
     word_counts,
     words,
 )
+from serving.convert import pdf_pages as pages
 from tests import images
 
 needs_real_pdfs = pytest.mark.skipif(

@@ -18,7 +18,7 @@ from serving.ocrmypdf_plugin.engine import (
     hug_ink,
     paddle_lang,
     page_elements,
-    skew_degrees,
+    page_skew,
 )
 
 pytestmark = pytest.mark.unit
@@ -115,6 +115,41 @@ def test_word_boxes_hug_their_ink_and_never_grow() -> None:
     assert hug_ink(None, box) == box
 
 
+def test_on_an_askew_page_only_the_words_own_line_counts_as_its_ink() -> None:
+    """The upright box of a word on a sloping line holds the ends of the lines above and below;
+    their ink must not widen it back over the gap to the next word."""
+    gray = np.full((60, 120), 255, np.uint8)
+    gray[25:35, 30:70] = 0  # the word, on its line's band (rows 20 to 40)
+    gray[2:12, 0:120] = 0  # the line above, across the whole box
+    box = BoundingBox(left=10, top=0, right=100, bottom=60)
+    quad = np.array([[0, 20], [120, 20], [120, 40], [0, 40]], dtype=float)
+    hugged = hug_ink(gray, box, quad)
+    assert (hugged.left, hugged.right) == (30, 70)
+    assert (hug_ink(gray, box).left, hug_ink(gray, box).right) == (10, 100)  # without the quad
+
+
+def test_words_on_an_askew_line_are_set_apart_as_our_pdfs_set_them() -> None:
+    """Upright boxes of words on a line 4 degrees askew overlap by the slant of the line's
+    thickness; OCRmyPDF stretches each word to its box, and pdftotext read "willusually"."""
+    turn = np.radians(4.0)
+    along, down = np.array([np.cos(turn), -np.sin(turn)]), np.array([np.sin(turn), np.cos(turn)])
+    start = np.array([100.0, 300.0])
+    quad = [start, start + 400 * along, start + 400 * along + 30 * down, start + 30 * down]
+    words = []
+    for text, a, b in (("will", 0, 100), ("usually", 101, 400)):
+        corners = [start + t * along + d * down for t in (a, b) for d in (0, 30)]
+        xs, ys = [c[0] for c in corners], [c[1] for c in corners]
+        words.append({"text": text, "box": [min(xs), min(ys), max(xs), max(ys)], "score": 0.9})
+    assert words[0]["box"][2] > words[1]["box"][0]  # the upright boxes overlap
+    line = {"text": "will usually", "score": 0.9, "box": [p.tolist() for p in quad], "words": words}
+    page = {"width": 600, "height": 600, "skew": 4.0, "lines": [line], "blocks": [{"lines": [0]}]}
+    root, text = page_elements(page, (600, 600), 72.0, 0)
+    (element,) = root.lines
+    will, usually = element.children
+    assert will.bbox.right < usually.bbox.left  # apart: a gap for the space
+    assert text == "will usually\n"
+
+
 def _quad(x: float, y: float, length: float, degrees: float, height: float = 20) -> dict[str, Any]:
     """A line's box turned `degrees` clockwise on the page (y down), corners clockwise."""
     rad = np.radians(degrees)
@@ -125,10 +160,12 @@ def _quad(x: float, y: float, length: float, degrees: float, height: float = 20)
     return {"box": [c.tolist() for c in corners]}
 
 
-def test_skew_is_the_long_lines_median_slope() -> None:
-    lines = [_quad(10, 10 + 30 * i, 600, 2.0) for i in range(5)]
-    lines.append(_quad(10, 400, 600, -10.0))  # one outlier
+def test_deskew_undoes_the_servers_skew_or_the_lines_slope() -> None:
+    """OCRmyPDF turns the image by `get_deskew`'s angle (counter-clockwise): the page's skew,
+    undone. A server that reports `skew` is taken at its word; an older one's lines are
+    measured (`pipelines.skew`)."""
+    lines = [_quad(10, 10 + 30 * i, 600, 2.0) for i in range(5)]  # turned clockwise
     lines.append(_quad(10, 500, 40, 30.0))  # a short line: not counted
-    assert skew_degrees(lines) == pytest.approx(2.0)
-    assert skew_degrees([]) == 0.0
-    assert skew_degrees([_quad(0, 0, 30, 5.0)]) == 0.0
+    assert page_skew({"lines": lines}) == pytest.approx(-2.0)
+    assert page_skew({"lines": lines, "skew": 1.25}) == 1.25
+    assert page_skew({"lines": []}) == 0.0

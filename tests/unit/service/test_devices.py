@@ -52,7 +52,7 @@ def test_a_device_named_twice_is_one_worker() -> None:
 def test_cpu_instances_share_the_cores_unless_threads_are_set(
     monkeypatch: pytest.MonkeyPatch, cores: int, instances: int, expected: int
 ) -> None:
-    monkeypatch.setattr("serving.config.available_cpus", lambda: cores)
+    monkeypatch.setattr("serving.config.app.available_cpus", lambda: cores)
     config = build(AppConfig, {"workers": {"cpu_instances": instances}})
     assert config.cpu_threads == expected
     explicit = build(
@@ -79,7 +79,7 @@ def test_cpu_workers_run_lone_batches_on_every_core_unless_told(
     engine: dict[str, int],
     expected: int,
 ) -> None:
-    monkeypatch.setattr("serving.config.available_cpus", lambda: cores)
+    monkeypatch.setattr("serving.config.app.available_cpus", lambda: cores)
     config = build(AppConfig, {"workers": {"cpu_instances": instances}, "engine": engine})
     assert config.cpu_lone_threads == expected
     specs = device_specs(config, gpu_count=0)

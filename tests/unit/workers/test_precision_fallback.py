@@ -25,7 +25,7 @@ def half_reads_garbage(monkeypatch: pytest.MonkeyPatch) -> None:
         ran_at = {getattr(p, "ran_at", None) for p in predictors.values()}
         return list(WARMUP_TEXT) if ran_at == {"fp32"} else GARBLED
 
-    monkeypatch.setattr("serving.engine.warmup.warm_up_page", read)
+    monkeypatch.setattr("serving.workers.device_worker.warm_up_page", read)
 
 
 def _worker(precision: str) -> DeviceWorkerChild:
@@ -63,7 +63,7 @@ def test_auto_falls_back_to_fp32_when_the_warm_up_page_reads_wrong_at_fp16() -> 
 def test_auto_keeps_fp16_where_the_warm_up_page_reads_right(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("serving.engine.warmup.warm_up_page", lambda *_: list(WARMUP_TEXT))
+    monkeypatch.setattr("serving.workers.device_worker.warm_up_page", lambda *_: list(WARMUP_TEXT))
     worker = _worker("auto")
     worker.warm_up()
     assert _ran_at(worker) == {"fp16"}

@@ -1,4 +1,4 @@
-"""`make bench`'s batching rows (`loadtest.bench.batching`): CER per language, the 0.1-point bound
+"""`ocr-bench batching` (`loadtest.bench.batching`): CER per language, the 0.1-point bound
 that makes bucketed the GPU default, batch histograms from `/metrics` deltas, the Markdown."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""`make bench`'s CPU side of a level: core-seconds and shared-memory bytes per page from two
-`/metrics` scrapes (`loadtest.server_metrics.host_costs`)."""
+"""`ocr-bench baselines`: the CPU side of a level, core-seconds and shared-memory bytes per page
+from two `/metrics` scrapes (`loadtest.server_metrics.host_costs`)."""
 
 from __future__ import annotations
 
-from loadtest.bench.run import _host_line
+from loadtest.bench.baselines_report import host_line
 from loadtest.server_metrics import host_costs
 
 BEFORE = """\
@@ -37,7 +37,7 @@ def test_per_page_deltas_by_process_group_and_stage() -> None:
         "det to_device": 2000,
         "total": 3000,
     }
-    line = _host_line(
+    line = host_line(
         {"concurrency": 4, "host": {"core_s": costs.core_s, "shm_bytes": costs.shm_bytes}}
     )
     assert line.startswith("- ours at concurrency 4, per page: core-s cpu_workers 0.500")

@@ -1,6 +1,6 @@
 """The turned-page and language check's summary (loadtest/bench/languages.py), from a report
 written here: the verdict against the 0.5-point bound, each language's set and the default's CER,
-a missing Debian PDF named. The check on real models: `python -m loadtest.bench.languages`."""
+a missing Debian PDF named. The check on real models: `ocr-bench languages`."""
 
 from __future__ import annotations
 

@@ -1,0 +1,7 @@
+"""`python -m serving.mcp`: `ocr-mcp`."""
+
+import sys
+
+from serving.mcp.stdio import main
+
+sys.exit(main())
