@@ -12,7 +12,8 @@
 # API answers 403 there (anyone on the network could read the stored documents) unless
 # OCR_AUTH__OPEN=true, so give it keys (OCR_API_KEYS, OCR_AUTH__KEYS_FILE), or publish the port on
 # 127.0.0.1 and set OCR_AUTH__OPEN=true. It reads /etc/ocr/config.toml
-# (mount your own over it) plus OCR_<SECTION>__<KEY> environment overrides, keeps job data in the
+# (mount your own over it) plus OCR_<SECTION>__<KEY> environment overrides, keeps job data and the
+# precision check's verdicts (measured on the first start on a CPU, read on the next) in the
 # /var/lib/ocr volume and carries the embedded PP-OCRv5 mobile models; other model directories go
 # under the /models volume.
 #
@@ -72,8 +73,8 @@ RUN --mount=type=bind,source=scripts/image-install.sh,target=/tmp/image-install.
     && rm -rf /tmp/wheels \
     && groupadd --gid 10001 ocr \
     && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin ocr \
-    && mkdir -p /models /var/lib/ocr/jobs /etc/ocr \
-    && chown ocr:ocr /models /var/lib/ocr /var/lib/ocr/jobs
+    && mkdir -p /models /var/lib/ocr/jobs /var/lib/ocr/precision /etc/ocr \
+    && chown ocr:ocr /models /var/lib/ocr /var/lib/ocr/jobs /var/lib/ocr/precision
 COPY config.toml /etc/ocr/config.toml
 ENV PATH=/opt/ocr/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -82,6 +83,7 @@ ENV PATH=/opt/ocr/bin:$PATH \
     OCR_SERVER__HEALTH_PORT=8001 \
     OCR_JOBS__DATA_DIR=/var/lib/ocr/jobs \
     OCR_ENGINE__ONNX_DIR=/opt/ocr-models/onnx \
+    OCR_ENGINE__PRECISION_CHECK_DIR=/var/lib/ocr/precision \
     OCR_ENGINE__GPU_BACKEND=${GPU_BACKEND} \
     OCR_ENGINE__CPU_BACKEND=${CPU_BACKEND}
 USER 10001:10001

@@ -106,7 +106,9 @@ rapidocr-venv: $(RAPIDOCR_VENV)/.installed
 
 # The ONNX engines (openvino, onnxruntime) serve the configured Paddle models converted once with
 # paddle2onnx, cached by content under [engine] onnx_dir (models/convert.py). The converter pins
-# onnx<=1.17, so it has its own environment.
+# onnx<=1.17, so it has its own environment. It also renders the precision check's pages there
+# (serving/engine/check_set.py, from scripts/system-deps.sh's fonts and PDFs: again once they are
+# installed), which each CPU reads at start-up to prove bf16 (docs/performance.md).
 CONVERT_VENV ?= .venv-convert
 
 $(CONVERT_VENV)/.installed:

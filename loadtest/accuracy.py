@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rapidfuzz.distance import Levenshtein
 
+from pipelines.text_scores import CJK_CHARS, char_edits, merged_words, normalize_text
 from serving.convert import pdf_pages
 
 __all__ = [
@@ -46,30 +46,7 @@ __all__ = [
 
 OcrFn = Callable[[np.ndarray], list[str]]
 
-
-def normalize_text(text: str) -> str:
-    """Normalise text for CER: NFKC, then drop all whitespace and control characters.
-
-    NFKC folds compatibility forms: ligatures ("ﬁ" -> "fi", which PDF text layers often carry
-    and OCR never returns), full-width ASCII ("，" -> ",", "１" -> "1", common in Chinese text),
-    superscript digits ("⁴" -> "4") and no-break spaces. Whitespace is removed entirely rather
-    than collapsed to one space, because OCR line breaks and inter-word spaces (and whether a
-    recogniser emits a space at all, as PP-OCR often does not between Chinese characters) differ
-    from the text layer's; CER then counts only visible characters. Typographic quotes and
-    dashes are kept as they are: NFKC leaves "’" and "–" alone, and so does this function.
-    """
-    folded = unicodedata.normalize("NFKC", text)
-    return "".join(ch for ch in folded if not ch.isspace() and unicodedata.category(ch) != "Cc")
-
-
-def char_edits(reference: str, hypothesis: str) -> tuple[int, int]:
-    """(Levenshtein edits, reference length) between the normalised texts."""
-    ref, hyp = normalize_text(reference), normalize_text(hypothesis)
-    return Levenshtein.distance(ref, hyp), len(ref)
-
-
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_WORD = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+_WORD = re.compile(f"[{CJK_CHARS}]|[^\\W_{CJK_CHARS}]+")
 """A CJK character (kana, ideographs), or a run of other letters and digits."""
 
 
@@ -110,32 +87,6 @@ class WordCounts:
         """Harmonic mean of precision and recall (0.0 when both are 0)."""
         total = self.precision + self.recall
         return 2 * self.precision * self.recall / total if total else 0.0
-
-
-def merged_words(reference: str, hypothesis: str) -> int:
-    """Words of `reference` that `hypothesis` read as one ("Total amount" -> "Totalamount"): a
-    space between two letters or digits of `reference` that the hypothesis lost (deleted, or
-    replaced by another character). Both texts after NFKC with each run of whitespace (line
-    breaks too) as one space; counted on their Levenshtein alignment. A space beside punctuation
-    ("parser2array (const", "... describe") is spacing, not a word boundary a search depends on,
-    and is not counted: on the bench pages bf16 and f32 differed only there (issue 41)."""
-    ref, hyp = _spaced(reference), _spaced(hypothesis)
-    return sum(
-        1
-        for op in Levenshtein.editops(ref, hyp)
-        if op.tag in ("delete", "replace")
-        and ref[op.src_pos] == " "
-        and _word_char(ref[op.src_pos - 1])
-        and _word_char(ref[op.src_pos + 1])
-    )
-
-
-def _spaced(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", text).split())
-
-
-def _word_char(char: str) -> bool:
-    return char.isalnum()
 
 
 def word_counts(reference: str, hypothesis: str) -> WordCounts:

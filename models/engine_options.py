@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from models.torch_options import TorchOptions
+
+if TYPE_CHECKING:
+    from models.precision_verdict import ModelCheck
 
 DeviceKind = Literal["cpu", "gpu"]
 DEVICE_KINDS: tuple[DeviceKind, ...] = get_args(DeviceKind)
@@ -87,10 +90,18 @@ class EngineOptions:
     onnx_dir: str = "var/models/onnx"
     """Where the ONNX engines find the cached conversions of Paddle models (`models.convert`)."""
     openvino_precision: OpenVinoPrecisionSetting = "auto"
-    """OpenVINO's precision on CPU: "auto" (bf16 where the CPU has it and the model was checked
-    under it, else f32), "f32", "bf16" or "int8" (`models.openvino_precision`)."""
+    """OpenVINO's precision on CPU: "auto" (bf16 where this CPU's precision check passed the
+    model, else f32), "f32", "bf16" or "int8" (`models.openvino_precision`)."""
     openvino_f32_head: bool = True
     """A recogniser at bf16 keeps its CTC head in f32 (`models.openvino_layout`)."""
+    openvino_check: bool = True
+    """"auto" and "int8" keep a reduced precision only where this CPU's precision check passed
+    it (`engine.openvino_precision_check`); false: as asked, unchecked (measurement)."""
+    precision_check_dir: str = "var/precision"
+    """Where the precision check caches its verdicts (`engine.precision_check_dir`)."""
+    openvino_verdict: ModelCheck | None = None
+    """What this CPU's precision check found for the model these options load
+    (`serving.engine.precision_check`); None: no check ran for it."""
 
     torch: TorchOptions = field(default_factory=TorchOptions)
     """The torch engine's compilation and shape buckets (`[engine.torch]`)."""

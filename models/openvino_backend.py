@@ -4,14 +4,17 @@ Serves a model directory's `inference.onnx`, or a Paddle model's cached conversi
 (`models.convert`): OpenVINO cannot read Paddle's PIR `inference.json`.
 
 Precision follows `[engine] openvino_precision`, resolved per CPU and model when the model
-loads (`models.openvino_precision`): "auto" is bf16 where the CPU has it, faster and changing
-some recognised text, else f32; "f32" reads what Paddle reads; "int8" serves NNCF's int8 form
-of each model (`models.quantize`, made offline by `make convert-int8`). Threads come from
+loads (`models.openvino_precision`), from what this CPU's precision check found for it
+(`EngineOptions.openvino_verdict`, given before the load: `serving.engine.precision_check`):
+"auto" is bf16 where the check passed it, faster and changing some recognised text, else f32;
+"f32" reads what Paddle reads; "int8" serves NNCF's int8 form of each model (`models.quantize`,
+made offline by `make convert-int8`) where the check passed it. Threads come from
 `[engine] cpu_threads`, one stream, the latency hint; inputs of any batch, height and width.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +26,8 @@ from models.base import not_loaded
 from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
 from models.openvino_layout import SplitModel, chained, split_at_head
-from models.openvino_precision import PrecisionChoice, choose_precision
+from models.openvino_precision import CHECKED_KINDS, PrecisionChoice, choose_precision
+from models.precision_verdict import ModelCheck
 from models.quantize import RECIPES, int8_model
 from models.spec import ModelSpec
 
@@ -77,16 +81,26 @@ class OpenVinoPredictor(OnnxPredictor):
         """Each compiled model's threads, as OpenVINO reports them: `run`'s, then `run_alone`'s
         where it has its own model; empty before `load()`."""
 
+    def use_verdict(self, check: ModelCheck) -> None:
+        """Compile at what this CPU's precision check found for the model
+        (`serving.engine.precision_check`); before `load()`, which reads it."""
+        self._options = dataclasses.replace(self._options, openvino_verdict=check)
+
     def _open(self) -> BatchRunner:
         ov = import_engine("openvino", "openvino")
         core = ov.Core()
         capabilities = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        setting = self.options.openvino_precision
+        if setting == "int8" and self.spec.kind in CHECKED_KINDS:
+            int8_model(self.spec, Path(self.options.onnx_dir))  # asked for: it must be made
         choice = choose_precision(
-            self.options.openvino_precision,
+            setting,
             capabilities,
             self.spec.model_name,
             self.spec.kind,
             f32_head=self.options.openvino_f32_head,
+            checked=self.options.openvino_check,
+            check=self.options.openvino_verdict,
         )
         if choice.precision == "int8" and self.spec.kind not in RECIPES:
             # The page classifier (and any kind without a recipe) has no int8 form: it runs f32.

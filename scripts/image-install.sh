@@ -91,9 +91,23 @@ if [ "$convert" = yes ]; then
   # from OCR_ENGINE__ONNX_DIR. Other models: convert them with `make convert` and mount them.
   python3 -m venv /opt/convert
   /opt/convert/bin/pip install --no-cache-dir paddle2onnx==2.1.0 paddlepaddle==3.2.2 packaging
+  # The same command renders the precision check's pages beside the conversions
+  # (serving/engine/check_set.py: each CPU proves bf16 on them at start-up), from the fonts and
+  # Debian doc PDFs scripts/system-deps.sh installs for the tests: the fonts installed for the
+  # build and removed after it, the guides unpacked into a folder of their own (slim images
+  # keep nothing under /usr/share/doc).
+  fonts=(fonts-dejavu-core fonts-wqy-microhei)
+  guides=(maint-guide maint-guide-zh-cn maint-guide-ja maint-guide-fr maint-guide-de
+    maint-guide-es maint-guide-it)
+  docs="$(mktemp -d)"
+  apt-get update
+  apt-get install -y --no-install-recommends "${fonts[@]}"
+  (cd "$docs" && apt-get download "${guides[@]}")
+  for deb in "$docs"/*.deb; do dpkg-deb -x "$deb" "$docs/root"; done
   /opt/ocr/bin/python -m serving.convert --cache-dir /opt/ocr-models/onnx \
-    --converter /opt/convert/bin/paddle2onnx
-  rm -rf /opt/convert
+    --converter /opt/convert/bin/paddle2onnx --docs-root "$docs/root"
+  apt-get purge -y --auto-remove "${fonts[@]}"
+  rm -rf /opt/convert "$docs" /var/lib/apt/lists/*
 fi
 if [ "$variant" = gpu-torch ]; then
   /opt/ocr/bin/python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"

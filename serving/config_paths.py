@@ -30,6 +30,7 @@ PATH_KEYS: tuple[tuple[str, str], ...] = (
     ("auth", "keys_file"),
     ("engine", "trt_cache_dir"),
     ("engine", "onnx_dir"),
+    ("engine", "precision_check_dir"),
     ("jobs", "data_dir"),
     ("webhooks", "secret_file"),
     ("storage", "s3_credentials_file"),

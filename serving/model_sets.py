@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from models.bundle import ModelBundle, load_bundle
 from models.langs import ALL_LANGS, languages_of, models_for
@@ -42,6 +42,21 @@ def stage_kind(stage: str) -> str:
 def set_stage(kind: str, set_name: str) -> str:
     """The stage name of a non-default set's `kind` model: its queue, its predictor in a worker."""
     return f"{kind}{STAGE_SEP}{set_name}"
+
+
+class StagePair(NamedTuple):
+    """A model set's detector and recogniser by their stage names (its queues, a device
+    worker's predictors), and the languages (PaddleOCR's codes) the set reads."""
+
+    det: str
+    rec: str
+    langs: tuple[str, ...]
+
+
+def default_pair(bundle: ModelBundle, langs: tuple[str, ...] = ()) -> StagePair:
+    """The pair of a server with `bundle` alone: "det" and "rec", reading `langs` (none: its
+    recogniser's, `models.langs`)."""
+    return StagePair("det", "rec", tuple(sorted(_langs_of(bundle, langs))))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +127,13 @@ class ModelSets:
     def rec_dirs(self) -> dict[str, str]:
         """Non-default set name -> its recogniser's directory (a CPU worker's CTC labels)."""
         return {s.name: str(s.bundle.rec.directory) for s in self.extra}
+
+    def pairs(self) -> tuple[StagePair, ...]:
+        """Each set's detector and recogniser stages and languages: what the precision check
+        reads together (`serving.engine.precision_check`)."""
+        return tuple(
+            StagePair(s.stage("det"), s.stage("rec"), tuple(sorted(s.langs))) for s in self.all
+        )
 
     def without(self, name: str, reason: str) -> ModelSets:
         """These sets less the non-default one `name`, recorded as unavailable for `reason`."""

@@ -34,6 +34,7 @@ SCENARIO_MODULES = (
     "loadtest.bench.batching",
     "loadtest.bench.precision_check",
     "loadtest.bench.precision_layouts",
+    "loadtest.bench.precision_startup",
     "loadtest.bench.int8_sensitivity",
     "loadtest.bench.job_impact",
     "loadtest.bench.memory_peak",

@@ -79,6 +79,7 @@ def load(layout: Layout, threads: int, models: ModelsConfig | None = None) -> Lo
             predictor.options,
             openvino_precision=precision,  # type: ignore[arg-type]
             openvino_f32_head=layout.rec_f32_head,
+            openvino_check=False,  # each layout as asked, not what this CPU's check keeps
         )
         engine.predictors[stage] = OpenVinoPredictor(predictor.spec, options)
     engine.load()

@@ -33,6 +33,7 @@ from serving.decode.readers import DecodeLimits
 from serving.engine.choice import engine_choice, model_stages
 from serving.errors import OcrError
 from serving.jobs.options import page_record
+from serving.model_sets import default_pair
 from serving.request_options import OcrOptions
 
 logger = logging.getLogger(__name__)
@@ -134,7 +135,16 @@ class ModelActor:
         spec: ModelSpec | None = bundle.specs.get(stage)
         if spec is None:
             raise ValueError(f"no {stage} model is configured")
-        self.predictor = engine_choice(config, device).predictor(spec)
+        engine = engine_choice(config, device)
+        self.predictor = engine.predictor(spec)
+        if stage in ("det", "rec"):  # at the precision this CPU's check allows (OpenVINO)
+            from serving.engine.precision_check import check_precisions
+
+            pair = {
+                s: self.predictor if s == stage else engine.predictor(bundle.specs[s])
+                for s in ("det", "rec")
+            }
+            check_precisions(pair, [default_pair(bundle, config.models.langs)])
         self.predictor.load()
         self.stage = model_stages({stage: self.predictor})[stage]
         logger.info("%s actor ready on %s", stage, device)

@@ -67,14 +67,25 @@ class EngineConfig:
     onnx_dir: str = "var/models/onnx"
     """Cached ONNX conversions of the Paddle models, for the ONNX engines (`make convert`)."""
     openvino_precision: OpenVinoPrecisionSetting = "auto"
-    """OpenVINO's inference precision on CPU: "auto" (bf16 where the CPU computes in it and the
-    model's text under bf16 was checked within 0.1 CER points of f32's, else f32; decided by each
-    worker when it loads, reported in `/readyz`), "f32" (Paddle's text, on any CPU), "bf16"
-    (f32 where the CPU has no bf16) or "int8" (NNCF's int8 models, made offline by `make
-    convert-int8`: `models.quantize`); see `models.openvino_precision`."""
+    """OpenVINO's inference precision on CPU: "auto" (bf16 for a model where this CPU's
+    precision check passed it: its text on the check set within 0.1 CER points of f32's and no
+    more merged words, else f32; measured once per CPU model, OpenVINO version and model files,
+    cached in `precision_check_dir`, reported in `/readyz`), "f32" (Paddle's text, on any CPU,
+    no check), "bf16" (forced, unchecked; f32 where the CPU has no bf16) or "int8" (NNCF's int8
+    models, made offline by `make convert-int8`: `models.quantize`; where this CPU's check
+    passes them, else bf16 where that passes, else f32); see `models.openvino_precision`."""
+    openvino_precision_check: bool = True
+    """Whether "auto" and "int8" keep bf16 or int8 for a model only where this CPU's precision
+    check passed it (`serving.engine.precision_check`). false: "auto" takes bf16 wherever the
+    CPU has it and "int8" runs the int8 models, unchecked (for measurements: `make bench`)."""
+    precision_check_dir: str = "var/precision"
+    """Where the precision check's verdicts are cached (one JSON file per model pair, CPU model,
+    OpenVINO version and check set; a lock file makes workers starting together measure once).
+    Must be writable; the image keeps it on its /var/lib/ocr volume."""
     openvino_f32_head: bool = True
     """A recogniser at bf16 keeps its CTC head (last MatMul to the output) in f32: whole-model
-    bf16 merges words ("Totalamount"), this layout does not, at bf16's speed
+    bf16 merged words ("Totalamount") on an AMX Xeon, this layout did not (issue 41; on a CPU
+    without AMX it still merged one: each CPU's precision check decides), at bf16's speed
     (`models.openvino_layout`). false: every layer at bf16, for measurement."""
     batching: BatchingSetting = "auto"
     """How model inputs are padded so that work of different pages batches
@@ -98,6 +109,9 @@ class EngineConfig:
             self.openvino_precision in OPENVINO_PRECISION_SETTINGS,
             "engine.openvino_precision",
             f"must be {choices_text(OPENVINO_PRECISION_SETTINGS)}",
+        )
+        check(
+            bool(self.precision_check_dir.strip()), "engine.precision_check_dir", "must be a path"
         )
         check(
             self.precision in PRECISION_SETTINGS,

@@ -5,7 +5,9 @@ models and `[engine] onnx_dir`, and hands them to `models.convert.convert_models
 work: models/ imports nothing from serving/. With `--int8` (`make convert-int8`) it then
 quantises each converted model to int8 with NNCF (`models.quantize`), calibrated on held-out
 document pages (`serving.convert.calibration`), for `engine.openvino_precision = "int8"`; models
-that have their int8 form already are left alone, and then no page is rendered.
+that have their int8 form already are left alone, and then no page is rendered. It also renders
+the precision check's pages (`serving.engine.check_set`) once, beside the conversions: each CPU
+proves bf16 and int8 on them at start-up.
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--int8", action="store_true", help="also quantise the models to int8 (NNCF)"
     )
+    parser.add_argument(
+        "--docs-root",
+        type=Path,
+        default=Path("/"),
+        help="where the Debian doc PDFs of the precision check's pages are (default: installed)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = load_config(args.config, os.environ)
@@ -62,9 +70,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     refs: dict[str, str] = {str(k): ref for k, ref in configured_models(config).items()}
     refs.update(set_models(config))
     status = convert.convert_models(refs, cache_dir, converter, args.opset)
+    if status != 0:
+        return status
+    status = build_check_set(cache_dir, args.docs_root)
     if status != 0 or not args.int8:
         return status
     return quantize_models(config, cache_dir, args.opset)
+
+
+def build_check_set(cache_dir: Path, docs_root: Path = Path("/")) -> int:
+    """Render the precision check's pages into `cache_dir` (`serving.engine.check_set`) where
+    they are not there yet (or lack what is installed now), saying which languages it could not
+    have; exit status 0, or 1 where it cannot be written."""
+    from serving.engine.check_set import check_set_dir, ensure_check_set
+
+    directory = check_set_dir(cache_dir)
+    try:
+        found = ensure_check_set(directory, docs_root)
+    except (OSError, ValueError) as err:
+        logger.error("precision check set %s: %s", directory, err)
+        return 1
+    logger.info(
+        "precision check set: %s (%s)%s",
+        directory,
+        ", ".join(found.languages) or "empty",
+        "".join(f"; no {lang}: {why}" for lang, why in found.missing.items()),
+    )
+    return 0
 
 
 def quantize_models(config: AppConfig, cache_dir: Path, opset: int = convert.OPSET) -> int:

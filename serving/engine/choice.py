@@ -64,6 +64,8 @@ def engine_options(
         max_batch_rows=max_batch_rows,
         openvino_precision=engine.openvino_precision,
         openvino_f32_head=engine.openvino_f32_head,
+        openvino_check=engine.openvino_precision_check,
+        precision_check_dir=engine.precision_check_dir,
         inflight_batches=inflight_batches,
     )
 
@@ -159,8 +161,11 @@ def compile_report(predictors: Mapping[str, object]) -> dict[str, str]:
     return {"compile": "/".join(modes), "compile_reason": "; ".join(reasons)}
 
 
-PRECISION_KEYS = ("precision", "precision_reason", "precision_layers")
-"""What `precision_report` adds to a device worker's ready report, and `/readyz` shows of it."""
+PRECISION_CHECKS_KEY = "precision_checks"
+"""Where a device worker's ready report, and `/readyz`, say what this CPU's precision check
+found for each OpenVINO model (stage -> `models.precision_verdict.ModelCheck.describe`)."""
+PRECISION_KEYS = ("precision", "precision_reason", "precision_layers", PRECISION_CHECKS_KEY)
+"""What a device worker's ready report says of its precision, and `/readyz` shows."""
 
 
 def precision_report(predictors: Mapping[str, object], options: EngineOptions) -> dict[str, str]:

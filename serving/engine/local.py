@@ -13,6 +13,7 @@ from pipelines.ocr import run_page
 from pipelines.types import ClsParams, PageResult
 from serving.config import AppConfig
 from serving.engine.choice import engine_choice, model_stages, use_byte_maps
+from serving.model_sets import default_pair
 from serving.request_options import OcrOptions, ocr_options
 
 
@@ -29,7 +30,11 @@ class LocalEngine:
         }
 
     def load(self) -> None:
-        """Create the predictors."""
+        """Create the predictors, at the precisions this CPU's check allows for OpenVINO
+        (`serving.engine.precision_check`; measured once, then read from its cache)."""
+        from serving.engine.precision_check import check_precisions
+
+        check_precisions(self.predictors, [default_pair(self.bundle, self.config.models.langs)])
         for predictor in self.predictors.values():
             predictor.load()
         # As the server's device workers read them (`serving.workers.device_worker`).

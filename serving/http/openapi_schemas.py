@@ -251,7 +251,10 @@ SCHEMAS: dict[str, Json] = {
                 "type": "object",
                 "description": "Loopback callers only, as the rest. Per device worker: ready, "
                 "pid, restarts, precision and precision_reason (which precision its models run "
-                "at and why, e.g. OpenVINO's auto choice for this CPU); torch workers: compile "
+                "at and why, e.g. OpenVINO's auto choice for this CPU); OpenVINO workers "
+                "under auto or int8: precision_checks (per model: what this CPU's precision "
+                "check measured, CER and merged words at f32 and each precision tried, the "
+                "verdict, measured_at, cache hit or fresh); torch workers: compile "
                 "and compile_reason (compiled or eager, and why)",
             },
             "cpu_workers": {"type": "object"},

@@ -172,6 +172,7 @@ class Runtime:
                 budget_bytes, sum("det" in spec.stages for spec in specs)
             ),
             det_thresh=config.pipeline.det.thresh,
+            check_pairs=sets.pairs(),
         )
         metrics = Metrics()
         devices = DevicePool(

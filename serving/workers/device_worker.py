@@ -31,13 +31,16 @@ from models.base import AloneRunner
 from models.device_faults import is_device_fault
 from models.embedded import resolve_model_dir
 from models.engine_options import device_kind
+from models.openvino_backend import OpenVinoPredictor
+from models.precision_verdict import ModelCheck
 from models.registry import EngineChoice
-from models.spec import load_model_spec
+from models.spec import ModelSpec, load_model_spec
 from models.staging import PixelInput, Slot, StagedPredictor
 from models.torch_precision import PrecisionPlan, fall_back
 from pipelines.pixels import normalize, row_sizes
 from pipelines.stages import ModelStage, Stage
 from serving.engine.choice import (
+    PRECISION_CHECKS_KEY,
     compile_report,
     model_stages,
     precision_report,
@@ -52,7 +55,7 @@ from serving.engine.warmup import (
 )
 from serving.errors import OcrError, PredictorFailed
 from serving.log_config import configure_logging
-from serving.model_sets import stage_kind
+from serving.model_sets import StagePair, stage_kind
 from serving.proc import die_with_parent, release_free_heap
 from serving.scheduling.page_memory import DEFAULT_ENGINE_BYTES_PER_DET_PX, ENGINE_BYTES_KEY
 from serving.workers import shm
@@ -110,6 +113,9 @@ class WorkerSetup:
     """Working memory the detector's engine may keep between pages: after a batch whose input
     needs more (its pixels times the measured bytes per pixel), the engine is asked to release it
     (`serving.scheduling.page_memory.engine_retain_bytes`: a share of the memory budget)."""
+    check_pairs: tuple[StagePair, ...] = ()
+    """Each model set's detector and recogniser stages and languages, which the precision check
+    reads together (`ModelSets.pairs`); none: the default pair, "det" and "rec"."""
     det_thresh: float | None = None
     """`[pipeline.det] thresh`: a detector whose engine quantises its map on the device answers
     byte maps exact at it (`serving.engine.choice.use_byte_maps`); None: float maps."""
@@ -143,6 +149,8 @@ class DeviceWorkerChild:
     norms: dict[str, str] = field(default_factory=dict)
     """Stage -> the stage whose normalisation its pixels get, where it is not the stage's own
     (`models.spec.ModelSpec.pixel_norm`: a PaddleOCR 2.x textline classifier's, "rec")."""
+    precision_checks: dict[str, ModelCheck] = field(default_factory=dict)
+    """What this CPU's precision check found for each OpenVINO model, by stage (`/readyz`)."""
     release_pending: bool = False
     """A detector batch over `release_above_px` ran since the engine last freed its memory."""
     det_alone: bool | None = None
@@ -158,17 +166,32 @@ class DeviceWorkerChild:
             stage: load_model_spec(resolve_model_dir(directory), stage_kind(stage))
             for stage, directory in self.setup.model_dirs.items()
         }
-        loaded = {}
-        for stage in self.spec.stages:
-            if stage not in specs:
-                continue
-            max_rows = self.spec.max_rows.get(stage, 1)
-            predictor = self.spec.engine.predictor(specs[stage], max_batch_rows=max_rows)
+        made = {
+            stage: self.spec.engine.predictor(
+                specs[stage], max_batch_rows=self.spec.max_rows.get(stage, 1)
+            )
+            for stage in self.spec.stages
+            if stage in specs
+        }
+        self.precision_checks = self._check_precisions(made, specs)
+        for stage, predictor in made.items():
             predictor.load()
-            loaded[stage] = predictor
             if specs[stage].pixel_norm != specs[stage].kind:
                 self.norms[stage] = specs[stage].pixel_norm
-        self.use(loaded)
+        self.use(made)
+
+    def _check_precisions(
+        self, made: dict[str, Any], specs: dict[str, ModelSpec]
+    ) -> dict[str, ModelCheck]:
+        """This CPU's precision check for the model sets this worker serves a stage of, each
+        model's verdict given to its predictor before it loads (OpenVINO's "auto", "int8")."""
+        if not any(isinstance(p, OpenVinoPredictor) for p in made.values()):
+            return {}
+        from serving.engine.precision_check import check_worker_precisions
+
+        checks = check_worker_precisions(made, specs, self.setup.check_pairs, self.spec.engine)
+        release_free_heap()  # the check's own models are closed: hand their heap back
+        return checks
 
     def use(self, predictors: dict[str, Any]) -> None:
         """Serve with these loaded predictors, one a stage (`load` makes them from the spec)."""
@@ -523,7 +546,11 @@ def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -
     info["pid"] = os.getpid()
     info.update(precision_report(worker.predictors, worker.spec.engine.options))
     info.update(compile_report(worker.predictors))
-    logger.info("device worker %s ready: %s", spec.name, info)
+    logger.info("device worker %s ready: %s", spec.name, info)  # the checks logged their own
+    if worker.precision_checks:
+        info[PRECISION_CHECKS_KEY] = {
+            stage: check.describe() for stage, check in worker.precision_checks.items()
+        }
     conn.send(("ready", info))
     try:
         try:

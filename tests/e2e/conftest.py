@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -72,6 +73,23 @@ SLOW_FAKE = "tests.fakes.predictors:SLOW_FAKE"
 """Model-free device workers, slowed by OCR_FAKE_LATENCY_S (`start_server(backend=...)`)."""
 
 
+@functools.cache
+def precision_checked(environ: tuple[tuple[str, str], ...]) -> None:
+    """This CPU's precision check for the default config's model sets, measured once, before the
+    first real-model server, by `python -m serving.engine.precision_ahead` (a process of its
+    own: the check's models leave with it), its verdicts cached in the project's
+    `var/precision`, where every server started here reads them: a cold check of both sets in a
+    worker took past the 600 s start-up limit on this 2-core machine shared with other work
+    (issue 46). Nothing to do where the environment forces a precision that needs no check."""
+    subprocess.run(
+        [sys.executable, "-m", "serving.engine.precision_ahead"],
+        env=dict(environ),
+        cwd=Path(__file__).parents[2],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
+
+
 def start_server(
     tmp: Path,
     config: str = CONFIG,
@@ -79,6 +97,8 @@ def start_server(
     backend: str | None = None,
     env: dict[str, str] | None = None,
 ) -> Server:
+    if backend is None:
+        precision_checked(tuple(sorted({**os.environ, **(env or {})}.items())))
     config_path = tmp / "config.toml"
     config_path.write_text(config)
     port = free_port()

@@ -39,7 +39,8 @@ INT8_MAX_CER_LOSS_HERE = 0.05
 (the bench measures the real calibration's loss: docs/models.md, int8)."""
 
 
-def _config(onnx_dir: Path, precision: Any) -> AppConfig:
+def _config(onnx_dir: Path, precision: Any, *, checked: bool = False, **engine: Any) -> AppConfig:
+    """`precision` as asked, or (`checked`) where this CPU's precision check passes it."""
     return AppConfig(
         models=ONE_SET,
         engine=EngineConfig(
@@ -47,6 +48,8 @@ def _config(onnx_dir: Path, precision: Any) -> AppConfig:
             cpu_threads=2,
             onnx_dir=str(onnx_dir),
             openvino_precision=precision,
+            openvino_precision_check=checked,
+            **engine,
         ),
     )
 
@@ -106,9 +109,10 @@ def test_missing_int8_models_name_the_command(cache: Path) -> None:
     for entry in cache.iterdir():
         if entry.name != quantize.INT8_DIR and not (empty / entry.name).exists():
             (empty / entry.name).symlink_to(entry.resolve())
-    engine = LocalEngine(_config(empty, "int8"))
-    with pytest.raises(PredictorError, match=r"has no int8 form.*make convert-int8"):
-        engine.load()
+    for checked in (False, True):  # no check runs on models that are not there
+        engine = LocalEngine(_config(empty, "int8", checked=checked))
+        with pytest.raises(PredictorError, match=r"has no int8 form.*make convert-int8"):
+            engine.load()
 
 
 def test_quantisation_is_cached_with_its_provenance(
@@ -176,3 +180,26 @@ def test_int8_loads_the_int8_models_and_reads_real_pages(
     print(f"CER f32 {cer['f32']:.4f}, int8 {cer['int8']:.4f}")
     assert cer["f32"] < 0.1
     assert cer["int8"] <= cer["f32"] + INT8_MAX_CER_LOSS_HERE
+
+
+def test_int8_asked_for_runs_what_this_cpus_check_passed(
+    cache: Path, quantised: dict[str, tuple[Path, bool]], tmp_path: Path
+) -> None:
+    """Checked (the default), each model runs int8 where this CPU's precision check read the
+    check set with it within 0.2 CER points of f32 and no more merged words, else bf16 where that
+    passed, else f32, and says why (issue 46)."""
+    engine = LocalEngine(_config(cache, "int8", checked=True, precision_check_dir=str(tmp_path)))
+    engine.load()
+    for stage in ("det", "rec"):
+        predictor = engine.predictors[stage]
+        assert isinstance(predictor, OpenVinoPredictor)
+        check = predictor.options.openvino_verdict
+        assert check is not None
+        assert check.trials[0].precision == "int8"
+        passed = [t.precision for t in check.trials if t.passed]
+        assert predictor.precision is not None
+        assert predictor.precision.precision == (passed[0] if passed else "f32")
+        assert predictor.precision.reason.startswith("int8 asked for: ")
+        assert "this CPU's check" in predictor.precision.reason
+        if predictor.precision.precision == "int8":
+            assert predictor.model_file == quantised[stage][0]

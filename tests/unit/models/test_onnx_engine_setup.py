@@ -27,6 +27,7 @@ from models.registry import BACKENDS, backend_names
 from models.spec import ModelSpec, load_model_spec
 from serving.config import AppConfig, EngineConfig, WorkersConfig, load_config
 from serving.convert import run as convert_command
+from serving.engine.check_set import check_set_dir
 from serving.engine.choice import engine_options
 from serving.errors import ConfigError
 from serving.service.runtime import Runtime
@@ -185,7 +186,9 @@ def test_the_cli_converts_the_configured_models(tmp_path: Path, capsys, monkeypa
     assert [line.split()[0] for line in lines] == stages * 2
     states = ["(converted)"] * 2 + ["(as is)"] * 2 + ["(cached)"] * 2 + ["(as is)"] * 2
     assert [line.rsplit(" (", 1)[1] for line in lines] == [state[1:] for state in states]
-    assert len(list(cache.iterdir())) == 2
+    # The two conversions, and the precision check's pages (serving.engine.check_set).
+    assert len([p for p in cache.iterdir() if p.name != "check-set"]) == 2
+    assert (check_set_dir(cache) / "check-set.json").is_file()
 
 
 def test_openvino_compiles_at_the_precision_chosen_for_it() -> None:

