@@ -1,0 +1,170 @@
+"""A faithful PP-OCRv6 small (issue 46, item 6): our text against a reference that reads the same
+ONNX models with PaddleOCR's pre- and post-processing, on the bench's real pages, at f32.
+
+The reference is RapidOCR 3.10 (`rapidocr`, its own implementation of PaddleOCR's detection
+resize, DB post-processing, crop, recognition resize and CTC decoding) configured with
+PaddleOCR's settings exactly as `make bench` configures it for PP-OCRv5
+(`loadtest.servers.rapidocr_params`: our detection and recognition settings, PaddleOCR's
+detector normalisation, no classifier), on ONNX Runtime (f32), in process. Ours is the default
+set read by `LocalEngine` on OpenVINO at f32 (the precision every CPU has; `--backend onnxruntime`
+for the same engine as the reference). The check holds when ours and the reference's CER against
+the pages' text layers are within `MAX_CER_GAP` (0.1 points); the CER of ours against the
+reference's text says how far the two texts are apart.
+
+    python -m loadtest.bench.faithful_v6 --pages 8
+
+RapidOCR is imported from this environment: `make install-test` installs its wheel (for its
+models, `--no-deps`) and omegaconf, the one requirement it imports that the project has not.
+`tests/integration/test_faithful_v6.py` runs it on 4 pages in `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtest.accuracy import cer
+from loadtest.engine_limit import real_page_set
+from loadtest.onnx_export import OnnxModels, write_keys
+from loadtest.servers import rapidocr_params
+from models.bundle import ModelBundle, load_bundle
+from serving.config import AppConfig, EngineConfig, ModelsConfig
+from serving.engine.local import LocalEngine
+from serving.request_options import ocr_options
+
+MAX_CER_GAP = 0.001
+"""How far our CER may be from the reference's: 0.1 points (issue 46, item 6)."""
+
+Reader = Callable[[np.ndarray], list[str]]
+"""A page's lines of text, in reading order, from a BGR image."""
+
+
+def default_bundle() -> ModelBundle:
+    """The default set's detector and recogniser (PP-OCRv6 small), no classifiers."""
+    models = ModelsConfig()
+    return load_bundle(models.det, models.rec)
+
+
+def reference_reader(bundle: ModelBundle, keys_dir: Path, threads: int) -> Reader:
+    """RapidOCR on `bundle`'s ONNX files with PaddleOCR's settings, on ONNX Runtime.
+
+    Raises:
+        ImportError: rapidocr (or omegaconf) is not installed here.
+        ValueError: the models are not ONNX files.
+    """
+    from rapidocr import EngineType, RapidOCR
+
+    if bundle.det.onnx_file is None or bundle.rec.onnx_file is None:
+        raise ValueError(f"{bundle.det.directory}, {bundle.rec.directory}: not ONNX models")
+    models = OnnxModels(
+        bundle.det.onnx_file, bundle.rec.onnx_file, write_keys(bundle.rec, keys_dir / "keys.txt")
+    )
+    options = ocr_options(bundle, AppConfig().pipeline)
+    params: dict[str, Any] = rapidocr_params(options, models, threads, "onnxruntime")
+    params.update({"Global.log_level": "warning", "Global.use_vertical_padding": False})
+    for key in [k for k in params if k.endswith(".engine_type")]:
+        params[key] = EngineType(params[key])
+    engine = RapidOCR(params=params)
+
+    def read(image: np.ndarray) -> list[str]:
+        texts = getattr(engine(image), "txts", None)  # no lines: an answer without txts
+        return [str(text) for text in texts or ()]
+
+    return read
+
+
+def our_reader(bundle: ModelBundle, threads: int, backend: str = "openvino") -> Reader:
+    """Our pipeline on `bundle` in process, at f32, with no classifiers (as the reference)."""
+    models = dataclasses.replace(
+        ModelsConfig(), det=str(bundle.det.directory), rec=str(bundle.rec.directory)
+    )
+    models = dataclasses.replace(models, sets={}, ori="", cls="")
+    engine = EngineConfig(cpu_backend=backend, cpu_threads=threads, openvino_precision="f32")
+    local = LocalEngine(AppConfig(engine=engine, models=models))
+    local.load()
+
+    def read(image: np.ndarray) -> list[str]:
+        return [line.text for line in local.ocr(image).lines]
+
+    return read
+
+
+def compare(
+    pages: Sequence[tuple[str, np.ndarray, str]], ours: Reader, reference: Reader
+) -> dict[str, Any]:
+    """Each page's CER for both readers against its text layer, and ours against the
+    reference's text; the totals over all pages (texts joined) and the verdict."""
+    rows: dict[str, Any] = {}
+    truths, our_texts, ref_texts = [], [], []
+    for label, image, truth in pages:
+        mine, theirs = "\n".join(ours(image)), "\n".join(reference(image))
+        rows[label] = {
+            "cer": cer(truth, mine),
+            "reference_cer": cer(truth, theirs),
+            "cer_vs_reference": cer(theirs, mine),
+            "same_text": mine == theirs,
+        }
+        truths.append(truth)
+        our_texts.append(mine)
+        ref_texts.append(theirs)
+    truth, mine, theirs = "\n".join(truths), "\n".join(our_texts), "\n".join(ref_texts)
+    total = {"cer": cer(truth, mine), "reference_cer": cer(truth, theirs)}
+    total["cer_vs_reference"] = cer(theirs, mine)
+    total["within"] = abs(total["cer"] - total["reference_cer"]) <= MAX_CER_GAP
+    return {"pages": rows, "total": total}
+
+
+def measure(n_pages: int, threads: int, backend: str = "openvino") -> dict[str, Any]:
+    """`compare` on the bench's first `n_pages` real pages, with the default set's models."""
+    bundle = default_bundle()
+    with tempfile.TemporaryDirectory() as keys_dir:
+        reference = reference_reader(bundle, Path(keys_dir), threads)
+        report = compare(real_page_set(n_pages), our_reader(bundle, threads, backend), reference)
+    report["models"] = {"det": bundle.det.model_name, "rec": bundle.rec.model_name}
+    report["ours"] = f"{backend} f32"
+    report["reference"] = "RapidOCR 3.10, ONNX Runtime, PaddleOCR's settings"
+    return report
+
+
+def markdown_lines(report: dict[str, Any]) -> list[str]:
+    """The check's summary: per page and in all, both CERs and how far the texts are apart."""
+    total = report["total"]
+    verdict = "within" if total["within"] else "NOT within"
+    lines = [
+        f"- Faithful {report['models']['rec'].removesuffix('_rec')} ({report['ours']} against "
+        f"{report['reference']}, {len(report['pages'])} bench pages): CER {total['cer'] * 100:.2f}%"
+        f" against {total['reference_cer'] * 100:.2f}%: {verdict} {MAX_CER_GAP * 100:.1f} points;"
+        f" ours against its text {total['cer_vs_reference'] * 100:.2f}%"
+    ]
+    for label, row in report["pages"].items():
+        same = "same text" if row["same_text"] else f"{row['cer_vs_reference'] * 100:.2f}% apart"
+        lines.append(
+            f"  - {label}: {row['cer'] * 100:.2f}% / {row['reference_cer'] * 100:.2f}%, {same}"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=8, help="bench pages (default 8)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--backend", choices=("openvino", "onnxruntime"), default="openvino")
+    parser.add_argument("--json", type=Path, help="write the report here too")
+    args = parser.parse_args(argv)
+    report = measure(args.pages, args.threads, args.backend)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1))
+    print("\n".join(markdown_lines(report)))
+    return 0 if report["total"]["within"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
