@@ -105,9 +105,13 @@ def test_auto_keeps_f32_for_a_model_not_checked_under_bf16() -> None:
 
 def test_the_default_models_were_checked_under_bf16() -> None:
     models = AppConfig().models
-    bundle = load_bundle(models.det, models.rec)
+    bundle = load_bundle(models.det, models.rec)  # PP-OCRv6 small
     assert bundle.det.model_name in BF16_CHECKED_MODELS
-    assert bundle.rec.model_name in BF16_FAILED_MODELS
+    assert bundle.rec.model_name in BF16_CHECKED_MODELS
+    v5 = models.sets["PP-OCRv5_mobile"]
+    v5_bundle = load_bundle(v5.det, v5.rec)
+    assert v5_bundle.det.model_name in BF16_CHECKED_MODELS
+    assert v5_bundle.rec.model_name in BF16_FAILED_MODELS
 
 
 @pytest.mark.parametrize("capabilities", [NO_BF16, WITH_BF16])
