@@ -12,6 +12,12 @@ the pages' text layers are within `MAX_CER_GAP` (0.1 points); the CER of ours ag
 reference's text says how far the two texts are apart.
 
     python -m loadtest.bench.faithful_v6 --pages 8
+    python -m loadtest.bench.faithful_v6 --pages 8 --reference paddleocr
+
+`--reference paddleocr` reads the pages with PaddleOCR 3.7's own pipeline instead
+(`PaddleOCR(...).predict`, oneDNN off, as `tests/reference.py`), on Paddle, on PP-OCRv6 small's
+X2Paddle conversion (`make convert-paddle`): PaddleOCR's processing itself, on the same weights
+through another engine.
 
 RapidOCR is imported from this environment: `make install-test` installs its wheel (for its
 models, `--no-deps`) and omegaconf, the one requirement it imports that the project has not.
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -35,6 +42,7 @@ from loadtest.accuracy import cer
 from loadtest.engine_limit import real_page_set
 from loadtest.onnx_export import OnnxModels, write_keys
 from loadtest.servers import rapidocr_params
+from models import paddle_convert
 from models.bundle import ModelBundle, load_bundle
 from serving.config import AppConfig, EngineConfig, ModelsConfig
 from serving.engine.local import LocalEngine
@@ -81,6 +89,34 @@ def reference_reader(bundle: ModelBundle, keys_dir: Path, threads: int) -> Reade
     return read
 
 
+def paddleocr_reader(bundle: ModelBundle, paddle_dir: Path) -> Reader:
+    """PaddleOCR 3.7's pipeline on `bundle`'s X2Paddle conversions in `paddle_dir`.
+
+    Raises:
+        ModelConversionError: a model has no conversion there (the message names the command).
+    """
+    import paddleocr
+
+    det, rec = (paddle_convert.paddle_spec(s, paddle_dir) for s in (bundle.det, bundle.rec))
+    os.environ.setdefault("PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK", "True")  # no network
+    pipeline = paddleocr.PaddleOCR(
+        text_detection_model_name=bundle.det.model_name,
+        text_detection_model_dir=str(det.directory),
+        text_recognition_model_name=bundle.rec.model_name,
+        text_recognition_model_dir=str(rec.directory),
+        use_doc_orientation_classify=False,
+        use_doc_unwarping=False,
+        use_textline_orientation=False,
+        device="cpu",
+        enable_mkldnn=False,
+    )
+
+    def read(image: np.ndarray) -> list[str]:
+        return [str(text) for text in pipeline.predict(image)[0].json["res"]["rec_texts"]]
+
+    return read
+
+
 def our_reader(bundle: ModelBundle, threads: int, backend: str = "openvino") -> Reader:
     """Our pipeline on `bundle` in process, at f32, with no classifiers (as the reference)."""
     models = dataclasses.replace(
@@ -122,15 +158,27 @@ def compare(
     return {"pages": rows, "total": total}
 
 
-def measure(n_pages: int, threads: int, backend: str = "openvino") -> dict[str, Any]:
-    """`compare` on the bench's first `n_pages` real pages, with the default set's models."""
+REFERENCES = {
+    "rapidocr": "RapidOCR 3.10, ONNX Runtime, PaddleOCR's settings",
+    "paddleocr": "PaddleOCR 3.7's pipeline, Paddle on X2Paddle's conversion",
+}
+
+
+def measure(
+    n_pages: int, threads: int, backend: str = "openvino", reference: str = "rapidocr"
+) -> dict[str, Any]:
+    """`compare` on the bench's first `n_pages` real pages, with the default set's models,
+    against `reference` (a key of `REFERENCES`)."""
     bundle = default_bundle()
     with tempfile.TemporaryDirectory() as keys_dir:
-        reference = reference_reader(bundle, Path(keys_dir), threads)
-        report = compare(real_page_set(n_pages), our_reader(bundle, threads, backend), reference)
+        if reference == "paddleocr":
+            theirs = paddleocr_reader(bundle, Path(EngineConfig().paddle_dir))
+        else:
+            theirs = reference_reader(bundle, Path(keys_dir), threads)
+        report = compare(real_page_set(n_pages), our_reader(bundle, threads, backend), theirs)
     report["models"] = {"det": bundle.det.model_name, "rec": bundle.rec.model_name}
     report["ours"] = f"{backend} f32"
-    report["reference"] = "RapidOCR 3.10, ONNX Runtime, PaddleOCR's settings"
+    report["reference"] = REFERENCES[reference]
     return report
 
 
@@ -157,9 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=8, help="bench pages (default 8)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--backend", choices=("openvino", "onnxruntime"), default="openvino")
+    parser.add_argument("--reference", choices=sorted(REFERENCES), default="rapidocr")
     parser.add_argument("--json", type=Path, help="write the report here too")
     args = parser.parse_args(argv)
-    report = measure(args.pages, args.threads, args.backend)
+    report = measure(args.pages, args.threads, args.backend, args.reference)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1))
     print("\n".join(markdown_lines(report)))

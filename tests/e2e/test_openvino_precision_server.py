@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from models.openvino_layout import HEAD_CUT
 from models.openvino_precision import has_bf16
 from tests.e2e.conftest import Server, serving, start_server, stop_server, wait_ready
 
@@ -32,9 +33,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def test_readyz_and_the_log_say_each_workers_precision_and_why(server: Server) -> None:
     capabilities = list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
     bf16 = has_bf16(capabilities)
-    # On a bf16 CPU the detector runs bf16, the recogniser f32 (it failed the bf16 check: issue
-    # 41); elsewhere both f32.
-    expected = {"det": "bf16" if bf16 else "f32", "rec": "f32"}
+    # On a bf16 CPU the default set, PP-OCRv6 small, runs bf16 (its recogniser's CTC head f32),
+    # and PP-OCRv5 mobile's recogniser f32 (it failed the bf16 check: issue 41); elsewhere f32.
+    at = "bf16" if bf16 else "f32"
+    expected = {"det": at, "rec": at, "rec@PP-OCRv5_mobile": "f32", "det@PP-OCRv5_mobile": at}
     devices = httpx.get(f"{server.url}/readyz").json()["devices"]
     assert devices
     for name, device in devices.items():
@@ -45,18 +47,22 @@ def test_readyz_and_the_log_say_each_workers_precision_and_why(server: Server) -
         reasons = by_stage(device["precision_reason"], "; ", ": ")
         if bf16:
             assert reasons["det"].startswith("auto: this CPU has bf16 (")
-            assert reasons["rec"].startswith("auto: this CPU has bf16, but PP-OCRv5_mobile_rec: ")
+            assert reasons["rec"].startswith("auto: this CPU has bf16 (")
+            assert reasons["rec@PP-OCRv5_mobile"].startswith(
+                "auto: this CPU has bf16, but PP-OCRv5_mobile_rec: "
+            )
         else:
             assert reasons["det"].startswith("auto: this CPU has no bf16")
         assert " ".join(capabilities) in device["precision_reason"]
         # Which layers run at which precision.
         layers = by_stage(device["precision_layers"], "; ", ": ")
-        assert layers["det"] == f"{expected['det']}, every layer"
-        assert layers["rec"] == "f32, every layer"
+        assert layers["det"] == f"{at}, every layer"
+        assert layers["rec"] == (f"bf16, {HEAD_CUT}" if bf16 else "f32, every layer")
+        assert layers["rec@PP-OCRv5_mobile"] == "f32, every layer"
     log = server.log.read_text()
     for stage in ("det", "rec"):
         # The line names the file the model came from (the ONNX model, or its int8 form).
-        pattern = rf"loaded {stage} model=PP-OCRv5_mobile_{stage} \(\S+\.onnx\) engine=openvino "
+        pattern = rf"loaded {stage} model=PP-OCRv6_small_{stage} \(\S+\.onnx\) engine=openvino "
         assert re.search(pattern, log), stage
         assert re.search(rf"loaded {stage} .* precision={expected[stage]} \(auto: this CPU", log)
     # The worker's ready report, as Python writes a dict (a reason with an apostrophe is in
@@ -102,4 +108,4 @@ def test_f32_forced_is_what_every_worker_runs_on_any_cpu(
         }
     log = server.log.read_text()
     assert "precision=bf16" not in log
-    assert re.search(r"loaded rec model=PP-OCRv5_mobile_rec .* precision=f32 \(f32 asked for", log)
+    assert re.search(r"loaded rec model=PP-OCRv6_small_rec .* precision=f32 \(f32 asked for", log)
