@@ -194,3 +194,21 @@ def test_a_default_no_set_can_replace_fails_the_start_with_the_command_to_run(
     alone = dataclasses.replace(load_sets(config.models), extra=())
     with pytest.raises(EngineBackendError, match="make convert-paddle"):
         readable_default(alone, device_specs(config, gpu_count=0))
+
+
+def test_a_server_on_the_paddle_engine_without_the_conversion_says_what_it_serves(
+    tmp_path: Path,
+) -> None:
+    runtime = Runtime.build(_paddle_cpu(tmp_path), jobs=False)
+    models = runtime.describe_models()
+    assert models["default"] == "PP-OCRv5_mobile"
+    assert [(m["name"], m["stages"]["rec"]) for m in models["models"]] == [
+        ("PP-OCRv5_mobile", "rec")
+    ]
+    (left_out,) = models["unavailable"]
+    assert left_out["name"] == "PP-OCRv6_small"
+    assert "make convert-paddle" in left_out["reason"]
+    (worker,) = runtime.devices.workers
+    assert worker.spec.engine.backend == "paddle"
+    assert "rec@PP-OCRv5_mobile" not in worker.spec.stages
+    assert worker.setup.model_dirs["rec"].endswith("PP-OCRv5_mobile_rec")
