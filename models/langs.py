@@ -9,6 +9,7 @@ with it. A server reads the languages of the recognisers it has loaded
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 LATIN_LANGS: Final = frozenset(
@@ -93,3 +94,56 @@ def models_for(lang: str) -> tuple[str, ...]:
     if lang in CJK_LANGS - {"en"}:
         names.append("PP-OCRv5_server_rec")
     return tuple(names)
+
+
+def set_key(det_model_name: str, rec_model_name: str) -> str:
+    """How `MEASURED_CER` names a model set: its detector's and recogniser's official names.
+
+    >>> set_key("PP-OCRv6_small_det", "PP-OCRv6_small_rec")
+    'PP-OCRv6_small_det+PP-OCRv6_small_rec'
+    """
+    return f"{det_model_name}+{rec_model_name}"
+
+
+V6_SMALL: Final = set_key("PP-OCRv6_small_det", "PP-OCRv6_small_rec")
+V5_MOBILE: Final = set_key("PP-OCRv5_mobile_det", "PP-OCRv5_mobile_rec")
+
+MEASURED_CER: Final[Mapping[str, Mapping[str, float]]] = {
+    "fr": {V6_SMALL: 0.27},
+    "de": {V6_SMALL: 0.26},
+    "es": {V6_SMALL: 0.60},
+    "it": {V6_SMALL: 0.43},
+    "japan": {V5_MOBILE: 1.56, V6_SMALL: 0.83},
+    "ch": {V5_MOBILE: 0.72, V6_SMALL: 0.31},
+    "en": {V5_MOBILE: 0.62, V6_SMALL: 0.48},
+}
+"""`lang` -> model set (`set_key`) -> its CER in percent on 4 pages of Debian's maint-guide in
+that language (text layer as truth), at f32, the precision every CPU reads them at. Where every
+set that reads a language is here, the one with the lowest CER reads it (`rank_sets`); otherwise
+configuration order decides, the default first. A table rather than a measurement at start: it
+takes minutes and the Debian PDFs, which a server does not have, and it holds for every server
+that serves these models.
+
+Measured 2026-12-07 (OpenVINO f32, 2 shared cores; 14 minutes) with
+`python -m loadtest.bench.languages --pages 4 --precision f32 --skip-turned --table`, which
+prints these entries."""
+
+LANG_ALIASES: Final = {"french": "fr", "german": "de"}
+"""PaddleOCR's old codes for languages `MEASURED_CER` knows by their new ones."""
+
+
+def rank_sets(lang: str, sets: Sequence[str]) -> list[int]:
+    """The positions in `sets` (the `set_key`s of the sets that read `lang`, in configuration
+    order, the default first), best first: by `MEASURED_CER` where it holds a CER for every one
+    of them (ties keep configuration order), else in configuration order.
+
+    >>> rank_sets("japan", [V5_MOBILE, V6_SMALL])
+    [1, 0]
+    >>> rank_sets("xx", ["a+b", "c+d"])
+    [0, 1]
+    """
+    measured = MEASURED_CER.get(LANG_ALIASES.get(lang, lang), {})
+    order = list(range(len(sets)))
+    if all(key in measured for key in sets):
+        order.sort(key=lambda i: measured[sets[i]])
+    return order

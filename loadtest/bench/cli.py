@@ -31,6 +31,7 @@ SCENARIO_MODULES = (
     "loadtest.bench.ocrmypdf_compare",
     "loadtest.bench.text_layers",
     "loadtest.bench.languages",
+    "loadtest.bench.faithful_v6",
     "loadtest.bench.batching",
     "loadtest.bench.precision_check",
     "loadtest.bench.precision_layouts",

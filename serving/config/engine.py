@@ -66,6 +66,9 @@ class EngineConfig:
     trt_cache_dir: str = ""
     onnx_dir: str = "var/models/onnx"
     """Cached ONNX conversions of the Paddle models, for the ONNX engines (`make convert`)."""
+    paddle_dir: str = "var/models/paddle"
+    """Cached Paddle conversions of the ONNX models (PP-OCRv6 small, the default set), for the
+    Paddle engine (`make convert-paddle`: X2Paddle, `models.paddle_convert`)."""
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's inference precision on CPU: "auto" (bf16 for a model where this CPU's
     precision check passed it: its text on the check set within 0.1 CER points of f32's and no
@@ -124,6 +127,7 @@ class EngineConfig:
             f"must be {choices_text(BATCHING_SETTINGS)}",
         )
         check(self.gpu_memory_pool_mb > 0, "engine.gpu_memory_pool_mb", "must be > 0")
+        check(bool(self.paddle_dir), "engine.paddle_dir", "must name a folder")
         for kind in DEVICE_KINDS:
             name, path = self.backend_for(kind), f"engine.{kind}_backend"
             if kind == "gpu" and name == "auto":  # chosen at start-up, where the GPUs are seen

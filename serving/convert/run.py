@@ -7,7 +7,10 @@ quantises each converted model to int8 with NNCF (`models.quantize`), calibrated
 document pages (`serving.convert.calibration`), for `engine.openvino_precision = "int8"`; models
 that have their int8 form already are left alone, and then no page is rendered. It also renders
 the precision check's pages (`serving.engine.check_set`) once, beside the conversions: each CPU
-proves bf16 and int8 on them at start-up.
+proves bf16 and int8 on them at start-up. With `--paddle`
+(`make convert-paddle`) it converts the other way, for the Paddle engine: the configured ONNX
+models (PP-OCRv6 small, the default set) into `[engine] paddle_dir` with X2Paddle
+(`models.paddle_convert`).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from models import convert, quantize
+from models import convert, paddle_convert, quantize
 from models.embedded import resolve_model_dir
+from models.paddle_convert import CONVERTS_TO_PADDLE
 from models.spec import ModelKind, ModelSpec, load_model_spec
 from serving.config import AppConfig, load_config
 
@@ -50,8 +54,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Convert the configured models that have no conversion yet (see `models.convert`)."""
     parser = argparse.ArgumentParser(prog="python -m serving.convert", description=convert.__doc__)
     parser.add_argument("--config", type=Path, help="ocr-serve configuration (TOML)")
-    parser.add_argument("--cache-dir", type=Path, help="default: the config's [engine] onnx_dir")
-    parser.add_argument("--converter", type=Path, help="paddle2onnx executable")
+    parser.add_argument(
+        "--cache-dir", type=Path, help="default: the config's [engine] onnx_dir (paddle_dir)"
+    )
+    parser.add_argument(
+        "--converter", type=Path, help="paddle2onnx executable (with --paddle: x2paddle)"
+    )
+    parser.add_argument(
+        "--paddle",
+        action="store_true",
+        help="convert the ONNX models for the Paddle engine instead (X2Paddle, engine.paddle_dir)",
+    )
     parser.add_argument("--opset", type=int, default=convert.OPSET)
     parser.add_argument(
         "--int8", action="store_true", help="also quantise the models to int8 (NNCF)"
@@ -65,10 +78,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = load_config(args.config, os.environ)
-    cache_dir: Path = args.cache_dir or Path(config.engine.onnx_dir)
-    converter: Path | None = args.converter or convert.default_converter()
     refs: dict[str, str] = {str(k): ref for k, ref in configured_models(config).items()}
     refs.update(set_models(config))
+    if args.paddle:
+        paddle_dir: Path = args.cache_dir or Path(config.engine.paddle_dir)
+        x2paddle = args.converter or paddle_convert.default_converter()
+        readers = {k: ref for k, ref in refs.items() if k.partition("@")[0] in CONVERTS_TO_PADDLE}
+        return paddle_convert.convert_models(readers, paddle_dir, x2paddle)
+    cache_dir: Path = args.cache_dir or Path(config.engine.onnx_dir)
+    converter: Path | None = args.converter or convert.default_converter()
     status = convert.convert_models(refs, cache_dir, converter, args.opset)
     if status != 0:
         return status

@@ -59,6 +59,7 @@ def engine_options(
         trt_use_static=bool(engine.trt_cache_dir),
         trt_cache_dir=engine.trt_cache_dir or None,
         onnx_dir=engine.onnx_dir,
+        paddle_dir=engine.paddle_dir,
         # A GPU batches bucketed unless told exact (`serving.scheduling.batch_shapes`).
         torch=engine.torch.resolved(buckets=gpu and engine.batching != "exact"),
         max_batch_rows=max_batch_rows,

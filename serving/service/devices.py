@@ -15,7 +15,7 @@ from models.registry import get_backend
 from serving.config import STAGES, AppConfig
 from serving.engine.choice import engine_choice
 from serving.engine.gpu_choice import AUTO, GpuEngineChoice, choose_gpu_engine, nvidia_gpus_present
-from serving.model_sets import ModelSet, stage_kind
+from serving.model_sets import ModelSet, ModelSets, stage_kind
 from serving.workers.device_worker import DeviceSpec
 
 logger = logging.getLogger(__name__)
@@ -135,6 +135,39 @@ def check_set_engines(model_set: ModelSet, specs: list[DeviceSpec]) -> None:
     for device in specs:
         backend = get_backend(device.engine.backend)
         for kind in model_set.stages:
+            if kind in device.stages:
+                backend.resolve(models[kind], device.engine.options)
+
+
+def readable_default(sets: ModelSets, specs: list[DeviceSpec]) -> ModelSets:
+    """`sets` with a default set whose detector and recogniser every device worker's engine
+    reads: as they are, or, where one cannot (the Paddle engine, PP-OCRv6 small not converted
+    by `make convert-paddle`), with the first other set they all read as the default (a warning
+    in the log; the old default listed under `unavailable`, in `GET /v1/models` and `/readyz`,
+    with why), rather than the server not starting.
+
+    Raises:
+        EngineBackendError: no configured set is read by every device worker's engine (the
+            default's error: the message says what to run).
+    """
+    try:
+        _check_set_models(sets.default, specs)
+    except EngineBackendError as err:
+        for model_set in sets.extra:
+            try:
+                _check_set_models(model_set, specs)
+            except EngineBackendError:
+                continue
+            return sets.promote(model_set.name, str(err))
+        raise
+    return sets
+
+
+def _check_set_models(model_set: ModelSet, specs: list[DeviceSpec]) -> None:
+    models = model_set.bundle.specs
+    for device in specs:
+        backend = get_backend(device.engine.backend)
+        for kind in ("det", "rec"):
             if kind in device.stages:
                 backend.resolve(models[kind], device.engine.options)
 

@@ -36,6 +36,7 @@ from serving.service.devices import (
     check_set_engines,
     device_specs,
     gpu_engine,
+    readable_default,
     with_backend,
     with_sets,
     without_unread_orientation,
@@ -121,6 +122,18 @@ class Runtime:
         credentials = CredentialStore.load(config) if jobs else None
         models = config.models
         sets = load_sets(models)
+        gpu = gpu_engine(config)
+        logger.info(
+            "GPU engine: %s (engine.gpu_backend = %r: %s)",
+            gpu.backend or "none, the CPU serves",
+            gpu.setting,
+            gpu.reason,
+        )
+        specs = specs if specs is not None else device_specs(config)
+        if backend is not None:
+            specs = with_backend(specs, backend)
+        # An engine that cannot read the default set's models serves another as the default.
+        sets = readable_default(sets, specs)
         bundle = sets.default.bundle
         queues = {stage: config.workers.queue(stage) for stage in STAGES}
         queues.update(
@@ -137,16 +150,6 @@ class Runtime:
             background_share=config.jobs.min_share,
             placement=Placement(model=cost_model),
         )
-        gpu = gpu_engine(config)
-        logger.info(
-            "GPU engine: %s (engine.gpu_backend = %r: %s)",
-            gpu.backend or "none, the CPU serves",
-            gpu.setting,
-            gpu.reason,
-        )
-        specs = specs if specs is not None else device_specs(config)
-        if backend is not None:
-            specs = with_backend(specs, backend)
         gpus = len({s.device for s in specs if device_kind(s.device) == "gpu"})
         max_pages, why = admission_pages(
             config.server.max_inflight_pages, config.server.inflight_pages_per_gpu, gpus
@@ -341,12 +344,14 @@ class Runtime:
         return body
 
     def describe_models(self) -> dict[str, Any]:
-        """The model sets served, each with its languages, models, stages and the device
-        workers that run them (engine, precision, ready), and the sets left out with why:
+        """The model sets served, each with its languages, the languages it answers (`lang`
+        picks it: `ModelSets.pick`), models, stages and the device workers that run them (engine,
+        precision, ready), and the sets left out with why:
         `GET /v1/models`, and `/readyz` for loopback callers."""
         sets = self.sets or ModelSets.single(
             self.bundle, self.config.models.name or self.bundle.rec.model_name.removesuffix("_rec")
         )
+        answering = sets.answering()
         served = []
         for model_set in sets.all:
             stages = {model_set.stage(kind) for kind in model_set.bundle.specs}
@@ -362,6 +367,7 @@ class Runtime:
                 if stages & set(w.spec.stages)
             ]
             entry = {**model_set.describe(), "default": model_set is sets.default}
+            entry["answers"] = sorted(k for k, name in answering.items() if name == model_set.name)
             served.append({**entry, "devices": devices})
         return {
             "default": sets.default.name,

@@ -48,8 +48,10 @@ max_page_side_px = 0
 [pipeline.det]
 max_side_limit = 1024
 [models]
-# One model set: a second one's detector (PP-OCRv6 small holds ~2x PP-OCRv5 mobile's working
-# memory a pixel) would set every page's charge, and these sizes are PP-OCRv5 mobile's.
+# PP-OCRv5 mobile alone, named: these sizes are its own, and a second set's detector (PP-OCRv6
+# small, the default, holds ~2x its working memory a pixel) would set every page's charge.
+det = "embedded:PP-OCRv5_mobile_det"
+rec = "embedded:PP-OCRv5_mobile_rec"
 sets = {{}}
 [workers]
 devices = ["cpu"]

@@ -17,8 +17,9 @@ import pytest
 
 from models import convert
 from models.bundle import load_bundle
-from serving.config import AppConfig, EngineConfig
+from serving.config import EngineConfig
 from tests import images
+from tests.conftest import ONE_SET
 from tests.gpu.bundle import copy_models
 
 pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
@@ -29,9 +30,8 @@ PARTS = ("syncs", "overlap", "engine_limit", "server", "cpu_side", "texts", "lau
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    models = AppConfig().models
     cache = ROOT / EngineConfig().onnx_dir
-    specs = load_bundle(models.det, models.rec)
+    specs = load_bundle(ONE_SET.det, ONE_SET.rec)  # the bundle's: PP-OCRv5 mobile
     if any(convert.find_onnx(s, cache) is None for s in (specs.det, specs.rec)):
         pytest.skip(f"no ONNX conversions in {cache}: run {convert.CONVERT_COMMAND}")
     out = tmp_path_factory.mktemp("gpu-bundle")

@@ -125,4 +125,4 @@ def test_f32_forced_is_what_every_worker_runs_on_any_cpu(
         }
     log = server.log.read_text()
     assert "precision=bf16" not in log
-    assert re.search(r"loaded rec model=PP-OCRv5_mobile_rec .* precision=f32 \(f32 asked for", log)
+    assert re.search(r"loaded rec model=PP-OCRv6_small_rec .* precision=f32 \(f32 asked for", log)

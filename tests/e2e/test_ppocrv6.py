@@ -1,5 +1,6 @@
-"""`ocr-serve` on PP-OCRv6 small (the rapidocr wheel's ONNX models, `embedded:`), ONNX Runtime:
-real document pages, English and Chinese, read end to end against their PDF text layer."""
+"""`ocr-serve` on PP-OCRv6 small (the rapidocr wheel's ONNX models, `embedded:`; the default set)
+alone, on ONNX Runtime: real document pages, English and Chinese, read end to end against their
+PDF text layer."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ visualize = false
 [models]
 det = "embedded:PP-OCRv6_small_det"
 rec = "embedded:PP-OCRv6_small_rec"
+sets = {}
 [engine]
 cpu_backend = "onnxruntime"
 [workers]

@@ -2,7 +2,8 @@
 
     python -m tests.gpu.bundle --out .gpu-bundle     # or: make gpu-bundle
 
-- models/det, models/rec: the configured models' ONNX conversions (`make convert`), with their
+- models/det, models/rec: PP-OCRv5 mobile's ONNX conversions (`make convert`; named, as every
+  test that compares with Paddle's text names it: the default set is PP-OCRv6 small), with their
   inference.yml and provenance.json: the server serves these directories as they are;
 - pages/: test pages as PNGs and expected.json, the texts Paddle reads on them here (CPU), and
   read-with.json, the versions of Paddle, OpenCV and numpy that read them;
@@ -29,7 +30,8 @@ import cv2
 from loadtest.gpu.check import READ_WITH_FILE, read_with
 from models import convert
 from models.bundle import load_bundle
-from serving.config import AppConfig, EngineConfig, ModelsConfig
+from serving.config import AppConfig, EngineConfig
+from tests.conftest import ONE_SET
 from tests.gpu.conftest import Pages
 
 GPU_WHEELS = (
@@ -95,10 +97,11 @@ def render_pages(real_pages: int = 1) -> Pages:
         (index,) = pdf_pages.select_text_pages(pdf, 1)
         (image,) = pdf_pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
         chosen[f"{pdf.stem}-p{index + 1}"] = image
-    # Paddle itself, whatever engine the CPU default is now, on the det and rec alone (Paddle
-    # reads no ONNX page classifier; the check's servers read the bundle's det and rec alone).
+    # Paddle itself, whatever engine the CPU default is now, on PP-OCRv5 mobile's det and rec
+    # alone (Paddle reads no ONNX page classifier; the check's servers read the bundle's det and
+    # rec alone).
     config = AppConfig(
-        models=ModelsConfig(ori="", sets={}),
+        models=ONE_SET,
         engine=dataclasses.replace(EngineConfig(), cpu_backend="paddle"),
     )
     engine = LocalEngine(config)
@@ -123,9 +126,8 @@ def write_pages(pages: Pages, out: Path) -> None:
 
 
 def copy_models(out: Path, cache_dir: Path) -> dict[str, str]:
-    """The configured det/rec models' conversions into out/det and out/rec."""
-    models = AppConfig().models
-    bundle = load_bundle(models.det, models.rec)
+    """PP-OCRv5 mobile's det/rec conversions into out/det and out/rec."""
+    bundle = load_bundle(ONE_SET.det, ONE_SET.rec)
     sources = {}
     for spec in (bundle.det, bundle.rec):
         onnx = convert.onnx_spec(spec, cache_dir)  # raises, naming `make convert`, if absent

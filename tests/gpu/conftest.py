@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from serving.config import AppConfig, ModelsConfig
+from tests.conftest import ONE_SET
 
 
 def cuda_devices() -> int:
@@ -75,7 +76,7 @@ def gpu_models() -> ModelsConfig:
     models = os.environ.get("OCR_GPU_MODELS")
     if models:
         return ModelsConfig(det=str(Path(models) / "det"), rec=str(Path(models) / "rec"))
-    return AppConfig().models
+    return ONE_SET  # PP-OCRv5 mobile, whose texts Paddle reads (`render_pages`)
 
 
 @pytest.fixture(scope="session")

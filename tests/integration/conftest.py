@@ -15,6 +15,7 @@ from models.bundle import load_bundle
 from serving.app import build_app
 from serving.config import AppConfig, EngineConfig, PaddlexConfig, WorkersConfig
 from serving.service.runtime import Runtime
+from tests.conftest import ONE_SET
 from tests.local_client import local_client
 
 
@@ -32,11 +33,11 @@ def wait_ready(client: TestClient, timeout_s: float = 300.0) -> None:
 
 @pytest.fixture(scope="module")
 def onnx_dir() -> str:
-    """The configured cache, holding the default models' conversions (`make convert`, which
-    `make test` runs; converted here when only the converter is there)."""
+    """The configured cache, holding PP-OCRv5 mobile's conversions (`make convert`, which `make
+    test` runs; converted here when only the converter is there). The default set, PP-OCRv6
+    small, is ONNX already."""
     cache = Path(EngineConfig().onnx_dir)
-    models = AppConfig().models
-    bundle = load_bundle(models.det, models.rec)
+    bundle = load_bundle(ONE_SET.det, ONE_SET.rec)
     missing = [s for s in (bundle.det, bundle.rec) if convert.find_onnx(s, cache) is None]
     converter = convert.default_converter()
     if missing and converter is None:

@@ -1,9 +1,14 @@
-"""The detector's map handed on as float16 (`pipelines.stages.DET`) gives the boxes float32 gives.
+"""The detector's map handed on as float16 (`pipelines.stages.DET`) gives the boxes float32 gives,
+within a pixel.
 
-The real detector runs in process on the test pages and on the first pages of the real PDFs the
-bench reads; each map is post-processed as float32 (what the model answered) and as the float16 a
-server moves between its processes. Every contour's box score agrees within float16's rounding and
-falls on the same side of `box_thresh`, and the quads are the same.
+The real detector (the default set's, PP-OCRv6 small, at the integration server's f32) runs in
+process on the test pages and on the first pages of the real PDFs the bench reads; each map is
+post-processed as float32 (what the model answered) and as the float16 a server moves between its
+processes. Every contour's box score agrees within float16's rounding and falls on the same side of
+`box_thresh`, and the quads are the same, each corner within one pixel: a map value next to the
+0.3 threshold can round across it in float16 and move a contour's edge by a pixel. PP-OCRv5
+mobile's boxes were identical on these pages; PP-OCRv6 small's are but one box of
+shared-mime-info-spec's second page, one corner 1 px off (2026-12-07).
 """
 
 from __future__ import annotations
@@ -64,7 +69,10 @@ def test_float16_map_gives_the_float32_boxes(det: Predictor) -> None:
         size = (image.shape[0], image.shape[1])
         ours = det_postprocess.postprocess_det(half, size, params)
         theirs = det_postprocess.postprocess_det(full, size, params)
-        assert np.array_equal(ours, theirs), name
+        assert len(ours) == len(theirs), name
+        if len(ours):
+            corners = np.abs(np.asarray(ours, np.int64) - np.asarray(theirs, np.int64))
+            assert corners.max() <= 1, name
         # Each candidate's box score, as DB post-processing computes it, on both maps.
         bitmap = (full > np.float32(params.thresh)).astype(np.uint8) * 255
         contours, _ = cv2.findContours(bitmap, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)

@@ -56,7 +56,7 @@ def _config(onnx_dir: Path, precision: Any, *, checked: bool = False, **engine: 
 
 @pytest.fixture(scope="module")
 def cache(onnx_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache holding the default models' f32 conversions (linked) and nothing int8."""
+    """A cache holding PP-OCRv5 mobile's f32 conversions (linked) and nothing int8."""
     folder = tmp_path_factory.mktemp("onnx")
     for entry in Path(onnx_dir).iterdir():
         if entry.is_dir() and entry.name != quantize.INT8_DIR:
@@ -66,7 +66,7 @@ def cache(onnx_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def specs(cache: Path) -> dict[str, ModelSpec]:
-    refs = convert_command.configured_models(AppConfig())
+    refs = convert_command.configured_models(AppConfig(models=ONE_SET))
     assert set(refs) == {"det", "rec"}
     return {
         kind: convert.onnx_spec(load_model_spec(resolve_model_dir(ref), kind), cache)
@@ -76,7 +76,7 @@ def specs(cache: Path) -> dict[str, ModelSpec]:
 
 @pytest.fixture(scope="module")
 def quantised(cache: Path, specs: dict[str, ModelSpec]) -> dict[str, tuple[Path, bool]]:
-    """The default det and rec quantised into `cache`, each once."""
+    """PP-OCRv5 mobile's det and rec (`ONE_SET`, named) quantised into `cache`, each once."""
     held_out = [
         calibration.CalibrationPage(pdf, index, image)
         for pdf in pages.find_real_pdfs()[2:]
@@ -151,7 +151,7 @@ def test_the_convert_command_skips_quantised_models_without_rendering(
     monkeypatch.setattr(calibration, "calibration_pages", no_pages)
     before = sorted(p.name for p in (cache / quantize.INT8_DIR).iterdir())
     with caplog.at_level(logging.INFO, logger="serving.convert"):
-        assert convert_command.quantize_models(AppConfig(), cache) == 0
+        assert convert_command.quantize_models(AppConfig(models=ONE_SET), cache) == 0
     assert sorted(p.name for p in (cache / quantize.INT8_DIR).iterdir()) == before
     assert caplog.text.count("(int8 cached)") == 2
 

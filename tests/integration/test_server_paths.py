@@ -14,9 +14,10 @@ from starlette.testclient import TestClient
 
 from models.embedded import embedded_model_dir
 from serving.app import build_app
-from serving.config import AppConfig, ModelsConfig, PaddlexConfig, PipelineConfig, WorkersConfig
+from serving.config import AppConfig, PaddlexConfig, PipelineConfig, WorkersConfig
 from serving.service.runtime import Runtime
 from tests import images
+from tests.conftest import ONE_SET
 from tests.integration.conftest import wait_ready
 from tests.local_client import local_client
 
@@ -61,8 +62,10 @@ def make_client(tmp_path, monkeypatch) -> Iterator:
     def start(env: dict[str, str], *, cls: bool) -> TestClient:
         for key, value in env.items():
             monkeypatch.setenv(key, value)
-        # One set, no page classifier: the fakes here stand in for det, rec and cls only.
-        models = ModelsConfig(cls=str(_cls_dir(tmp_path)) if cls else "", ori="", sets={})
+        # One set, no page classifier: the fakes here stand in for det, rec and cls only, and
+        # read Paddle models (PP-OCRv5 mobile's; the default set, PP-OCRv6 small, is ONNX).
+        cls_dir = str(_cls_dir(tmp_path)) if cls else ""
+        models = dataclasses.replace(ONE_SET, cls=cls_dir)
         config = AppConfig(
             models=models,
             pipeline=PipelineConfig(use_textline_orientation=cls),

@@ -115,10 +115,10 @@ def test_torch_reads_pp_ocrv6_small_and_turns_pages_as_openvino_does(
     """PP-OCRv6 small's SAME-padded convolutions and the packaged text-line classifier's weights
     in Constant nodes (`models.onnx_rewrites`), and the page classifier, on torch: the same lines
     as OpenVINO at f32, on upright pages and one turned 90 degrees."""
-    v6 = AppConfig().models.sets["PP-OCRv6_small"]
-    models = dataclasses.replace(
-        AppConfig().models, det=v6.det, rec=v6.rec, cls="embedded:ch_ppocr_mobile_v2.0_cls", sets={}
+    models = dataclasses.replace(  # the default set, PP-OCRv6 small, alone
+        AppConfig().models, cls="embedded:ch_ppocr_mobile_v2.0_cls", sets={}
     )
+    assert models.rec == "embedded:PP-OCRv6_small_rec"
     pipeline = dataclasses.replace(AppConfig().pipeline, use_textline_orientation=True)
     pages = {name: page for name, page in test_pages.items() if ":" not in name}
     pages["turned"] = np.ascontiguousarray(np.rot90(next(iter(pages.values()))))

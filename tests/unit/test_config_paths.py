@@ -42,7 +42,7 @@ def test_a_files_relative_paths_are_relative_to_its_folder(tmp_path: Path, elsew
     assert config.auth.keys_file == str(folder / "keys.toml")
     assert config.models.det == str(Path.home() / "det")
     # Not paths, or none: kept as written.
-    assert config.models.rec == "embedded:PP-OCRv5_mobile_rec"
+    assert config.models.rec == "embedded:PP-OCRv6_small_rec"
     assert config.models.cls == ""
     assert config.engine.trt_cache_dir == ""
 

@@ -1,6 +1,8 @@
-"""Unit tests for serving/model_sets.py and models/langs.py (issue 36, item 3): which set reads a
-request's `lang` or `model`, what a request for a language nobody reads is told, and the
-options a request gets from the set it picked."""
+"""Unit tests for serving/model_sets.py and models/langs.py (issue 36, item 3; issue 46, item 2):
+which set reads a request's `lang` or `model` (the one measured best for the language, else
+configuration order), what a request for a language nobody reads is told, the options a request
+gets from the set it picked, and another set made the default where the default cannot be
+served."""
 
 from __future__ import annotations
 
@@ -9,7 +11,16 @@ import dataclasses
 import pytest
 
 from models.bundle import ModelBundle
-from models.langs import LATIN_LANGS, PPOCRV6_LANGS, languages_of, models_for
+from models.langs import (
+    LATIN_LANGS,
+    MEASURED_CER,
+    PPOCRV6_LANGS,
+    V5_MOBILE,
+    V6_SMALL,
+    languages_of,
+    models_for,
+    rank_sets,
+)
 from models.spec import ModelSpec
 from serving.config import AppConfig, ModelsConfig, ModelSetConfig, PipelineConfig
 from serving.errors import ValidationFailed
@@ -63,8 +74,10 @@ def test_no_lang_is_the_default_set(sets: ModelSets) -> None:
     assert sets.pick(None, "") is sets.default
 
 
-def test_the_default_reads_its_languages_before_any_other(sets: ModelSets) -> None:
-    assert sets.pick("en") is sets.default
+def test_where_nothing_was_measured_the_default_reads_its_languages_first(
+    sets: ModelSets,
+) -> None:
+    assert sets.pick("en") is sets.default  # both sets hold the same models: a tie
     assert sets.pick("fr").name == "latin"
     assert sets.pick("vi").name == "latin"
 
@@ -141,13 +154,94 @@ def test_lang_and_model_are_options_of_every_api(sets: ModelSets) -> None:
         )
 
 
-def test_the_shipped_config_serves_ppocrv6_small_for_french() -> None:
+def _renamed(spec: ModelSpec, model_name: str) -> ModelSpec:
+    return dataclasses.replace(spec, model_name=model_name)
+
+
+@pytest.fixture
+def v5_then_v6(det_spec: ModelSpec, rec_spec: ModelSpec) -> ModelSets:
+    """PP-OCRv5 mobile as the default and PP-OCRv6 small after it, in configuration order (the
+    specs only name them: `MEASURED_CER` knows sets by their models' names)."""
+    v5 = ModelBundle(det=det_spec, rec=rec_spec, cls=None)
+    v6 = ModelBundle(
+        det=_renamed(det_spec, "PP-OCRv6_small_det"),
+        rec=_renamed(rec_spec, "PP-OCRv6_small_rec"),
+        cls=None,
+    )
+    return ModelSets(
+        default=ModelSet(name="v5", bundle=v5, langs=languages_of("PP-OCRv5_mobile_rec")),
+        extra=(
+            ModelSet(
+                name="v6",
+                bundle=v6,
+                langs=PPOCRV6_LANGS,
+                stages={"det": set_stage("det", "v6"), "rec": set_stage("rec", "v6")},
+            ),
+        ),
+    )
+
+
+def test_the_set_measured_best_for_a_language_reads_it_not_the_first(
+    v5_then_v6: ModelSets,
+) -> None:
+    measured = [lang for lang in ("ch", "en", "japan") if lang in MEASURED_CER]
+    assert "japan" in measured  # the issue's case: the default used to read it, a point worse
+    for lang in measured:
+        best = min((V5_MOBILE, V6_SMALL), key=lambda key: MEASURED_CER[lang][key])
+        assert v5_then_v6.pick(lang).key == best, lang
+    assert v5_then_v6.pick("japan").name == "v6"
+    assert v5_then_v6.pick("chinese_cht").name == "v5"  # nobody measured it: the default first
+    assert v5_then_v6.pick("japan", model="v5").name == "v5"  # a named set is the set named
+    assert v5_then_v6.answering()["japan"] == "v6"
+
+
+def test_ranking_needs_every_reader_measured() -> None:
+    assert rank_sets("japan", [V5_MOBILE, V6_SMALL]) == [1, 0]
+    assert rank_sets("japan", [V5_MOBILE, "PP-OCRv6_medium_det+PP-OCRv6_medium_rec"]) == [0, 1]
+    assert rank_sets("german", [V5_MOBILE, V6_SMALL]) == rank_sets("de", [V5_MOBILE, V6_SMALL])
+
+
+def test_the_shipped_config_serves_ppocrv6_small_by_default_and_v5_by_name() -> None:
     loaded = load_sets(AppConfig().models)
-    assert loaded.default.name == "PP-OCRv5_mobile"
-    assert loaded.default.langs == {"ch", "chinese_cht", "en", "japan"}
-    assert [s.name for s in loaded.extra] == ["PP-OCRv6_small"], loaded.unavailable
-    assert loaded.pick("fr").bundle.rec.model_name == "PP-OCRv6_small_rec"
-    assert loaded.pick("en") is loaded.default
+    assert loaded.default.name == "PP-OCRv6_small"
+    assert loaded.default.key == V6_SMALL
+    assert loaded.default.langs == PPOCRV6_LANGS
+    assert [s.name for s in loaded.extra] == ["PP-OCRv5_mobile"], loaded.unavailable
+    v5 = loaded.pick(model="PP-OCRv5_mobile")
+    assert (v5.bundle.rec.model_name, v5.stage("rec")) == (
+        "PP-OCRv5_mobile_rec",
+        "rec@PP-OCRv5_mobile",
+    )
+    assert loaded.pick() is loaded.default
+    assert loaded.pick("fr") is loaded.default
+    assert loaded.pick("japan") is loaded.default
+
+
+def test_a_set_made_the_default_takes_the_plain_queues(v5_then_v6: ModelSets) -> None:
+    promoted = v5_then_v6.promote("v6", "no engine here reads it")
+    assert promoted.default.name == "v6"
+    assert (promoted.default.stage("det"), promoted.default.stage("rec")) == ("det", "rec")
+    assert promoted.extra == ()
+    assert promoted.unavailable == {"v5": "no engine here reads it; v6 is the default instead"}
+    assert promoted.pick("fr").name == "v6"
+    with pytest.raises(ValidationFailed, match=r"'v5' is not served here \(no engine"):
+        promoted.pick(model="v5")
+
+
+def test_a_set_sharing_the_old_defaults_detector_keeps_it_on_a_queue_of_its_own(
+    v5_then_v6: ModelSets,
+) -> None:
+    shares = ModelSet(
+        name="latin",
+        bundle=v5_then_v6.default.bundle,
+        langs=LATIN_LANGS,
+        stages={"rec": set_stage("rec", "latin")},
+    )
+    sets = dataclasses.replace(v5_then_v6, extra=(*v5_then_v6.extra, shares))
+    promoted = sets.promote("v6", "why")
+    (latin,) = promoted.extra
+    assert latin.stages == {"rec": "rec@latin", "det": "det@latin"}
+    assert latin.bundle.det is v5_then_v6.default.bundle.det
 
 
 def test_a_set_that_cannot_be_read_is_left_out_with_why() -> None:

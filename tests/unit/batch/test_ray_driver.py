@@ -66,15 +66,17 @@ def test_pools_that_fit_or_an_existing_cluster_are_left_as_asked() -> None:
 
 
 def test_a_run_with_lang_loads_the_set_that_reads_it_as_its_models() -> None:
-    """One `ocr-batch --ray --lang fr` run reads every page with PP-OCRv6 small: its actors load
+    """One `ocr-batch --ray --lang fr` run reads every page with the set that reads French,
+    PP-OCRv6 small, the default; `--model PP-OCRv5_mobile` with PP-OCRv5 mobile: its actors load
     that set's det and rec as the default's (issue 36, item 3)."""
     config = AppConfig()
     assert for_model_set(config, {}) is config
-    assert for_model_set(config, {"lang": "en"}) is config  # the default reads it
-    french = for_model_set(config, {"lang": "fr"})
-    assert french.models.rec == "embedded:PP-OCRv6_small_rec"
-    assert french.models.det == "embedded:PP-OCRv6_small_det"
-    assert french.models.sets == {}
+    assert for_model_set(config, {"lang": "fr"}) is config  # the default reads it
+    assert for_model_set(config, {"lang": "japan"}) is config  # read best by the default
+    v5 = for_model_set(config, {"model": "PP-OCRv5_mobile"})
+    assert v5.models.rec == "embedded:PP-OCRv5_mobile_rec"
+    assert v5.models.det == "embedded:PP-OCRv5_mobile_det"
+    assert v5.models.sets == {}
     with pytest.raises(ValidationFailed, match="lang='xx'"):
         for_model_set(config, {"lang": "xx"})
 

@@ -31,6 +31,7 @@ from serving.engine.check_set import check_set_dir
 from serving.engine.choice import engine_options
 from serving.errors import ConfigError
 from serving.service.runtime import Runtime
+from tests.conftest import ONE_SET
 
 pytestmark = pytest.mark.unit
 
@@ -95,8 +96,9 @@ def test_an_onnx_model_is_served_as_is_and_paddle_refuses_it(tmp_path: Path) -> 
     empty_cache = EngineOptions(onnx_dir=str(tmp_path / "cache"))
     assert OPENVINO.resolve(spec, empty_cache) is spec
     assert convert.onnx_spec(spec, tmp_path / "cache") is spec
-    with pytest.raises(EngineBackendError, match="does not read onnx models"):
-        BACKENDS["paddle"].predictor(spec, EngineOptions())
+    # Paddle reads it through its X2Paddle conversion only (`models.paddle_convert`).
+    with pytest.raises(EngineBackendError, match=r"no Paddle conversion .* make convert-paddle"):
+        BACKENDS["paddle"].predictor(spec, EngineOptions(paddle_dir=str(tmp_path / "none")))
 
 
 def test_the_onnx_engines_run_on_cpus_only() -> None:
@@ -119,6 +121,7 @@ def test_a_paddle_model_without_its_conversion_names_the_command(
 
 def test_the_server_refuses_to_start_without_the_conversion(tmp_path: Path) -> None:
     config = AppConfig(
+        models=ONE_SET,  # PP-OCRv5 mobile's Paddle models as the default set
         engine=EngineConfig(cpu_backend="openvino", onnx_dir=str(tmp_path / "empty")),
         workers=WorkersConfig(devices=("cpu",), cpu_workers=1),
     )
@@ -181,10 +184,10 @@ def test_the_cli_converts_the_configured_models(tmp_path: Path, capsys, monkeypa
     assert convert_command.main(argv) == 0
     assert convert_command.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    # The default set's Paddle models, then the other set's ONNX ones (read as they are).
-    stages = ["det", "rec", "det@PP-OCRv6_small", "rec@PP-OCRv6_small"]
+    # The default set's ONNX models (read as they are), then the other set's Paddle ones.
+    stages = ["det", "rec", "det@PP-OCRv5_mobile", "rec@PP-OCRv5_mobile"]
     assert [line.split()[0] for line in lines] == stages * 2
-    states = ["(converted)"] * 2 + ["(as is)"] * 2 + ["(cached)"] * 2 + ["(as is)"] * 2
+    states = ["(as is)"] * 2 + ["(converted)"] * 2 + ["(as is)"] * 2 + ["(cached)"] * 2
     assert [line.rsplit(" (", 1)[1] for line in lines] == [state[1:] for state in states]
     # The two conversions, and the precision check's pages (serving.engine.check_set).
     assert len([p for p in cache.iterdir() if p.name != "check-set"]) == 2

@@ -18,6 +18,7 @@ from serving.config import AppConfig, ModelsConfig
 from serving.engine.choice import engine_choice
 from serving.engine.local import LocalEngine
 from serving.engine.warmup import warm_up_page, warmup_image
+from tests.conftest import ONE_SET
 from tests.fakes.predictors import SLOW_FAKE
 
 pytestmark = pytest.mark.unit
@@ -25,8 +26,9 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture(scope="module")
 def bundle() -> ModelBundle:
+    """PP-OCRv5 mobile's Paddle models (named: the default set, PP-OCRv6 small, is ONNX)."""
     models = ModelsConfig()
-    return load_bundle(models.det, models.rec, models.cls)
+    return load_bundle(ONE_SET.det, ONE_SET.rec, models.cls)
 
 
 def test_paddle_and_fake_are_registered_for_both_device_kinds() -> None:

@@ -1,16 +1,23 @@
-"""`workers.devices`, `gpu_instances` and `cpu_instances` resolved into device worker processes."""
+"""`workers.devices`, `gpu_instances` and `cpu_instances` resolved into device worker processes,
+and the model sets their engines can serve (the default's replaced where they cannot read it)."""
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from models import paddle_convert
+from models.base import EngineBackendError
 from models.bundle import load_bundle
 from models.packaged import ORIENTATION_MODEL as ORI
 from serving.config import AppConfig, build
 from serving.errors import ConfigError
-from serving.service.devices import device_specs, without_unread_orientation
+from serving.model_sets import load_sets
+from serving.service.devices import device_specs, readable_default, without_unread_orientation
 from serving.service.runtime import Runtime
 
 PADDLE = {"gpu_backend": "paddle"}
@@ -142,3 +149,66 @@ def test_page_orientation_is_served_by_the_devices_whose_engine_reads_it() -> No
     served, kept = without_unread_orientation(bundle, paddle_only)
     assert served.ori is None
     assert "ori" not in kept[0].stages
+
+
+def _paddle_cpu(paddle_dir: Path) -> AppConfig:
+    engine = {"cpu_backend": "paddle", "paddle_dir": str(paddle_dir)}
+    return build(AppConfig, {"engine": engine, "workers": {"cpu_instances": 1}})
+
+
+def test_an_engine_that_cannot_read_the_default_serves_the_next_set_as_default(
+    tmp_path: Path,
+) -> None:
+    """The Paddle engine reads PP-OCRv6 small (ONNX) only through its X2Paddle conversion; with
+    none in `paddle_dir`, PP-OCRv5 mobile is the default instead, and why is on record."""
+    config = _paddle_cpu(tmp_path)
+    sets = readable_default(load_sets(config.models), device_specs(config, gpu_count=0))
+    assert sets.default.name == "PP-OCRv5_mobile"
+    assert (sets.default.stage("det"), sets.default.stage("rec")) == ("det", "rec")
+    assert sets.extra == ()
+    reason = sets.unavailable["PP-OCRv6_small"]
+    assert "make convert-paddle" in reason
+    assert reason.endswith("PP-OCRv5_mobile is the default instead")
+
+
+def test_with_its_conversion_in_the_cache_the_paddle_engine_serves_the_default(
+    tmp_path: Path,
+) -> None:
+    config = _paddle_cpu(tmp_path)
+    loaded = load_sets(config.models)
+    for spec in (loaded.default.bundle.det, loaded.default.bundle.rec):  # stand-in conversions
+        entry = paddle_convert.cache_entry(spec, tmp_path)
+        entry.mkdir()
+        for name in ("inference.json", "inference.pdiparams", "provenance.json"):
+            (entry / name).write_text("{}")
+        shutil.copyfile(spec.directory / "inference.yml", entry / "inference.yml")
+    sets = readable_default(loaded, device_specs(config, gpu_count=0))
+    assert sets is loaded
+    assert sets.default.name == "PP-OCRv6_small"
+
+
+def test_a_default_no_set_can_replace_fails_the_start_with_the_command_to_run(
+    tmp_path: Path,
+) -> None:
+    config = _paddle_cpu(tmp_path)
+    alone = dataclasses.replace(load_sets(config.models), extra=())
+    with pytest.raises(EngineBackendError, match="make convert-paddle"):
+        readable_default(alone, device_specs(config, gpu_count=0))
+
+
+def test_a_server_on_the_paddle_engine_without_the_conversion_says_what_it_serves(
+    tmp_path: Path,
+) -> None:
+    runtime = Runtime.build(_paddle_cpu(tmp_path), jobs=False)
+    models = runtime.describe_models()
+    assert models["default"] == "PP-OCRv5_mobile"
+    assert [(m["name"], m["stages"]["rec"]) for m in models["models"]] == [
+        ("PP-OCRv5_mobile", "rec")
+    ]
+    (left_out,) = models["unavailable"]
+    assert left_out["name"] == "PP-OCRv6_small"
+    assert "make convert-paddle" in left_out["reason"]
+    (worker,) = runtime.devices.workers
+    assert worker.spec.engine.backend == "paddle"
+    assert "rec@PP-OCRv5_mobile" not in worker.spec.stages
+    assert worker.setup.model_dirs["rec"].endswith("PP-OCRv5_mobile_rec")

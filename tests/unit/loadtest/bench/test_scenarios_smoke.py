@@ -27,6 +27,7 @@ from loadtest.bench import (
     common,
     cpu_cost,
     cpu_engines,
+    faithful_v6,
     faster_paddle_peer,
     header,
     int8_sensitivity,
@@ -271,18 +272,42 @@ def test_languages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "languages": {
             "fr": {
                 "pages": [3],
-                "set": "PP-OCRv6_small",
-                "cer": 0.002,
-                "default_set": "v5",
-                "default_cer": 0.02,
+                "cer": {"PP-OCRv6_small": 0.002, "v5": 0.02},
+                "models": {"PP-OCRv6_small": "v6 det+rec", "v5": "v5 det+rec"},
+                "picked": "PP-OCRv6_small",
             },
             "japan": {"missing": "/nowhere.pdf"},
         },
     }
-    monkeypatch.setattr(languages, "measure", lambda pages, threads: got)
-    _run(tmp_path, "languages", "--pages", "1")
+    asked: list[str] = []
+
+    def measure(pages: int, threads: int, precision: str, *, turned: bool) -> dict[str, Any]:
+        asked.append(precision)
+        return got
+
+    monkeypatch.setattr(languages, "measure", measure)
+    _run(tmp_path, "languages", "--pages", "1", "--precision", "auto,f32", "--table")
+    assert asked == ["auto", "f32"]
     text = (tmp_path / "results.md").read_text()
-    assert "PP-OCRv6_small CER 0.20%, v5 2.00%" in text
+    assert "PP-OCRv6_small 0.20% (picked), v5 2.00%" in text
+    assert "'fr': {'v6 det+rec': 0.20, 'v5 det+rec': 2.00}," in text
+
+
+def test_faithful_v6(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pages = [("a.pdf:p1", np.zeros((4, 4, 3), np.uint8), "one two")]
+    monkeypatch.setattr(faithful_v6, "default_bundle", lambda: SimpleNamespace(
+        det=SimpleNamespace(model_name="PP-OCRv6_small_det"),
+        rec=SimpleNamespace(model_name="PP-OCRv6_small_rec"),
+    ))  # fmt: skip
+    monkeypatch.setattr(faithful_v6, "real_page_set", lambda n: pages[:n])
+    monkeypatch.setattr(faithful_v6, "our_reader", lambda b, t, backend: lambda im: ["one two"])
+    monkeypatch.setattr(faithful_v6, "reference_reader", lambda b, d, t: lambda im: ["one tw0"])
+    report = _run(tmp_path, "faithful-v6", "--pages", "1", status=1)  # 14% apart: not within
+    assert report["results"]["total"]["within"] is False
+    assert "a.pdf:p1: 0.00% / 16.67%" in (tmp_path / "results.md").read_text()
+    monkeypatch.setattr(faithful_v6, "reference_reader", lambda b, d, t: lambda im: ["one two"])
+    report = _run(tmp_path, "faithful-v6", "--pages", "1")
+    assert report["results"]["total"]["within"] is True
 
 
 def test_batching(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
