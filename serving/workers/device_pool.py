@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from serving.config import StageLimits
 from serving.errors import OcrError, WorkerUnavailable
@@ -27,6 +27,7 @@ from serving.workers import shm
 from serving.workers.device_worker import (
     DEVICE_FAULT_EXIT_CODE,
     LONE_THREADS_KEY,
+    BatchCpu,
     DeviceSpec,
     ItemFailed,
     ItemOk,
@@ -40,6 +41,15 @@ logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 2
 """Runs of one batch item whose worker died, the first included: it is queued again once."""
+
+
+class BatchAnswer(NamedTuple):
+    """A device worker's answer to one batch."""
+
+    outcomes: list[ItemOk | ItemFailed]
+    """One per item, in order."""
+    cpu: BatchCpu | None = None
+    """The worker's CPU time for it and since its answer before; None where not measured."""
 
 
 @dataclass(slots=True, eq=False)
@@ -102,20 +112,18 @@ class DeviceWorkerHandle:
         self.info = await self._child.start(self.start_timeout_s)
         logger.info("device worker %s up (pid %s)", self.spec.name, self.pid)
 
-    async def execute(
-        self, stage: str, refs: list[Any], *, alone: bool = False
-    ) -> list[ItemOk | ItemFailed]:
+    async def execute(self, stage: str, refs: list[Any], *, alone: bool = False) -> BatchAnswer:
         """Run one batch (`alone`: on the threads for that, `DevicePool.alone`); raises
         WorkerDied if the process exits first."""
         child = self._child
         if child is None or not self.ready:
             raise WorkerDied(self.spec.name)
         batch_id = next(self._ids)
-        _, done_id, outcomes = await child.request(("run", batch_id, stage, refs, alone))
+        _, done_id, outcomes, cpu = await child.request(("run", batch_id, stage, refs, alone))
         if done_id != batch_id:  # the process answers in order: this cannot happen
             raise OcrError(f"{self.spec.name} answered batch {done_id} for {batch_id}")
         self.batches += 1
-        return outcomes  # type: ignore[no-any-return]
+        return BatchAnswer(outcomes, cpu)
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Ask the process to exit; kill it if it does not."""
@@ -177,9 +185,7 @@ class WorkerHandle(Protocol):
 
     async def stop(self, timeout_s: float = 10.0) -> None: ...
 
-    async def execute(
-        self, stage: str, refs: list[Any], *, alone: bool = False
-    ) -> list[ItemOk | ItemFailed]: ...
+    async def execute(self, stage: str, refs: list[Any], *, alone: bool = False) -> BatchAnswer: ...
 
 
 class DevicePool:
@@ -259,9 +265,7 @@ class DevicePool:
             self._observe_batch(worker, batch, started, alone=alone)
             seconds: float | None = None
             try:
-                outcomes = await worker.execute(
-                    stage, [item.payload for item in batch], alone=alone
-                )
+                answer = await worker.execute(stage, [item.payload for item in batch], alone=alone)
                 done = time.monotonic()
                 seconds = done - max(started, worker.last_done_at)
                 worker.last_done_at = done
@@ -290,7 +294,11 @@ class DevicePool:
             )
             if seconds is not None:
                 self.metrics.observe_cost(name, stage, cost, seconds, placement.model)
-            self._complete(batch, outcomes)
+            if answer.cpu is not None:
+                self.metrics.observe_device_cpu(
+                    name, stage, answer.cpu.batch_s, answer.cpu.between_s
+                )
+            self._complete(batch, answer.outcomes)
 
     def alone(self, worker: WorkerHandle) -> bool:
         """Whether the batch `worker` has just taken runs alone, on all the threads of its

@@ -18,8 +18,8 @@ from models.registry import EngineChoice
 from serving.config import QueueConfig, StageLimits
 from serving.errors import OcrError, WorkerUnavailable
 from serving.scheduling.batching import Scheduler, WorkItem
-from serving.workers.device_pool import DevicePool
-from serving.workers.device_worker import DeviceSpec, ItemFailed, ItemOk
+from serving.workers.device_pool import BatchAnswer, DevicePool
+from serving.workers.device_worker import BatchCpu, DeviceSpec, ItemFailed, ItemOk
 from serving.workers.supervisor import WorkerDied
 from tests.fakes.work import work_item
 
@@ -55,6 +55,8 @@ class FakeWorker:
     limits: dict[str, StageLimits] = field(default_factory=lambda: dict(LIMITS))
     sleep_s: float = 0.01
     info: dict[str, Any] = field(default_factory=dict)
+    cpu: BatchCpu | None = None
+    """What each answer says the batch cost the process (None: not measured)."""
 
     def __post_init__(self) -> None:
         options = EngineOptions(device="cpu", lone_threads=self.lone_threads)
@@ -83,9 +85,7 @@ class FakeWorker:
     async def stop(self, timeout_s: float = 10.0) -> None:
         self.up = False
 
-    async def execute(
-        self, stage: str, refs: list[Any], *, alone: bool = False
-    ) -> list[ItemOk | ItemFailed]:
+    async def execute(self, stage: str, refs: list[Any], *, alone: bool = False) -> BatchAnswer:
         self.ran.append(list(refs))
         self.alone.append(alone)
         self.active += 1
@@ -99,7 +99,7 @@ class FakeWorker:
             if behaviour is WorkerDied:
                 self.up = False
             raise behaviour(self.name)
-        return behaviour(refs)
+        return BatchAnswer(behaviour(refs), self.cpu)
 
 
 def item(loop: asyncio.AbstractEventLoop, payload: int) -> WorkItem:
@@ -133,6 +133,26 @@ def test_each_item_gets_its_own_outcome() -> None:
     _, outcomes = asyncio.run(run([worker], [1, 2, 3, 4, 5]))
     assert outcomes == [2, 4, 6, 8, 10]
     assert all(len(batch) <= LIMITS["rec"].max_batch_size for batch in worker.ran)
+
+
+def test_each_answers_cpu_seconds_add_up_by_stage_in_the_metrics() -> None:
+    worker = FakeWorker(cpu=BatchCpu(batch_s=0.25, between_s=0.05))
+    pool, outcomes = asyncio.run(run([worker], [1, 2, 3, 4, 5]))  # two batches: 4 and 1 items
+    assert outcomes == [2, 4, 6, 8, 10]
+    assert len(worker.ran) == 2
+
+    def sample(stage: str) -> float | None:
+        labels = {"stage": stage, "device": "cpu"}
+        return pool.metrics.registry.get_sample_value("ocr_device_cpu_seconds_total", labels)
+
+    assert sample("rec") == pytest.approx(0.5)
+    assert sample("between") == pytest.approx(0.1)
+
+
+def test_answers_without_cpu_seconds_add_no_series() -> None:
+    pool, _ = asyncio.run(run([FakeWorker()], [1, 2]))
+    labels = {"stage": "rec", "device": "cpu"}
+    assert pool.metrics.registry.get_sample_value("ocr_device_cpu_seconds_total", labels) is None
 
 
 def test_a_worker_that_dies_is_restarted_and_its_batch_runs_again() -> None:
