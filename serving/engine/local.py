@@ -30,6 +30,7 @@ class LocalEngine:
 
     def load(self) -> None:
         """Create the predictors."""
+        model_stages(self.predictors)  # reduced outputs asked for first: each compiles once
         for predictor in self.predictors.values():
             predictor.load()
         # As the server's device workers read them (`serving.workers.device_worker`).

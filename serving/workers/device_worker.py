@@ -158,6 +158,9 @@ class DeviceWorkerChild:
                 continue
             max_rows = self.spec.max_rows.get(stage, 1)
             predictor = self.spec.engine.predictor(specs[stage], max_batch_rows=max_rows)
+            # Reduced outputs asked for before loading (`use` asks again): an engine that builds
+            # the reduction into its compiled model (OpenVINO's argmax) then compiles it once.
+            model_stages({stage: predictor})
             predictor.load()
             loaded[stage] = predictor
             if specs[stage].pixel_norm != specs[stage].kind:
