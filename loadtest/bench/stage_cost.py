@@ -61,6 +61,7 @@ from serving.request_options import ocr_options
 
 DEVICE_CPU = "ocr_device_cpu_seconds_total"
 PROCESS_CPU = "ocr_process_cpu_seconds"
+ALONE_BATCHES = "ocr_alone_batches_total"
 
 
 def write_page_set(out_dir: Path, dpi: float = 150.0) -> list[Path]:
@@ -180,8 +181,8 @@ class Server(Target):
         found: dict[tuple[str, str], float] = {}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == DEVICE_CPU:
-                    key = (DEVICE_CPU, sample.labels["stage"])
+                if sample.name in (DEVICE_CPU, ALONE_BATCHES):
+                    key = (sample.name, sample.labels["stage"])
                 elif sample.name == PROCESS_CPU:
                     key = (PROCESS_CPU, sample.labels["process"])
                 else:

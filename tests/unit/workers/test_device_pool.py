@@ -106,14 +106,20 @@ def item(loop: asyncio.AbstractEventLoop, payload: int) -> WorkItem:
     return work_item(loop, payload=payload, deadline=1e12)
 
 
-def scheduler() -> Scheduler:
-    return Scheduler({"rec": QueueConfig(max_wait_ms=0.0, max_queue_len=100)})
+def scheduler(others_in_flight: bool = False) -> Scheduler:
+    """A scheduler whose admission says whether other pages are in flight."""
+    return Scheduler(
+        {"rec": QueueConfig(max_wait_ms=0.0, max_queue_len=100)},
+        company_possible=lambda: others_in_flight,
+    )
 
 
-async def run(workers: list[FakeWorker], payloads: list[int]) -> tuple[DevicePool, list[Any]]:
+async def run(
+    workers: list[FakeWorker], payloads: list[int], *, others_in_flight: bool = False
+) -> tuple[DevicePool, list[Any]]:
     """Start a pool on `workers`, submit one item per payload, and gather every outcome."""
     loop = asyncio.get_running_loop()
-    sched = scheduler()
+    sched = scheduler(others_in_flight)
     pool = DevicePool(workers, sched, restart_backoff_s=0.0)
     await pool.start()
     items = [item(loop, p) for p in payloads]
@@ -274,6 +280,15 @@ def test_a_lone_batch_runs_alone_and_batches_in_company_do_not() -> None:
     _, outcomes = asyncio.run(run(workers, [1, 2, 3]))
     assert outcomes == [2, 4, 6]
     assert alone_flags(workers) == [False, False, False]
+
+
+def test_no_batch_runs_alone_while_other_pages_are_in_flight() -> None:
+    """Other pages in their CPU steps come back to the device soon: a batch on every core
+    would share them with the next one."""
+    workers = lone_pair()
+    _, outcomes = asyncio.run(run(workers, [5], others_in_flight=True))
+    assert outcomes == [10]
+    assert alone_flags(workers) == [False]
 
 
 def test_a_page_that_comes_once_the_others_are_done_runs_alone() -> None:
