@@ -8,7 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadtest.bench.stage_cost import DEVICE_CPU, PROCESS_CPU, Target, markdown, run_pass
+from loadtest.bench.stage_cost import (
+    DEVICE_CPU,
+    PROCESS_CPU,
+    Target,
+    accuracy,
+    markdown,
+    page_group,
+    run_pass,
+)
 
 PAGES = [Path("a.png"), Path("b.png")]
 
@@ -60,3 +68,16 @@ def test_failed_and_changed_pages_are_counted_apart_and_not_correct() -> None:
     (header, _, row) = markdown([target], 4)
     assert header.startswith("| server | pages/s c=4 | correct pages/s | core-s a page (tree)")
     assert row.endswith("| 1 | 1 |")
+
+
+def test_accuracy_is_given_per_language_and_for_the_degraded_scans() -> None:
+    assert page_group("maint-guide.zh-cn-p14.png") == "zh"
+    assert page_group("maint-guide.fr-p15.png") == "fr"
+    assert page_group("libtasn1-p23-degraded.png") == "degraded"
+    assert page_group("shared-mime-info-spec-p3.png") == "en"
+    truths = {"libtasn1-p1.png": "Total amount", "maint-guide.de-p2.png": "gut"}
+    target = FakeTarget("ours", texts={"libtasn1-p1.png": ["Totalamount"]})
+    found = accuracy(target, truths)
+    assert found["groups"]["en"] == {"cer": 0.0, "merged_words": 1}  # CER counts no spaces
+    assert found["groups"]["de"] == {"cer": 1.0, "merged_words": 0}  # not answered: all missing
+    assert found["merged_words"] == 1
