@@ -125,7 +125,7 @@ takes minutes and the Debian PDFs, which a server does not have, and it holds fo
 that serves these models.
 
 Measured 2026-12-07 (OpenVINO f32, 2 shared cores; 14 minutes) with
-`python -m loadtest.bench.languages --pages 4 --precision f32 --skip-turned --table`, which
+`ocr-bench languages --pages 4 --precision f32 --skip-turned --table`, which
 prints these entries."""
 
 LANG_ALIASES: Final = {"french": "fr", "german": "de"}

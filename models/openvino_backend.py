@@ -25,11 +25,12 @@ import numpy as np
 from models.base import not_loaded
 from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
-from models.openvino_layout import SplitModel, chained, split_at_head
+from models.openvino_layout import SplitModel, chained, split_at_head, with_argmax
 from models.openvino_precision import CHECKED_KINDS, PrecisionChoice, choose_precision
 from models.precision_verdict import ModelCheck
 from models.quantize import RECIPES, int8_model
 from models.spec import ModelSpec
+from pipelines.rec_postprocess import argmax_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,23 @@ class OpenVinoPredictor(OnnxPredictor):
         self.threads: tuple[int, ...] = ()
         """Each compiled model's threads, as OpenVINO reports them: `run`'s, then `run_alone`'s
         where it has its own model; empty before `load()`."""
+        self._argmax = False
+        """Answer the argmax pairs of the output's last axis (`output_argmax`)."""
+        self._reduce_here = False
+        """`_argmax`, by numpy here: the compiled model answers the full output."""
+
+    def output_argmax(self) -> None:
+        """From now on, answer each batch with the (..., 2) argmax pairs of the model's output
+        (`models.base.ArgmaxOutput`): computed in the compiled model where its last layers run
+        at f32 or int8's f32 (`models.openvino_layout.with_argmax`: exact, and the full output
+        never leaves the engine), else from the output by numpy. Asked for before `load()`, the
+        model compiles once; after, it is compiled again."""
+        if self._argmax:
+            return
+        self._argmax = True
+        if self.loaded:
+            self.close()
+            self.load()
 
     def use_verdict(self, check: ModelCheck) -> None:
         """Compile at what this CPU's precision check found for the model
@@ -118,6 +136,14 @@ class OpenVinoPredictor(OnnxPredictor):
         split = split_at_head(ov, str(path)) if choice.f32_head else None
         if choice.f32_head and split is None:
             choice = PrecisionChoice("bf16", f"{choice.reason}; no CTC head to keep in f32")
+        # The reduction joins the graph only where it runs at f32 (the head of a split model,
+        # an f32 or int8 model): bf16 cannot hold its class numbers.
+        reduced = self._argmax and (split is not None or choice.precision != "bf16")
+        if reduced and split is not None:
+            split = SplitModel(body=split.body, head=with_argmax(ov, split.head), cut=split.cut)
+        elif reduced:
+            model = with_argmax(ov, model)
+        self._reduce_here = self._argmax and not reduced
         compiled = core.compile_model(split.body if split else model, "CPU", config)
         self.precision = compiled_precision(
             choice, compiled.get_property("INFERENCE_PRECISION_HINT")
@@ -171,7 +197,22 @@ class OpenVinoPredictor(OnnxPredictor):
             PredictorError: the engine failed on the batch.
         """
         alone = self._alone if self.loaded else None
-        return self._run_with(alone or self._run, batch)
+        return self._answer(self._run_with(alone or self._run, batch))
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        """Run one NCHW batch: the model's first output as a new array, or its argmax pairs
+        (`output_argmax`).
+
+        Raises:
+            PredictorNotLoadedError: before `load()` or after `close()`.
+            ValueError: the batch is not 4-D.
+            PredictorError: the engine failed on the batch.
+        """
+        return self._answer(self._run_with(self._run, batch))
+
+    def _answer(self, output: np.ndarray) -> np.ndarray:
+        """The output, or its argmax pairs where the compiled model does not reduce it."""
+        return argmax_pairs(output) if self._reduce_here else output
 
     def replace_runner(self, make: Callable[[BatchRunner], BatchRunner]) -> BatchRunner:
         """Run batches with `make(runner)` from now on, `runner` being the one in use; returns

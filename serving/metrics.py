@@ -82,6 +82,15 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.device_cpu_seconds = Counter(
+            "ocr_device_cpu_seconds",
+            "CPU time of the device workers (every thread of each process: the engine's too), by "
+            "stage: from receiving a batch to answering it (collating, inference, outputs); "
+            'stage="between": outside any batch (releasing engine memory, trimming the heap). '
+            "Over pages answered, a stage's core-seconds a page (`loadtest.bench.stage_cost`).",
+            ["stage", "device"],
+            registry=r,
+        )
         self.pages = Counter("ocr_pages", "Pages recognised.", registry=r)
         self.shm_bytes = Counter(
             "ocr_shm_bytes",
@@ -131,6 +140,11 @@ class Metrics:
             self.cost_estimate.labels(device=device, stage=stage, size_class=f"2^{klass}").set(
                 predicted
             )
+
+    def observe_device_cpu(self, device: str, stage: str, batch_s: float, between_s: float) -> None:
+        """Add a device worker's CPU seconds for a batch of `stage` and since its last answer."""
+        self.device_cpu_seconds.labels(stage=stage, device=device).inc(max(0.0, batch_s))
+        self.device_cpu_seconds.labels(stage="between", device=device).inc(max(0.0, between_s))
 
     def track_admission(
         self,

@@ -40,6 +40,7 @@ SCENARIO_MODULES = (
     "loadtest.bench.job_impact",
     "loadtest.bench.memory_peak",
     "loadtest.bench.cpu_cost",
+    "loadtest.bench.stage_cost",
     "loadtest.bench.output_cost",
 )
 """The modules whose scenarios `ocr-bench` offers, in the order `--help` lists them."""

@@ -35,6 +35,7 @@ class LocalEngine:
         from serving.engine.precision_check import check_precisions
 
         check_precisions(self.predictors, [default_pair(self.bundle, self.config.models.langs)])
+        model_stages(self.predictors)  # reduced outputs asked for first: each compiles once
         for predictor in self.predictors.values():
             predictor.load()
         # As the server's device workers read them (`serving.workers.device_worker`).

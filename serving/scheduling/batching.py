@@ -418,6 +418,11 @@ class Scheduler:
         """`close()` was called: the server is stopping."""
         return self._closed
 
+    def company_possible(self) -> bool:
+        """Whether other pages than one are in flight (admitted and not done, in a queue, on a
+        device or in a CPU step), whose work could join a batch or come to a device soon."""
+        return self._company_possible()
+
     def submit(self, item: WorkItem, *, front: bool = False) -> None:
         """Queue an item and wake the waiting workers.
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from serving import tracing
 from serving.config import StageLimits
@@ -29,6 +29,7 @@ from serving.workers import shm
 from serving.workers.device_worker import (
     DEVICE_FAULT_EXIT_CODE,
     LONE_THREADS_KEY,
+    BatchCpu,
     DeviceSpec,
     ItemFailed,
     ItemOk,
@@ -41,6 +42,15 @@ logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 2
 """Runs of one batch item whose worker died, the first included: it is queued again once."""
+
+
+class BatchAnswer(NamedTuple):
+    """A device worker's answer to one batch."""
+
+    outcomes: list[ItemOk | ItemFailed]
+    """One per item, in order."""
+    cpu: BatchCpu | None = None
+    """The worker's CPU time for it and since its answer before; None where not measured."""
 
 
 @dataclass(slots=True, eq=False)
@@ -103,20 +113,18 @@ class DeviceWorkerHandle:
         self.info = await self._child.start(self.start_timeout_s)
         logger.info("device worker %s up (pid %s)", self.spec.name, self.pid)
 
-    async def execute(
-        self, stage: str, refs: list[Any], *, alone: bool = False
-    ) -> list[ItemOk | ItemFailed]:
+    async def execute(self, stage: str, refs: list[Any], *, alone: bool = False) -> BatchAnswer:
         """Run one batch (`alone`: on the threads for that, `DevicePool.alone`); raises
         WorkerDied if the process exits first."""
         child = self._child
         if child is None or not self.ready:
             raise WorkerDied(self.spec.name)
         batch_id = next(self._ids)
-        _, done_id, outcomes = await child.request(("run", batch_id, stage, refs, alone))
+        _, done_id, outcomes, cpu = await child.request(("run", batch_id, stage, refs, alone))
         if done_id != batch_id:  # the process answers in order: this cannot happen
             raise OcrError(f"{self.spec.name} answered batch {done_id} for {batch_id}")
         self.batches += 1
-        return outcomes  # type: ignore[no-any-return]
+        return BatchAnswer(outcomes, cpu)
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Ask the process to exit; kill it if it does not."""
@@ -178,9 +186,7 @@ class WorkerHandle(Protocol):
 
     async def stop(self, timeout_s: float = 10.0) -> None: ...
 
-    async def execute(
-        self, stage: str, refs: list[Any], *, alone: bool = False
-    ) -> list[ItemOk | ItemFailed]: ...
+    async def execute(self, stage: str, refs: list[Any], *, alone: bool = False) -> BatchAnswer: ...
 
 
 class DevicePool:
@@ -263,7 +269,7 @@ class DevicePool:
                 with tracing.batch_span(
                     "device.batch", batch, started, **{"ocr.stage": stage, "ocr.device": name}
                 ):
-                    outcomes = await worker.execute(
+                    answer = await worker.execute(
                         stage, [item.payload for item in batch], alone=alone
                     )
                 done = time.monotonic()
@@ -294,15 +300,24 @@ class DevicePool:
             )
             if seconds is not None:
                 self.metrics.observe_cost(name, stage, cost, seconds, placement.model)
-            self._complete(batch, outcomes)
+            if answer.cpu is not None:
+                self.metrics.observe_device_cpu(
+                    name, stage, answer.cpu.batch_s, answer.cpu.between_s
+                )
+            self._complete(batch, answer.outcomes)
 
     def alone(self, worker: WorkerHandle) -> bool:
         """Whether the batch `worker` has just taken runs alone, on all the threads of its
-        device (`engine.cpu_lone_threads`): the other workers of the device hold no batch and
-        nothing else is queued for them or for it. A lone page then uses the whole machine (its
-        detector; its recognition chunks spread over the workers instead). Work that comes
-        meanwhile runs beside it, the cores shared for that while."""
+        device (`engine.cpu_lone_threads`): the other workers of the device hold no batch,
+        nothing else is queued for them or for it, and no other page is in flight. A lone page
+        then uses the whole machine (its detector; its recognition chunks spread over the
+        workers instead). Work that comes meanwhile runs beside it, the cores shared for that
+        while: with other pages in flight (in their CPU steps, soon back) that was most lone
+        batches under load, each on more threads than cores for part of its time (issue 46:
+        c=4 read 0.553 pages/s without lone batches against 0.500 with them)."""
         if not worker.info.get(LONE_THREADS_KEY):  # it said it runs none alone
+            return False
+        if self.scheduler.company_possible():
             return False
         placement = self.scheduler.placement
         if not placement.idle((worker.spec.name, *self._peers[worker.spec.name])):

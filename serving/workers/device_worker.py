@@ -155,6 +155,9 @@ class DeviceWorkerChild:
     """A detector batch over `release_above_px` ran since the engine last freed its memory."""
     det_alone: bool | None = None
     """Whether the detector's last batch ran alone (`_predict`); None before the first."""
+    cpu_mark_s: float = 0.0
+    """The process's CPU time (every thread's: the engine's too) when it last answered a batch
+    (`_send_oldest`, which reports what was used since, `BatchCpu`)."""
     release_above_px: int = 0
     """Detector-input pixels (a batch's, all rows) beyond which the engine is asked to free the
     working memory it keeps for that shape (`serving.engine.warmup.release_engine_memory`), which
@@ -174,6 +177,9 @@ class DeviceWorkerChild:
             if stage in specs
         }
         self.precision_checks = self._check_precisions(made, specs)
+        # Reduced outputs asked for before loading (`use` asks again): an engine that builds
+        # the reduction into its compiled model (OpenVINO's argmax) then compiles it once.
+        model_stages(made)
         for stage, predictor in made.items():
             predictor.load()
             if specs[stage].pixel_norm != specs[stage].kind:
@@ -276,6 +282,7 @@ class DeviceWorkerChild:
         it arrives."""
         completions = Completions()
         running: deque[tuple[int, RunningBatch]] = deque()
+        self.cpu_mark_s = time.process_time()
         try:
             while True:
                 if running and len(running) < self.spec.engine.options.inflight_batches:
@@ -295,7 +302,9 @@ class DeviceWorkerChild:
                         self._send_oldest(running, completions)
                     return
                 _, batch_id, stage, refs, alone = message
+                cpu_started_s = time.process_time()
                 batch = self.start_batch(stage, refs, alone=alone)
+                batch.cpu_started_s = cpu_started_s
                 running.append((batch_id, batch))
                 completions.submit(batch.wait)
                 del message, refs, batch
@@ -307,8 +316,15 @@ class DeviceWorkerChild:
     ) -> None:
         completions.take()
         batch_id, batch = running.popleft()
-        self.conn.send(("done", batch_id, batch.finish()))
-        del batch
+        outcomes = batch.finish()
+        now_s = time.process_time()
+        cpu = BatchCpu(
+            batch_s=now_s - batch.cpu_started_s,
+            between_s=max(0.0, batch.cpu_started_s - self.cpu_mark_s),
+        )
+        self.cpu_mark_s = now_s
+        self.conn.send(("done", batch_id, outcomes, cpu))
+        del batch, outcomes
         # Never while the engine runs a batch: a batch of a predictor that is not staged ran
         # to its end in `start_batch`.
         if self.release_pending and all(other.slot is None for _, other in running):
@@ -452,6 +468,20 @@ class DeviceWorkerChild:
             predictor.close()
 
 
+@dataclass(frozen=True, slots=True)
+class BatchCpu:
+    """A device worker's CPU time (every thread of the process: the engine's too), as it answers
+    a batch: what `ocr_device_cpu_seconds` adds up per stage."""
+
+    batch_s: float
+    """From receiving the batch to answering it: collating and normalising its pixels, the
+    engine, reducing and placing its outputs. With batches in flight at once (GPUs) their spans
+    overlap, and each counts what the process did meanwhile."""
+    between_s: float
+    """Since the answer before, outside any batch: releasing the detector's working memory,
+    trimming the heap, reading the pipe."""
+
+
 @dataclass(slots=True, kw_only=True)
 class RunningBatch:
     """A batch a worker started: its outcomes already, or a launched slot to finish."""
@@ -459,6 +489,8 @@ class RunningBatch:
     outcomes: list[ItemOk | ItemFailed] | None = None
     slot: Slot | None = None
     finish_slot: Callable[[Slot], list[ItemOk | ItemFailed]] | None = None
+    cpu_started_s: float = 0.0
+    """The process's CPU time when the batch arrived (`BatchCpu`)."""
 
     def wait(self) -> None:
         """Block until the device is done with the batch (never raises)."""

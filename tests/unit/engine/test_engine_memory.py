@@ -89,7 +89,7 @@ def serve_batches(
         for batch_id, (side, alone) in enumerate(batches):
             ref = shm.put(np.zeros((1, 3, side, side), np.float32), prefix)
             theirs.send(("run", batch_id, "det", [ref], alone))
-            _, done_id, outcomes = theirs.recv()
+            _, done_id, outcomes, _ = theirs.recv()
             assert done_id == batch_id
             shm.discard(ref)
             for outcome in outcomes:

@@ -181,7 +181,7 @@ def test_a_device_worker_pipelines_paddle_gpu_batches(rec_spec, prefix) -> None:
     assert not serving.is_alive()
     assert log.names().count("Predictor.run") == 2
     assert log.names().count("argmax") == 2  # reduced on the device
-    for kind, batch_id, outcomes in answers:
+    for kind, batch_id, outcomes, _ in answers:
         assert kind == "done"
         (outcome,) = outcomes
         assert isinstance(outcome, ItemOk)

@@ -18,8 +18,8 @@ from models.registry import EngineChoice
 from serving.config import QueueConfig, StageLimits
 from serving.errors import OcrError, WorkerUnavailable
 from serving.scheduling.batching import Scheduler, WorkItem
-from serving.workers.device_pool import DevicePool
-from serving.workers.device_worker import DeviceSpec, ItemFailed, ItemOk
+from serving.workers.device_pool import BatchAnswer, DevicePool
+from serving.workers.device_worker import BatchCpu, DeviceSpec, ItemFailed, ItemOk
 from serving.workers.supervisor import WorkerDied
 from tests.fakes.work import work_item
 
@@ -55,6 +55,8 @@ class FakeWorker:
     limits: dict[str, StageLimits] = field(default_factory=lambda: dict(LIMITS))
     sleep_s: float = 0.01
     info: dict[str, Any] = field(default_factory=dict)
+    cpu: BatchCpu | None = None
+    """What each answer says the batch cost the process (None: not measured)."""
 
     def __post_init__(self) -> None:
         options = EngineOptions(device="cpu", lone_threads=self.lone_threads)
@@ -83,9 +85,7 @@ class FakeWorker:
     async def stop(self, timeout_s: float = 10.0) -> None:
         self.up = False
 
-    async def execute(
-        self, stage: str, refs: list[Any], *, alone: bool = False
-    ) -> list[ItemOk | ItemFailed]:
+    async def execute(self, stage: str, refs: list[Any], *, alone: bool = False) -> BatchAnswer:
         self.ran.append(list(refs))
         self.alone.append(alone)
         self.active += 1
@@ -99,21 +99,27 @@ class FakeWorker:
             if behaviour is WorkerDied:
                 self.up = False
             raise behaviour(self.name)
-        return behaviour(refs)
+        return BatchAnswer(behaviour(refs), self.cpu)
 
 
 def item(loop: asyncio.AbstractEventLoop, payload: int) -> WorkItem:
     return work_item(loop, payload=payload, deadline=1e12)
 
 
-def scheduler() -> Scheduler:
-    return Scheduler({"rec": QueueConfig(max_wait_ms=0.0, max_queue_len=100)})
+def scheduler(others_in_flight: bool = False) -> Scheduler:
+    """A scheduler whose admission says whether other pages are in flight."""
+    return Scheduler(
+        {"rec": QueueConfig(max_wait_ms=0.0, max_queue_len=100)},
+        company_possible=lambda: others_in_flight,
+    )
 
 
-async def run(workers: list[FakeWorker], payloads: list[int]) -> tuple[DevicePool, list[Any]]:
+async def run(
+    workers: list[FakeWorker], payloads: list[int], *, others_in_flight: bool = False
+) -> tuple[DevicePool, list[Any]]:
     """Start a pool on `workers`, submit one item per payload, and gather every outcome."""
     loop = asyncio.get_running_loop()
-    sched = scheduler()
+    sched = scheduler(others_in_flight)
     pool = DevicePool(workers, sched, restart_backoff_s=0.0)
     await pool.start()
     items = [item(loop, p) for p in payloads]
@@ -133,6 +139,26 @@ def test_each_item_gets_its_own_outcome() -> None:
     _, outcomes = asyncio.run(run([worker], [1, 2, 3, 4, 5]))
     assert outcomes == [2, 4, 6, 8, 10]
     assert all(len(batch) <= LIMITS["rec"].max_batch_size for batch in worker.ran)
+
+
+def test_each_answers_cpu_seconds_add_up_by_stage_in_the_metrics() -> None:
+    worker = FakeWorker(cpu=BatchCpu(batch_s=0.25, between_s=0.05))
+    pool, outcomes = asyncio.run(run([worker], [1, 2, 3, 4, 5]))  # two batches: 4 and 1 items
+    assert outcomes == [2, 4, 6, 8, 10]
+    assert len(worker.ran) == 2
+
+    def sample(stage: str) -> float | None:
+        labels = {"stage": stage, "device": "cpu"}
+        return pool.metrics.registry.get_sample_value("ocr_device_cpu_seconds_total", labels)
+
+    assert sample("rec") == pytest.approx(0.5)
+    assert sample("between") == pytest.approx(0.1)
+
+
+def test_answers_without_cpu_seconds_add_no_series() -> None:
+    pool, _ = asyncio.run(run([FakeWorker()], [1, 2]))
+    labels = {"stage": "rec", "device": "cpu"}
+    assert pool.metrics.registry.get_sample_value("ocr_device_cpu_seconds_total", labels) is None
 
 
 def test_a_worker_that_dies_is_restarted_and_its_batch_runs_again() -> None:
@@ -254,6 +280,15 @@ def test_a_lone_batch_runs_alone_and_batches_in_company_do_not() -> None:
     _, outcomes = asyncio.run(run(workers, [1, 2, 3]))
     assert outcomes == [2, 4, 6]
     assert alone_flags(workers) == [False, False, False]
+
+
+def test_no_batch_runs_alone_while_other_pages_are_in_flight() -> None:
+    """Other pages in their CPU steps come back to the device soon: a batch on every core
+    would share them with the next one."""
+    workers = lone_pair()
+    _, outcomes = asyncio.run(run(workers, [5], others_in_flight=True))
+    assert outcomes == [10]
+    assert alone_flags(workers) == [False]
 
 
 def test_a_page_that_comes_once_the_others_are_done_runs_alone() -> None:

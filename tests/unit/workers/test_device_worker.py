@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+import time
+
 import numpy as np
 
 from models.engine_options import EngineOptions
@@ -11,6 +15,7 @@ from pipelines.stages import DET, REC
 from serving.errors import PredictorFailed
 from serving.workers import shm
 from serving.workers.device_worker import (
+    BatchCpu,
     DeviceSpec,
     DeviceWorkerChild,
     ItemFailed,
@@ -148,3 +153,45 @@ def test_wrong_row_count_is_a_failure(prefix) -> None:
     w = worker(prefix, rec=Short())
     (outcome,) = w.run_batch("rec", [chunk(3, 1, prefix)])
     assert isinstance(outcome, ItemFailed)
+
+
+class BusyRec(FakeRec):
+    """Spends `busy_s` of CPU time on each batch, as an engine computing would."""
+
+    def __init__(self, busy_s: float) -> None:
+        super().__init__()
+        self.busy_s = busy_s
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        end = time.process_time() + self.busy_s
+        while time.process_time() < end:
+            pass
+        return super().run(batch)
+
+
+def test_each_answer_carries_the_cpu_time_the_batch_cost(prefix) -> None:
+    ours, theirs = multiprocessing.Pipe()
+    w = worker(prefix, rec=BusyRec(busy_s=0.2))
+    w.conn = ours
+    serving = threading.Thread(target=w.serve, daemon=True)
+    serving.start()
+    idle_started = time.process_time()
+    try:
+        theirs.send(("run", 1, "rec", [chunk(2, 1, prefix)], False))
+        first = theirs.recv()
+        time.sleep(0.2)  # the worker idles: no CPU time charged to any batch
+        theirs.send(("run", 2, "rec", [chunk(2, 2, prefix)], False))
+        second = theirs.recv()
+        theirs.send(("stop",))
+        serving.join(timeout=10)
+    finally:
+        theirs.close()
+    assert not serving.is_alive()
+    total_s = time.process_time() - idle_started  # this test process: the worker's thread too
+    for (kind, batch_id, outcomes, cpu), sent_id in zip((first, second), (1, 2), strict=True):
+        assert (kind, batch_id) == ("done", sent_id)
+        assert isinstance(outcomes[0], ItemOk)
+        assert isinstance(cpu, BatchCpu)
+        assert 0.2 <= cpu.batch_s < total_s
+    # What the process used between the two batches is apart from either batch.
+    assert second[3].between_s < 0.2

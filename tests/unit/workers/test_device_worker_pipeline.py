@@ -77,8 +77,8 @@ def test_worker_launches_the_next_batch_before_it_waits_for_the_current_one(pref
         serving.join(timeout=10)
     finally:
         device.close()
-    assert [(kind, batch_id) for kind, batch_id, _ in answers] == [("done", 10), ("done", 11)]
-    for (_, _, outcomes), label in zip(answers, (3, 4), strict=True):
+    assert [(kind, batch_id) for kind, batch_id, *_ in answers] == [("done", 10), ("done", 11)]
+    for (_, _, outcomes, _), label in zip(answers, (3, 4), strict=True):
         (outcome,) = outcomes
         assert isinstance(outcome, ItemOk)
         indices, _ = outcome.value
@@ -115,7 +115,7 @@ def test_a_queued_batch_waits_in_the_pipe_until_a_running_one_ends(prefix) -> No
         serving.join(timeout=10)
     finally:
         device.close()
-    assert [batch_id for _, batch_id, _ in answers] == [11, 12, 13]
+    assert [batch_id for _, batch_id, *_ in answers] == [11, 12, 13]
     assert predictor.events == [("launch", 1), ("launch", 2), ("launch", 3)]
     assert device.log.index(("start", ("upload", 3))) > device.log.index(("end", ("compute", 1)))
     assert not serving.is_alive()

@@ -39,6 +39,7 @@ from loadtest.bench import (
     precision_check,
     precision_layouts,
     precision_startup,
+    stage_cost,
     text_layers,
 )
 from loadtest.bench.common import Page, ServerRun
@@ -507,6 +508,33 @@ def test_text_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert [r["row"] for r in report["results"]["rows"]] == ["format=pdf", "format=pdf deskew"]
     table = (tmp_path / "results.md").read_text()
     assert "| format=pdf deskew | 50.0% | 0.500 | 0.500 | 50.0% |" in table
+
+
+def test_stage_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    for name in ("a", "b"):
+        cv2.imwrite(str(pages / f"{name}.png"), np.zeros((4, 4, 3), np.uint8))
+        (pages / f"{name}.txt").write_text(f"{name} text", encoding="utf-8")
+
+    class Engine(stage_cost.Target):
+        def tree_cpu_s(self) -> dict[int, float]:
+            return {1: 2.0 * len(self.passes)}
+
+        def read(self, page_files: Any, concurrency: int) -> tuple[float, dict[str, list[str]]]:
+            return 4.0, {p.name: [p.stem + " text"] for p in page_files}
+
+        def stop(self) -> None:
+            return None
+
+    monkeypatch.setattr(stage_cost, "start_engine", lambda label, spec, n: Engine(label))
+    out = tmp_path / "out"
+    assert cli.main(["stage-cost", "--pages-dir", str(pages), "--engine", "e=x.toml",
+                     "--rounds", "1", "--out", str(out)]) == 0  # fmt: skip
+    report = json.loads((out / "results.json").read_text())
+    assert report["results"]["e"]["cer"] == 0.0
+    assert len(report["results"]["e"]["passes"]) == 1
+    assert "| e | 0.500 | 0.500 |" in (out / "results.md").read_text()
 
 
 def test_every_scenario_has_a_smoke_test_here() -> None:
