@@ -109,6 +109,7 @@ def connection_limits(server: ServerConfig) -> ConnectionLimits:
     return ConnectionLimits(
         header_timeout_s=server.header_timeout_s,
         send_idle_timeout_s=server.send_idle_timeout_s,
+        send_min_bytes_per_s=server.send_min_bytes_per_s,
         max_connections=server.max_connections,
         max_connections_per_client=server.max_connections_per_client,
         retry_after_s=server.retry_after_s,

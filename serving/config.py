@@ -106,6 +106,12 @@ class ServerConfig:
     """A client that reads none of its answer for this long, while the server has more to send
     than the socket takes, is disconnected: the answer is dropped and the memory budget it was
     charged to given back (`serving.http.connections`)."""
+    send_min_bytes_per_s: int = 16384
+    """A client that reads its answer slower than this on average (bytes a second, from when the
+    answer first waited on it, looked at every `send_idle_timeout_s`) is disconnected as one
+    that stops reading is: a slow reader holds its answer's memory, request slot and budget
+    charge for size / rate seconds at most. 16 KiB/s (128 kbit/s) lets a 2G link take 10 MB in
+    about 11 minutes; 0 = any rate (only `send_idle_timeout_s`)."""
     max_connections: int = 2048
     """Sockets open at once; beyond, a new one gets 503 and is closed. 0 = no limit."""
     max_connections_per_client: int = 256
@@ -153,6 +159,7 @@ class ServerConfig:
         _check(self.header_timeout_s > 0, "server.header_timeout_s", "must be > 0")
         _check(self.keep_alive_timeout_s > 0, "server.keep_alive_timeout_s", "must be > 0")
         _check(self.send_idle_timeout_s > 0, "server.send_idle_timeout_s", "must be > 0")
+        _check(self.send_min_bytes_per_s >= 0, "server.send_min_bytes_per_s", "must be >= 0")
         _check(self.max_connections >= 0, "server.max_connections", "must be >= 0 (0 = none)")
         _check(
             self.max_connections_per_client >= 0,

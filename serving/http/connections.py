@@ -18,7 +18,10 @@ request line, held every slot for ever: every later request, the probes included
 - a client that stops reading its answer (uvicorn waits on it for ever, holding the answer and
   the memory budget it is charged to) is disconnected once it has taken no byte for
   `send_idle_timeout_s` while more wait than the socket takes; the answer's task then ends, and
-  gives back its charge (`serving.http.answers`).
+  gives back its charge (`serving.http.answers`). So is one that reads, but slower than
+  `send_min_bytes_per_s` on average since its answer first waited on it (looked at every
+  `send_idle_timeout_s`): before, a client taking 1 KiB every 25 s kept its answer, its request
+  slot and its charge for hours (issue 49).
 
 Requests, not sockets, are what `server.limit_concurrency` counts (`serving.http.listeners`).
 
@@ -32,8 +35,13 @@ connection, and the client, still uploading, saw `Connection reset by peer` inst
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import logging
+import socket
+import struct
+import termios
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +77,9 @@ class ConnectionLimits:
     send_idle_timeout_s: float = 0.0
     """A client that takes none of the answer's bytes for this long, while more wait than the
     socket takes, is disconnected; 0: never."""
+    send_min_bytes_per_s: float = 0.0
+    """A client that takes its answer slower than this on average, from when the answer first
+    waited on it, is disconnected (looked at every `send_idle_timeout_s`); 0: any rate."""
     uncounted_port: int = 0
     """A local port whose sockets count against neither cap (`server.health_port`: the probes
     reach the server while the API's sockets are all taken); its sockets are timed all the same."""
@@ -105,8 +116,11 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
         _last_byte_at = 0.0
         _refused = False
         _send_timer: asyncio.TimerHandle | None = None
-        _unsent = 0
-        """Bytes waiting for the client at the last look (`send_idle_timeout_s`)."""
+        _send_began = 0.0
+        """When the answer began to wait on the client (`pause_writing`), while it does."""
+        _taken_at_start = 0
+        _taken_at_check = 0
+        """Bytes the socket had taken from us when the wait began, and at the last look."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -190,35 +204,69 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
             self._linger_timer = self.loop.call_later(wait_s, self._linger_check)
 
         def pause_writing(self) -> None:
-            """More waits than the socket takes: time the client's reading from now."""
+            """More waits than the socket takes: time the client's reading from now, until the
+            server has nothing left to send (a look finds the buffer empty)."""
             super().pause_writing()
             if limits.send_idle_timeout_s > 0 and self._send_timer is None:
-                self._unsent = self._raw.get_write_buffer_size()
+                self._send_began = self.loop.time()
+                self._taken_at_start = self._taken_at_check = self._taken()
                 self._send_timer = self.loop.call_later(
                     limits.send_idle_timeout_s, self._send_check
                 )
 
-        def resume_writing(self) -> None:
-            super().resume_writing()
-            self._cancel_send_timer()
+        def _taken(self) -> int:
+            """Bytes of this connection's answers the client has taken so far: written, less
+            what waits in our buffer and in the kernel's send queue (sent but not acknowledged:
+            a 4 MiB send buffer drains only when a third of it is free, so our buffer alone
+            showed a client reading 100 KiB/s as one taking nothing for seconds)."""
+            transport = self.transport
+            written = transport.written if isinstance(transport, _LingerOnClose) else 0
+            return written - self._raw.get_write_buffer_size() - _kernel_unsent(self._raw)
+
+        def _drop(self) -> None:
+            """Disconnect at once with a reset: the answer's task ends (`flow.drain`) and the
+            kernel drops what it still held for the client (a plain close would go on sending
+            it, up to the send buffer's 4 MiB, at the client's pace)."""
+            sock = self._raw.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self._raw.abort()
 
         def _send_check(self) -> None:
-            """Disconnect a client that took no byte in `send_idle_timeout_s`; else look again."""
+            """Disconnect a client that took no byte in `send_idle_timeout_s`, or took its
+            answer slower than `send_min_bytes_per_s`; else look again while more waits."""
             self._send_timer = None
             unsent = self._raw.get_write_buffer_size()
             if self._lost or unsent == 0:
                 return
-            if unsent >= self._unsent:
+            taken = self._taken()
+            elapsed_s = self.loop.time() - self._send_began
+            rate = (taken - self._taken_at_start) / max(elapsed_s, 1e-9)
+            client = self.client[0] if self.client else "?"
+            if taken <= self._taken_at_check:
                 logger.info(
                     "client %s read none of its answer for %g s (server.send_idle_timeout_s): "
                     "disconnected with %d bytes unsent",
-                    self.client[0] if self.client else "?",
+                    client,
                     limits.send_idle_timeout_s,
                     unsent,
                 )
-                self._raw.abort()  # connection_lost ends the answer's wait (`flow.drain`)
+                self._drop()
                 return
-            self._unsent = unsent
+            if limits.send_min_bytes_per_s and rate < limits.send_min_bytes_per_s:
+                logger.info(
+                    "client %s read its answer at %.0f bytes/s over %.1f s, under "
+                    "server.send_min_bytes_per_s (%g): disconnected with %d bytes unsent",
+                    client,
+                    rate,
+                    elapsed_s,
+                    limits.send_min_bytes_per_s,
+                    unsent,
+                )
+                self._drop()
+                return
+            self._taken_at_check = taken
             self._send_timer = self.loop.call_later(limits.send_idle_timeout_s, self._send_check)
 
         def _cancel_send_timer(self) -> None:
@@ -272,6 +320,12 @@ class _LingerOnClose:
         self._transport = transport
         self._close = close
         self._closing = False
+        self.written = 0
+        """Bytes written through it (what the client was sent, taken or not)."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += len(data)
+        self._transport.write(data)
 
     def close(self) -> None:
         self._closing = True
@@ -282,6 +336,20 @@ class _LingerOnClose:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+
+def _kernel_unsent(transport: asyncio.Transport) -> int:
+    """Bytes in the socket's send queue the peer has not acknowledged (`TIOCOUTQ`); 0 where it
+    cannot be read."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    unsent: int = struct.unpack("i", raw)[0]
+    return unsent
 
 
 def _over_limit(total: int, from_client: int, limits: ConnectionLimits) -> str | None:

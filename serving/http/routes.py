@@ -76,7 +76,7 @@ async def paddlex_ocr(request: Request) -> Response:
             return_word_box=parsed.return_word_box,
         )
         # Its pictures may be megabytes: charged until the client has read them.
-        return charged_json(paddlex_api.envelope(log_id, result), budget=budget_of(request))
+        return await charged_json(paddlex_api.envelope(log_id, result), budget=budget_of(request))
     except Exception as exc:  # the HTTP boundary: every failure is answered in the envelope
         return paddlex_error(exc, log_id, config.server)
     finally:

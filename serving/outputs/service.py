@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from serving.outputs.document import Document
 from serving.outputs.formats import Format, render_bytes
-from serving.scheduling.memory_budget import MemoryBudget
+from serving.scheduling.memory_budget import Held, MemoryBudget
 from serving.workers.cpu_pool import CpuPool
 
 _WORD_BYTES = 400
@@ -58,18 +58,23 @@ async def render_document(
     Raises:
         PayloadTooLarge: the render could never fit in the budget.
     """
-    async with budget.hold(render_cost(document, fmt, source_bytes)):
+    cost = render_cost(document, fmt, source_bytes)
+    await budget.acquire(cost)
+    try:
         data: bytes = await cpu.run(render_bytes, document, fmt, priority=priority)
-    await budget.acquire(len(data))
-    return OutputStream(data, budget)
+    except BaseException:
+        budget.release(cost)
+        raise
+    # The render's charge becomes the output's, never past the budget's total.
+    return OutputStream(data, await budget.answer_from(cost, len(data)))
 
 
 class OutputStream:
     """A rendered output, sent in pieces; its bytes leave the budget once sent (or dropped)."""
 
-    def __init__(self, data: bytes, budget: MemoryBudget) -> None:
+    def __init__(self, data: bytes, held: Held) -> None:
         self._data: bytes | None = data
-        self._budget = budget
+        self._held = held
         self.size = len(data)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -84,4 +89,4 @@ class OutputStream:
         """Give its bytes back to the budget (once)."""
         if self._data is not None:
             self._data = None
-            self._budget.release(self.size)
+            self._held.release()

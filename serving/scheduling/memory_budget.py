@@ -73,12 +73,14 @@ class MemoryBudget:
         self.body_bytes = 0
         """Of `used_bytes`, what request bodies hold (`BodyCharge`)."""
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._answers: deque[tuple[int, asyncio.Future[None]]] = deque()
+        """Answers waiting for room (`acquire_answer`): served before `_waiters`."""
         self._aborted: OcrError | None = None
 
     @property
     def waiting(self) -> int:
-        """Pages waiting for room."""
-        return len(self._waiters)
+        """Pages (and answers) waiting for room."""
+        return len(self._waiters) + len(self._answers)
 
     def gauge(self, state: str) -> float:
         """ "used" or "total" bytes, or pages "waiting" (for `/metrics`)."""
@@ -122,15 +124,22 @@ class MemoryBudget:
 
     async def acquire(self, nbytes: int) -> None:
         """Take `nbytes`, waiting behind earlier pages until they fit (see `hold`)."""
+        await self._take(nbytes, first=False)
+
+    async def _take(self, nbytes: int, *, first: bool) -> None:
+        """Take `nbytes`, waiting for room: behind every waiter, or (`first`: answers) behind
+        the other answers only."""
         if self._aborted is not None:
             raise self._aborted
         self.check(nbytes)
-        if not self._waiters and self.used_bytes + nbytes <= self.total_bytes:
+        waiters = self._answers if first else self._waiters
+        ahead = self._answers if first else (self._answers or self._waiters)
+        if not ahead and self.used_bytes + nbytes <= self.total_bytes:
             self.used_bytes += nbytes
             return
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (nbytes, granted)
-        self._waiters.append(entry)
+        waiters.append(entry)
         try:
             await granted
         except asyncio.CancelledError:
@@ -138,26 +147,51 @@ class MemoryBudget:
                 self.release(nbytes)  # room was granted as the waiter went away
             else:
                 with contextlib.suppress(ValueError):  # `_grant` may have dropped it already
-                    self._waiters.remove(entry)
+                    waiters.remove(entry)
                 self._grant()  # the head may have left: those behind it may fit now
             raise
 
-    def take_held(self, nbytes: int) -> None:
-        """Count `nbytes` already held (an answer made, waiting to be sent) at once, past the
-        total if need be: they are in memory whatever the budget says, so pages wait for them
-        to be given back (`release`) rather than add to them."""
-        self.used_bytes += nbytes
+    async def acquire_answer(self, nbytes: int) -> Held:
+        """Take `nbytes` for an answer already made, to hold until it is sent (`Held`), within the
+        total: ahead of the pages waiting (an answer gives its bytes back once the client took
+        them, a page only after all its work), else waiting for room like them.
+
+        Raises:
+            PayloadTooLarge: `nbytes` is over the whole budget.
+        """
+        await self._take(nbytes, first=True)
+        return Held(self, nbytes)
+
+    async def answer_from(self, held_bytes: int, nbytes: int) -> Held:
+        """Turn `held_bytes` taken with `acquire` (the work that made an answer) into the
+        answer's `nbytes`: the rest is given back, or the difference taken as
+        `acquire_answer` does; the answer never takes the budget past its total.
+
+        Raises:
+            PayloadTooLarge: `nbytes` is over the whole budget (`held_bytes` given back).
+        """
+        if nbytes <= held_bytes:
+            self.release(held_bytes - nbytes)
+            return Held(self, nbytes)
+        try:
+            self.check(nbytes)
+            await self._take(nbytes - held_bytes, first=True)
+        except BaseException:
+            self.release(held_bytes)
+            raise
+        return Held(self, nbytes)
 
     def abort(self, error: OcrError) -> int:
         """Fail every page waiting for room with `error`, and refuse new ones (shutdown).
         Returns how many."""
         self._aborted = error
         failed = 0
-        while self._waiters:
-            _, granted = self._waiters.popleft()
-            if not granted.done():
-                granted.set_exception(error)
-                failed += 1
+        for waiters in (self._answers, self._waiters):
+            while waiters:
+                _, granted = waiters.popleft()
+                if not granted.done():
+                    granted.set_exception(error)
+                    failed += 1
         return failed
 
     def release(self, nbytes: int) -> None:
@@ -166,12 +200,15 @@ class MemoryBudget:
         self._grant()
 
     def _grant(self) -> None:
-        while self._waiters and self.used_bytes + self._waiters[0][0] <= self.total_bytes:
-            nbytes, granted = self._waiters.popleft()
-            if granted.done():
-                continue
-            self.used_bytes += nbytes
-            granted.set_result(None)
+        for waiters in (self._answers, self._waiters):
+            while waiters and self.used_bytes + waiters[0][0] <= self.total_bytes:
+                nbytes, granted = waiters.popleft()
+                if granted.done():
+                    continue
+                self.used_bytes += nbytes
+                granted.set_result(None)
+            if waiters:
+                return  # the head waits: nothing behind it goes first
 
     # --- request bodies (`BodyCharge`) ------------------------------------------------------
 
@@ -199,6 +236,21 @@ class MemoryBudget:
         """Give back `nbytes` taken with `take_body`."""
         self.body_bytes -= nbytes
         self.release(nbytes)
+
+
+class Held:
+    """Bytes of the budget held for an answer made and not yet sent, given back once
+    (`release`)."""
+
+    def __init__(self, budget: MemoryBudget, nbytes: int) -> None:
+        self.budget = budget
+        self.nbytes = nbytes
+
+    def release(self) -> None:
+        """Give the bytes back (once)."""
+        nbytes, self.nbytes = self.nbytes, 0
+        if nbytes:
+            self.budget.release(nbytes)
 
 
 class BodyCharge:

@@ -24,7 +24,7 @@ from serving.outputs.document import Document, reading_orders
 from serving.outputs.formats import Format
 from serving.outputs.service import OutputStream, render_document
 from serving.request_options import OcrOptions, request_options
-from serving.scheduling.memory_budget import MemoryBudget
+from serving.scheduling.memory_budget import Held, MemoryBudget
 from serving.scheduling.quotas import Tenant
 from serving.service.ocr import OcrService, PageOutput
 from serving.workers.cpu_pool import CpuPool
@@ -86,8 +86,8 @@ class OcrRequests:
 
     async def render_page(
         self, data: bytes, kind: FileKind, index: int, *, timeout_s: float, tenant: Tenant | None
-    ) -> bytes:
-        """Page `index` of the document as PNG (`OcrService.render_page`)."""
+    ) -> tuple[bytes, Held]:
+        """Page `index` of the document as PNG, and its charge (`OcrService.render_page`)."""
         return await self.service.render_page(data, kind, index, timeout_s=timeout_s, tenant=tenant)
 
 
