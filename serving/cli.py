@@ -18,8 +18,10 @@ from serving.config import AppConfig, ServerConfig, describe, load_config
 from serving.errors import ConfigError
 from serving.http.connections import ConnectionLimits, guarded_h11
 from serving.log_config import configure_logging, log_effective_config
+from serving.secret_env import take_secrets
 from serving.server import GracefulServer, ShutdownPlan
 from serving.service.runtime import Runtime
+from serving.workers.sandbox import forbid_inspection, scrubbed_environ, start_resource_tracker
 
 logger = logging.getLogger("serving")
 
@@ -74,9 +76,13 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
         return 2
     configure_logging(config.server.log_level, log_format=config.server.log_format)
     log_effective_config(logger, describe(config), config.server.log_format)
+    if not config.server.inspectable:
+        forbid_inspection()  # no same-uid process reads our environment or memory
+    secrets = take_secrets(os.environ, config.auth)  # no process started from now on has them
+    start_resource_tracker(scrubbed_environ(os.environ))
     try:
         runtime = Runtime.build(config, backend=backend)
-        app = build_app(runtime)
+        app = build_app(runtime, environ=secrets)
     except (ConfigError, ValueError, OSError) as err:
         logger.error("cannot start: %s", err)
         return 2

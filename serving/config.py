@@ -145,6 +145,12 @@ class ServerConfig:
     allowed_hosts: tuple[str, ...] = ()
     """With API keys off, `Host` names answered besides IP addresses and localhost (DNS-rebinding
     protection, `serving/http/hosts.py`): exact names, `*.example.com`, or `*` for any."""
+    inspectable: bool = False
+    """Let other processes of the server's uid read its processes' environment, memory and open
+    files (`/proc/<pid>/environ`, `mem`, `fd`; ptrace) and have them write core dumps. Off, each
+    process turns `PR_SET_DUMPABLE` off (`serving.workers.sandbox`), so a hijacked CPU worker
+    reads no secret and no other worker's documents; only root with CAP_SYS_PTRACE still can.
+    On for tools that must read them (`make soak` counts every process's files and memory)."""
 
     def __post_init__(self) -> None:
         _check(self.port > 0 and self.port < 65536, "server.port", "must be 1..65535")

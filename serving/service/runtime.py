@@ -52,7 +52,7 @@ from serving.workers.device_pool import (
 )
 from serving.workers.device_worker import LONE_THREADS_KEY, DeviceSpec, WorkerSetup
 from serving.workers.page_pictures import PictureLimits
-from serving.workers.sandbox import WorkerLimits, scrubbed_environ
+from serving.workers.sandbox import WorkerLimits, device_environ, scrubbed_environ
 from serving.workers.watchdog import LoopWatchdog
 
 logger = logging.getLogger(__name__)
@@ -161,6 +161,7 @@ class Runtime:
                 budget_bytes, sum("det" in spec.stages for spec in specs)
             ),
             det_thresh=config.pipeline.det.thresh,
+            inspectable=config.server.inspectable,
         )
         metrics = Metrics()
         devices = DevicePool(
@@ -181,6 +182,7 @@ class Runtime:
                 ),
                 open_files=config.workers.cpu_max_open_files,
                 task_cpu_s=config.workers.cpu_task_cpu_s,
+                inspectable=config.server.inspectable,
             ),
             # No keys, no database URL: they decode untrusted files (`serving.workers.sandbox`).
             environ=lambda: scrubbed_environ(os.environ),
@@ -404,7 +406,15 @@ def _device_workers(
     for spec in specs:
         kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
         limits = {stage: kind.limits(stage_kind(stage)) for stage in (*STAGES, *spec.stages)}
-        workers.append(DeviceWorkerHandle(spec=spec, limits=limits, setup=setup))
+        workers.append(
+            DeviceWorkerHandle(
+                spec=spec,
+                limits=limits,
+                setup=setup,
+                # No keys, no database URL: a hijacked CPU worker finds none here either.
+                environ=lambda: device_environ(os.environ),
+            )
+        )
     return workers
 
 

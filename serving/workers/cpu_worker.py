@@ -29,10 +29,12 @@ def cpu_worker_main(
     initargs: tuple[Any, ...],
     limits: WorkerLimits | None = None,
 ) -> None:
-    """Process entry point (spawned by `serving.workers.cpu_pool`); `limits` are set once the
-    initializer has run, the CPU time before each call (`serving.workers.sandbox`)."""
-    initializer(*initargs)
+    """Process entry point (spawned by `serving.workers.cpu_pool`): unreadable to its uid at
+    once, `limits` set once the initializer has run, the CPU time before each call
+    (`serving.workers.sandbox`)."""
     limits = limits or WorkerLimits()
+    limits.seal()
+    initializer(*initargs)
     limits.apply()
     conn.send(("ready", None))
     while True:
