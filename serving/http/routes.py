@@ -13,7 +13,7 @@ from serving.errors import InvalidInput
 from serving.http import json_body, ocr_outputs, paddlex_api, request_id, url_fetch
 from serving.http.answers import charged_json
 from serving.http.auth import identity_of
-from serving.http.body_limit import PADDLEX, RAW, limit_body
+from serving.http.body_limit import PADDLEX, RAW, body_charge_of, limit_body
 from serving.http.endpoints import (
     budget_of,
     config_of,
@@ -43,7 +43,8 @@ async def paddlex_ocr(request: Request) -> Response:
     try:
         paddlex_api.check_content_type(request.headers.get("content-type", ""))
         raw = await read_body(request)
-        body = await json_body.load(raw)  # refuses JSON bombs unparsed, off the event loop
+        # Refuses JSON bombs unparsed, off the event loop; charges what the parse takes.
+        body = await json_body.load(raw, body_charge_of(request))
         del raw  # not held while the document runs (`body_limit.PADDLEX` counts what is)
         log_id = paddlex_api.log_id_of(body, default=log_id)
         parsed = paddlex_api.parse_request(body)

@@ -291,7 +291,26 @@ class BodyCharge:
         if self.copies == 0 or body_bytes == 0:
             return
         self.check(self.held_bytes // self.copies + body_bytes)
-        need = self.copies * body_bytes
+        self._take(self.copies * body_bytes)
+
+    def add_bytes(self, nbytes: int) -> None:
+        """Charge `nbytes` more that handling the body takes (its parse: `json_body`), as `add`
+        charges the body's own.
+
+        Raises:
+            PayloadTooLarge: the body would hold more than bodies may (413).
+            Overloaded: the budget has no room for it now (503, retry later).
+        """
+        if self.held_bytes + nbytes > self.budget.body_limit_bytes:
+            raise PayloadTooLarge(
+                f"This body takes about {(self.held_bytes + nbytes) // _MIB} MiB to read (a "
+                f"text of characters above U+00FF takes 4 bytes each); bodies may hold "
+                f"{self.budget.body_limit_bytes // _MIB} MiB of this server's memory budget "
+                "(server.memory_budget_bytes)"
+            )
+        self._take(nbytes)
+
+    def _take(self, need: int) -> None:
         if not self.budget.take_body(need):
             raise Overloaded(
                 "No room in the memory budget for this request body now "
