@@ -86,6 +86,11 @@ class ServerConfig:
     """An upload that sends no body bytes for this long gets 408 (stalled clients)."""
     upload_timeout_s: float = 600.0
     """The whole request body must arrive within this, else 408 (slow clients)."""
+    upload_min_bytes_per_s: int = 8192
+    """A body must arrive at this many bytes a second on average, counted from its start once
+    `upload_idle_timeout_s` has passed, else 408: a body trickling a byte a few seconds held its
+    connection until `upload_timeout_s`. 8 KiB/s (64 kbit/s): a 10 MB upload within about 20
+    minutes, were it not for `upload_timeout_s`; 0 = any rate."""
     max_inflight_pages: int = 64
     """Admission cap: beyond this many pages in flight new requests are shed. Below it, requests
     that would finish past their deadline at the measured pace are shed too."""
@@ -159,6 +164,7 @@ class ServerConfig:
         _check(self.request_timeout_s > 0, "server.request_timeout_s", "must be > 0")
         _check(self.upload_idle_timeout_s > 0, "server.upload_idle_timeout_s", "must be > 0")
         _check(self.upload_timeout_s > 0, "server.upload_timeout_s", "must be > 0")
+        _check(self.upload_min_bytes_per_s >= 0, "server.upload_min_bytes_per_s", "must be >= 0")
         _check(self.max_inflight_pages > 0, "server.max_inflight_pages", "must be > 0")
         _check(self.inflight_pages_per_gpu >= 0, "server.inflight_pages_per_gpu", "must be >= 0")
         _check(self.limit_concurrency >= 0, "server.limit_concurrency", "must be >= 0 (0 = none)")
@@ -267,6 +273,14 @@ class AuthConfig:
     """Default per-key cap on the uploaded bytes of its jobs in the store (as `max_jobs`)."""
     max_stored_pages: int = 20_000
     """Default per-key cap on the pages of its jobs in the store (as `max_jobs`)."""
+    max_open_requests: int = 128
+    """API requests one key (with keys off, one client address: behind a proxy, the proxy's)
+    may have running at once, results streams and uploads included; one more gets 429
+    `quota_exceeded` at once. A quarter of `server.limit_concurrency`'s default: one client
+    cannot take every request slot. 0 = none."""
+    max_open_streams: int = 8
+    """Results streams that follow a job (`/v1/jobs/{id}/results`, `follow=true`) one key (or
+    address) may have open at once; one more gets 429. 0 = none."""
 
     def __post_init__(self) -> None:
         _check(self.requests_per_s >= 0, "auth.requests_per_s", "must be >= 0")
@@ -275,6 +289,8 @@ class AuthConfig:
         _check(self.max_jobs >= 0, "auth.max_jobs", "must be >= 0")
         _check(self.max_stored_bytes >= 0, "auth.max_stored_bytes", "must be >= 0")
         _check(self.max_stored_pages >= 0, "auth.max_stored_pages", "must be >= 0")
+        _check(self.max_open_requests >= 0, "auth.max_open_requests", "must be >= 0")
+        _check(self.max_open_streams >= 0, "auth.max_open_streams", "must be >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -694,7 +710,11 @@ class JobsConfig:
     replica that died are taken over by another this long after its last renewal."""
     poll_interval_s: float = 1.0
     """PostgreSQL store: how often a replica looks for pages other replicas queued or left, and
-    a results stream for pages finished elsewhere."""
+    for pages finished elsewhere of the jobs its results streams follow (one query for all)."""
+    follow_max_s: float = 3600.0
+    """How long one results stream (`/v1/jobs/{id}/results`, `follow=true`) may follow its job;
+    then it ends, and the client asks again with `?after=N` (the lines, or pages, it got) to go
+    on from there."""
     retention_s: float = 86400.0
     """Finished jobs (succeeded, failed, cancelled) are deleted this long after they end."""
     queued_expiry_s: float = 86400.0
@@ -755,6 +775,7 @@ class JobsConfig:
         )
         _check(self.lease_s > 0, "jobs.lease_s", "must be > 0")
         _check(self.poll_interval_s > 0, "jobs.poll_interval_s", "must be > 0")
+        _check(self.follow_max_s > 0, "jobs.follow_max_s", "must be > 0")
         _check(
             self.poll_interval_s < self.lease_s, "jobs.poll_interval_s", "must be < jobs.lease_s"
         )

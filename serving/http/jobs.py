@@ -32,6 +32,7 @@ from serving.http.job_documents import (
 )
 from serving.http.job_limits import check_free_disk, check_room, stored_limits, upload_bytes
 from serving.http.ocr_outputs import parse_mode
+from serving.http.open_requests import HeldStream, hold_stream
 from serving.http.params import (
     FORMAT_QUERY,
     JOB_FIELDS,
@@ -55,8 +56,8 @@ from serving.service.requests import JobRequests
 T = TypeVar("T")
 
 FOLLOW_CHECK_S = 30.0
-"""A following stream rereads the job at least this often (a safety net; pages wake it). On a
-store shared by replicas, pages other replicas finish wake nothing here: every poll interval."""
+"""A following stream rereads the job at least this often (a safety net; pages wake it, and on
+a store shared by replicas `serving.jobs.follow` wakes it for pages other replicas finish)."""
 
 
 class JobsDisabled(OcrError):
@@ -237,20 +238,39 @@ async def delete_job(request: Request) -> Response:
 
 async def job_results(request: Request) -> Response:
     """`GET /v1/jobs/{id}/results`: NDJSON, one line per finished page as pages finish, following
-    the job until it ends (`?follow=false`: what is finished now). `?format=text`: plain text in
-    document order, pages ended by a form feed."""
+    the job until it ends (`?follow=false`: what is finished now), for `jobs.follow_max_s` at
+    most: `?after=N` (the lines got so far) goes on from there. `?format=text`: plain text in
+    document order, pages ended by a form feed (`?after=N`: the pages got so far)."""
     runner = _runner(request)
     job_id = request.path_params["job_id"]
     await _visible(request, runner, job_id)  # 404 before the stream starts
     follow = parse_flag("follow", request.query_params.get("follow", "true"))
     fmt = request.query_params.get("format", "ndjson")
-    if fmt == "text":
-        return StreamingResponse(
-            _text(runner, job_id, follow), media_type="text/plain; charset=utf-8"
-        )
-    if fmt != "ndjson":
+    after = _after(request.query_params.get("after", "0"))
+    if fmt not in ("text", "ndjson"):
         raise ValidationFailed("format must be ndjson or text")
-    return StreamingResponse(_ndjson(runner, job_id, follow), media_type="application/x-ndjson")
+    jobs = jobs_of(request)
+    until = asyncio.get_running_loop().time() + jobs.config.follow_max_s
+    if fmt == "text":
+        cursor = _Cursor(from_seq=after)
+        stream, media_type = (
+            _text(runner, job_id, follow, cursor, until),
+            "text/plain; charset=utf-8",
+        )
+    else:
+        cursor = _Cursor(after_order=after)
+        stream, media_type = _ndjson(runner, job_id, follow, cursor, until), "application/x-ndjson"
+    if not follow:
+        return StreamingResponse(stream, media_type=media_type)
+    release = hold_stream(request, jobs.streams)  # 429 past auth.max_open_streams
+    return HeldStream(stream, media_type=media_type, release=release)
+
+
+def _after(text: str) -> int:
+    """`?after=N`: pages a stream already gave (lines, or form feeds)."""
+    if not text.isdigit() or len(text) > 9:
+        raise ValidationFailed("after must be the number of pages already received (0 or more)")
+    return int(text)
 
 
 async def list_documents(request: Request) -> Response:
@@ -291,9 +311,10 @@ class _Cursor:
     from_seq: int | None = None
 
 
-async def _ndjson(runner: JobRunner, job_id: str, follow: bool) -> AsyncIterator[bytes]:
-    cursor = _Cursor()
-    async for pages in _follow(runner, job_id, follow, cursor):
+async def _ndjson(
+    runner: JobRunner, job_id: str, follow: bool, cursor: _Cursor, until: float
+) -> AsyncIterator[bytes]:
+    async for pages in _follow(runner, job_id, follow, cursor, until):
         for page in pages:
             line = await _line(runner, job_id, page)
             if line is None:
@@ -302,9 +323,10 @@ async def _ndjson(runner: JobRunner, job_id: str, follow: bool) -> AsyncIterator
             cursor.after_order = page.order
 
 
-async def _text(runner: JobRunner, job_id: str, follow: bool) -> AsyncIterator[bytes]:
-    cursor = _Cursor(from_seq=0)
-    async for pages in _follow(runner, job_id, follow, cursor):
+async def _text(
+    runner: JobRunner, job_id: str, follow: bool, cursor: _Cursor, until: float
+) -> AsyncIterator[bytes]:
+    async for pages in _follow(runner, job_id, follow, cursor, until):
         for page in pages:
             text = ""
             if page.error is None:
@@ -317,10 +339,17 @@ async def _text(runner: JobRunner, job_id: str, follow: bool) -> AsyncIterator[b
 
 
 async def _follow(
-    runner: JobRunner, job_id: str, follow: bool, cursor: _Cursor
+    runner: JobRunner, job_id: str, follow: bool, cursor: _Cursor, until: float
 ) -> AsyncIterator[list[FinishedPage]]:
-    """Finished pages as they come, until the job ends (or now, without `follow`) or is deleted."""
+    """Finished pages as they come, until the job ends (or now, without `follow`), is deleted, or
+    the loop's clock passes `until` (`jobs.follow_max_s`: the client resumes with `?after=`).
+    Woken by the job's events, never polling the store: on a store replicas share, one task
+    looks for every followed job's changes (`serving.jobs.follow`)."""
+    loop = asyncio.get_running_loop()
     while True:
+        left_s = until - loop.time()
+        if follow and left_s <= 0:
+            return
         changed = runner.events.watch(job_id)
         try:
             info, pages = await asyncio.to_thread(
@@ -337,7 +366,7 @@ async def _follow(
         if info.finished or not follow:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), runner.store.poll_interval_s or FOLLOW_CHECK_S)
+            await asyncio.wait_for(changed.wait(), min(FOLLOW_CHECK_S, left_s))
 
 
 async def _line(runner: JobRunner, job_id: str, page: FinishedPage) -> bytes | None:

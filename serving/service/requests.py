@@ -14,7 +14,7 @@ from prometheus_client import Counter
 
 from models.bundle import ModelBundle
 from pipelines.types import PageResult
-from serving.config import AppConfig, JobsConfig, PipelineConfig
+from serving.config import AppConfig, AuthConfig, JobsConfig, PipelineConfig
 from serving.decode.readers import DecodeLimits, FileKind
 from serving.jobs.runner import JobRunner
 from serving.jobs.staging import UploadSlots
@@ -25,7 +25,7 @@ from serving.outputs.formats import Format
 from serving.outputs.service import OutputStream, render_document
 from serving.request_options import OcrOptions, request_options
 from serving.scheduling.memory_budget import Held, MemoryBudget
-from serving.scheduling.quotas import Tenant
+from serving.scheduling.quotas import ClientSlots, Tenant
 from serving.service.ocr import OcrService, PageOutput
 from serving.workers.cpu_pool import CpuPool
 
@@ -129,6 +129,12 @@ class JobRequests:
         default_factory=lambda: UploadSlots(JobsConfig().max_uploads_per_key)
     )
     """Uploads each client has being received and staged (`jobs.max_uploads_per_key`)."""
+    streams: ClientSlots = field(
+        default_factory=lambda: ClientSlots(
+            AuthConfig().max_open_streams, setting="auth.max_open_streams", what="results streams"
+        )
+    )
+    """Results streams each client has following a job (`auth.max_open_streams`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,6 +30,7 @@ from serving.scheduling.cost_model import CostModel
 from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
 from serving.scheduling.placement import Placement
+from serving.scheduling.quotas import ClientSlots
 from serving.service.devices import (
     check_engines,
     check_set_engines,
@@ -262,6 +263,11 @@ class Runtime:
                 limits=self.service.limits,
                 budget=self.service.budget,
                 uploads=UploadSlots(self.config.jobs.max_uploads_per_key),
+                streams=ClientSlots(
+                    self.config.auth.max_open_streams,
+                    setting="auth.max_open_streams",
+                    what="results streams",
+                ),
             ),
         )
 

@@ -47,6 +47,7 @@ from serving.jobs.store.queries import (
     expire_queued,
     expired_jobs,
     insert_job,
+    job_progress,
     read_finished,
     read_job,
     set_cancelled,
@@ -378,6 +379,11 @@ class PostgresJobStore(JobDirs):
             return read_finished(conn, POSTGRES, job_id, after_order=after_order, from_seq=from_seq)
 
         return self._call(query)
+
+    def progress(self, job_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Each job's status and finished pages, for those of `job_ids` that exist: one query
+        for every job a replica's results streams follow (`serving.jobs.follow`)."""
+        return self._call(lambda conn: job_progress(conn, POSTGRES, job_ids))
 
     def read_result(self, job_id: str, seq: int) -> bytes:
         """A done page's result line.

@@ -153,6 +153,19 @@ def stored_usage(db: Database, sql: Dialect, owner: str | None) -> StoredUsage:
     return StoredUsage(int(jobs["n"]), int(stored["n"]), int(jobs["pages"]))
 
 
+def job_progress(db: Database, sql: Dialect, job_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """Each job's status and finished pages (done or failed), for the ids that are jobs."""
+    if not job_ids:
+        return {}
+    marks = ", ".join(sql.param for _ in job_ids)
+    rows = db.execute(
+        f"SELECT id, status, pages_done + pages_failed AS finished FROM {sql.jobs}"
+        f" WHERE id IN ({marks})",
+        tuple(job_ids),
+    )
+    return {row["id"]: (row["status"], int(row["finished"])) for row in rows}
+
+
 def expire_queued(db: Database, sql: Dialect, *, created_before: float, now: float) -> list[str]:
     """Fail the jobs still queued (no page started) that were created before then, each page
     with `expired`, in `db`'s transaction; returns their ids. Their files stay until the job is

@@ -39,6 +39,7 @@ from serving.jobs.store.queries import (
     expire_queued,
     expired_jobs,
     insert_job,
+    job_progress,
     read_finished,
     read_job,
     set_cancelled,
@@ -346,6 +347,11 @@ class SqliteJobStore(JobDirs):
         """
         with self._locked() as db:
             return read_finished(db, SQLITE, job_id, after_order=after_order, from_seq=from_seq)
+
+    def progress(self, job_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Each job's status and finished pages, for those of `job_ids` that exist."""
+        with self._locked() as db:
+            return job_progress(db, SQLITE, job_ids)
 
     def read_result(self, job_id: str, seq: int) -> bytes:
         """A done page's result line.

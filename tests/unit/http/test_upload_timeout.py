@@ -93,3 +93,27 @@ def test_non_http_scopes_pass_through() -> None:
 
     asyncio.run(middleware({"type": "lifespan"}, receive, send))
     assert seen == ["lifespan"]
+
+
+def test_a_body_under_the_minimum_rate_raises_upload_timeout() -> None:
+    """A byte every 20 ms (50 B/s) never stalls for the 0.2 s idle timeout, but falls behind
+    1000 B/s once the 0.2 s grace has passed (issue 49)."""
+    got, app = _reader(1000)
+
+    async def receive() -> Message:
+        await asyncio.sleep(0.02)
+        return {"type": "http.request", "body": b"x", "more_body": True}
+
+    middleware = UploadTimeoutMiddleware(
+        app,  # type: ignore[arg-type]
+        idle_timeout_s=0.2,
+        total_timeout_s=60,
+        min_bytes_per_s=1000,
+    )
+
+    async def send(message: Message) -> None:
+        pass
+
+    with pytest.raises(UploadTimeout, match=r"upload_min_bytes_per_s"):
+        asyncio.run(middleware({"type": "http"}, receive, send))  # type: ignore[arg-type]
+    assert 5 <= len(got) < 40
