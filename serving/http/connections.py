@@ -13,7 +13,11 @@ request line, held every slot for ever: every later request, the probes included
   a head gets `408` and is closed;
 - at most `max_connections` sockets in all, and `max_connections_per_client` from one address
   (the socket's peer: behind a proxy that is the proxy), answered `503` with `Retry-After` and
-  closed at once beyond either; the health listener's sockets are not counted.
+  closed at once beyond either; the health listener's sockets are not counted. At the global
+  cap a new socket first evicts the oldest one that runs no request (idle after an answer, or
+  still without a whole head), and is refused only when every socket runs one: before, a client
+  about to send a whole request was refused like an idle one, so 8 addresses holding 256 idle
+  sockets each kept everyone out, header timeout after header timeout (issue 49, item 5).
 
 - a client that stops reading its answer (uvicorn waits on it for ever, holding the answer and
   the memory budget it is charged to) is disconnected once it has taken no byte for
@@ -103,6 +107,8 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
     class counts the sockets of the one server it serves."""
     per_client: Counter[str] = Counter()
     open_sockets = [0]
+    counted: dict[GuardedH11Protocol, None] = {}
+    """The counted sockets, oldest first (the order eviction looks in)."""
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
@@ -132,7 +138,15 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
             self._address = self.client[0] if self.client else ""
             per_client[self._address] += 1
             open_sockets[0] += 1
+            counted[self] = None
             over = _over_limit(open_sockets[0], per_client[self._address], limits)
+            if over == _ALL and self._evict_one():
+                over = None
+            if over == _ALL:
+                over = (
+                    f"Too many connections ({limits.max_connections}, server.max_connections), "
+                    "each running a request"
+                )
             if over:
                 logger.warning("connection from %s refused: %s", self._address, over)
                 retry = f"retry-after: {retry_after_s(limits.retry_after_s)}\r\n".encode()
@@ -147,15 +161,54 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
             if self._linger_timer is not None:
                 self._linger_timer.cancel()
                 self._linger_timer = None
+            self._uncount()
+            self._cancel_head_timer()
+            self._cancel_send_timer()
+            super().connection_lost(exc)
+
+        def _uncount(self) -> None:
+            """Leave the counts (once)."""
             if self._address is not None:
                 open_sockets[0] -= 1
                 per_client[self._address] -= 1
                 if not per_client[self._address]:
                     del per_client[self._address]
+                counted.pop(self, None)
                 self._address = None
+
+        def _evict_one(self) -> bool:
+            """Close the oldest other counted socket that runs no request, to make room for
+            this one; False when every one runs a request."""
+            victim = next(
+                (
+                    conn
+                    for conn in counted
+                    if conn is not self and (conn._refused or conn._awaiting_head())
+                ),
+                None,
+            )
+            if victim is None:
+                return False
+            victim._evict()
+            return True
+
+        def _evict(self) -> None:
+            """Closed for a newer socket at `max_connections`: it ran no request. One that sent
+            part of a head gets the header timeout's 408 first."""
+            logger.debug("connection from %s evicted at server.max_connections", self._address)
+            self._uncount()
             self._cancel_head_timer()
-            self._cancel_send_timer()
-            super().connection_lost(exc)
+            if self.transport.is_closing():
+                self._raw.abort()  # lingering already: drop it now
+                return
+            pending, _closed = self.conn.trailing_data
+            if pending:
+                message = (
+                    f"Connections are at their cap ({limits.max_connections}, "
+                    "server.max_connections) and this one has sent no whole request"
+                )
+                self.transport.write(_raw_answer("408 Request Timeout", message))
+            self.transport.close()
 
         def data_received(self, data: bytes) -> None:
             if self._lingered >= 0:  # answered and closing: dropped
@@ -352,13 +405,17 @@ def _kernel_unsent(transport: asyncio.Transport) -> int:
     return unsent
 
 
+_ALL = "all"
+
+
 def _over_limit(total: int, from_client: int, limits: ConnectionLimits) -> str | None:
-    """Why a new socket is one too many, or None."""
-    if limits.max_connections and total > limits.max_connections:
-        return f"Too many connections ({limits.max_connections}, server.max_connections)"
+    """Why a new socket is one too many (`_ALL` for `max_connections`, which eviction may
+    lift), or None."""
     if limits.max_connections_per_client and from_client > limits.max_connections_per_client:
         return (
             f"Too many connections from one address ({limits.max_connections_per_client}, "
             "server.max_connections_per_client)"
         )
+    if limits.max_connections and total > limits.max_connections:
+        return _ALL
     return None
