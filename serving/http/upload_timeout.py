@@ -22,6 +22,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.errors import UploadTimeout
 
+_FLOOR_S = 0.05
+_TIE_S = 0.5
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request announces a body (`Content-Length` over 0, or chunked)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
 
 class UploadTimeoutMiddleware:
     """Pure ASGI middleware wrapping `receive` until the last body chunk has arrived."""
@@ -40,8 +51,8 @@ class UploadTimeoutMiddleware:
         self.min_bytes_per_s = min_bytes_per_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
+        if scope["type"] != "http" or not _has_body(scope):
+            await self.app(scope, receive, send)  # nothing to wait for: a GET's empty message
             return
         started = time.monotonic()
         deadline = started + self.total_timeout_s
@@ -55,21 +66,36 @@ class UploadTimeoutMiddleware:
             now = time.monotonic()
             waits = {"total": deadline - now, "idle": self.idle_timeout_s}
             if self.min_bytes_per_s:
-                # When the bytes so far fall behind the rate (after the grace).
+                # When the bytes so far fall behind the rate (after the grace); a stall that
+                # the idle timeout ends about as soon is told as a stall.
                 behind_at = started + self.idle_timeout_s + received / self.min_bytes_per_s
-                waits["rate"] = behind_at - now
+                if behind_at - now < self.idle_timeout_s - _TIE_S:
+                    waits["rate"] = behind_at - now
             why = min(waits, key=waits.__getitem__)
-            wait_s = waits[why]
             try:
-                message = await asyncio.wait_for(receive(), timeout=max(wait_s, 0.0))
+                # A floor: a chunk that waits in uvicorn's buffer is taken however late the
+                # endpoint asks for it (the time it took is the endpoint's, not the client's).
+                message = await asyncio.wait_for(receive(), timeout=max(waits[why], _FLOOR_S))
             except TimeoutError:
-                raise UploadTimeout(self._why(why, received, now - started)) from None
+                elapsed_s = time.monotonic() - started
+                raise UploadTimeout(self._why(why, received, elapsed_s)) from None
             received += len(message.get("body", b""))
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True
+                return message
+            elapsed_s = time.monotonic() - started
+            if elapsed_s > self.total_timeout_s:
+                raise UploadTimeout(self._why("total", received, elapsed_s))
+            if self._behind(received, elapsed_s):
+                raise UploadTimeout(self._why("rate", received, elapsed_s))
             return message
 
         await self.app(scope, timed_receive, send)
+
+    def _behind(self, received: int, elapsed_s: float) -> bool:
+        """Whether `received` bytes after `elapsed_s` fall behind the minimum rate."""
+        late_s = elapsed_s - self.idle_timeout_s
+        return bool(self.min_bytes_per_s) and received < self.min_bytes_per_s * late_s
 
     def _why(self, why: str, received: int, elapsed_s: float) -> str:
         if why == "total":
