@@ -104,6 +104,16 @@ def middleware(
         return stack
     admins = sum(key.identity.role == "admin" for key in keys)
     logger.info("API keys: %d configured (%d admin)", len(keys), admins)
+    # A proxy that adds the key lends it to any page that reaches it: Origin (and, with names
+    # listed, Host) checked with keys on too (`serving/http/hosts.py`).
+    stack.append(
+        Middleware(
+            HostCheckMiddleware,
+            allowed_hosts=config.server.allowed_hosts,
+            cors_origins=config.server.cors_origins,
+            keys_on=True,
+        )
+    )
     stack.append(
         Middleware(
             ApiKeyMiddleware,

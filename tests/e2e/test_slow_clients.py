@@ -161,6 +161,28 @@ def test_a_trickled_body_is_refused_at_the_minimum_rate(server: Server) -> None:
     assert ok.status_code == 200, ok.text
 
 
+def test_with_keys_on_another_sites_page_is_refused_even_with_the_key(server: Server) -> None:
+    """Issue 49: with keys on there was no Origin check, so a proxy that adds the key (the web
+    page's way with keys on) served every site's pages with it."""
+    port = server.url.rpartition(":")[2]
+    headers = {"content-type": "image/png", "X-API-Key": K1}
+    cross = httpx.post(
+        f"{server.url}/v1/ocr",
+        content=PNG,
+        headers={**headers, "Origin": "https://evil.example"},
+        timeout=60,
+    )
+    assert cross.status_code == 403, cross.text
+    assert cross.json()["error"]["code"] == "cross_origin_refused"
+    own = httpx.post(
+        f"{server.url}/v1/ocr",
+        content=PNG,
+        headers={**headers, "Origin": f"http://127.0.0.1:{port}"},
+        timeout=60,
+    )
+    assert own.status_code == 200, own.text
+
+
 # --- jobs: results streams ---------------------------------------------------------------------
 
 
