@@ -104,7 +104,10 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
         plan=ShutdownPlan.within(config.server.shutdown_grace_s),
         abort=runtime.abort_inflight,
     )
-    raise_open_files_limit(config.server.max_connections)
+    raise_open_files_limit(
+        config.server.max_connections
+        + (config.server.max_health_connections if config.server.health_port else 0)
+    )
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once stopped
         server.run(sockets=listeners(uvicorn_config, config.server.health_port))
     return 0
@@ -120,6 +123,7 @@ def connection_limits(server: ServerConfig) -> ConnectionLimits:
         max_connections_per_client=server.max_connections_per_client,
         retry_after_s=server.retry_after_s,
         uncounted_port=server.health_port,
+        max_uncounted_connections=server.max_health_connections,
     )
 
 

@@ -37,14 +37,23 @@ PIPELINE_RANGES: dict[str, tuple[float, float]] = {
     "limit_side_len": (1, 100_000),
     "thresh": (0.0, 1.0),
     "box_thresh": (0.0, 1.0),
-    "unclip_ratio": (0.0, 100.0),
+    "unclip_ratio": (0.0, 4.0),
     "score_thresh": (0.0, 1.0),
 }
 """Pipeline settings -> the closed range a config value or request override must be in; NaN and
 infinities never are. Past these the CPU worker fails (a negative unclip ratio: cv2.error; a side
 limit past float range: OverflowError), runs out of memory (unclip_ratio=1e14 offsets each box by
 ~1e15 px with round joins), or answers NaN, which is not JSON. The thresholds are probabilities
-(the detector's map, a box's mean, a line's score): `det_thresh=2` read nothing, without a word."""
+(the detector's map, a box's mean, a line's score): `det_thresh=2` read nothing, without a word.
+
+The unclip ratio stops at 4 (it was 100; issue 49, item 6). PaddleOCR documents any value above 0
+and ships 1.5 (its PP-OCRv3 to v5 detectors, PaddleX's pipeline), 1.6 (its lite demo) and 2.0
+(PaddleOCR 2.x's DB configs); tuned pipelines go to about 2.5. A box grows by the ratio times its
+kernel's area over its perimeter on every side (`pipelines.det_postprocess`), about half the
+kernel's height per unit: at 4 a line's box takes in the lines above and below it, which reads
+nothing better (the recogniser reads one line), while each box's pixels, and the crops made of
+them all at once, grow with the square of the ratio: at 100, with `det_box_thresh=0`, each of up
+to 1000 boxes grew to near the page's size."""
 
 
 def in_range(name: str, value: Any) -> bool:
@@ -126,6 +135,10 @@ class ServerConfig:
     """A listener of its own for `/livez`, `/readyz` and `/health` (nothing else), on `host`,
     answered whatever the API port's load; 0 = off (the probes are still on `port`, uncounted).
     The image and the Kubernetes manifests set 8001."""
+    max_health_connections: int = 64
+    """Sockets open at once on `health_port` (a few probes hold one each); beyond, a new one is
+    closed at once. Counted apart from `max_connections`, and in the open-files limit; before,
+    any number could be held there. 0 = no limit."""
     memory_budget_bytes: int = 0
     """Bytes the whole process tree (main, CPU and device workers, shared memory) may hold for
     requests beyond its idle footprint, all requests together: each page is charged for all it
@@ -184,6 +197,11 @@ class ServerConfig:
             "server.health_port",
             "must be 0 (off) or a port in 1..65535 other than server.port",
         )
+        _check(
+            self.max_health_connections >= 0,
+            "server.max_health_connections",
+            "must be >= 0 (0 = none)",
+        )
         _check(self.memory_budget_bytes >= 0, "server.memory_budget_bytes", "must be >= 0")
         _check(self.overload_status in (429, 503), "server.overload_status", "must be 429 or 503")
         _check(self.shutdown_grace_s >= 0, "server.shutdown_grace_s", "must be >= 0")
@@ -228,9 +246,14 @@ class InputConfig:
     """Hosts URL inputs may name (exact names or literal IPs); empty refuses every URL."""
     url_timeout_s: float = 10.0
     """A URL input not downloaded within this gets 422."""
+    url_allowed_ports: tuple[int, ...] = ()
+    """Ports a URL may name besides its scheme's own (80 for http, 443 for https); a URL on any
+    other port of an allowed host gets 422."""
 
     def __post_init__(self) -> None:
         _check(self.url_timeout_s > 0, "input.url_timeout_s", "must be > 0")
+        for port in self.url_allowed_ports:
+            _check(0 < port < 65536, "input.url_allowed_ports", f"not a port: {port!r}")
         _check(self.max_pdf_pages > 0, "input.max_pdf_pages", "must be > 0")
         _check(self.pdf_render_scale > 0, "input.pdf_render_scale", "must be > 0")
         _check(self.max_image_pixels > 0, "input.max_image_pixels", "must be > 0")
@@ -673,12 +696,22 @@ class WorkersConfig:
     cpu_address_space_bytes: int = 0
     """Address space a CPU worker may add to its size once started (`RLIMIT_AS`; past it an
     allocation fails with `MemoryError` in that call); 0 = the memory budget, at least 2 GiB."""
+    quarantine_document_deaths: int = 3
+    """CPU workers the pages of one document may kill (crashed, or killed for running past their
+    caller's deadline), all its pages together, before every page of it is refused with 422
+    `page_quarantined` without a worker (`serving.workers.quarantine`; a page alone: 2). Before,
+    a 1000-page job whose pages all crashed cost two deaths a page."""
 
     def __post_init__(self) -> None:
         _check(self.cpu_workers >= 0, "workers.cpu_workers", "must be >= 0")
         _check(self.cpu_task_cpu_s >= 0, "workers.cpu_task_cpu_s", "must be >= 0")
         _check(self.cpu_max_open_files >= 0, "workers.cpu_max_open_files", "must be >= 0")
         _check(self.cpu_address_space_bytes >= 0, "workers.cpu_address_space_bytes", "must be >= 0")
+        _check(
+            self.quarantine_document_deaths > 0,
+            "workers.quarantine_document_deaths",
+            "must be > 0",
+        )
         _check(self.gpu_instances > 0, "workers.gpu_instances", "must be > 0")
         _check(self.cpu_instances > 0, "workers.cpu_instances", "must be > 0")
         _check(len(self.devices) > 0, "workers.devices", "must not be empty")

@@ -87,6 +87,10 @@ class ConnectionLimits:
     uncounted_port: int = 0
     """A local port whose sockets count against neither cap (`server.health_port`: the probes
     reach the server while the API's sockets are all taken); its sockets are timed all the same."""
+    max_uncounted_connections: int = 0
+    """Sockets open at once on `uncounted_port`, a cap of their own
+    (`server.max_health_connections`: the probes are a few; before, any number was held there,
+    file descriptors included); 0 = none."""
 
 
 def _raw_answer(status: str, message: str, extra: bytes = b"") -> bytes:
@@ -107,6 +111,8 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
     class counts the sockets of the one server it serves."""
     per_client: Counter[str] = Counter()
     open_sockets = [0]
+    probe_sockets = [0]
+    """Sockets on `uncounted_port`."""
     counted: dict[GuardedH11Protocol, None] = {}
     """The counted sockets, oldest first (the order eviction looks in)."""
 
@@ -121,6 +127,8 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
         _linger_deadline = 0.0
         _last_byte_at = 0.0
         _refused = False
+        _probe = False
+        """A socket on `uncounted_port` (counted in `probe_sockets`)."""
         _send_timer: asyncio.TimerHandle | None = None
         _send_began = 0.0
         """When the answer began to wait on the client (`pause_writing`), while it does."""
@@ -133,6 +141,17 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
             self._raw = transport
             self.transport = _LingerOnClose(transport, self._close)  # type: ignore[assignment]
             if limits.uncounted_port and self.server and self.server[1] == limits.uncounted_port:
+                self._probe = True
+                probe_sockets[0] += 1
+                if limits.max_uncounted_connections and (
+                    probe_sockets[0] > limits.max_uncounted_connections
+                ):
+                    logger.warning(
+                        "probe connection refused: %d open (server.max_health_connections)",
+                        limits.max_uncounted_connections,
+                    )
+                    transport.abort()  # no answer: the probes' own port, flooded
+                    return
                 self._watch_head()
                 return
             self._address = self.client[0] if self.client else ""
@@ -158,6 +177,9 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._lost = True
+            if self._probe:
+                self._probe = False
+                probe_sockets[0] -= 1
             if self._linger_timer is not None:
                 self._linger_timer.cancel()
                 self._linger_timer = None
@@ -208,7 +230,7 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
                     "server.max_connections) and this one has sent no whole request"
                 )
                 self.transport.write(_raw_answer("408 Request Timeout", message))
-            self.transport.close()
+            self._raw.close()  # no lingering: its file descriptor goes now, as its count did
 
         def data_received(self, data: bytes) -> None:
             if self._lingered >= 0:  # answered and closing: dropped

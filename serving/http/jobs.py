@@ -4,11 +4,8 @@ and their documents in the output formats (`job_documents`)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar, cast
 
@@ -24,6 +21,7 @@ from serving.http.body_limit import JOBS, limit_body
 from serving.http.endpoints import Handler, config_of, jobs_of, ocr_of, until_disconnect
 from serving.http.exceptions import native_errors
 from serving.http.job_documents import (
+    OutputRoom,
     archive_response,
     document_response,
     document_states,
@@ -31,6 +29,7 @@ from serving.http.job_documents import (
     pick,
 )
 from serving.http.job_limits import check_free_disk, check_room, stored_limits, upload_bytes
+from serving.http.job_results import results_stream
 from serving.http.ocr_outputs import parse_mode
 from serving.http.open_requests import HeldStream, hold_stream
 from serving.http.params import (
@@ -48,16 +47,12 @@ from serving.jobs.files import BatchLimits, stage_uploads
 from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
 from serving.jobs.staging import WorkerCounter
-from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
+from serving.jobs.store.types import STATUSES, JobInfo, JobNotFound
 from serving.outputs.formats import negotiate, parse_format
 from serving.request_options import NO_CLASSIFIER, overrides, parse_flag
 from serving.service.requests import JobRequests
 
 T = TypeVar("T")
-
-FOLLOW_CHECK_S = 30.0
-"""A following stream rereads the job at least this often (a safety net; pages wake it, and on
-a store shared by replicas `serving.jobs.follow` wakes it for pages other replicas finish)."""
 
 
 class JobsDisabled(OcrError):
@@ -137,6 +132,8 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
                 if not staging.done():  # files are discarded
                     count.cancel()
                     await asyncio.wait({staging})
+                if not staging.cancelled():
+                    staging.exception()  # seen: the client's own hang-up, not logged as lost
     except HTTPException as err:
         runner.store.discard(job_id)
         raise _form_error(err.detail, config.max_files_per_job) from err
@@ -246,31 +243,19 @@ async def job_results(request: Request) -> Response:
     await _visible(request, runner, job_id)  # 404 before the stream starts
     follow = parse_flag("follow", request.query_params.get("follow", "true"))
     fmt = request.query_params.get("format", "ndjson")
-    after = _after(request.query_params.get("after", "0"))
-    if fmt not in ("text", "ndjson"):
-        raise ValidationFailed("format must be ndjson or text")
     jobs = jobs_of(request)
-    until = asyncio.get_running_loop().time() + jobs.config.follow_max_s
-    if fmt == "text":
-        cursor = _Cursor(from_seq=after)
-        stream, media_type = (
-            _text(runner, job_id, follow, cursor, until),
-            "text/plain; charset=utf-8",
-        )
-    else:
-        cursor = _Cursor(after_order=after)
-        stream, media_type = _ndjson(runner, job_id, follow, cursor, until), "application/x-ndjson"
+    stream, media_type = results_stream(
+        runner,
+        job_id,
+        follow=follow,
+        fmt=fmt,
+        after=request.query_params.get("after", "0"),
+        follow_max_s=jobs.config.follow_max_s,
+    )
     if not follow:
         return StreamingResponse(stream, media_type=media_type)
     release = hold_stream(request, jobs.streams)  # 429 past auth.max_open_streams
     return HeldStream(stream, media_type=media_type, release=release)
-
-
-def _after(text: str) -> int:
-    """`?after=N`: pages a stream already gave (lines, or form feeds)."""
-    if not text.isdigit() or len(text) > 9:
-        raise ValidationFailed("after must be the number of pages already received (0 or more)")
-    return int(text)
 
 
 async def list_documents(request: Request) -> Response:
@@ -289,7 +274,8 @@ async def get_document(request: Request) -> Response:
     fmt = negotiate(request.query_params.get("format"), request.headers.get("accept"))
     mode = parse_mode(request.query_params.get("mode", "skip"))
     state = pick(await document_states(runner.store, info), request.path_params["index"])
-    return await document_response(jobs_of(request), runner, info, state, fmt, mode)
+    room = _output_room(request, info)
+    return await document_response(jobs_of(request), runner, info, state, fmt, mode, room)
 
 
 async def job_archive(request: Request) -> Response:
@@ -300,83 +286,21 @@ async def job_archive(request: Request) -> Response:
     fmt = parse_format(request.query_params.get("format", "json"))
     mode = parse_mode(request.query_params.get("mode", "skip"))
     states = await document_states(runner.store, info)
-    return archive_response(jobs_of(request), runner, info, states, fmt, mode)
+    return archive_response(
+        jobs_of(request), runner, info, states, fmt, mode, _output_room(request, info)
+    )
 
 
-@dataclass(slots=True)
-class _Cursor:
-    """How far a results stream got: in completion order (NDJSON) or document order (text)."""
-
-    after_order: int = 0
-    from_seq: int | None = None
-
-
-async def _ndjson(
-    runner: JobRunner, job_id: str, follow: bool, cursor: _Cursor, until: float
-) -> AsyncIterator[bytes]:
-    async for pages in _follow(runner, job_id, follow, cursor, until):
-        for page in pages:
-            line = await _line(runner, job_id, page)
-            if line is None:
-                return  # deleted meanwhile
-            yield line + b"\n"
-            cursor.after_order = page.order
-
-
-async def _text(
-    runner: JobRunner, job_id: str, follow: bool, cursor: _Cursor, until: float
-) -> AsyncIterator[bytes]:
-    async for pages in _follow(runner, job_id, follow, cursor, until):
-        for page in pages:
-            text = ""
-            if page.error is None:
-                line = await _line(runner, job_id, page)
-                if line is None:
-                    return
-                text = "".join(f"{row['text']}\n" for row in json.loads(line)["lines"])
-            yield (text + "\f").encode()
-            cursor.from_seq = page.seq + 1
-
-
-async def _follow(
-    runner: JobRunner, job_id: str, follow: bool, cursor: _Cursor, until: float
-) -> AsyncIterator[list[FinishedPage]]:
-    """Finished pages as they come, until the job ends (or now, without `follow`), is deleted, or
-    the loop's clock passes `until` (`jobs.follow_max_s`: the client resumes with `?after=`).
-    Woken by the job's events, never polling the store: on a store replicas share, one task
-    looks for every followed job's changes (`serving.jobs.follow`)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        left_s = until - loop.time()
-        if follow and left_s <= 0:
-            return
-        changed = runner.events.watch(job_id)
-        try:
-            info, pages = await asyncio.to_thread(
-                runner.store.finished_pages,
-                job_id,
-                after_order=cursor.after_order,
-                from_seq=cursor.from_seq,
-            )
-        except OcrError:
-            return  # deleted, or the server is stopping
-        if pages:
-            yield pages
-            continue
-        if info.finished or not follow:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), min(FOLLOW_CHECK_S, left_s))
-
-
-async def _line(runner: JobRunner, job_id: str, page: FinishedPage) -> bytes | None:
-    """The page's NDJSON line: its result, or its error; None when the job was deleted."""
-    if page.error is not None:
-        return json.dumps(page.error.to_json(), ensure_ascii=False).encode()
-    try:
-        return await asyncio.to_thread(runner.store.read_result, job_id, page.seq)
-    except JobNotFound:
-        return None
+def _output_room(request: Request, info: JobInfo) -> OutputRoom:
+    """What a rendered output of `info`'s counts against: its owner's stored bytes, under the
+    asking key's limits, and `jobs.data_dir`'s free disk."""
+    config = jobs_of(request).config
+    return OutputRoom(
+        owner=info.owner,
+        limits=stored_limits(request, config_of(request)),
+        data_dir=Path(config.data_dir),
+        min_free_disk_bytes=config.min_free_disk_bytes,
+    )
 
 
 def job_routes(observe: Callable[[str, Handler], Handler]) -> list[Route]:

@@ -97,6 +97,7 @@ async def _paddlex_file(
             allowed_hosts=config.input.url_allowed_hosts,
             timeout_s=config.input.url_timeout_s,
             max_bytes=config.server.max_body_bytes,
+            allowed_ports=config.input.url_allowed_ports,
         )
         return await url_fetch.fetch(parsed.file, limits, charge=fetched), kind
     if parsed.file_type is None:

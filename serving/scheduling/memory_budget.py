@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import psutil
@@ -110,17 +110,19 @@ class MemoryBudget:
             )
 
     @contextlib.asynccontextmanager
-    async def hold(self, nbytes: int) -> AsyncIterator[None]:
-        """Hold `nbytes` of the budget for the work inside, waiting for room first.
+    async def hold(self, nbytes: int) -> AsyncIterator[Held]:
+        """Hold `nbytes` of the budget for the work inside, waiting for room first; given back
+        on the way out unless the work kept it (`Held.keep`: a CPU call left running).
 
         Raises:
             PayloadTooLarge: `nbytes` could never fit.
         """
         await self.acquire(nbytes)
+        held = Held(self, nbytes)
         try:
-            yield
+            yield held
         finally:
-            self.release(nbytes)
+            held.release()
 
     async def acquire(self, nbytes: int) -> None:
         """Take `nbytes`, waiting behind earlier pages until they fit (see `hold`)."""
@@ -239,15 +241,32 @@ class MemoryBudget:
 
 
 class Held:
-    """Bytes of the budget held for an answer made and not yet sent, given back once
-    (`release`)."""
+    """Bytes of the budget held (for an answer made and not yet sent, a render, a staging),
+    given back once (`release`), or kept past their holder by what still uses them (`keep`)."""
 
     def __init__(self, budget: MemoryBudget, nbytes: int) -> None:
         self.budget = budget
         self.nbytes = nbytes
+        self.kept = False
 
     def release(self) -> None:
-        """Give the bytes back (once)."""
+        """Give the bytes back (once); nothing while they are kept."""
+        if not self.kept:
+            self._give_back()
+
+    def keep(self) -> Callable[[], None]:
+        """Keep the bytes held after their holder lets go (a CPU call whose caller went away
+        still runs in its worker, holding the memory, until it ends or the worker is killed);
+        returns what gives them back, once."""
+        self.kept = True
+        return self._give_back
+
+    def take(self) -> int:
+        """The bytes held, handed over whole to whoever gives them back now (`answer_from`)."""
+        nbytes, self.nbytes = self.nbytes, 0
+        return nbytes
+
+    def _give_back(self) -> None:
         nbytes, self.nbytes = self.nbytes, 0
         if nbytes:
             self.budget.release(nbytes)

@@ -251,7 +251,7 @@ class OcrService:
         """
         costs = self.page_costs()
         copy_per_px = TURNED_COPY_BYTES_PER_PX if turned else 0
-        cost = costs.page_bytes(plan, kind, det) + copy_per_px * plan.width * plan.height
+        cost = costs.page_bytes(plan, kind, det, copy_per_px)
         sent = (plan.full_width, plan.full_height)
         if cost <= self.budget.total_bytes:
             return PageCharge(
@@ -261,16 +261,16 @@ class OcrService:
                 sent=sent if plan.scaled else None,
             )
         # To half the budget where it can be: one page scaled to fit leaves room for another.
-        side = costs.fit(plan, kind, det, self.budget.total_bytes // 2) or costs.fit(
-            plan, kind, det, self.budget.total_bytes
+        side = costs.fit(plan, kind, det, self.budget.total_bytes // 2, copy_per_px) or costs.fit(
+            plan, kind, det, self.budget.total_bytes, copy_per_px
         )
         if side is None:
-            self.budget.check(costs.at_side(MIN_SCALED_SIDE_PX, plan, kind, det))
+            self.budget.check(costs.at_side(MIN_SCALED_SIDE_PX, plan, kind, det, copy_per_px))
             raise AssertionError("unreachable: a page that fits at the smallest side has one")
         logger.info("page of %d x %d decoded at %d px a side to fit the memory budget", *sent, side)
         width, height = fit_side(plan.full_width, plan.full_height, side)
         return PageCharge(
-            cost=costs.at_side(side, plan, kind, det) + copy_per_px * width * height,
+            cost=costs.at_side(side, plan, kind, det, copy_per_px),
             det_cost=costs.det_bytes(width + 1, height + 1, det),  # as `PageCosts.at_side`
             limits=dataclasses.replace(self.limits, max_page_side_px=side),
             sent=sent,
@@ -302,14 +302,18 @@ class OcrService:
             # decoded as sent before it is downscaled).
             sent = plan.full_width * plan.full_height
             cost = 10 * (sent if kind == "image" else plan.width * plan.height)
-            await self.budget.acquire(cost)
-            try:
-                png: bytes = await self.cpu.run(page_png, data, kind, page_index, self.limits)
-            except BaseException:
-                self.budget.release(cost)
-                raise
-            # Before, the PNG (~48 MB for a 4000 x 4000 page of noise) was answered uncharged.
-            return png, await self.budget.answer_from(cost, len(png))
+            async with self.budget.hold(cost) as held:
+                png: bytes = await self.cpu.run(
+                    page_png, data, kind, page_index, self.limits, holding=held
+                )
+                # Before, the PNG (~48 MB for a 4000 x 4000 page of noise) was answered
+                # uncharged.
+                return png, await self.budget.answer_from(held.take(), len(png))
+
+    def _pool_deadline(self, deadline: float) -> float:
+        """`deadline` (this service's clock) on the CPU pool's (`time.monotonic`): a worker
+        killed for outliving it counts against its page (`serving.workers.quarantine`)."""
+        return time.monotonic() + (deadline - self._clock())
 
     @contextlib.asynccontextmanager
     async def _admitted(
@@ -370,6 +374,7 @@ class OcrService:
                     options.det,
                     options.ori,
                     priority=priority,
+                    deadline=self._pool_deadline(deadline),
                 )
             try:
                 output = await self._page(
@@ -472,7 +477,14 @@ class OcrService:
             try:
                 # Every step but the last submits the page's next stage.
                 with self.scheduler.interactive_coming(BACKGROUND if last else priority):
-                    return await self.cpu.run(cpu_step, step, outputs, *args, priority=priority)
+                    return await self.cpu.run(
+                        cpu_step,
+                        step,
+                        outputs,
+                        *args,
+                        priority=priority,
+                        deadline=self._pool_deadline(deadline),
+                    )
             finally:
                 free_segments(outputs)
         finally:

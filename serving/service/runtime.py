@@ -53,6 +53,7 @@ from serving.workers.device_pool import (
 )
 from serving.workers.device_worker import LONE_THREADS_KEY, DeviceSpec, WorkerSetup
 from serving.workers.page_pictures import PictureLimits
+from serving.workers.quarantine import Quarantine
 from serving.workers.sandbox import WorkerLimits, device_environ, scrubbed_environ
 from serving.workers.watchdog import LoopWatchdog
 
@@ -187,6 +188,7 @@ class Runtime:
             ),
             # No keys, no database URL: they decode untrusted files (`serving.workers.sandbox`).
             environ=lambda: scrubbed_environ(os.environ),
+            quarantine=Quarantine(document_deaths=config.workers.quarantine_document_deaths),
         )
         _track(metrics, admission, budget, scheduler, cpu, devices)
         for stage in queues_for_sets:

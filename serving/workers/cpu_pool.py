@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from serving.errors import OcrError, WorkerUnavailable
+from serving.scheduling.memory_budget import Held
 from serving.scheduling.share import ShareQueue
 from serving.workers.cpu_worker import cpu_worker_main
 from serving.workers.proc import cancel_and_wait
@@ -36,6 +37,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 REPLIES = ("ok", "error")
+_EARLY_S = 0.05
+"""A caller cancelled this close to its call's deadline went away at it (timers fire early)."""
 """The messages of a CPU worker that answer a call (`serving.workers.cpu_worker`)."""
 
 
@@ -48,6 +51,12 @@ class _Call:
     priority: int = 0
     page: PageKey | None = None
     """The page the call works on (`quarantine.reading`): its deaths are counted."""
+    on_settled: list[Callable[[], None]] = field(default_factory=list)
+    """Called once its worker is done with it (answered, or died or was killed)."""
+    deadline: float | None = None
+    """When its caller gives up on it (`time.monotonic()`), if it says."""
+    timed_out: bool = False
+    """Its caller went away at its deadline (not a hang-up): a worker killed for it counts."""
 
 
 @dataclass(eq=False, slots=True)
@@ -133,9 +142,24 @@ class CpuPool:
         async with asyncio.timeout(self._start_timeout_s):
             await asyncio.gather(*(w.up.wait() for w in self._slots))
 
-    async def run(self, fn: Callable[..., T], *args: Any, priority: int = 0) -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        priority: int = 0,
+        holding: Held | None = None,
+        deadline: float | None = None,
+    ) -> T:
         """Run `fn(*args)` in a worker process; lower `priority` runs first (the scheduler's
         INTERACTIVE before BACKGROUND: a job's pages never hold up requests' CPU stages).
+
+        `holding` is the memory budget's charge for what the call takes in its worker: should
+        the caller go away while the call runs (it is left `abandon_grace_s`, then its worker
+        killed), the charge is kept until the worker is done with it, not given back while the
+        worker still holds the memory (issue 49: a job's GIF conversion, hung up on, let other
+        work take its room while it went on converting). `deadline` (`time.monotonic()`) is when
+        the caller gives up: a worker killed because the call outlived it counts as a death of
+        the call's page (`quarantine`), as a crash does; one killed after a hang-up does not.
 
         Raises:
             WorkerUnavailable: the pool is not running, or workers died running this call
@@ -150,14 +174,22 @@ class CpuPool:
         page = page_read()
         self.quarantine.check(page)
         call = _Call(
-            fn, args, asyncio.get_running_loop().create_future(), priority=priority, page=page
+            fn,
+            args,
+            asyncio.get_running_loop().create_future(),
+            priority=priority,
+            page=page,
+            deadline=deadline,
         )
         await self._enqueue(call)
         try:
             return await call.future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
             call.future.cancel()
+            call.timed_out = deadline is not None and time.monotonic() >= deadline - _EARLY_S
             if self._holder(call) is not None:
+                if holding is not None:
+                    call.on_settled.append(holding.keep())
                 asyncio.get_running_loop().call_later(
                     self._abandon_grace_s, self._kill_if_still_running, call
                 )
@@ -251,6 +283,8 @@ class CpuPool:
             worker.call = None
             now = time.monotonic()
             self._queue.ran(now, now - started, call.priority)
+            for settled in call.on_settled:
+                settled()
         if call.future.done():
             if kind == "ok":
                 free_segments(value)
@@ -277,6 +311,8 @@ class CpuPool:
                 process.exitcode,
             )
         if call.future.done():
+            if blamed and call.timed_out and call.page is not None:
+                self.quarantine.died(call.page)  # it ran past its caller's deadline
             return
         refusal = None
         if blamed and call.page is not None:

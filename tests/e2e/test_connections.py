@@ -251,6 +251,32 @@ def test_at_the_cap_idle_sockets_make_room_for_a_whole_request(server: Server) -
             sock.close()
 
 
+def test_the_health_port_holds_its_own_few_sockets(server: Server) -> None:
+    """Issue 49: its sockets counted against no cap at all (nor in the open-files limit): one
+    client could hold any number there. Now 64 (server.max_health_connections)."""
+    health = server.health_url  # type: ignore[attr-defined]
+    port = int(health.rpartition(":")[2])
+
+    def probe_socket() -> socket.socket:
+        sock = socket.socket()
+        sock.connect(("127.0.0.1", port))
+        return sock
+
+    held = [probe_socket() for _ in range(64)]
+    try:
+        extra = probe_socket()
+        started = time.monotonic()
+        _wait_closed([extra], within_s=HEADER_TIMEOUT_S - 1)  # before: open until the timeout
+        assert time.monotonic() - started < 1.5
+        extra.close()
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.5)
+    with _client("127.0.1.102") as client:
+        assert client.get(f"{health}/livez").status_code == 200
+
+
 def test_a_client_still_uploading_reads_its_413_not_a_reset(server: Server) -> None:
     # As most clients do: the whole body sent, then the answer read. Refused at once (its declared
     # size), the rest is read and dropped before the close; a plain close with unread bytes sent

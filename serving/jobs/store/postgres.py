@@ -72,6 +72,10 @@ T = TypeVar("T")
 
 _RETRIES = 5
 """Tries of a transaction that PostgreSQL aborted for a deadlock or a serialisation conflict."""
+_UNREACHABLE = "The job store is unreachable; the server's log says why"
+"""What a client is told: libpq's own message names the database's host, port and user (issue
+49), which only the log shows."""
+_BUSY = "The job store is busy; retry later"
 _OWNER_LOCK = 0x71756F7461
 """Seed of the `pg_advisory_xact_lock` key of an owner's submits (its quota is checked by one)."""
 
@@ -173,7 +177,15 @@ class PostgresJobStore(JobDirs):
                     (owner or "", _OWNER_LOCK),
                 )
             return insert_job(
-                conn, POSTGRES, job_id, documents, options, now=now, owner=owner, limits=limits
+                conn,
+                POSTGRES,
+                job_id,
+                documents,
+                options,
+                now=now,
+                owner=owner,
+                limits=limits,
+                outputs=self.outputs_bytes,
             )
 
         return self._call(insert)
@@ -187,7 +199,7 @@ class PostgresJobStore(JobDirs):
 
     def usage(self, owner: str | None) -> StoredUsage:
         """What `owner` holds in the store (None: jobs submitted without a key)."""
-        return self._call(lambda conn: stored_usage(conn, POSTGRES, owner))
+        return self._call(lambda conn: stored_usage(conn, POSTGRES, owner, self.outputs_bytes))
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages.
@@ -467,11 +479,13 @@ class PostgresJobStore(JobDirs):
                         return work(conn)
                 except (errors.DeadlockDetected, errors.SerializationFailure) as err:
                     if attempt == _RETRIES:
-                        raise JobStoreUnavailable(f"The job store is busy: {err}") from err
+                        logger.warning("job store busy after %d tries: %s", attempt, err)
+                        raise JobStoreUnavailable(_BUSY) from err
                     logger.info("job store: %s; trying again", type(err).__name__)
                 except psycopg.OperationalError as err:
                     self._drop()
-                    raise JobStoreUnavailable(f"The job store is unreachable: {err}") from err
+                    logger.warning("job store unreachable: %s", err)
+                    raise JobStoreUnavailable(_UNREACHABLE) from err
             raise AssertionError("unreachable")  # the loop returns or raises
 
     def _connection(self) -> Connection:
@@ -481,7 +495,8 @@ class PostgresJobStore(JobDirs):
                     self.url, autocommit=True, row_factory=dict_row, connect_timeout=10
                 )
             except psycopg.Error as err:  # down, refused, or a URL libpq cannot read
-                raise JobStoreUnavailable(f"The job store is unreachable: {err}") from err
+                logger.warning("job store unreachable: %s", err)
+                raise JobStoreUnavailable(_UNREACHABLE) from err
         return self._conn
 
     def _drop(self) -> None:

@@ -171,7 +171,15 @@ class SqliteJobStore(JobDirs):
         now = self._clock()
         with self._locked() as db, _transaction(db):
             return insert_job(
-                db, SQLITE, job_id, documents, options, now=now, owner=owner, limits=limits
+                db,
+                SQLITE,
+                job_id,
+                documents,
+                options,
+                now=now,
+                owner=owner,
+                limits=limits,
+                outputs=self.outputs_bytes,
             )
 
     def expire_queued(self, max_queued_s: float) -> list[str]:
@@ -183,7 +191,7 @@ class SqliteJobStore(JobDirs):
     def usage(self, owner: str | None) -> StoredUsage:
         """What `owner` holds in the store (None: jobs submitted without a key)."""
         with self._locked() as db:
-            return stored_usage(db, SQLITE, owner)
+            return stored_usage(db, SQLITE, owner, self.outputs_bytes)
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages.
