@@ -119,7 +119,8 @@ def test_a_flat_object_of_millions_of_members_is_refused_unparsed(server: Server
     assert answer.status_code == 422, answer.text
     assert "',' and ':'" in answer.json()["errorMsg"]
     assert len(latencies) > 3
-    assert max(latencies) < 0.5, f"/livez took {max(latencies):.2f} s while the body was checked"
+    # Loose, for a shared machine: parsed on the loop's GIL, the body froze it ~6 s.
+    assert max(latencies) < 2.0, f"/livez took {max(latencies):.2f} s while the body was checked"
 
 
 def test_a_body_whose_text_takes_four_bytes_a_character_is_charged_for_it(server: Server) -> None:
