@@ -172,6 +172,8 @@ def after_det(
 
     Raises:
         ValueError: If the outputs do not match what the state awaits.
+        CropsTooLarge: The page's crops would hold more than `CROP_PIXELS_PER_PAGE_PX` times
+            its pixels (`crop_text_lines`).
     """
     _check(state, "det", maps)
     (prob_map,) = maps
@@ -181,7 +183,7 @@ def after_det(
     input_h, input_w = det_input_size(state.height, state.width, det_params)
     prob_map = prob_map[:, :input_h, :input_w]
     quads = sort_quad_boxes(postprocess_det(prob_map[0], (state.height, state.width), det_params))
-    crops, polys = crop_text_lines(image, quads)
+    crops, polys = crop_text_lines(image, quads, bounded=True)
     if cls_params is None:
         return _plan_rec(dataclasses.replace(state, polys=polys), crops, rec_params)
     batches = plan_cls_batches(crops, cls_params)

@@ -23,6 +23,7 @@ from serving.http.job_export import JobExporter
 from serving.http.key_reload import KeyReloader
 from serving.http.keys import load_keys
 from serving.http.listeners import ListenerMiddleware
+from serving.http.open_requests import OpenRequestsMiddleware
 from serving.http.open_store import OpenStoreGuard, is_loopback_bind, store_refused
 from serving.http.request_id import RequestIdMiddleware
 from serving.http.routes import ROUTES
@@ -30,6 +31,7 @@ from serving.http.security_headers import SecurityHeadersMiddleware
 from serving.http.trace import TraceMiddleware
 from serving.http.upload_timeout import UploadTimeoutMiddleware
 from serving.metrics import Metrics
+from serving.scheduling.quotas import ClientSlots
 from serving.service.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ def middleware(
             UploadTimeoutMiddleware,
             idle_timeout_s=config.server.upload_idle_timeout_s,
             total_timeout_s=config.server.upload_timeout_s,
+            min_bytes_per_s=config.server.upload_min_bytes_per_s,
         ),
     ]
     if config.server.cors_origins:
@@ -81,6 +84,14 @@ def middleware(
             )
         )
     keys = load_keys(config.auth, environ)
+    # Inside the key check (a key's id is known), outside everything else.
+    open_requests = Middleware(
+        OpenRequestsMiddleware,
+        slots=ClientSlots(
+            config.auth.max_open_requests, setting="auth.max_open_requests", what="requests"
+        ),
+        retry_after_s=config.server.retry_after_s,
+    )
     if not keys:
         logger.info("API keys: none, access is open")
         stack.append(
@@ -99,9 +110,20 @@ def middleware(
             stack.append(Middleware(OpenStoreGuard))
         elif not is_loopback_bind(config.server.host):
             logger.warning("jobs API open to the network without keys (auth.open = true)")
+        stack.append(open_requests)
         return stack
     admins = sum(key.identity.role == "admin" for key in keys)
     logger.info("API keys: %d configured (%d admin)", len(keys), admins)
+    # A proxy that adds the key lends it to any page that reaches it: Origin (and, with names
+    # listed, Host) checked with keys on too (`serving/http/hosts.py`).
+    stack.append(
+        Middleware(
+            HostCheckMiddleware,
+            allowed_hosts=config.server.allowed_hosts,
+            cors_origins=config.server.cors_origins,
+            keys_on=True,
+        )
+    )
     stack.append(
         Middleware(
             ApiKeyMiddleware,
@@ -114,6 +136,7 @@ def middleware(
             ),
         )
     )
+    stack.append(open_requests)
     return stack
 
 

@@ -19,9 +19,11 @@ from serving.config import AppConfig, ServerConfig, describe, load_config
 from serving.errors import ConfigError
 from serving.http.connections import ConnectionLimits, guarded_h11
 from serving.log_config import configure_logging, log_effective_config
+from serving.secret_env import take_secrets
 from serving.server import GracefulServer, ShutdownPlan
 from serving.service.runtime import Runtime
 from serving.telemetry import setup_tracing
+from serving.workers.sandbox import forbid_inspection, scrubbed_environ, start_resource_tracker
 
 logger = logging.getLogger("serving")
 
@@ -76,10 +78,14 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
         return 2
     configure_logging(config.server.log_level, log_format=config.server.log_format)
     log_effective_config(logger, describe(config), config.server.log_format)
+    if not config.server.inspectable:
+        forbid_inspection()  # no same-uid process reads our environment or memory
+    secrets = take_secrets(os.environ, config.auth)  # no process started from now on has them
+    start_resource_tracker(scrubbed_environ(os.environ))
     try:
         setup_tracing(config.telemetry, process="main")
         runtime = Runtime.build(config, backend=backend)
-        app = build_app(runtime)
+        app = build_app(runtime, environ=secrets)
     except (ConfigError, ValueError, OSError, RuntimeError) as err:
         logger.error("cannot start: %s", err)
         return 2
@@ -101,7 +107,10 @@ def main(argv: list[str] | None = None, *, backend: str | None = None) -> int:
         plan=ShutdownPlan.within(config.server.shutdown_grace_s),
         abort=runtime.abort_inflight,
     )
-    raise_open_files_limit(config.server.max_connections)
+    raise_open_files_limit(
+        config.server.max_connections
+        + (config.server.max_health_connections if config.server.health_port else 0)
+    )
     try:
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once stopped
             server.run(sockets=listeners(uvicorn_config, config.server.health_port))
@@ -115,10 +124,12 @@ def connection_limits(server: ServerConfig) -> ConnectionLimits:
     return ConnectionLimits(
         header_timeout_s=server.header_timeout_s,
         send_idle_timeout_s=server.send_idle_timeout_s,
+        send_min_bytes_per_s=server.send_min_bytes_per_s,
         max_connections=server.max_connections,
         max_connections_per_client=server.max_connections_per_client,
         retry_after_s=server.retry_after_s,
         uncounted_port=server.health_port,
+        max_uncounted_connections=server.max_health_connections,
     )
 
 

@@ -45,7 +45,7 @@ OPTIONS: dict[str, Option] = {
     "det_limit_type": Option(str, "", "det.limit_type", choices=LIMIT_TYPES),
     "det_thresh": Option(float, "Pixel threshold of the detector", "det.thresh", bounds=(0.0, 1.0)),
     "det_box_thresh": Option(float, "Box score threshold", "det.box_thresh", bounds=(0.0, 1.0)),
-    "det_unclip_ratio": Option(float, "Box expansion", "det.unclip_ratio", bounds=(0.0, 100.0)),
+    "det_unclip_ratio": Option(float, "Box expansion", "det.unclip_ratio", bounds=(0.0, 4.0)),
     "score_thresh": Option(
         float, "Drop lines scoring below this", "rec.score_thresh", bounds=(0.0, 1.0)
     ),
@@ -71,7 +71,16 @@ The ranges are where the pipeline works: past them the CPU worker fails (a negat
 cv2.error; a side limit past float range: OverflowError), runs out of memory (unclip_ratio=1e14
 offsets each box by ~1e15 px with round joins), or answers NaN, which is not JSON. The thresholds
 are probabilities (the detector's map, a box's mean, a line's score): `det_thresh=2` read nothing,
-without a word."""
+without a word.
+
+The unclip ratio stops at 4 (it was 100; issue 49, item 6). PaddleOCR documents any value above 0
+and ships 1.5 (its PP-OCRv3 to v5 detectors, PaddleX's pipeline), 1.6 (its lite demo) and 2.0
+(PaddleOCR 2.x's DB configs); tuned pipelines go to about 2.5. A box grows by the ratio times its
+kernel's area over its perimeter on every side (`pipelines.det_postprocess`), about half the
+kernel's height per unit: at 4 a line's box takes in the lines above and below it, which reads
+nothing better (the recogniser reads one line), while each box's pixels, and the crops made of
+them all at once, grow with the square of the ratio: at 100, with `det_box_thresh=0`, each of up
+to 1000 boxes grew to near the page's size."""
 
 
 def in_range(name: str, value: Any) -> bool:

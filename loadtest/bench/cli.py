@@ -42,6 +42,7 @@ SCENARIO_MODULES = (
     "loadtest.bench.cpu_cost",
     "loadtest.bench.stage_cost",
     "loadtest.bench.output_cost",
+    "loadtest.bench.embed_memory",
 )
 """The modules whose scenarios `ocr-bench` offers, in the order `--help` lists them."""
 

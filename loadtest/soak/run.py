@@ -51,9 +51,10 @@ def server_env(out: Path, mkldnn_cache_capacity: int | None) -> dict[str, str]:
     """`OCR_*` overrides for the soaked server (they beat the config file).
 
     The job store goes under `out`, so the soak never meets another server's store; the oneDNN
-    shape-cache bound is set only when given (0 = unbounded in Paddle).
+    shape-cache bound is set only when given (0 = unbounded in Paddle). The probe reads every
+    process's open files and unique memory, which `server.inspectable` lets a non-root user do.
     """
-    env = {"OCR_JOBS__DATA_DIR": str(out / "jobs")}
+    env = {"OCR_JOBS__DATA_DIR": str(out / "jobs"), "OCR_SERVER__INSPECTABLE": "true"}
     if mkldnn_cache_capacity is not None:
         env["OCR_ENGINE__MKLDNN_CACHE_CAPACITY"] = str(mkldnn_cache_capacity)
     return env

@@ -38,6 +38,14 @@ class AuthConfig:
     """Default per-key cap on the uploaded bytes of its jobs in the store (as `max_jobs`)."""
     max_stored_pages: int = 20_000
     """Default per-key cap on the pages of its jobs in the store (as `max_jobs`)."""
+    max_open_requests: int = 128
+    """API requests one key (with keys off, one client address: behind a proxy, the proxy's)
+    may have running at once, results streams and uploads included; one more gets 429
+    `quota_exceeded` at once. A quarter of `server.limit_concurrency`'s default: one client
+    cannot take every request slot. 0 = none."""
+    max_open_streams: int = 8
+    """Results streams that follow a job (`/v1/jobs/{id}/results`, `follow=true`) one key (or
+    address) may have open at once; one more gets 429. 0 = none."""
 
     def __post_init__(self) -> None:
         check(self.requests_per_s >= 0, "auth.requests_per_s", "must be >= 0")
@@ -46,3 +54,5 @@ class AuthConfig:
         check(self.max_jobs >= 0, "auth.max_jobs", "must be >= 0")
         check(self.max_stored_bytes >= 0, "auth.max_stored_bytes", "must be >= 0")
         check(self.max_stored_pages >= 0, "auth.max_stored_pages", "must be >= 0")
+        check(self.max_open_requests >= 0, "auth.max_open_requests", "must be >= 0")
+        check(self.max_open_streams >= 0, "auth.max_open_streams", "must be >= 0")

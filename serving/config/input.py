@@ -34,9 +34,14 @@ class InputConfig:
     """Hosts URL inputs may name (exact names or literal IPs); empty refuses every URL."""
     url_timeout_s: float = 10.0
     """A URL input not downloaded within this gets 422."""
+    url_allowed_ports: tuple[int, ...] = ()
+    """Ports a URL may name besides its scheme's own (80 for http, 443 for https); a URL on any
+    other port of an allowed host gets 422."""
 
     def __post_init__(self) -> None:
         check(self.url_timeout_s > 0, "input.url_timeout_s", "must be > 0")
+        for port in self.url_allowed_ports:
+            check(0 < port < 65536, "input.url_allowed_ports", f"not a port: {port!r}")
         check(self.max_pdf_pages > 0, "input.max_pdf_pages", "must be > 0")
         check(self.pdf_render_scale > 0, "input.pdf_render_scale", "must be > 0")
         check(self.max_image_pixels > 0, "input.max_image_pixels", "must be > 0")

@@ -24,7 +24,11 @@ class JobsConfig:
     replica that died are taken over by another this long after its last renewal."""
     poll_interval_s: float = 1.0
     """PostgreSQL store: how often a replica looks for pages other replicas queued or left, and
-    a results stream for pages finished elsewhere."""
+    for pages finished elsewhere of the jobs its results streams follow (one query for all)."""
+    follow_max_s: float = 3600.0
+    """How long one results stream (`/v1/jobs/{id}/results`, `follow=true`) may follow its job;
+    then it ends, and the client asks again with `?after=N` (the lines, or pages, it got) to go
+    on from there."""
     retention_s: float = 86400.0
     """Finished jobs (succeeded, failed, cancelled) are deleted this long after they end."""
     queued_expiry_s: float = 86400.0
@@ -85,6 +89,7 @@ class JobsConfig:
         )
         check(self.lease_s > 0, "jobs.lease_s", "must be > 0")
         check(self.poll_interval_s > 0, "jobs.poll_interval_s", "must be > 0")
+        check(self.follow_max_s > 0, "jobs.follow_max_s", "must be > 0")
         check(self.poll_interval_s < self.lease_s, "jobs.poll_interval_s", "must be < jobs.lease_s")
 
 

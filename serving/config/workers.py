@@ -142,12 +142,22 @@ class WorkersConfig:
     cpu_address_space_bytes: int = 0
     """Address space a CPU worker may add to its size once started (`RLIMIT_AS`; past it an
     allocation fails with `MemoryError` in that call); 0 = the memory budget, at least 2 GiB."""
+    quarantine_document_deaths: int = 3
+    """CPU workers the pages of one document may kill (crashed, or killed for running past their
+    caller's deadline), all its pages together, before every page of it is refused with 422
+    `page_quarantined` without a worker (`serving.workers.quarantine`; a page alone: 2). Before,
+    a 1000-page job whose pages all crashed cost two deaths a page."""
 
     def __post_init__(self) -> None:
         check(self.cpu_workers >= 0, "workers.cpu_workers", "must be >= 0")
         check(self.cpu_task_cpu_s >= 0, "workers.cpu_task_cpu_s", "must be >= 0")
         check(self.cpu_max_open_files >= 0, "workers.cpu_max_open_files", "must be >= 0")
         check(self.cpu_address_space_bytes >= 0, "workers.cpu_address_space_bytes", "must be >= 0")
+        check(
+            self.quarantine_document_deaths > 0,
+            "workers.quarantine_document_deaths",
+            "must be > 0",
+        )
         check(self.gpu_instances > 0, "workers.gpu_instances", "must be > 0")
         check(self.cpu_instances > 0, "workers.cpu_instances", "must be > 0")
         check(len(self.devices) > 0, "workers.devices", "must not be empty")

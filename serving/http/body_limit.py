@@ -59,6 +59,7 @@ def limit_body(limit: BodyLimit, handler: Handler) -> Handler:
 
     async def wrapper(request: Request) -> Response:
         with BodyCharge(budget_of(request), copies=limit.copies) as charge:
+            request.scope[_CHARGE] = charge
             meter = _Meter(request, limit.max_bytes(config_of(request)), limit.setting, charge)
             response = await handler(Request(request.scope, meter.receive))
         if not meter.finished:
@@ -66,6 +67,17 @@ def limit_body(limit: BodyLimit, handler: Handler) -> Handler:
         return response
 
     return wrapper
+
+
+_CHARGE = "ocr.body_charge"
+"""The scope key of the request's `BodyCharge` (`body_charge_of`)."""
+
+
+def body_charge_of(request: Request) -> BodyCharge | None:
+    """The request body's charge to the memory budget, to add what handling it takes (the
+    parse of `/ocr`'s JSON); None outside `limit_body`."""
+    charge = request.scope.get(_CHARGE)
+    return charge if isinstance(charge, BodyCharge) else None
 
 
 class _Meter:

@@ -13,12 +13,19 @@ request line, held every slot for ever: every later request, the probes included
   a head gets `408` and is closed;
 - at most `max_connections` sockets in all, and `max_connections_per_client` from one address
   (the socket's peer: behind a proxy that is the proxy), answered `503` with `Retry-After` and
-  closed at once beyond either; the health listener's sockets are not counted.
+  closed at once beyond either; the health listener's sockets are not counted. At the global
+  cap a new socket first evicts the oldest one that runs no request (idle after an answer, or
+  still without a whole head), and is refused only when every socket runs one: before, a client
+  about to send a whole request was refused like an idle one, so 8 addresses holding 256 idle
+  sockets each kept everyone out, header timeout after header timeout (issue 49, item 5).
 
 - a client that stops reading its answer (uvicorn waits on it for ever, holding the answer and
   the memory budget it is charged to) is disconnected once it has taken no byte for
   `send_idle_timeout_s` while more wait than the socket takes; the answer's task then ends, and
-  gives back its charge (`serving.http.answers`).
+  gives back its charge (`serving.http.answers`). So is one that reads, but slower than
+  `send_min_bytes_per_s` on average since its answer first waited on it (looked at every
+  `send_idle_timeout_s`): before, a client taking 1 KiB every 25 s kept its answer, its request
+  slot and its charge for hours (issue 49).
 
 Requests, not sockets, are what `server.limit_concurrency` counts (`serving.http.listeners`).
 
@@ -32,8 +39,13 @@ connection, and the client, still uploading, saw `Connection reset by peer` inst
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import logging
+import socket
+import struct
+import termios
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,9 +81,16 @@ class ConnectionLimits:
     send_idle_timeout_s: float = 0.0
     """A client that takes none of the answer's bytes for this long, while more wait than the
     socket takes, is disconnected; 0: never."""
+    send_min_bytes_per_s: float = 0.0
+    """A client that takes its answer slower than this on average, from when the answer first
+    waited on it, is disconnected (looked at every `send_idle_timeout_s`); 0: any rate."""
     uncounted_port: int = 0
     """A local port whose sockets count against neither cap (`server.health_port`: the probes
     reach the server while the API's sockets are all taken); its sockets are timed all the same."""
+    max_uncounted_connections: int = 0
+    """Sockets open at once on `uncounted_port`, a cap of their own
+    (`server.max_health_connections`: the probes are a few; before, any number was held there,
+    file descriptors included); 0 = none."""
 
 
 def _raw_answer(status: str, message: str, extra: bytes = b"") -> bytes:
@@ -92,6 +111,10 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
     class counts the sockets of the one server it serves."""
     per_client: Counter[str] = Counter()
     open_sockets = [0]
+    probe_sockets = [0]
+    """Sockets on `uncounted_port`."""
+    counted: dict[GuardedH11Protocol, None] = {}
+    """The counted sockets, oldest first (the order eviction looks in)."""
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
@@ -104,21 +127,45 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
         _linger_deadline = 0.0
         _last_byte_at = 0.0
         _refused = False
+        _probe = False
+        """A socket on `uncounted_port` (counted in `probe_sockets`)."""
         _send_timer: asyncio.TimerHandle | None = None
-        _unsent = 0
-        """Bytes waiting for the client at the last look (`send_idle_timeout_s`)."""
+        _send_began = 0.0
+        """When the answer began to wait on the client (`pause_writing`), while it does."""
+        _taken_at_start = 0
+        _taken_at_check = 0
+        """Bytes the socket had taken from us when the wait began, and at the last look."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._raw = transport
             self.transport = _LingerOnClose(transport, self._close)  # type: ignore[assignment]
             if limits.uncounted_port and self.server and self.server[1] == limits.uncounted_port:
+                self._probe = True
+                probe_sockets[0] += 1
+                if limits.max_uncounted_connections and (
+                    probe_sockets[0] > limits.max_uncounted_connections
+                ):
+                    logger.warning(
+                        "probe connection refused: %d open (server.max_health_connections)",
+                        limits.max_uncounted_connections,
+                    )
+                    transport.abort()  # no answer: the probes' own port, flooded
+                    return
                 self._watch_head()
                 return
             self._address = self.client[0] if self.client else ""
             per_client[self._address] += 1
             open_sockets[0] += 1
+            counted[self] = None
             over = _over_limit(open_sockets[0], per_client[self._address], limits)
+            if over == _ALL and self._evict_one():
+                over = None
+            if over == _ALL:
+                over = (
+                    f"Too many connections ({limits.max_connections}, server.max_connections), "
+                    "each running a request"
+                )
             if over:
                 logger.warning("connection from %s refused: %s", self._address, over)
                 retry = f"retry-after: {retry_after_s(limits.retry_after_s)}\r\n".encode()
@@ -130,18 +177,60 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._lost = True
+            if self._probe:
+                self._probe = False
+                probe_sockets[0] -= 1
             if self._linger_timer is not None:
                 self._linger_timer.cancel()
                 self._linger_timer = None
+            self._uncount()
+            self._cancel_head_timer()
+            self._cancel_send_timer()
+            super().connection_lost(exc)
+
+        def _uncount(self) -> None:
+            """Leave the counts (once)."""
             if self._address is not None:
                 open_sockets[0] -= 1
                 per_client[self._address] -= 1
                 if not per_client[self._address]:
                     del per_client[self._address]
+                counted.pop(self, None)
                 self._address = None
+
+        def _evict_one(self) -> bool:
+            """Close the oldest other counted socket that runs no request, to make room for
+            this one; False when every one runs a request."""
+            victim = next(
+                (
+                    conn
+                    for conn in counted
+                    if conn is not self and (conn._refused or conn._awaiting_head())
+                ),
+                None,
+            )
+            if victim is None:
+                return False
+            victim._evict()
+            return True
+
+        def _evict(self) -> None:
+            """Closed for a newer socket at `max_connections`: it ran no request. One that sent
+            part of a head gets the header timeout's 408 first."""
+            logger.debug("connection from %s evicted at server.max_connections", self._address)
+            self._uncount()
             self._cancel_head_timer()
-            self._cancel_send_timer()
-            super().connection_lost(exc)
+            if self.transport.is_closing():
+                self._raw.abort()  # lingering already: drop it now
+                return
+            pending, _closed = self.conn.trailing_data
+            if pending:
+                message = (
+                    f"Connections are at their cap ({limits.max_connections}, "
+                    "server.max_connections) and this one has sent no whole request"
+                )
+                self.transport.write(_raw_answer("408 Request Timeout", message))
+            self._raw.close()  # no lingering: its file descriptor goes now, as its count did
 
         def data_received(self, data: bytes) -> None:
             if self._lingered >= 0:  # answered and closing: dropped
@@ -190,35 +279,69 @@ def guarded_h11(limits: ConnectionLimits) -> type[H11Protocol]:
             self._linger_timer = self.loop.call_later(wait_s, self._linger_check)
 
         def pause_writing(self) -> None:
-            """More waits than the socket takes: time the client's reading from now."""
+            """More waits than the socket takes: time the client's reading from now, until the
+            server has nothing left to send (a look finds the buffer empty)."""
             super().pause_writing()
             if limits.send_idle_timeout_s > 0 and self._send_timer is None:
-                self._unsent = self._raw.get_write_buffer_size()
+                self._send_began = self.loop.time()
+                self._taken_at_start = self._taken_at_check = self._taken()
                 self._send_timer = self.loop.call_later(
                     limits.send_idle_timeout_s, self._send_check
                 )
 
-        def resume_writing(self) -> None:
-            super().resume_writing()
-            self._cancel_send_timer()
+        def _taken(self) -> int:
+            """Bytes of this connection's answers the client has taken so far: written, less
+            what waits in our buffer and in the kernel's send queue (sent but not acknowledged:
+            a 4 MiB send buffer drains only when a third of it is free, so our buffer alone
+            showed a client reading 100 KiB/s as one taking nothing for seconds)."""
+            transport = self.transport
+            written = transport.written if isinstance(transport, _LingerOnClose) else 0
+            return written - self._raw.get_write_buffer_size() - _kernel_unsent(self._raw)
+
+        def _drop(self) -> None:
+            """Disconnect at once with a reset: the answer's task ends (`flow.drain`) and the
+            kernel drops what it still held for the client (a plain close would go on sending
+            it, up to the send buffer's 4 MiB, at the client's pace)."""
+            sock = self._raw.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self._raw.abort()
 
         def _send_check(self) -> None:
-            """Disconnect a client that took no byte in `send_idle_timeout_s`; else look again."""
+            """Disconnect a client that took no byte in `send_idle_timeout_s`, or took its
+            answer slower than `send_min_bytes_per_s`; else look again while more waits."""
             self._send_timer = None
             unsent = self._raw.get_write_buffer_size()
             if self._lost or unsent == 0:
                 return
-            if unsent >= self._unsent:
+            taken = self._taken()
+            elapsed_s = self.loop.time() - self._send_began
+            rate = (taken - self._taken_at_start) / max(elapsed_s, 1e-9)
+            client = self.client[0] if self.client else "?"
+            if taken <= self._taken_at_check:
                 logger.info(
                     "client %s read none of its answer for %g s (server.send_idle_timeout_s): "
                     "disconnected with %d bytes unsent",
-                    self.client[0] if self.client else "?",
+                    client,
                     limits.send_idle_timeout_s,
                     unsent,
                 )
-                self._raw.abort()  # connection_lost ends the answer's wait (`flow.drain`)
+                self._drop()
                 return
-            self._unsent = unsent
+            if limits.send_min_bytes_per_s and rate < limits.send_min_bytes_per_s:
+                logger.info(
+                    "client %s read its answer at %.0f bytes/s over %.1f s, under "
+                    "server.send_min_bytes_per_s (%g): disconnected with %d bytes unsent",
+                    client,
+                    rate,
+                    elapsed_s,
+                    limits.send_min_bytes_per_s,
+                    unsent,
+                )
+                self._drop()
+                return
+            self._taken_at_check = taken
             self._send_timer = self.loop.call_later(limits.send_idle_timeout_s, self._send_check)
 
         def _cancel_send_timer(self) -> None:
@@ -272,6 +395,12 @@ class _LingerOnClose:
         self._transport = transport
         self._close = close
         self._closing = False
+        self.written = 0
+        """Bytes written through it (what the client was sent, taken or not)."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += len(data)
+        self._transport.write(data)
 
     def close(self) -> None:
         self._closing = True
@@ -284,13 +413,31 @@ class _LingerOnClose:
         return getattr(self._transport, name)
 
 
+def _kernel_unsent(transport: asyncio.Transport) -> int:
+    """Bytes in the socket's send queue the peer has not acknowledged (`TIOCOUTQ`); 0 where it
+    cannot be read."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    unsent: int = struct.unpack("i", raw)[0]
+    return unsent
+
+
+_ALL = "all"
+
+
 def _over_limit(total: int, from_client: int, limits: ConnectionLimits) -> str | None:
-    """Why a new socket is one too many, or None."""
-    if limits.max_connections and total > limits.max_connections:
-        return f"Too many connections ({limits.max_connections}, server.max_connections)"
+    """Why a new socket is one too many (`_ALL` for `max_connections`, which eviction may
+    lift), or None."""
     if limits.max_connections_per_client and from_client > limits.max_connections_per_client:
         return (
             f"Too many connections from one address ({limits.max_connections_per_client}, "
             "server.max_connections_per_client)"
         )
+    if limits.max_connections and total > limits.max_connections:
+        return _ALL
     return None

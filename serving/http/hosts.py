@@ -21,6 +21,13 @@ A page on another site can also send, without reading the answer, a form-like PO
 but its `Origin` names the other site. So a request whose `Origin` is neither this server's own
 (the same host and port as `Host`: the web page at `/`) nor one of `server.cors_origins` gets 403
 `cross_origin_refused`. Clients other than browsers send no `Origin`.
+
+With API keys on, the key was the only check (issue 49, item 10), yet the web page works with
+keys only behind a proxy that adds the key, and such a proxy lends the key to whatever page gets
+a browser to call it: a cross-site POST, or DNS rebinding onto the proxy's address. So with keys
+on the `Origin` check applies the same way, and the `Host` check too once `server.allowed_hosts`
+names the hosts the server (or its proxy) is reached by; left empty, keyed servers reached by
+any name (a Kubernetes Service, an ingress) keep working unchanged.
 """
 
 from __future__ import annotations
@@ -96,11 +103,19 @@ class HostCheckMiddleware:
     any route runs."""
 
     def __init__(
-        self, app: ASGIApp, *, allowed_hosts: tuple[str, ...], cors_origins: tuple[str, ...] = ()
+        self,
+        app: ASGIApp,
+        *,
+        allowed_hosts: tuple[str, ...],
+        cors_origins: tuple[str, ...] = (),
+        keys_on: bool = False,
     ) -> None:
         self.app = app
         self.allowed_hosts = allowed_hosts
         self.cors_origins = cors_origins
+        self.keys_on = keys_on
+        """With keys on: `Host` checked only when `allowed_hosts` names some."""
+        self._keys = "on" if keys_on else "off"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -113,19 +128,21 @@ class HostCheckMiddleware:
             elif name == b"origin":
                 origin = value.decode("latin-1")
         method, path = scope["method"], scope["path"]
-        if host is not None and not host_allowed(host, self.allowed_hosts):
+        check_host = not self.keys_on or bool(self.allowed_hosts)
+        if check_host and host is not None and not host_allowed(host, self.allowed_hosts):
             logger.warning("refused %s %s: Host %r is not allowed", method, path, host)
             message = (
-                f"Host {_shown(host)} is not allowed: with API keys off, only IP addresses, "
-                "localhost and the names in server.allowed_hosts are answered (DNS rebinding)"
+                f"Host {_shown(host)} is not allowed: with API keys {self._keys}, only IP "
+                "addresses, localhost and the names in server.allowed_hosts are answered (DNS "
+                "rebinding)"
             )
             await send_refusal(send, path, 400, CODE, message)
             return
         if origin is not None and not origin_allowed(origin, host or "", self.cors_origins):
             logger.warning("refused %s %s: Origin %r is another site's", method, path, origin)
             message = (
-                f"Origin {_shown(origin)} is refused: with API keys off, browsers may call this "
-                "server only from its own pages and server.cors_origins"
+                f"Origin {_shown(origin)} is refused: with API keys {self._keys}, browsers may "
+                "call this server only from its own pages and server.cors_origins"
             )
             await send_refusal(send, path, 403, CROSS_ORIGIN_CODE, message)
             return

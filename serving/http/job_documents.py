@@ -11,6 +11,12 @@ A document is ready once none of its pages is still to run: every page done, or 
 (failed or cancelled) with some pages failed or never run, which come out without text (their
 errors are in the JSON format and in `GET /v1/jobs/{id}`). Asked for earlier, it answers 409;
 the archive answers 409 until the whole job has ended.
+
+A rendered output stays on disk with its job (`outputs/{i}[.force|.redo].{ext}`): it counts
+against its owner's stored bytes (`auth.max_stored_bytes`, with the uploads) and is written only
+when `jobs.data_dir`'s disk keeps `jobs.min_free_disk_bytes` free after it (`OutputRoom`).
+Before, outputs escaped both: a key could fill the disk rendering each document in every format
+and mode (issue 49, item 8).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from typing import Any, Literal
 
 from starlette.responses import FileResponse, Response, StreamingResponse
 
-from serving.errors import OcrError, PayloadTooLarge
+from serving.errors import OcrError, PayloadTooLarge, StoredQuotaExceeded
+from serving.http.job_limits import check_free_disk
 from serving.http.zip_stream import ZipStream
 from serving.jobs.document_files import (
     SOURCE_BYTES_PER_PX,
@@ -35,7 +42,7 @@ from serving.jobs.document_files import (
 )
 from serving.jobs.runner import JobRunner
 from serving.jobs.store import JobStore
-from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo
+from serving.jobs.store.types import FileInfo, FinishedPage, JobInfo, StoredLimits
 from serving.outputs.document import TextMode
 from serving.outputs.formats import EXTENSIONS, MEDIA_TYPES, Format
 from serving.scheduling.priorities import BACKGROUND
@@ -51,6 +58,23 @@ RENDER_COPIES = 4
 """What rendering holds, in multiples of the document's records: parsed JSON, the document
 objects, the output (hOCR's markup is the largest); a PDF also holds its upload three times (read,
 parsed by pikepdf, written: as `serving.outputs.service.render_cost` counts) and a frame decoded."""
+
+
+OUTPUT_RECORD_COPIES = 3
+"""What an output may take on disk, in multiples of the document's page records (hOCR's
+markup, the largest, is under three; text is less than one), plus, for a PDF, its upload
+twice (the embedded image or the PDF's own pages, and what the text layer adds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRoom:
+    """Whose stored bytes a rendered output counts against (the job's owner), under which
+    limits (the asking key's), and the disk it must leave room on."""
+
+    owner: str | None
+    limits: StoredLimits
+    data_dir: Path
+    min_free_disk_bytes: int
 
 
 class DocumentNotFound(OcrError):
@@ -148,12 +172,15 @@ async def document_response(
     fmt: Format,
     mode: TextMode = "skip",
     deskew: bool = False,
+    room: OutputRoom | None = None,
 ) -> Response:
     """One document in `fmt`, as a download.
 
     Raises:
         NotReady: pages of the document are still to run (409).
         PayloadTooLarge: rendering it could never fit in the memory budget (413).
+        StoredQuotaExceeded: its output would take `room.owner` past its stored bytes (429).
+        InsufficientStorage: its output would leave too little free disk (507).
     """
     if state.status == "pending":
         raise NotReady(
@@ -161,7 +188,7 @@ async def document_response(
             f"{state.file.pages} pages finished; ask again when `GET /v1/jobs/{info.id}/documents` "
             "says it is not pending"
         )
-    path = await rendered(jobs, runner, info.id, state, fmt, mode, deskew)
+    path = await rendered(jobs, runner, info.id, state, fmt, mode, deskew, room)
     return FileResponse(
         path,
         media_type=_content_type(fmt),
@@ -178,6 +205,7 @@ def archive_response(
     fmt: Format,
     mode: TextMode = "skip",
     deskew: bool = False,
+    room: OutputRoom | None = None,
 ) -> Response:
     """Every document of the finished job in `fmt`, as one zip streamed as it is made.
 
@@ -190,7 +218,7 @@ def archive_response(
             f"{info.pages_total} pages finished); its archive is made once it ends"
         )
     return StreamingResponse(
-        _archive(jobs, runner, info.id, states, fmt, mode, deskew),
+        _archive(jobs, runner, info.id, states, fmt, mode, deskew, room),
         media_type="application/zip",
         headers={"Content-Disposition": f'attachment; filename="job-{info.id}-{fmt}.zip"'},
     )
@@ -204,13 +232,14 @@ async def _archive(
     fmt: Format,
     mode: TextMode,
     deskew: bool,
+    room: OutputRoom | None,
 ) -> AsyncIterator[bytes]:
     stream = ZipStream()
     names: set[str] = set()
     for state in states:
         name = _member_name(state.file, fmt, names)
         try:
-            path = await rendered(jobs, runner, job_id, state, fmt, mode, deskew)
+            path = await rendered(jobs, runner, job_id, state, fmt, mode, deskew, room)
         except OcrError as err:  # one document's failure is reported in the archive, not fatal
             error = {"code": err.code, "message": err.message}
             body = json.dumps({"name": state.file.name, "error": error}).encode()
@@ -237,12 +266,17 @@ async def rendered(
     fmt: Format,
     mode: TextMode = "skip",
     deskew: bool = False,
+    room: OutputRoom | None = None,
 ) -> Path:
     """The document's file in `fmt` (a PDF from a PDF: in `mode`; a PDF straightened with
-    `deskew`), rendered by a CPU worker unless it was already.
+    `deskew`), rendered by a CPU worker unless it was already, within `room` (its owner's stored
+    bytes and the free disk).
 
     Raises:
         PayloadTooLarge: rendering it could never fit in the memory budget.
+        StoredQuotaExceeded: the output would take `room.owner` past its stored bytes (429).
+        InsufficientStorage: the output would leave less than `room.min_free_disk_bytes` free
+            on `room.data_dir`'s disk (507).
         JobNotFound: the job was deleted meanwhile.
     """
     outputs = runner.store.job_dir(job_id) / "outputs"
@@ -271,6 +305,10 @@ async def rendered(
                     priority=BACKGROUND,
                 )
             cost += 3 * state.file.size_bytes + max(4 * largest_px, SOURCE_BYTES_PER_PX * sent_px)
+        if room is not None:
+            pdf_source = 2 * state.file.size_bytes if fmt == "pdf" else 0
+            need = OUTPUT_RECORD_COPIES * records_bytes + pdf_source + (64 << 10)
+            await asyncio.to_thread(_check_room, runner.store, room, need)
         budget = jobs.budget
         if cost > budget.total_bytes:
             raise PayloadTooLarge(
@@ -295,6 +333,28 @@ async def rendered(
     finally:
         await asyncio.to_thread(records.unlink, missing_ok=True)
     return path
+
+
+def _check_room(store: JobStore, room: OutputRoom, need_bytes: int) -> None:
+    """Refuse an output of about `need_bytes` that would take its owner past its stored bytes
+    (uploads and outputs) or leave too little free disk.
+
+    Raises:
+        InsufficientStorage: see `rendered` (507).
+        StoredQuotaExceeded: see `rendered` (429).
+    """
+    check_free_disk(room.data_dir, need_bytes, room.min_free_disk_bytes, spool=False)
+    limit = room.limits.max_bytes
+    if not limit:
+        return
+    held = store.usage(room.owner).bytes
+    if held + need_bytes > limit:
+        who = "jobs submitted without a key" if room.owner is None else f"key {room.owner}"
+        raise StoredQuotaExceeded(
+            f"The store holds {held} bytes of {who}, rendered outputs included; this output "
+            f"would add about {need_bytes} and the limit is {limit} (max_stored_bytes): delete "
+            "finished jobs (DELETE /v1/jobs/{id}) or wait for them to expire"
+        )
 
 
 def _write_records(

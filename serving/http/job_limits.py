@@ -55,25 +55,28 @@ def upload_bytes(request: Request, max_upload_bytes: int) -> int:
     return min(int(declared), max_upload_bytes) if declared.isdigit() else max_upload_bytes
 
 
-def check_free_disk(data_dir: Path, need_bytes: int, min_free_bytes: int) -> None:
+def check_free_disk(
+    data_dir: Path, need_bytes: int, min_free_bytes: int, *, spool: bool = True
+) -> None:
     """Refuse an upload of `need_bytes` unless the disks of `data_dir` (where a job's files are
-    kept) and of the temporary directory (where multipart files are spooled first) each keep
-    `min_free_bytes` free after it; 0 checks nothing.
+    kept) and of the temporary directory (where multipart files are spooled first; not with
+    `spool` off: a rendered output) each keep `min_free_bytes` free after it; 0 checks nothing.
 
     Raises:
         InsufficientStorage: one of them would not (507; nothing was read or written).
     """
     if min_free_bytes <= 0:
         return
-    for where, path in (
-        ("jobs.data_dir", data_dir),
-        ("the upload spool", Path(tempfile.gettempdir())),
-    ):
+    places = [("jobs.data_dir", data_dir)]
+    if spool:
+        places.append(("the upload spool", Path(tempfile.gettempdir())))
+    what = "upload" if spool else "output"
+    for where, path in places:
         free = _free_bytes(path)
         if free is not None and free - need_bytes < min_free_bytes:
             raise InsufficientStorage(
-                f"Not enough free disk for this upload: {where} has {free // _MIB} MiB free, the "
-                f"upload may take {need_bytes // _MIB} MiB and {min_free_bytes // _MIB} MiB must "
+                f"Not enough free disk for this {what}: {where} has {free // _MIB} MiB free, the "
+                f"{what} may take {need_bytes // _MIB} MiB and {min_free_bytes // _MIB} MiB must "
                 "stay free (jobs.min_free_disk_bytes); retry later or send less"
             )
 

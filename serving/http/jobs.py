@@ -4,11 +4,8 @@ and their documents in the output formats (`job_documents`)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar, cast
 
@@ -31,6 +28,7 @@ from serving.http.endpoints import (
 )
 from serving.http.exceptions import native_errors
 from serving.http.job_documents import (
+    OutputRoom,
     archive_response,
     document_response,
     document_states,
@@ -39,7 +37,9 @@ from serving.http.job_documents import (
 )
 from serving.http.job_hooks import check_outputs, storage_reads, submit_hooks
 from serving.http.job_limits import check_free_disk, check_room, stored_limits, upload_bytes
+from serving.http.job_results import results_stream
 from serving.http.ocr_outputs import parse_mode
+from serving.http.open_requests import HeldStream, hold_stream
 from serving.http.params import (
     FORMAT_QUERY,
     JOB_FIELDS,
@@ -55,16 +55,12 @@ from serving.jobs.files import BatchLimits, stage_uploads
 from serving.jobs.options import options_from_json, parse_options
 from serving.jobs.runner import JobRunner
 from serving.jobs.staging import WorkerCounter
-from serving.jobs.store.types import STATUSES, FinishedPage, JobInfo, JobNotFound
+from serving.jobs.store.types import STATUSES, JobInfo, JobNotFound
 from serving.outputs.formats import negotiate, parse_format
 from serving.request_options import NO_CLASSIFIER, parse_flag
 from serving.service.requests import JobRequests
 
 T = TypeVar("T")
-
-FOLLOW_CHECK_S = 30.0
-"""A following stream rereads the job at least this often (a safety net; pages wake it). On a
-store shared by replicas, pages other replicas finish wake nothing here: every poll interval."""
 
 
 class JobsDisabled(OcrError):
@@ -153,6 +149,8 @@ async def _create(request: Request, runner: JobRunner, jobs: JobRequests) -> Res
                     if not staging.done():  # files are discarded
                         count.cancel()
                         await asyncio.wait({staging})
+                    if not staging.cancelled():
+                        staging.exception()  # seen: the client's own hang-up, not logged as lost
             check_outputs(extras.hooks, [document.name for document in documents])
     except HTTPException as err:
         runner.store.discard(job_id)
@@ -263,20 +261,27 @@ async def delete_job(request: Request) -> Response:
 
 async def job_results(request: Request) -> Response:
     """`GET /v1/jobs/{id}/results`: NDJSON, one line per finished page as pages finish, following
-    the job until it ends (`?follow=false`: what is finished now). `?format=text`: plain text in
-    document order, pages ended by a form feed."""
+    the job until it ends (`?follow=false`: what is finished now), for `jobs.follow_max_s` at
+    most: `?after=N` (the lines got so far) goes on from there. `?format=text`: plain text in
+    document order, pages ended by a form feed (`?after=N`: the pages got so far)."""
     runner = _runner(request)
     job_id = request.path_params["job_id"]
     await _visible(request, runner, job_id)  # 404 before the stream starts
     follow = parse_flag("follow", request.query_params.get("follow", "true"))
     fmt = request.query_params.get("format", "ndjson")
-    if fmt == "text":
-        return StreamingResponse(
-            _text(runner, job_id, follow), media_type="text/plain; charset=utf-8"
-        )
-    if fmt != "ndjson":
-        raise ValidationFailed("format must be ndjson or text")
-    return StreamingResponse(_ndjson(runner, job_id, follow), media_type="application/x-ndjson")
+    jobs = jobs_of(request)
+    stream, media_type = results_stream(
+        runner,
+        job_id,
+        follow=follow,
+        fmt=fmt,
+        after=request.query_params.get("after", "0"),
+        follow_max_s=jobs.config.follow_max_s,
+    )
+    if not follow:
+        return StreamingResponse(stream, media_type=media_type)
+    release = hold_stream(request, jobs.streams)  # 429 past auth.max_open_streams
+    return HeldStream(stream, media_type=media_type, release=release)
 
 
 async def list_documents(request: Request) -> Response:
@@ -296,7 +301,8 @@ async def get_document(request: Request) -> Response:
     mode = parse_mode(request.query_params.get("mode", "skip"))
     deskew = parse_flag("deskew", request.query_params.get("deskew", "false"))
     state = pick(await document_states(runner.store, info), request.path_params["index"])
-    return await document_response(jobs_of(request), runner, info, state, fmt, mode, deskew)
+    room = _output_room(request, info)
+    return await document_response(jobs_of(request), runner, info, state, fmt, mode, deskew, room)
 
 
 async def job_archive(request: Request) -> Response:
@@ -308,74 +314,21 @@ async def job_archive(request: Request) -> Response:
     mode = parse_mode(request.query_params.get("mode", "skip"))
     deskew = parse_flag("deskew", request.query_params.get("deskew", "false"))
     states = await document_states(runner.store, info)
-    return archive_response(jobs_of(request), runner, info, states, fmt, mode, deskew)
+    return archive_response(
+        jobs_of(request), runner, info, states, fmt, mode, deskew, _output_room(request, info)
+    )
 
 
-@dataclass(slots=True)
-class _Cursor:
-    """How far a results stream got: in completion order (NDJSON) or document order (text)."""
-
-    after_order: int = 0
-    from_seq: int | None = None
-
-
-async def _ndjson(runner: JobRunner, job_id: str, follow: bool) -> AsyncIterator[bytes]:
-    cursor = _Cursor()
-    async for pages in _follow(runner, job_id, follow, cursor):
-        for page in pages:
-            line = await _line(runner, job_id, page)
-            if line is None:
-                return  # deleted meanwhile
-            yield line + b"\n"
-            cursor.after_order = page.order
-
-
-async def _text(runner: JobRunner, job_id: str, follow: bool) -> AsyncIterator[bytes]:
-    cursor = _Cursor(from_seq=0)
-    async for pages in _follow(runner, job_id, follow, cursor):
-        for page in pages:
-            text = ""
-            if page.error is None:
-                line = await _line(runner, job_id, page)
-                if line is None:
-                    return
-                text = "".join(f"{row['text']}\n" for row in json.loads(line)["lines"])
-            yield (text + "\f").encode()
-            cursor.from_seq = page.seq + 1
-
-
-async def _follow(
-    runner: JobRunner, job_id: str, follow: bool, cursor: _Cursor
-) -> AsyncIterator[list[FinishedPage]]:
-    """Finished pages as they come, until the job ends (or now, without `follow`) or is deleted."""
-    while True:
-        changed = runner.events.watch(job_id)
-        try:
-            info, pages = await asyncio.to_thread(
-                runner.store.finished_pages,
-                job_id,
-                after_order=cursor.after_order,
-                from_seq=cursor.from_seq,
-            )
-        except OcrError:
-            return  # deleted, or the server is stopping
-        if pages:
-            yield pages
-            continue
-        if info.finished or not follow:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), runner.store.poll_interval_s or FOLLOW_CHECK_S)
-
-
-async def _line(runner: JobRunner, job_id: str, page: FinishedPage) -> bytes | None:
-    """The page's NDJSON line: its result, or its error; None when the job was deleted."""
-    if page.error is not None:
-        return json.dumps(page.error.to_json(), ensure_ascii=False).encode()
-    try:
-        return await asyncio.to_thread(runner.store.read_result, job_id, page.seq)
-    except JobNotFound:
-        return None
+def _output_room(request: Request, info: JobInfo) -> OutputRoom:
+    """What a rendered output of `info`'s counts against: its owner's stored bytes, under the
+    asking key's limits, and `jobs.data_dir`'s free disk."""
+    config = jobs_of(request).config
+    return OutputRoom(
+        owner=info.owner,
+        limits=stored_limits(request, config_of(request)),
+        data_dir=Path(config.data_dir),
+        min_free_disk_bytes=config.min_free_disk_bytes,
+    )
 
 
 def job_routes(observe: Callable[[str, Handler], Handler]) -> list[Route]:

@@ -126,7 +126,9 @@ async def answer(
         orders = None
         if want.layout:
             orders = await renderer.reading_orders([page.result for page in pages])
-        return charged_json(json_body(pages, want, orders), budget=renderer.budget, headers=headers)
+        return await charged_json(
+            json_body(pages, want, orders), budget=renderer.budget, headers=headers
+        )
     orders = await renderer.reading_orders([page.result for page in pages])
     document = Document(
         name=name or "document",

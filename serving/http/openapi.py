@@ -34,7 +34,10 @@ def _json(description: str, schema: Json) -> Json:
 def _errors(*statuses: int, schema: str = "Error") -> dict[str, Json]:
     text = {
         404: "Not found",
-        408: "Upload stalled or too slow (`server.upload_idle_timeout_s`, `upload_timeout_s`)",
+        408: (
+            "Upload stalled or too slow (`server.upload_idle_timeout_s`, `upload_timeout_s`, "
+            "`upload_min_bytes_per_s`)"
+        ),
         413: (
             "Body over `server.max_body_bytes` (jobs: `jobs.max_upload_bytes`), chunked or not; "
             "a form field over 64 KiB; or a body `server.memory_budget_bytes` could never hold"
@@ -43,6 +46,7 @@ def _errors(*statuses: int, schema: str = "Error") -> dict[str, Json]:
         409: "Pages of the job are still to run (a document, or the archive of a running job)",
         415: "Unsupported content type",
         422: "Invalid input or parameters",
+        429: "The key's quota: requests or streams open at once, rate, pages (with Retry-After)",
         502: "The object store named by an `input` could not be reached (`storage_unavailable`)",
         503: (
             "Not ready, overloaded or no memory-budget room for the body now (with Retry-After), "
@@ -245,15 +249,24 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         "tags": ["jobs"],
         "parameters": [
             _JOB_ID,
-            _query("follow", {"type": "boolean"}, "Default true: stream until the job ends"),
+            _query(
+                "follow",
+                {"type": "boolean"},
+                "Default true: stream until the job ends, or for jobs.follow_max_s",
+            ),
             _query("format", {"type": "string", "enum": ["ndjson", "text"]}, "Default ndjson"),
+            _query(
+                "after",
+                {"type": "integer", "minimum": 0},
+                "Pages already received (NDJSON lines, or text pages): go on after them",
+            ),
         ],
         "responses": {
             "200": {
                 "description": "One JSON line per page, or text with pages ended by form feeds",
                 "content": {"application/x-ndjson": {"schema": {"type": "string"}}, **_TEXT},
             },
-            **_errors(404, 422),
+            **_errors(404, 422, 429),
         },
     },
     ("/v1/jobs/{job_id}/documents", "get"): {

@@ -23,7 +23,7 @@ RENDER_QUERY = ("page",)
 JOB_QUERY = tuple(OPTIONS)
 """`POST /v1/jobs`: the OCR options, for every page of the job (or in its `options` field)."""
 LIST_JOBS_QUERY = ("status", "limit")
-RESULTS_QUERY = ("follow", "format")
+RESULTS_QUERY = ("follow", "format", "after")
 FORMAT_QUERY = ("format", "mode", "deskew")
 """A job's documents and archive: the format, and a searchable PDF's `mode` and `deskew`."""
 NO_QUERY: tuple[str, ...] = ()

@@ -14,7 +14,7 @@ from serving.errors import InvalidInput
 from serving.http import json_body, ocr_outputs, paddlex_api, url_fetch
 from serving.http.answers import charged_json
 from serving.http.auth import identity_of
-from serving.http.body_limit import PADDLEX, RAW, limit_body
+from serving.http.body_limit import PADDLEX, RAW, body_charge_of, limit_body
 from serving.http.endpoints import (
     budget_of,
     config_of,
@@ -44,7 +44,8 @@ async def paddlex_ocr(request: Request) -> Response:
     try:
         paddlex_api.check_content_type(request.headers.get("content-type", ""))
         raw = await read_body(request)
-        body = await json_body.load(raw)  # refuses JSON bombs unparsed, off the event loop
+        # Refuses JSON bombs unparsed, off the event loop; charges what the parse takes.
+        body = await json_body.load(raw, body_charge_of(request))
         del raw  # not held while the document runs (`body_limit.PADDLEX` counts what is)
         log_id = paddlex_api.log_id_of(body, default=log_id)
         parsed = paddlex_api.parse_request(body)
@@ -77,7 +78,7 @@ async def paddlex_ocr(request: Request) -> Response:
             return_word_box=parsed.return_word_box,
         )
         # Its pictures may be megabytes: charged until the client has read them.
-        return charged_json(paddlex_api.envelope(log_id, result), budget=budget_of(request))
+        return await charged_json(paddlex_api.envelope(log_id, result), budget=budget_of(request))
     except Exception as exc:  # the HTTP boundary: every failure is answered in the envelope
         return paddlex_error(exc, log_id, config.server)
     finally:
@@ -97,6 +98,7 @@ async def _paddlex_file(
             allowed_hosts=config.input.url_allowed_hosts,
             timeout_s=config.input.url_timeout_s,
             max_bytes=config.server.max_body_bytes,
+            allowed_ports=config.input.url_allowed_ports,
         )
         return await url_fetch.fetch(parsed.file, limits, charge=fetched), kind
     if parsed.file_type is None:

@@ -10,6 +10,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from serving.errors import ValidationFailed
+from serving.http.answers import ChargedAnswer
 from serving.http.auth import identity_of
 from serving.http.body_limit import RAW, limit_body
 from serving.http.endpoints import config_of, observed, ocr_of, until_disconnect
@@ -33,7 +34,7 @@ async def render(request: Request) -> Response:
     if not page_text.isdigit() or len(page_text) > 6:
         raise ValidationFailed("page must be a page number counted from 0")
     data, kind = await read_document(request)
-    png = await until_disconnect(
+    png, held = await until_disconnect(
         request,
         ocr.render_page(
             data,
@@ -43,7 +44,9 @@ async def render(request: Request) -> Response:
             tenant=identity_of(request),
         ),
     )
-    return Response(png, media_type="image/png")
+    # Charged until sent, as the JSON answers (`serving.http.answers`): a client reading it
+    # slowly, or never, holds its room in the budget, not memory outside it.
+    return ChargedAnswer(png, held=held, media_type="image/png")
 
 
 ROUTES = [

@@ -30,6 +30,10 @@ class FetchLimits:
     """Connect, read and whole-download limit."""
     max_bytes: int
     """Larger downloads get 413 (the body limit of the server, `server.max_body_bytes`)."""
+    allowed_ports: tuple[int, ...] = ()
+    """Ports besides the scheme's own (80, 443) a URL may name (`input.url_allowed_ports`):
+    before, an allow-listed host was fetched on any port, its admin ports and other services
+    included (issue 49)."""
 
 
 def kind_from_url(url: str) -> FileKind:
@@ -113,10 +117,16 @@ async def fetch(
         raise InvalidInput("URLs with credentials are not accepted")
     if host not in {h.lower() for h in limits.allowed_hosts}:
         raise InvalidInput(f"The URL's host {host!r} is not allowed (input.url_allowed_hosts)")
+    default_port = 443 if parts.scheme == "https" else 80
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        port = parts.port or default_port
     except ValueError as err:
         raise InvalidInput("The URL's port is not valid") from err
+    if port != default_port and port not in limits.allowed_ports:
+        raise InvalidInput(
+            f"The URL's port {port} is not allowed: {parts.scheme} URLs are fetched on port "
+            f"{default_port}, or on the ports in input.url_allowed_ports"
+        )
     address = await checked_address(host, port)
     # The file as stored: httpx would undo each `Content-Encoding` layer before the size check
     # (249 bytes of `gzip, gzip` on the wire became one 50 MB chunk).

@@ -25,6 +25,7 @@ from pipelines.types import PageResult
 from serving.config import JobsConfig
 from serving.errors import OcrError, Overloaded
 from serving.jobs.files import Document
+from serving.jobs.follow import watch_shared_store
 from serving.jobs.hooks import JobHooks
 from serving.jobs.options import page_record
 from serving.jobs.outbox import Outbox
@@ -64,6 +65,10 @@ class JobEvents:
         if event is None:
             event = self._events[job_id] = asyncio.Event()
         return event
+
+    def watched(self) -> list[str]:
+        """The jobs someone waits on now."""
+        return list(self._events)
 
     def notify(self, job_id: str) -> None:
         """Wake everyone watching `job_id`."""
@@ -150,6 +155,9 @@ class JobRunner:
             self._loops.append(asyncio.create_task(self._renew(), name="jobs-leases"))
         if self.outbox is not None:
             await self.outbox.start()
+        if self.store.poll_interval_s is not None:  # other replicas finish pages unseen here
+            watch = watch_shared_store(self.store, self.events, self.store.poll_interval_s)
+            self._loops.append(asyncio.create_task(watch, name="jobs-followed"))
 
     async def stop(self) -> None:
         """Cancel pages in flight (they go back to pending) and close the store."""

@@ -112,13 +112,20 @@ class WorkerCounter:
                 f"screen); a job's animated images may decode {cap} pixels in all "
                 "(jobs.max_staging_pixels): send the frames as a multi-page TIFF or a PDF"
             )
-        async with contextlib.AsyncExitStack() as held:
+        async with contextlib.AsyncExitStack() as stack:
+            held = None
             if self._budget is not None:
-                await held.enter_async_context(
+                held = await stack.enter_async_context(
                     self._budget.hold(STAGING_BYTES_PER_PX * plan.frame_pixels)
                 )
+            # Held until the worker is done with it, even after a hang-up (`CpuPool.run`).
             return await self._cpu.run(
-                cpu_stages.stage_document, path, kind, self._limits, priority=self._priority
+                cpu_stages.stage_document,
+                path,
+                kind,
+                self._limits,
+                priority=self._priority,
+                holding=held,
             )
 
 

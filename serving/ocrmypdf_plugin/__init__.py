@@ -20,6 +20,7 @@ from ocrmypdf import hookimpl
 from ocrmypdf.exceptions import BadArgsError
 
 from serving.ocrmypdf_plugin.backend import PluginSettings
+from serving.ocrmypdf_plugin.client import MAX_ANSWER_BYTES
 from serving.ocrmypdf_plugin.engine import ServingOcrEngine
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,13 @@ def add_options(parser: ArgumentParser) -> None:
         help="retries of a page the server answers 429 or 503, after its Retry-After (default 5)",
     )
     group.add_argument(
+        "--ocr-max-answer-bytes",
+        type=int,
+        default=MAX_ANSWER_BYTES,
+        metavar="N",
+        help=f"refuse a server answer larger than N bytes (default {MAX_ANSWER_BYTES})",
+    )
+    group.add_argument(
         "--ocr-config",
         metavar="PATH",
         help="local mode: the server's config file (default: its defaults, OCR_* variables over)",
@@ -77,8 +85,10 @@ def check_options(options: Any) -> None:
         return
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line for every page
     settings = PluginSettings.of(options)
-    if settings.retries < 0 or settings.timeout_s <= 0:
-        raise BadArgsError("--ocr-retries must be >= 0 and --ocr-timeout-s > 0")
+    if settings.retries < 0 or settings.timeout_s <= 0 or settings.max_answer_bytes <= 0:
+        raise BadArgsError(
+            "--ocr-retries must be >= 0, --ocr-timeout-s > 0 and --ocr-max-answer-bytes > 0"
+        )
     if options.pdf_renderer == "sandwich":
         # Ours is OCRmyPDF 17's generate_ocr, which its fpdf2 renderer draws (auto, hocr too).
         raise BadArgsError("ocr-serving: use --pdf-renderer auto or fpdf2, not sandwich")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from serving.ocrmypdf_plugin.client import ClientSettings, ServerClient
+from serving.ocrmypdf_plugin.client import MAX_ANSWER_BYTES, ClientSettings, ServerClient
 
 
 class Backend(Protocol):
@@ -29,6 +29,7 @@ class PluginSettings:
     timeout_s: float
     retries: int
     config: Path | None
+    max_answer_bytes: int = MAX_ANSWER_BYTES
 
     @classmethod
     def of(cls, options: Any) -> PluginSettings:
@@ -45,6 +46,7 @@ class PluginSettings:
             timeout_s=float(get("ocr_timeout_s", 300.0)),
             retries=int(get("ocr_retries", 5)),
             config=Path(config) if config else None,
+            max_answer_bytes=int(get("ocr_max_answer_bytes", MAX_ANSWER_BYTES)),
         )
 
 
@@ -75,6 +77,7 @@ def _make(settings: PluginSettings) -> Backend:
                 api_key=settings.api_key,
                 timeout_s=settings.timeout_s,
                 retries=settings.retries,
+                max_answer_bytes=settings.max_answer_bytes,
             )
         )
     from serving.ocrmypdf_plugin.local import LocalEngine

@@ -1,11 +1,17 @@
 """The OCR server as OCRmyPDF's plugin calls it: `POST /v1/ocr` for a page image and `GET
 /v1/models` for the languages, over one HTTP connection pool that OCRmyPDF's page threads share
 (their pages reach the server at once, and its queues batch them). 429 and 503 are retried,
-waiting the server's `Retry-After` (else a doubling backoff), up to `retries` times."""
+waiting the server's `Retry-After` (else a doubling backoff), up to `retries` times.
+
+The server is trusted no more than the network it is reached over (issue 49, item 10): a
+`Retry-After` that is no finite number (`nan` raised `ValueError` in `time.sleep`) waits the
+backoff instead, and an answer is read only up to `max_answer_bytes` (it was read whole into
+OCRmyPDF's memory, however large)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +28,9 @@ FIRST_BACKOFF_S = 0.5
 """The first wait when the answer has no `Retry-After`; each retry doubles it."""
 MAX_WAIT_S = 60.0
 """No single wait is longer, whatever `Retry-After` says."""
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""The most an answer may hold (`--ocr-max-answer-bytes`): a page's JSON with its words is a few
+hundred KB."""
 CONNECT_TIMEOUT_S = 10.0
 
 
@@ -49,6 +58,8 @@ class ClientSettings:
     a page it could not finish in time at once (503 + Retry-After) instead of reading it late."""
     retries: int = 5
     """Tries after the first for a page answered 429 or 503."""
+    max_answer_bytes: int = MAX_ANSWER_BYTES
+    """An answer larger than this is refused (`OcrServerError`), not read on."""
 
 
 def retry_wait_s(response: httpx.Response, attempt: int) -> float:
@@ -58,6 +69,8 @@ def retry_wait_s(response: httpx.Response, attempt: int) -> float:
     try:
         wait_s = float(header)
     except ValueError:
+        wait_s = math.nan
+    if not math.isfinite(wait_s):  # absent, an HTTP date, or "nan" / "inf"
         wait_s = FIRST_BACKOFF_S * 2 ** (attempt - 1)
     return min(max(wait_s, 0.0), MAX_WAIT_S)
 
@@ -88,7 +101,7 @@ class ServerClient:
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         for attempt in range(self.settings.retries + 1):
             try:
-                response = self._http.request(method, path, **kwargs)
+                response = self._bounded(self._http.build_request(method, path, **kwargs))
             except httpx.TransportError as err:
                 raise OcrServerError(
                     f"cannot reach the OCR server at {self.settings.url}: {err!s} "
@@ -114,6 +127,38 @@ class ServerClient:
                 response.status_code,
             )
         return response
+
+    def _bounded(self, request: httpx.Request) -> httpx.Response:
+        """`request`'s answer, read up to `max_answer_bytes`.
+
+        Raises:
+            OcrServerError: the answer is larger.
+        """
+        limit = self.settings.max_answer_bytes
+        response = self._http.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise self._too_large(request, limit)
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    raise self._too_large(request, limit)
+        finally:
+            response.close()
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            content=bytes(body),
+            request=request,
+        )
+
+    def _too_large(self, request: httpx.Request, limit: int) -> OcrServerError:
+        return OcrServerError(
+            f"OCR server {self.settings.url} answered {request.method} {request.url.path} with "
+            f"more than {limit} bytes (--ocr-max-answer-bytes); not read"
+        )
 
     def ocr(self, image: bytes, params: dict[str, str]) -> dict[str, Any]:
         """The `/v1/ocr` JSON page for one page image, with `params` as query parameters."""

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import psutil
@@ -73,12 +73,14 @@ class MemoryBudget:
         self.body_bytes = 0
         """Of `used_bytes`, what request bodies hold (`BodyCharge`)."""
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._answers: deque[tuple[int, asyncio.Future[None]]] = deque()
+        """Answers waiting for room (`acquire_answer`): served before `_waiters`."""
         self._aborted: OcrError | None = None
 
     @property
     def waiting(self) -> int:
-        """Pages waiting for room."""
-        return len(self._waiters)
+        """Pages (and answers) waiting for room."""
+        return len(self._waiters) + len(self._answers)
 
     def gauge(self, state: str) -> float:
         """ "used" or "total" bytes, or pages "waiting" (for `/metrics`)."""
@@ -108,29 +110,38 @@ class MemoryBudget:
             )
 
     @contextlib.asynccontextmanager
-    async def hold(self, nbytes: int) -> AsyncIterator[None]:
-        """Hold `nbytes` of the budget for the work inside, waiting for room first.
+    async def hold(self, nbytes: int) -> AsyncIterator[Held]:
+        """Hold `nbytes` of the budget for the work inside, waiting for room first; given back
+        on the way out unless the work kept it (`Held.keep`: a CPU call left running).
 
         Raises:
             PayloadTooLarge: `nbytes` could never fit.
         """
         await self.acquire(nbytes)
+        held = Held(self, nbytes)
         try:
-            yield
+            yield held
         finally:
-            self.release(nbytes)
+            held.release()
 
     async def acquire(self, nbytes: int) -> None:
         """Take `nbytes`, waiting behind earlier pages until they fit (see `hold`)."""
+        await self._take(nbytes, first=False)
+
+    async def _take(self, nbytes: int, *, first: bool) -> None:
+        """Take `nbytes`, waiting for room: behind every waiter, or (`first`: answers) behind
+        the other answers only."""
         if self._aborted is not None:
             raise self._aborted
         self.check(nbytes)
-        if not self._waiters and self.used_bytes + nbytes <= self.total_bytes:
+        waiters = self._answers if first else self._waiters
+        ahead = self._answers if first else (self._answers or self._waiters)
+        if not ahead and self.used_bytes + nbytes <= self.total_bytes:
             self.used_bytes += nbytes
             return
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (nbytes, granted)
-        self._waiters.append(entry)
+        waiters.append(entry)
         try:
             await granted
         except asyncio.CancelledError:
@@ -138,26 +149,51 @@ class MemoryBudget:
                 self.release(nbytes)  # room was granted as the waiter went away
             else:
                 with contextlib.suppress(ValueError):  # `_grant` may have dropped it already
-                    self._waiters.remove(entry)
+                    waiters.remove(entry)
                 self._grant()  # the head may have left: those behind it may fit now
             raise
 
-    def take_held(self, nbytes: int) -> None:
-        """Count `nbytes` already held (an answer made, waiting to be sent) at once, past the
-        total if need be: they are in memory whatever the budget says, so pages wait for them
-        to be given back (`release`) rather than add to them."""
-        self.used_bytes += nbytes
+    async def acquire_answer(self, nbytes: int) -> Held:
+        """Take `nbytes` for an answer already made, to hold until it is sent (`Held`), within the
+        total: ahead of the pages waiting (an answer gives its bytes back once the client took
+        them, a page only after all its work), else waiting for room like them.
+
+        Raises:
+            PayloadTooLarge: `nbytes` is over the whole budget.
+        """
+        await self._take(nbytes, first=True)
+        return Held(self, nbytes)
+
+    async def answer_from(self, held_bytes: int, nbytes: int) -> Held:
+        """Turn `held_bytes` taken with `acquire` (the work that made an answer) into the
+        answer's `nbytes`: the rest is given back, or the difference taken as
+        `acquire_answer` does; the answer never takes the budget past its total.
+
+        Raises:
+            PayloadTooLarge: `nbytes` is over the whole budget (`held_bytes` given back).
+        """
+        if nbytes <= held_bytes:
+            self.release(held_bytes - nbytes)
+            return Held(self, nbytes)
+        try:
+            self.check(nbytes)
+            await self._take(nbytes - held_bytes, first=True)
+        except BaseException:
+            self.release(held_bytes)
+            raise
+        return Held(self, nbytes)
 
     def abort(self, error: OcrError) -> int:
         """Fail every page waiting for room with `error`, and refuse new ones (shutdown).
         Returns how many."""
         self._aborted = error
         failed = 0
-        while self._waiters:
-            _, granted = self._waiters.popleft()
-            if not granted.done():
-                granted.set_exception(error)
-                failed += 1
+        for waiters in (self._answers, self._waiters):
+            while waiters:
+                _, granted = waiters.popleft()
+                if not granted.done():
+                    granted.set_exception(error)
+                    failed += 1
         return failed
 
     def release(self, nbytes: int) -> None:
@@ -166,12 +202,15 @@ class MemoryBudget:
         self._grant()
 
     def _grant(self) -> None:
-        while self._waiters and self.used_bytes + self._waiters[0][0] <= self.total_bytes:
-            nbytes, granted = self._waiters.popleft()
-            if granted.done():
-                continue
-            self.used_bytes += nbytes
-            granted.set_result(None)
+        for waiters in (self._answers, self._waiters):
+            while waiters and self.used_bytes + waiters[0][0] <= self.total_bytes:
+                nbytes, granted = waiters.popleft()
+                if granted.done():
+                    continue
+                self.used_bytes += nbytes
+                granted.set_result(None)
+            if waiters:
+                return  # the head waits: nothing behind it goes first
 
     # --- request bodies (`BodyCharge`) ------------------------------------------------------
 
@@ -199,6 +238,38 @@ class MemoryBudget:
         """Give back `nbytes` taken with `take_body`."""
         self.body_bytes -= nbytes
         self.release(nbytes)
+
+
+class Held:
+    """Bytes of the budget held (for an answer made and not yet sent, a render, a staging),
+    given back once (`release`), or kept past their holder by what still uses them (`keep`)."""
+
+    def __init__(self, budget: MemoryBudget, nbytes: int) -> None:
+        self.budget = budget
+        self.nbytes = nbytes
+        self.kept = False
+
+    def release(self) -> None:
+        """Give the bytes back (once); nothing while they are kept."""
+        if not self.kept:
+            self._give_back()
+
+    def keep(self) -> Callable[[], None]:
+        """Keep the bytes held after their holder lets go (a CPU call whose caller went away
+        still runs in its worker, holding the memory, until it ends or the worker is killed);
+        returns what gives them back, once."""
+        self.kept = True
+        return self._give_back
+
+    def take(self) -> int:
+        """The bytes held, handed over whole to whoever gives them back now (`answer_from`)."""
+        nbytes, self.nbytes = self.nbytes, 0
+        return nbytes
+
+    def _give_back(self) -> None:
+        nbytes, self.nbytes = self.nbytes, 0
+        if nbytes:
+            self.budget.release(nbytes)
 
 
 class BodyCharge:
@@ -239,7 +310,26 @@ class BodyCharge:
         if self.copies == 0 or body_bytes == 0:
             return
         self.check(self.held_bytes // self.copies + body_bytes)
-        need = self.copies * body_bytes
+        self._take(self.copies * body_bytes)
+
+    def add_bytes(self, nbytes: int) -> None:
+        """Charge `nbytes` more that handling the body takes (its parse: `json_body`), as `add`
+        charges the body's own.
+
+        Raises:
+            PayloadTooLarge: the body would hold more than bodies may (413).
+            Overloaded: the budget has no room for it now (503, retry later).
+        """
+        if self.held_bytes + nbytes > self.budget.body_limit_bytes:
+            raise PayloadTooLarge(
+                f"This body takes about {(self.held_bytes + nbytes) // _MIB} MiB to read (a "
+                f"text of characters above U+00FF takes 4 bytes each); bodies may hold "
+                f"{self.budget.body_limit_bytes // _MIB} MiB of this server's memory budget "
+                "(server.memory_budget_bytes)"
+            )
+        self._take(nbytes)
+
+    def _take(self, need: int) -> None:
         if not self.budget.take_body(need):
             raise Overloaded(
                 "No room in the memory budget for this request body now "

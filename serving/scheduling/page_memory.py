@@ -89,32 +89,46 @@ class PageCosts:
         """For `/readyz`."""
         return {"engine_bytes_per_det_px": self.engine_bytes_per_det_px}
 
-    def page_bytes(self, plan: PagePlan, kind: FileKind, det: DetParams) -> int:
-        """What the page costs, decoded at `plan.width` x `plan.height`."""
-        return self._bytes(plan.width, plan.height, plan, kind, det)
+    def page_bytes(
+        self, plan: PagePlan, kind: FileKind, det: DetParams, extra_per_px: int = 0
+    ) -> int:
+        """What the page costs, decoded at `plan.width` x `plan.height`, with `extra_per_px`
+        more bytes a decoded pixel (the orientation classifier's upright copy)."""
+        return self._bytes(plan.width, plan.height, plan, kind, det, extra_per_px)
 
-    def fit(self, plan: PagePlan, kind: FileKind, det: DetParams, budget_bytes: int) -> int | None:
+    def fit(
+        self,
+        plan: PagePlan,
+        kind: FileKind,
+        det: DetParams,
+        budget_bytes: int,
+        extra_per_px: int = 0,
+    ) -> int | None:
         """The longest side the page may be decoded at to cost at most `budget_bytes`: the side
-        it decodes at when it fits, else a smaller one down to `MIN_SCALED_SIDE_PX`, else None."""
+        it decodes at when it fits, else a smaller one down to `MIN_SCALED_SIDE_PX`, else None.
+        `extra_per_px` counts in (before, a page the classifier may turn was fitted without its
+        copy, and then refused with 413 for the copy's few MB past the budget)."""
         longest = max(plan.width, plan.height)
-        if self.page_bytes(plan, kind, det) <= budget_bytes:
+        if self.page_bytes(plan, kind, det, extra_per_px) <= budget_bytes:
             return longest
         low, high = MIN_SCALED_SIDE_PX, longest - 1  # the answer, if any, is in [low, high]
-        if low > high or self.at_side(low, plan, kind, det) > budget_bytes:
+        if low > high or self.at_side(low, plan, kind, det, extra_per_px) > budget_bytes:
             return None
         while low < high:
             mid = (low + high + 1) // 2
-            if self.at_side(mid, plan, kind, det) <= budget_bytes:
+            if self.at_side(mid, plan, kind, det, extra_per_px) <= budget_bytes:
                 low = mid
             else:
                 high = mid - 1
         return low
 
-    def at_side(self, side: int, plan: PagePlan, kind: FileKind, det: DetParams) -> int:
+    def at_side(
+        self, side: int, plan: PagePlan, kind: FileKind, det: DetParams, extra_per_px: int = 0
+    ) -> int:
         """What the page costs decoded with its longer side at most `side`."""
         width, height = fit_side(plan.full_width, plan.full_height, side)
         # A PDF renders at ceil(points x scale): one pixel more a side than the fit, at most.
-        return self._bytes(width + 1, height + 1, plan, kind, det)
+        return self._bytes(width + 1, height + 1, plan, kind, det, extra_per_px)
 
     def det_bytes(self, width: int, height: int, det: DetParams) -> int:
         """Of a page decoded at `width` x `height`, what its detection holds (the rows with
@@ -124,11 +138,18 @@ class PageCosts:
         return math.ceil((DET_BYTES_PER_PX + self.engine_bytes_per_det_px) * det_h * det_w)
 
     def _bytes(
-        self, width: int, height: int, plan: PagePlan, kind: FileKind, det: DetParams
+        self,
+        width: int,
+        height: int,
+        plan: PagePlan,
+        kind: FileKind,
+        det: DetParams,
+        extra_per_px: int = 0,
     ) -> int:
         page_px = width * height
         if kind == "pdf":
             decode = PDF_DECODE_BYTES_PER_PX * page_px
         else:
             decode = IMAGE_DECODE_BYTES_PER_SENT_PX * plan.full_width * plan.full_height
-        return decode + PAGE_BYTES_PER_PX * page_px + self.det_bytes(width, height, det)
+        page = (PAGE_BYTES_PER_PX + extra_per_px) * page_px
+        return decode + page + self.det_bytes(width, height, det)

@@ -133,3 +133,41 @@ class KeyPages:
             self.inflight[key_id] = left
         else:
             self.inflight.pop(key_id, None)
+
+
+class ClientSlots:
+    """Things one client (an API key's id, or its address with keys off) holds open at once,
+    each client at most `per_client` (0: no limit): its requests running
+    (`auth.max_open_requests`), its results streams (`auth.max_open_streams`)."""
+
+    def __init__(self, per_client: int, *, setting: str, what: str) -> None:
+        self.per_client = per_client
+        self.setting = setting
+        self.what = what
+        self._held: dict[str, int] = {}
+
+    def held(self, client: str) -> int:
+        """What `client` holds now."""
+        return self._held.get(client, 0)
+
+    def take(self, client: str) -> None:
+        """One more for `client`; give it back with `release`.
+
+        Raises:
+            QuotaExceeded: `client` holds `per_client` already (429).
+        """
+        held = self._held.get(client, 0)
+        if self.per_client and held >= self.per_client:
+            raise QuotaExceeded(
+                f"{held} {self.what} of yours are open; at most {self.per_client} at once "
+                f"({self.setting}): retry when one has ended"
+            )
+        self._held[client] = held + 1
+
+    def release(self, client: str) -> None:
+        """Give one back."""
+        left = self._held.get(client, 0) - 1
+        if left > 0:
+            self._held[client] = left
+        else:
+            self._held.pop(client, None)

@@ -25,7 +25,7 @@ from serving.errors import DeadlineExceeded
 from serving.request_options import OcrOptions
 from serving.scheduling.admission import Admission
 from serving.scheduling.batching import Scheduler, WorkItem
-from serving.scheduling.memory_budget import MemoryBudget
+from serving.scheduling.memory_budget import Held, MemoryBudget
 from serving.scheduling.page_memory import MIN_SCALED_SIDE_PX, PageCosts
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.scheduling.quotas import KeyPages, Tenant
@@ -248,7 +248,7 @@ class OcrService:
         """
         costs = self.page_costs()
         copy_per_px = TURNED_COPY_BYTES_PER_PX if turned else 0
-        cost = costs.page_bytes(plan, kind, det) + copy_per_px * plan.width * plan.height
+        cost = costs.page_bytes(plan, kind, det, copy_per_px)
         sent = (plan.full_width, plan.full_height)
         if cost <= self.budget.total_bytes:
             return PageCharge(
@@ -258,16 +258,16 @@ class OcrService:
                 sent=sent if plan.scaled else None,
             )
         # To half the budget where it can be: one page scaled to fit leaves room for another.
-        side = costs.fit(plan, kind, det, self.budget.total_bytes // 2) or costs.fit(
-            plan, kind, det, self.budget.total_bytes
+        side = costs.fit(plan, kind, det, self.budget.total_bytes // 2, copy_per_px) or costs.fit(
+            plan, kind, det, self.budget.total_bytes, copy_per_px
         )
         if side is None:
-            self.budget.check(costs.at_side(MIN_SCALED_SIDE_PX, plan, kind, det))
+            self.budget.check(costs.at_side(MIN_SCALED_SIDE_PX, plan, kind, det, copy_per_px))
             raise AssertionError("unreachable: a page that fits at the smallest side has one")
         logger.info("page of %d x %d decoded at %d px a side to fit the memory budget", *sent, side)
         width, height = fit_side(plan.full_width, plan.full_height, side)
         return PageCharge(
-            cost=costs.at_side(side, plan, kind, det) + copy_per_px * width * height,
+            cost=costs.at_side(side, plan, kind, det, copy_per_px),
             det_cost=costs.det_bytes(width + 1, height + 1, det),  # as `PageCosts.at_side`
             limits=dataclasses.replace(self.limits, max_page_side_px=side),
             sent=sent,
@@ -281,9 +281,10 @@ class OcrService:
         *,
         timeout_s: float,
         tenant: Tenant | None = None,
-    ) -> bytes:
+    ) -> tuple[bytes, Held]:
         """Page `page_index` of a document as PNG (the web page's `/v1/render`), admitted and
-        budgeted like OCR work.
+        budgeted like OCR work; the PNG keeps its size of the charge until it is sent (`Held`:
+        the caller releases it).
 
         Raises:
             InvalidInput: the page does not decode or breaks a limit.
@@ -297,11 +298,19 @@ class OcrService:
             # The decoded page and its PNG encoding, on top of the decode buffer (an image is
             # decoded as sent before it is downscaled).
             sent = plan.full_width * plan.full_height
-            async with self.budget.hold(
-                10 * (sent if kind == "image" else plan.width * plan.height)
-            ):
-                png: bytes = await self.cpu.run(page_png, data, kind, page_index, self.limits)
-                return png
+            cost = 10 * (sent if kind == "image" else plan.width * plan.height)
+            async with self.budget.hold(cost) as held:
+                png: bytes = await self.cpu.run(
+                    page_png, data, kind, page_index, self.limits, holding=held
+                )
+                # Before, the PNG (~48 MB for a 4000 x 4000 page of noise) was answered
+                # uncharged.
+                return png, await self.budget.answer_from(held.take(), len(png))
+
+    def _pool_deadline(self, deadline: float) -> float:
+        """`deadline` (this service's clock) on the CPU pool's (`time.monotonic`): a worker
+        killed for outliving it counts against its page (`serving.workers.quarantine`)."""
+        return time.monotonic() + (deadline - self._clock())
 
     @contextlib.asynccontextmanager
     async def _admitted(
@@ -378,6 +387,7 @@ class OcrService:
                     options.det,
                     options.ori,
                     priority=priority,
+                    deadline=self._pool_deadline(deadline),
                 )
             try:
                 output = await self._page(
@@ -480,7 +490,14 @@ class OcrService:
             try:
                 # Every step but the last submits the page's next stage.
                 with self.scheduler.interactive_coming(BACKGROUND if last else priority):
-                    return await self.cpu.run(cpu_step, step, outputs, *args, priority=priority)
+                    return await self.cpu.run(
+                        cpu_step,
+                        step,
+                        outputs,
+                        *args,
+                        priority=priority,
+                        deadline=self._pool_deadline(deadline),
+                    )
             finally:
                 free_segments(outputs)
         finally:

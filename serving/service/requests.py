@@ -14,7 +14,7 @@ from prometheus_client import Counter
 
 from models.bundle import ModelBundle
 from pipelines.types import PageResult
-from serving.config import AppConfig, JobsConfig, PipelineConfig
+from serving.config import AppConfig, AuthConfig, JobsConfig, PipelineConfig
 from serving.decode.readers import DecodeLimits, FileKind
 from serving.jobs.credentials import CredentialStore
 from serving.jobs.runner import JobRunner
@@ -26,8 +26,8 @@ from serving.outputs.formats import Format
 from serving.outputs.service import OutputStream, render_document
 from serving.request_options import OcrOptions, request_options
 from serving.scheduling.batch_shapes import BatchShapes
-from serving.scheduling.memory_budget import MemoryBudget
-from serving.scheduling.quotas import Tenant
+from serving.scheduling.memory_budget import Held, MemoryBudget
+from serving.scheduling.quotas import ClientSlots, Tenant
 from serving.service.ocr import OcrService, PageOutput
 from serving.workers.cpu_pool import CpuPool
 
@@ -95,8 +95,8 @@ class OcrRequests:
 
     async def render_page(
         self, data: bytes, kind: FileKind, index: int, *, timeout_s: float, tenant: Tenant | None
-    ) -> bytes:
-        """Page `index` of the document as PNG (`OcrService.render_page`)."""
+    ) -> tuple[bytes, Held]:
+        """Page `index` of the document as PNG, and its charge (`OcrService.render_page`)."""
         return await self.service.render_page(data, kind, index, timeout_s=timeout_s, tenant=tenant)
 
 
@@ -141,6 +141,12 @@ class JobRequests:
     credentials: CredentialStore | None = None
     """Each key's webhook secret and S3 credentials (`serving.jobs.credentials`); None: none
     configured, so callbacks and `s3://` are refused."""
+    streams: ClientSlots = field(
+        default_factory=lambda: ClientSlots(
+            AuthConfig().max_open_streams, setting="auth.max_open_streams", what="results streams"
+        )
+    )
+    """Results streams each client has following a job (`auth.max_open_streams`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

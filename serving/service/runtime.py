@@ -31,6 +31,7 @@ from serving.scheduling.cost_model import CostModel
 from serving.scheduling.memory_budget import MemoryBudget, default_budget_bytes
 from serving.scheduling.page_memory import PageCosts, engine_retain_bytes, pages_share_bytes
 from serving.scheduling.placement import Placement
+from serving.scheduling.quotas import ClientSlots
 from serving.service.devices import (
     check_engines,
     check_set_engines,
@@ -55,7 +56,8 @@ from serving.workers.device_pool import (
 )
 from serving.workers.device_worker import LONE_THREADS_KEY, DeviceSpec, WorkerSetup
 from serving.workers.page_pictures import PictureLimits
-from serving.workers.sandbox import WorkerLimits, scrubbed_environ
+from serving.workers.quarantine import Quarantine
+from serving.workers.sandbox import WorkerLimits, device_environ, scrubbed_environ
 from serving.workers.watchdog import LoopWatchdog
 
 logger = logging.getLogger(__name__)
@@ -176,6 +178,7 @@ class Runtime:
             ),
             det_thresh=config.pipeline.det.thresh,
             check_pairs=sets.pairs(),
+            inspectable=config.server.inspectable,
         )
         metrics = Metrics()
         devices = DevicePool(
@@ -196,10 +199,12 @@ class Runtime:
                 ),
                 open_files=config.workers.cpu_max_open_files,
                 task_cpu_s=config.workers.cpu_task_cpu_s,
+                inspectable=config.server.inspectable,
             ),
             # No keys, no database URL: they decode untrusted files (`serving.workers.sandbox`).
             environ=lambda: scrubbed_environ(os.environ),
             telemetry=config.telemetry if config.telemetry.enabled else None,
+            quarantine=Quarantine(document_deaths=config.workers.quarantine_document_deaths),
         )
         _track(metrics, admission, budget, scheduler, cpu, devices)
         for stage in queues_for_sets:
@@ -290,6 +295,11 @@ class Runtime:
                 budget=self.service.budget,
                 uploads=UploadSlots(self.config.jobs.max_uploads_per_key),
                 credentials=self.credentials,
+                streams=ClientSlots(
+                    self.config.auth.max_open_streams,
+                    setting="auth.max_open_streams",
+                    what="results streams",
+                ),
             ),
         )
 
@@ -438,7 +448,15 @@ def _device_workers(
     for spec in specs:
         kind = config.workers.gpu if spec.device.startswith("gpu:") else config.workers.cpu
         limits = {stage: kind.limits(stage_kind(stage)) for stage in (*STAGES, *spec.stages)}
-        workers.append(DeviceWorkerHandle(spec=spec, limits=limits, setup=setup))
+        workers.append(
+            DeviceWorkerHandle(
+                spec=spec,
+                limits=limits,
+                setup=setup,
+                # No keys, no database URL: a hijacked CPU worker finds none here either.
+                environ=lambda: device_environ(os.environ),
+            )
+        )
     return workers
 
 

@@ -27,6 +27,7 @@ from serving import tracing
 from serving.config import TelemetryConfig
 from serving.errors import OcrError, WorkerUnavailable
 from serving.proc import cancel_and_wait
+from serving.scheduling.memory_budget import Held
 from serving.scheduling.share import ShareQueue
 from serving.workers.cpu_worker import cpu_worker_main
 from serving.workers.quarantine import PageKey, Quarantine, page_read
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 REPLIES = ("ok", "error")
+_EARLY_S = 0.05
+"""A caller cancelled this close to its call's deadline went away at it (timers fire early)."""
 """The messages of a CPU worker that answer a call (`serving.workers.cpu_worker`)."""
 
 
@@ -52,6 +55,12 @@ class _Call:
     """The page the call works on (`quarantine.reading`): its deaths are counted."""
     trace: tracing.Carrier | None = None
     """The caller's span (`serving.tracing.carrier`), continued in the worker; None: untraced."""
+    on_settled: list[Callable[[], None]] = field(default_factory=list)
+    """Called once its worker is done with it (answered, or died or was killed)."""
+    deadline: float | None = None
+    """When its caller gives up on it (`time.monotonic()`), if it says."""
+    timed_out: bool = False
+    """Its caller went away at its deadline (not a hang-up): a worker killed for it counts."""
 
 
 @dataclass(eq=False, slots=True)
@@ -140,9 +149,24 @@ class CpuPool:
         async with asyncio.timeout(self._start_timeout_s):
             await asyncio.gather(*(w.up.wait() for w in self._slots))
 
-    async def run(self, fn: Callable[..., T], *args: Any, priority: int = 0) -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        priority: int = 0,
+        holding: Held | None = None,
+        deadline: float | None = None,
+    ) -> T:
         """Run `fn(*args)` in a worker process; lower `priority` runs first (the scheduler's
         INTERACTIVE before BACKGROUND: a job's pages never hold up requests' CPU stages).
+
+        `holding` is the memory budget's charge for what the call takes in its worker: should
+        the caller go away while the call runs (it is left `abandon_grace_s`, then its worker
+        killed), the charge is kept until the worker is done with it, not given back while the
+        worker still holds the memory (issue 49: a job's GIF conversion, hung up on, let other
+        work take its room while it went on converting). `deadline` (`time.monotonic()`) is when
+        the caller gives up: a worker killed because the call outlived it counts as a death of
+        the call's page (`quarantine`), as a crash does; one killed after a hang-up does not.
 
         Raises:
             WorkerUnavailable: the pool is not running, or workers died running this call
@@ -164,16 +188,21 @@ class CpuPool:
                 priority=priority,
                 page=page,
                 trace=tracing.carrier(),
+                deadline=deadline,
             )
-            return await self._await(call)  # type: ignore[no-any-return]
+            return await self._await(call, holding)  # type: ignore[no-any-return]
 
-    async def _await(self, call: _Call) -> Any:
+    async def _await(self, call: _Call, holding: Held | None) -> Any:
+        deadline = call.deadline
         await self._enqueue(call)
         try:
             return await call.future
         except asyncio.CancelledError:
             call.future.cancel()
+            call.timed_out = deadline is not None and time.monotonic() >= deadline - _EARLY_S
             if self._holder(call) is not None:
+                if holding is not None:
+                    call.on_settled.append(holding.keep())
                 asyncio.get_running_loop().call_later(
                     self._abandon_grace_s, self._kill_if_still_running, call
                 )
@@ -269,6 +298,8 @@ class CpuPool:
             worker.call = None
             now = time.monotonic()
             self._queue.ran(now, now - started, call.priority)
+            for settled in call.on_settled:
+                settled()
         if call.future.done():
             if kind == "ok":
                 free_segments(value)
@@ -295,6 +326,8 @@ class CpuPool:
                 process.exitcode,
             )
         if call.future.done():
+            if blamed and call.timed_out and call.page is not None:
+                self.quarantine.died(call.page)  # it ran past its caller's deadline
             return
         refusal = None
         if blamed and call.page is not None:

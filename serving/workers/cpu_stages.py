@@ -20,12 +20,14 @@ import numpy as np
 
 from models.spec import load_model_spec
 from pipelines import page as pipeline
+from pipelines.crop import CropsTooLarge
 from pipelines.page import PageState, Step
 from pipelines.page_orientation import OriParams
 from pipelines.rec_postprocess import build_charset
 from pipelines.types import ClsParams, DetParams, PageResult, RecParams
 from serving.decode import documents
 from serving.decode.readers import DecodeLimits, FileKind
+from serving.errors import ValidationFailed
 from serving.proc import die_with_parent
 from serving.workers import shm
 from serving.workers.page_pictures import PictureLimits, visualize_page
@@ -210,9 +212,16 @@ def after_det(
     # Read in place: the crops are cut straight from the shared page, the map not copied out.
     prob_maps = [shm.view(ref) for ref in maps]
     page = shm.view(image)
-    return _share(
-        pipeline.after_det(_state(step), page, prob_maps, det_params, rec_params, cls_params)
-    )
+    try:
+        after = pipeline.after_det(
+            _state(step), page, prob_maps, det_params, rec_params, cls_params
+        )
+    except CropsTooLarge as err:
+        raise ValidationFailed(
+            f"{err}, which this page's memory charge holds: lower det_unclip_ratio or raise "
+            "det_box_thresh (/ocr: textDetUnclipRatio, textDetBoxThresh)"
+        ) from err
+    return _share(after)
 
 
 def after_cls(step: SharedStep, probs: Sequence[np.ndarray], rec_params: RecParams) -> SharedStep:

@@ -35,13 +35,15 @@ def cpu_worker_main(
     telemetry: TelemetryConfig | None = None,
     process_name: str = "cpu",
 ) -> None:
-    """Process entry point (spawned by `serving.workers.cpu_pool`); `limits` are set once the
-    initializer has run, the CPU time before each call (`serving.workers.sandbox`); with
-    `telemetry`, the calls' spans are exported as `process_name`'s."""
+    """Process entry point (spawned by `serving.workers.cpu_pool`): unreadable to its uid at
+    once, `limits` set once the initializer has run, the CPU time before each call
+    (`serving.workers.sandbox`); with `telemetry`, the calls' spans are exported as
+    `process_name`'s."""
+    limits = limits or WorkerLimits()
+    limits.seal()
     initializer(*initargs)
     if telemetry is not None:
         setup_tracing(telemetry, process=process_name)
-    limits = limits or WorkerLimits()
     limits.apply()
     conn.send(("ready", None))
     try:

@@ -14,7 +14,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any, NamedTuple, Protocol
@@ -61,6 +61,9 @@ class DeviceWorkerHandle:
     spec: DeviceSpec
     limits: Mapping[str, StageLimits]
     setup: WorkerSetup
+    environ: Callable[[], Mapping[str, str]] | None = None
+    """The environment each process is spawned with, asked at each start
+    (`serving.workers.sandbox.device_environ`); None = ours."""
     start_timeout_s: float = 600.0
     info: dict[str, Any] = field(default_factory=dict)
     restarts: int = 0
@@ -109,6 +112,7 @@ class DeviceWorkerHandle:
             on_notice=self._on_notice,
             on_exit=self._on_exit,
             on_orphan=_free_outcomes,
+            environ=None if self.environ is None else self.environ(),
         )
         self.info = await self._child.start(self.start_timeout_s)
         logger.info("device worker %s up (pid %s)", self.spec.name, self.pid)

@@ -60,6 +60,7 @@ from serving.proc import die_with_parent, release_free_heap
 from serving.scheduling.page_memory import DEFAULT_ENGINE_BYTES_PER_DET_PX, ENGINE_BYTES_KEY
 from serving.workers import shm
 from serving.workers.completions import Completions
+from serving.workers.sandbox import forbid_inspection
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class WorkerSetup:
     det_thresh: float | None = None
     """`[pipeline.det] thresh`: a detector whose engine quantises its map on the device answers
     byte maps exact at it (`serving.engine.choice.use_byte_maps`); None: float maps."""
+    inspectable: bool = False
+    """`server.inspectable`: else the process turns `PR_SET_DUMPABLE` off first thing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,6 +560,8 @@ def isolate_gpu(spec: DeviceSpec, environ: MutableMapping[str, str]) -> DeviceSp
 def device_worker_main(spec: DeviceSpec, setup: WorkerSetup, conn: Connection) -> None:
     """Process entry point: load, warm up with a real page, report ready, serve until told."""
     die_with_parent()
+    if not setup.inspectable:
+        forbid_inspection()  # its environment and memory unreadable to a hijacked CPU worker
 
     process_name = f"device[{spec.name}]"
     configure_logging(setup.log_level, process_name=process_name, log_format=setup.log_format)

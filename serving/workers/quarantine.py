@@ -11,6 +11,13 @@ on, and the same page in any later request or job is refused at once, without a 
 The quarantine is this process's memory (bounded, oldest forgotten first): a restart forgets it,
 and the job store's claim cap (`serving.jobs.store.types.MAX_CLAIMS`) covers pages that kill the
 whole process.
+
+Counting per page left a document of crashing pages expensive: a 1000-page job whose pages all
+crash cost two worker deaths a page, and a page that hung its worker until the request's
+deadline (the worker then killed) was not counted at all (issue 49, item 7). Now deaths are also
+counted per document (`document_deaths`, `workers.quarantine_document_deaths`): past them every
+page of it is refused; and the CPU pool counts a worker it kills because a call outlived its
+caller's deadline as a death of that call's page (`CpuPool.run(deadline=...)`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ from serving.errors import OcrError
 
 DEATHS = 2
 """Workers a page may kill before it is quarantined."""
+DOCUMENT_DEATHS = 3
+"""Workers the pages of one document may kill, all together, before the document is
+(`workers.quarantine_document_deaths`)."""
 MAX_ENTRIES = 10_000
 """Pages remembered (those that killed a worker once, and those quarantined)."""
 
@@ -98,26 +108,40 @@ def page_read() -> PageKey | None:
 class Quarantine:
     """Deaths of CPU workers per page, and the pages over `DEATHS`."""
 
-    def __init__(self, *, deaths: int = DEATHS, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(
+        self,
+        *,
+        deaths: int = DEATHS,
+        document_deaths: int = DOCUMENT_DEATHS,
+        max_entries: int = MAX_ENTRIES,
+    ) -> None:
         self.deaths = deaths
+        self.document_deaths = document_deaths
         self._max_entries = max_entries
         self._seen: OrderedDict[PageKey, int] = OrderedDict()
+        self._documents: OrderedDict[str, int] = OrderedDict()
 
     def check(self, key: PageKey | None) -> None:
-        """Refuse a quarantined page.
+        """Refuse a quarantined page, or a page of a quarantined document.
 
         Raises:
-            PageQuarantined: `key` killed `deaths` workers already.
+            PageQuarantined: `key` killed `deaths` workers already, or its document's pages
+                `document_deaths`.
         """
-        if key is not None and self._seen.get(key, 0) >= self.deaths:
+        if key is None:
+            return
+        if self._documents.get(key.digest, 0) >= self.document_deaths:
+            raise self._document_refusal(key)
+        if self._seen.get(key, 0) >= self.deaths:
             raise self._refusal(key)
 
     def died(self, key: PageKey) -> PageQuarantined | None:
-        """Count a worker that died running work on `key`; the refusal once it is quarantined."""
-        count = self._seen.pop(key, 0) + 1
-        self._seen[key] = count
-        while len(self._seen) > self._max_entries:
-            self._seen.popitem(last=False)
+        """Count a worker that died running work on `key`; the refusal once it (or its
+        document) is quarantined."""
+        count = _bump(self._seen, key, self._max_entries)
+        document = _bump(self._documents, key.digest, self._max_entries)
+        if document >= self.document_deaths:
+            return self._document_refusal(key)
         return self._refusal(key) if count >= self.deaths else None
 
     def _refusal(self, key: PageKey) -> PageQuarantined:
@@ -126,3 +150,20 @@ class Quarantine:
             "server's worker processes (a decoder crash, or its memory), so it is not read "
             "again: check the file, or send it converted (PNG, or a PDF printed anew)"
         )
+
+    def _document_refusal(self, key: PageKey) -> PageQuarantined:
+        document = PageKey(key.digest, -1).describe()
+        return PageQuarantined(
+            f"{document}'s pages killed {self.document_deaths} of this server's worker "
+            "processes (a decoder crash, its memory, or its time), so none of its pages is read "
+            "again: check the file, or send it converted (PNG, or a PDF printed anew)"
+        )
+
+
+def _bump(counts: OrderedDict[T, int], key: T, max_entries: int) -> int:
+    """One more for `key`, now the newest entry; the oldest forgotten past `max_entries`."""
+    count = counts.pop(key, 0) + 1
+    counts[key] = count
+    while len(counts) > max_entries:
+        counts.popitem(last=False)
+    return count

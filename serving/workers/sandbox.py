@@ -1,4 +1,5 @@
-"""What a CPU worker may hold: an environment without the server's secrets, and resource limits.
+"""What a worker may hold: an environment without the server's secrets, resource limits, and
+memory no other process of its uid can read.
 
 CPU workers decode untrusted files (PDFs through pdfium, images through OpenCV and PIL), so a
 decoder bug is the likeliest way in. Before, they inherited the server's whole environment
@@ -15,10 +16,27 @@ with no limits (issue 37, item 10). Now:
   core dumps (none: a core would write a tenant's document to disk), and before each call its CPU
   time (`task_cpu_s` more than it has used: a decoder that spins is killed by `SIGXCPU`, and the
   pool's retry policy answers its caller).
+
+Issue 49 found the rest of the way in: a worker runs as the server's uid, so a hijacked one read
+`/proc/<ppid>/environ` (`OCR_API_KEYS`, the PostgreSQL password) and lifted its own limits
+(`setrlimit(RLIMIT_AS, (-1, -1))`: they were soft). Now:
+
+- Every process of the server (main, CPU and device workers) turns `PR_SET_DUMPABLE` off
+  (`forbid_inspection`): its `/proc/<pid>/environ`, `mem`, `fd`, `maps` and ptrace are refused
+  to other processes of its uid (only root with `CAP_SYS_PTRACE` still may); no core dumps.
+- Device workers are spawned with an allow-list too (`device_environ`: the CPU workers' and the
+  engines' families: CUDA, Paddle's `FLAGS_`, OpenVINO, ONNX Runtime, torch), and the resource
+  tracker with the CPU workers' (`start_resource_tracker`); the variables the server has read
+  into its config are taken out of its own environment (`serving.secret_env`).
+- Address space, open files and core dumps are hard limits (soft == hard): an unprivileged
+  process can lower a hard limit, never raise it. CPU time stays a soft limit, moved before each
+  call (a hard one could not be moved); a worker that lifts it is still killed by the pool's
+  wall clock (its caller's deadline, then `abandon_grace_s`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import io
 import logging
 import os
@@ -43,15 +61,65 @@ ALLOWED = frozenset(
 """Environment variables a CPU worker keeps: Python's, the locale's, the loader's."""
 ALLOWED_PREFIXES = ("LC_", "OPENCV_", "OMP_", "MKL_", "OPENBLAS_", "MALLOC_", "COVERAGE_")
 """Families a CPU worker keeps: OpenCV's pixel cap, thread pools' sizes, malloc's tuning."""
+DEVICE_PREFIXES = (
+    "CUDA_", "NVIDIA_", "NCCL_", "CUDNN_", "CUBLAS_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_",
+    "TRITON_", "FLAGS_", "GLOG_", "PADDLE_", "OV_", "OPENVINO_", "ORT_", "KMP_", "DNNL_",
+    "ONEDNN_", "TBB_", "XDG_", "OCR_FAKE_",
+)  # fmt: skip
+"""Families a device worker keeps besides `ALLOWED_PREFIXES`: the GPU runtimes', the engines'
+(Paddle's gflags are `FLAGS_*`) and their caches'; `OCR_FAKE_*` are the test backends' settings
+(`tests/fakes/predictors.py`), never a secret."""
+PR_SET_DUMPABLE = 4
+"""From <linux/prctl.h>."""
 
 
 def scrubbed_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` with only the allowed names."""
+    """`environ` with only the names a CPU worker keeps."""
     return {
         name: value
         for name, value in environ.items()
         if name in ALLOWED or name.startswith(ALLOWED_PREFIXES)
     }
+
+
+def device_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` with only the names a device worker keeps (`DEVICE_PREFIXES`)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in ALLOWED or name.startswith(ALLOWED_PREFIXES + DEVICE_PREFIXES)
+    }
+
+
+def forbid_inspection() -> bool:
+    """Turn this process's `PR_SET_DUMPABLE` off: other processes of its uid can no longer read
+    its `/proc/<pid>/environ`, `mem`, `maps` or `fd`, nor ptrace it, and it writes no core dump.
+    An exec turns it on again, so each process calls this itself. Returns whether it is off
+    (False, with a warning, where prctl failed; a no-op off Linux)."""
+    if not os.path.exists("/proc/self"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        logger.warning("prctl(PR_SET_DUMPABLE, 0) failed: %s", os.strerror(ctypes.get_errno()))
+        return False
+    return True
+
+
+def start_resource_tracker(environ: Mapping[str, str]) -> None:
+    """Start multiprocessing's resource tracker (which every spawned worker shares) with
+    `environ` instead of ours: it would otherwise keep the whole environment, readable from
+    `/proc/<pid>/environ` by any process of our uid (it execs, so it cannot forbid that itself).
+    Call at start, before other threads run: the environment is swapped while it starts."""
+    from multiprocessing import resource_tracker
+
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(environ)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 class _EnvPopen(popen_spawn_posix.Popen):
@@ -125,14 +193,26 @@ class WorkerLimits:
     """Open file descriptors (`RLIMIT_NOFILE`)."""
     task_cpu_s: float = 0.0
     """CPU seconds one call may use (`RLIMIT_CPU`, moved before each call)."""
+    inspectable: bool = False
+    """Leave `PR_SET_DUMPABLE` on (`server.inspectable`), else `forbid_inspection`."""
+
+    def seal(self) -> None:
+        """First thing in the worker: its memory and environment unreadable to its uid."""
+        if not self.inspectable:
+            forbid_inspection()
 
     def apply(self) -> None:
-        """Set the limits on this process (in the worker, after its initializer)."""
-        _lower(resource.RLIMIT_CORE, 0)
+        """Set the limits on this process (in the worker, after its initializer): hard ones,
+        but the CPU time's, which moves before each call."""
+        _lower(resource.RLIMIT_CORE, 0, hard=True)
         if self.open_files:
-            _lower(resource.RLIMIT_NOFILE, self.open_files)
+            _lower(resource.RLIMIT_NOFILE, self.open_files, hard=True)
         if self.address_space_headroom_bytes:
-            _lower(resource.RLIMIT_AS, address_space_bytes() + self.address_space_headroom_bytes)
+            _lower(
+                resource.RLIMIT_AS,
+                address_space_bytes() + self.address_space_headroom_bytes,
+                hard=True,
+            )
         self.arm_task()
 
     def arm_task(self) -> None:
@@ -153,14 +233,15 @@ def address_space_bytes() -> int:
         return 0
 
 
-def _lower(kind: int, soft: int, *, may_raise: bool = False) -> None:
-    """Set a soft limit within the hard one; with `may_raise`, above the current soft one too."""
-    current, hard = resource.getrlimit(kind)
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
+def _lower(kind: int, soft: int, *, may_raise: bool = False, hard: bool = False) -> None:
+    """Set a soft limit within the hard one; with `may_raise`, above the current soft one too;
+    with `hard`, the hard limit to it as well (this process can then never raise it)."""
+    current, ceiling = resource.getrlimit(kind)
+    if ceiling != resource.RLIM_INFINITY:
+        soft = min(soft, ceiling)
     if not may_raise and current != resource.RLIM_INFINITY:
         soft = min(soft, current)
     try:
-        resource.setrlimit(kind, (soft, hard))
+        resource.setrlimit(kind, (soft, soft if hard else ceiling))
     except (ValueError, OSError) as err:
         logger.warning("cannot set resource limit %d to %d: %s", kind, soft, err)

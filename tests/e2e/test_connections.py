@@ -6,7 +6,8 @@ every later request, the probes included, get 503, and none was ever closed. Now
 a whole head within `server.header_timeout_s`, one address may hold only
 `server.max_connections_per_client` sockets, `server.limit_concurrency` counts requests, and the
 probes have a listener of their own (`server.health_port`). An answer given before the request's
-end is followed by a lingering close (item 12), so that a client still uploading reads it.
+end is followed by a lingering close (item 12), so that a client still uploading reads it. At
+`server.max_connections`, idle sockets make room for new ones (issue 49, item 5).
 """
 
 from __future__ import annotations
@@ -219,16 +220,28 @@ def test_requests_past_limit_concurrency_get_503_while_the_probes_answer(server:
     assert [answer.status_code for answer in answers] == [200, 200]
 
 
-def test_probes_answer_on_their_port_while_the_api_port_is_full(server: Server) -> None:
-    # max_connections sockets from 10 addresses (each at its cap): the API port refuses the next
-    # socket, the health port's are not counted.
-    held = [_connect(server, f"127.0.1.{i % 10}") for i in range(MAX_CONNECTIONS)]
+def test_at_the_cap_idle_sockets_make_room_for_a_whole_request(server: Server) -> None:
+    """max_connections sockets from 10 addresses (each at its cap), silent or with half a head:
+    a client with a whole request is served, the oldest idle socket closed for it (issue 49,
+    item 5: before, it got 503 like an idle one, window after window); the health port's
+    sockets are not counted."""
+    held = [
+        _connect(server, f"127.0.1.{i % 10}", b"GET /livez HT" if i % 2 == 0 else b"")
+        for i in range(MAX_CONNECTIONS)
+    ]
     try:
-        extra = _connect(server, "127.0.1.100")
-        received = _wait_closed([extra], within_s=HEADER_TIMEOUT_S)[extra]
-        assert received.startswith(b"HTTP/1.1 503 "), received[:80]
+        with _client("127.0.1.100") as client:
+            answer = client.get(f"{server.url}/livez")
+            assert answer.status_code == 200, answer.text
+            answer = client.post(
+                f"{server.url}/v1/ocr", content=PNG, headers={"content-type": "image/png"}
+            )
+            assert answer.status_code == 200, answer.text
+        # The oldest, which had sent half a head, was closed for it with a 408 saying why
+        # (not the header timeout's).
+        received = _wait_closed(held[:1], within_s=2)[held[0]]
+        assert received.startswith(b"HTTP/1.1 408 "), received[:80]
         assert b"server.max_connections" in received
-        extra.close()
         health = server.health_url  # type: ignore[attr-defined]
         with _client("127.0.1.101") as client:
             assert client.get(f"{health}/livez").status_code == 200
@@ -236,6 +249,32 @@ def test_probes_answer_on_their_port_while_the_api_port_is_full(server: Server) 
     finally:
         for sock in held:
             sock.close()
+
+
+def test_the_health_port_holds_its_own_few_sockets(server: Server) -> None:
+    """Issue 49: its sockets counted against no cap at all (nor in the open-files limit): one
+    client could hold any number there. Now 64 (server.max_health_connections)."""
+    health = server.health_url  # type: ignore[attr-defined]
+    port = int(health.rpartition(":")[2])
+
+    def probe_socket() -> socket.socket:
+        sock = socket.socket()
+        sock.connect(("127.0.0.1", port))
+        return sock
+
+    held = [probe_socket() for _ in range(64)]
+    try:
+        extra = probe_socket()
+        started = time.monotonic()
+        _wait_closed([extra], within_s=HEADER_TIMEOUT_S - 1)  # before: open until the timeout
+        assert time.monotonic() - started < 1.5
+        extra.close()
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.5)
+    with _client("127.0.1.102") as client:
+        assert client.get(f"{health}/livez").status_code == 200
 
 
 def test_a_client_still_uploading_reads_its_413_not_a_reset(server: Server) -> None:

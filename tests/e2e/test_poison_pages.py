@@ -1,7 +1,9 @@
-"""Poison pills on `ocr-serve` (issue 37, item 6): a page that kills the CPU worker decoding it
-fails alone after two deaths, with a clear reason, its job going on; the same bytes sent again
-are refused at once. The workers crash on a mark (`cpu_calls.init_cpu_worker_poisoned`), as a
-decoder crash on a crafted file would."""
+"""Poison pills on `ocr-serve` (issue 37, item 6; issue 49, item 7): a page that kills the CPU
+worker decoding it fails alone after two deaths, with a clear reason, its job going on; the same
+bytes sent again are refused at once; a document whose pages all crash is stopped after three
+deaths in all, not two a page; a page that hangs its worker past the request's deadline counts
+as a death. The workers crash (or hang) on a mark (`cpu_calls.init_cpu_worker_poisoned`), as a
+decoder on a crafted file would."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from PIL.PngImagePlugin import PngInfo
 
 from tests import images
 from tests.e2e.conftest import CONFIG, Server, free_port, stop_server, wait_ready
-from tests.fakes.cpu_calls import POISON_MARK
+from tests.fakes.cpu_calls import HANG_MARK, POISON_MARK
 
 GOOD = images.encode_png(images.latin_lines().image)
 
@@ -34,6 +36,28 @@ def _poisoned_png() -> bytes:
 
 
 POISON = _poisoned_png()
+
+
+def _poisoned_tiff(pages: int) -> bytes:
+    """A multi-page TIFF whose every page crashes the worker decoding it."""
+    frames = [Image.new("RGB", (120, 60), (255, 255, 255 - i)) for i in range(pages)]
+    buf = io.BytesIO()
+    frames[0].save(
+        buf,
+        format="TIFF",
+        save_all=True,
+        append_images=frames[1:],
+        description=POISON_MARK.decode(),
+    )
+    return buf.getvalue()
+
+
+def _hanging_png() -> bytes:
+    info = PngInfo()
+    info.add_text("Comment", HANG_MARK.decode())
+    buf = io.BytesIO()
+    Image.new("RGB", (200, 80), "white").save(buf, format="PNG", pnginfo=info)
+    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +119,46 @@ def test_a_page_that_kills_workers_fails_alone_and_is_refused_after(server: Serv
     )
     assert good.status_code == 200, good.text
     assert _cpu_restarts(server) == 2  # refused without a worker
+
+
+def _finished(server: Server, job_id: str) -> dict[str, object]:
+    job_url = f"{server.url}/v1/jobs/{job_id}"
+    deadline = time.monotonic() + 300
+    while (job := httpx.get(job_url, timeout=10).json())["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.5)
+    return job  # type: ignore[no-any-return]
+
+
+def test_a_document_whose_pages_all_crash_is_stopped_after_three_deaths(server: Server) -> None:
+    """Before, quarantine was per page: eight crashing pages cost sixteen worker deaths."""
+    before = _cpu_restarts(server)
+    files = [("file", ("crashing.tiff", _poisoned_tiff(8), "image/tiff"))]
+    answer = httpx.post(f"{server.url}/v1/jobs", files=files, timeout=120)
+    assert answer.status_code == 202, answer.text
+    job = _finished(server, answer.json()["id"])
+    assert job["pages_failed"] == 8, job
+    # Three deaths, and at most one more already running on the other CPU worker (before: 16).
+    assert _cpu_restarts(server) - before <= 3 + 1
+    codes = {page["error"]["code"] for page in job["failed_pages"]}  # type: ignore[attr-defined]
+    assert codes == {"page_quarantined"}
+    messages = [page["error"]["message"] for page in job["failed_pages"]]  # type: ignore[attr-defined]
+    assert any("pages killed 3 of this server's worker processes" in m for m in messages)
+
+
+def test_a_page_that_hangs_its_worker_past_the_deadline_counts_as_a_death(server: Server) -> None:
+    """Before, a worker killed because its page ran past the request's deadline was not counted:
+    the page hung a worker for the whole deadline at every request, for ever."""
+    hanging = _hanging_png()
+    headers = {"Content-Type": "image/png", "X-Request-Timeout": "1.5"}
+    for _ in range(2):
+        answer = httpx.post(f"{server.url}/v1/ocr", content=hanging, headers=headers, timeout=120)
+        assert answer.status_code == 504, answer.text
+        time.sleep(3.0)  # the worker is killed 2 s after its caller went away
+    refused = httpx.post(f"{server.url}/v1/ocr", content=hanging, headers=headers, timeout=120)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["code"] == "page_quarantined"
+    good = httpx.post(
+        f"{server.url}/v1/ocr", content=GOOD, headers={"Content-Type": "image/png"}, timeout=120
+    )
+    assert good.status_code == 200, good.text

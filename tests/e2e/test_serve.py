@@ -282,7 +282,8 @@ def test_api_keys_and_open_probes(tmp_path: Path) -> None:
         key = {"X-API-Key": "e2e-key"}
         for url, file_type, message in [
             ("http://files.example/a.png", 1, "not allowed (input.url_allowed_hosts)"),
-            (f"{srv.url}/livez.png", 1, "loopback address"),
+            ("http://127.0.0.1/livez.png", 1, "loopback address"),
+            (f"{srv.url}/livez.png", 1, "input.url_allowed_ports"),  # not port 80 (issue 49)
             (f"{srv.url}/page.html", None, "Unsupported file type"),
         ]:
             url_body = {"file": url, "fileType": file_type}

@@ -55,14 +55,15 @@ def test_stalled_upload_gets_408(server: Server, path: str, content_type: str, m
 
 
 def test_trickled_upload_gets_408_at_the_total_timeout(server: Server) -> None:
-    sock = _open(server, "/v1/ocr", "image/png", 100_000)
+    sock = _open(server, "/v1/ocr", "image/png", 4_000_000)
     started = time.monotonic()
     sock.settimeout(1.0)
     answered = b""
-    # One byte a second never trips the 2 s idle timeout; the 8 s total one ends it.
+    # 16 KiB a second trips neither the 2 s idle timeout nor the 8 KiB/s minimum rate
+    # (server.upload_min_bytes_per_s); the 8 s total one ends it.
     for _ in range(30):
         try:
-            sock.sendall(b"\x89")
+            sock.sendall(b"\x89" * 16384)
             answered = sock.recv(65536)
         except TimeoutError:
             continue

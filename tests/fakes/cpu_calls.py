@@ -79,6 +79,8 @@ def init_crash_on_mark() -> None:
 
 POISON_MARK = b"poison-pill"
 """What an image holds (in a PNG text chunk, say) for `init_cpu_worker_poisoned` to crash on."""
+HANG_MARK = b"hang-pill"
+"""What an image holds for `init_cpu_worker_poisoned` to hang on (a decoder in an endless loop)."""
 
 
 def init_cpu_worker_poisoned(*args: object) -> None:
@@ -89,10 +91,21 @@ def init_cpu_worker_poisoned(*args: object) -> None:
 
     init_cpu_worker(*args)  # type: ignore[arg-type]
     real = readers.decode_image
+    real_frame = readers._decode_frame
 
-    def decode_image(data: bytes, limits: readers.DecodeLimits) -> object:
+    def _poisoned(data: bytes) -> None:
         if POISON_MARK in data:
             os._exit(11)
+        if HANG_MARK in data:
+            time.sleep(3600)
+
+    def decode_image(data: bytes, limits: readers.DecodeLimits) -> object:
+        _poisoned(data)
         return real(data, limits)
 
+    def decode_frame(data: bytes, header: object, limits: object, index: int) -> object:
+        _poisoned(data)  # a frame of a multi-page image
+        return real_frame(data, header, limits, index)  # type: ignore[arg-type]
+
     readers.decode_image = decode_image  # type: ignore[assignment]
+    readers._decode_frame = decode_frame  # type: ignore[assignment]

@@ -34,7 +34,14 @@ Model = Callable[[np.ndarray], np.ndarray]
 class InlineCpuPool:
     """Runs each stage function in this process, as `CpuPool.run` runs it in a worker."""
 
-    async def run(self, fn: Callable[..., T], *args: Any, priority: int = 0) -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        priority: int = 0,
+        holding: object = None,
+        deadline: float | None = None,
+    ) -> T:
         return fn(*args)
 
 

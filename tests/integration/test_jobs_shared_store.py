@@ -271,6 +271,13 @@ def test_an_unreachable_database_answers_503(tmp_path: Path) -> None:
         store.open()
     assert caught.value.http_status == 503
     assert not store.is_open
+    # What clients are told names no host, port or user (issue 49): libpq's message did.
+    on_tcp = PostgresJobStore("postgresql://someuser@127.0.0.1:1/db", uploads_dir=tmp_path)
+    with pytest.raises(JobStoreUnavailable) as told:
+        on_tcp.open()
+    for secret in ("127.0.0.1", "someuser", "port 1", str(tmp_path), "nobody"):
+        assert secret not in told.value.message
+        assert secret not in caught.value.message
 
 
 # --- two job runners (the replicas' feed, lease renewal and polling) on one store -------------

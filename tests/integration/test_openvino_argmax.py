@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadtest import pages
 from models.bundle import ModelBundle, load_bundle
 from models.embedded import resolve_model_dir
 from models.engine_options import EngineOptions, OpenVinoPrecisionSetting
@@ -21,6 +20,7 @@ from models.spec import load_model_spec
 from pipelines.page import after_det, prepare
 from pipelines.rec_postprocess import argmax_pairs
 from serving.config import AppConfig
+from serving.convert import pdf_pages as pages
 from serving.request_options import ocr_options
 
 ov = pytest.importorskip("openvino")

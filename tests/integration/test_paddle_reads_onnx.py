@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtest import pages
 from models import paddle_convert
 from models.bundle import load_bundle
 from serving.config import AppConfig, EngineConfig, ModelsConfig
+from serving.convert import pdf_pages as pages
 from serving.engine.local import LocalEngine
 
 

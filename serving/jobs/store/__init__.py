@@ -141,6 +141,10 @@ class JobStore(Protocol):
         """The job and its finished pages, in completion order after `after_order`, or (with
         `from_seq`) in document order from `from_seq` up to the first page not finished."""
 
+    def progress(self, job_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Each job's status and finished pages (done or failed), for those of `job_ids` that
+        exist."""
+
     def read_result(self, job_id: str, seq: int) -> bytes:
         """A done page's result line."""
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -36,6 +38,18 @@ class JobDirs:
     def job_dir(self, job_id: str) -> Path:
         """Where a job's files live (its uploads in `job_dir / "files"`)."""
         return self.jobs_root / job_id
+
+    def outputs_bytes(self, job_ids: Iterable[str]) -> int:
+        """Bytes of the outputs rendered for these jobs' documents (`outputs/` of each job:
+        searchable PDFs, hOCR, ALTO, text), which count against their owner's stored bytes."""
+        total = 0
+        for job_id in job_ids:
+            with contextlib.suppress(FileNotFoundError):
+                for entry in os.scandir(self.job_dir(job_id) / "outputs"):
+                    with contextlib.suppress(FileNotFoundError):
+                        if entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+        return total
 
     def discard(self, job_id: str) -> None:
         """Remove the directory of a job that was never created (its upload was refused)."""

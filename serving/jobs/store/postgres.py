@@ -50,6 +50,7 @@ from serving.jobs.store.queries import (
     expire_queued,
     expired_jobs,
     insert_job,
+    job_progress,
     read_finished,
     read_job,
     set_cancelled,
@@ -74,6 +75,10 @@ T = TypeVar("T")
 
 _RETRIES = 5
 """Tries of a transaction that PostgreSQL aborted for a deadlock or a serialisation conflict."""
+_UNREACHABLE = "The job store is unreachable; the server's log says why"
+"""What a client is told: libpq's own message names the database's host, port and user (issue
+49), which only the log shows."""
+_BUSY = "The job store is busy; retry later"
 _OWNER_LOCK = 0x71756F7461
 """Seed of the `pg_advisory_xact_lock` key of an owner's submits (its quota is checked by one)."""
 
@@ -187,6 +192,7 @@ class PostgresJobStore(JobDirs, DeliveryStore):
                 owner=owner,
                 limits=limits,
                 hooks=hooks,
+                outputs=self.outputs_bytes,
             )
 
         return self._call(insert)
@@ -200,7 +206,7 @@ class PostgresJobStore(JobDirs, DeliveryStore):
 
     def usage(self, owner: str | None) -> StoredUsage:
         """What `owner` holds in the store (None: jobs submitted without a key)."""
-        return self._call(lambda conn: stored_usage(conn, POSTGRES, owner))
+        return self._call(lambda conn: stored_usage(conn, POSTGRES, owner, self.outputs_bytes))
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages.
@@ -394,6 +400,11 @@ class PostgresJobStore(JobDirs, DeliveryStore):
 
         return self._call(query)
 
+    def progress(self, job_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Each job's status and finished pages, for those of `job_ids` that exist: one query
+        for every job a replica's results streams follow (`serving.jobs.follow`)."""
+        return self._call(lambda conn: job_progress(conn, POSTGRES, job_ids))
+
     def read_result(self, job_id: str, seq: int) -> bytes:
         """A done page's result line.
 
@@ -479,11 +490,13 @@ class PostgresJobStore(JobDirs, DeliveryStore):
                         return work(conn)
                 except (errors.DeadlockDetected, errors.SerializationFailure) as err:
                     if attempt == _RETRIES:
-                        raise JobStoreUnavailable(f"The job store is busy: {err}") from err
+                        logger.warning("job store busy after %d tries: %s", attempt, err)
+                        raise JobStoreUnavailable(_BUSY) from err
                     logger.info("job store: %s; trying again", type(err).__name__)
                 except psycopg.OperationalError as err:
                     self._drop()
-                    raise JobStoreUnavailable(f"The job store is unreachable: {err}") from err
+                    logger.warning("job store unreachable: %s", err)
+                    raise JobStoreUnavailable(_UNREACHABLE) from err
             raise AssertionError("unreachable")  # the loop returns or raises
 
     def _connection(self) -> Connection:
@@ -493,7 +506,8 @@ class PostgresJobStore(JobDirs, DeliveryStore):
                     self.url, autocommit=True, row_factory=dict_row, connect_timeout=10
                 )
             except psycopg.Error as err:  # down, refused, or a URL libpq cannot read
-                raise JobStoreUnavailable(f"The job store is unreachable: {err}") from err
+                logger.warning("job store unreachable: %s", err)
+                raise JobStoreUnavailable(_UNREACHABLE) from err
         return self._conn
 
     def _drop(self) -> None:

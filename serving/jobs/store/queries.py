@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -92,10 +92,12 @@ def insert_job(
     owner: str | None = None,
     limits: StoredLimits | None = None,
     hooks: JobHooks | None = None,
+    outputs: Callable[[Sequence[str]], int] | None = None,
 ) -> JobInfo:
     """Insert a queued job's rows (the job, its files, its pages) in `db`'s transaction, once
-    `limits` (the owner's) allow it; the caller's transaction serialises the owner's submits.
-    With `hooks`, the job's end (and its documents', if asked) queues their deliveries
+    `limits` (the owner's) allow it, its jobs' rendered outputs counted (`outputs`, as
+    `stored_usage`); the caller's transaction serialises the owner's submits. With `hooks`, the
+    job's end (and its documents', if asked) queues their deliveries
     (`serving.jobs.store.deliveries`).
 
     Raises:
@@ -106,7 +108,7 @@ def insert_job(
         adding = StoredUsage(
             1, sum(d.size_bytes for d in documents), sum(d.pages for d in documents)
         )
-        limits.check(owner, stored_usage(db, sql, owner), adding)
+        limits.check(owner, stored_usage(db, sql, owner, outputs), adding)
     db.execute(
         f"INSERT INTO {sql.jobs} (id, status, options, pages_total, created_at, owner)"
         f" VALUES ({p}, 'queued', {p}, {p}, {p}, {p})",
@@ -158,8 +160,15 @@ def expired_jobs(db: Database, sql: Dialect, *, finished_before: float) -> list[
     return [row["id"] for row in rows]
 
 
-def stored_usage(db: Database, sql: Dialect, owner: str | None) -> StoredUsage:
-    """What `owner` (None: jobs submitted without a key) holds in the store, every status."""
+def stored_usage(
+    db: Database,
+    sql: Dialect,
+    owner: str | None,
+    outputs: Callable[[Sequence[str]], int] | None = None,
+) -> StoredUsage:
+    """What `owner` (None: jobs submitted without a key) holds in the store, every status: its
+    uploads, and the outputs rendered from them (`outputs` of its jobs' ids: the files under
+    each job's `outputs/`, which only the disk knows)."""
     p = sql.param
     same = f"(owner = {p} OR (owner IS NULL AND CAST({p} AS TEXT) IS NULL))"
     jobs = db.execute(
@@ -172,7 +181,27 @@ def stored_usage(db: Database, sql: Dialect, owner: str | None) -> StoredUsage:
         f" JOIN {sql.jobs} j ON j.id = f.job_id WHERE {same.replace('owner', 'j.owner')}",
         (owner, owner),
     ).fetchone()
-    return StoredUsage(int(jobs["n"]), int(stored["n"]), int(jobs["pages"]))
+    rendered = 0
+    if outputs is not None:
+        ids = [
+            row["id"]
+            for row in db.execute(f"SELECT id FROM {sql.jobs} WHERE {same}", (owner, owner))
+        ]
+        rendered = outputs(ids)
+    return StoredUsage(int(jobs["n"]), int(stored["n"]) + rendered, int(jobs["pages"]))
+
+
+def job_progress(db: Database, sql: Dialect, job_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """Each job's status and finished pages (done or failed), for the ids that are jobs."""
+    if not job_ids:
+        return {}
+    marks = ", ".join(sql.param for _ in job_ids)
+    rows = db.execute(
+        f"SELECT id, status, pages_done + pages_failed AS finished FROM {sql.jobs}"
+        f" WHERE id IN ({marks})",
+        tuple(job_ids),
+    )
+    return {row["id"]: (row["status"], int(row["finished"])) for row in rows}
 
 
 def expire_queued(db: Database, sql: Dialect, *, created_before: float, now: float) -> list[str]:

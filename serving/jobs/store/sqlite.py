@@ -42,6 +42,7 @@ from serving.jobs.store.queries import (
     expire_queued,
     expired_jobs,
     insert_job,
+    job_progress,
     read_finished,
     read_job,
     set_cancelled,
@@ -190,6 +191,7 @@ class SqliteJobStore(JobDirs, DeliveryStore):
                 owner=owner,
                 limits=limits,
                 hooks=hooks,
+                outputs=self.outputs_bytes,
             )
 
     def expire_queued(self, max_queued_s: float) -> list[str]:
@@ -201,7 +203,7 @@ class SqliteJobStore(JobDirs, DeliveryStore):
     def usage(self, owner: str | None) -> StoredUsage:
         """What `owner` holds in the store (None: jobs submitted without a key)."""
         with self._locked() as db:
-            return stored_usage(db, SQLITE, owner)
+            return stored_usage(db, SQLITE, owner, self.outputs_bytes)
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job's state, with its files and failed pages.
@@ -366,6 +368,11 @@ class SqliteJobStore(JobDirs, DeliveryStore):
         """
         with self._locked() as db:
             return read_finished(db, SQLITE, job_id, after_order=after_order, from_seq=from_seq)
+
+    def progress(self, job_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Each job's status and finished pages, for those of `job_ids` that exist."""
+        with self._locked() as db:
+            return job_progress(db, SQLITE, job_ids)
 
     def read_result(self, job_id: str, seq: int) -> bytes:
         """A done page's result line.

@@ -18,7 +18,7 @@ async def _receive() -> dict[str, Any]:
 
 def test_an_answer_is_charged_until_its_last_chunk_is_sent() -> None:
     budget = MemoryBudget(10 << 20)
-    answer = charged_json({"text": "x" * (3 * CHUNK_BYTES)}, budget=budget)
+    answer = asyncio.run(charged_json({"text": "x" * (3 * CHUNK_BYTES)}, budget=budget))
     size = len(answer.body)
     assert budget.used_bytes == size
     sent: list[dict[str, Any]] = []
@@ -46,7 +46,7 @@ def answer_body(size: int) -> bytes:
 
 def test_an_answer_whose_sending_fails_gives_its_charge_back() -> None:
     budget = MemoryBudget(1 << 20)
-    answer = charged_json({"a": 1}, budget=budget)
+    answer = asyncio.run(charged_json({"a": 1}, budget=budget))
     assert budget.used_bytes > 0
 
     async def send(message: dict[str, Any]) -> None:

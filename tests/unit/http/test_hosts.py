@@ -159,6 +159,23 @@ def test_with_keys_off_another_sites_request_gets_403_and_its_own_pages_pass() -
     )
     assert own.status_code == 200
     assert client.post("/v1/jobs").status_code == 200  # no Origin: not a browser's cross-site call
+
+
+def test_with_keys_on_a_key_adding_proxy_lends_its_key_to_no_other_site() -> None:
+    """Issue 49: with keys on the key was the only check, but a proxy that adds the key (the
+    web page's way with keys) lent it to any page a browser ran: a cross-site POST, or a DNS
+    rebinding onto its address. Now Origin is checked, and Host once allowed_hosts names some."""
     keys_on = _client(AppConfig(), {"OCR_API_KEYS": "k1"})
-    answer = keys_on.post("/v1/jobs", headers={"Origin": "https://evil.example", "X-API-Key": "k1"})
-    assert answer.status_code == 200  # with keys, the key is the check (CORS still hides answers)
+    key = {"X-API-Key": "k1"}
+    cross = keys_on.post("/v1/jobs", headers={"Origin": "https://evil.example", **key})
+    assert cross.status_code == 403
+    assert "API keys on" in cross.json()["error"]["message"]
+    own = {"Host": "ocr.example", "Origin": "http://ocr.example", **key}
+    assert keys_on.post("/v1/jobs", headers=own).status_code == 200  # its own pages
+    assert keys_on.post("/v1/jobs", headers={"Host": "any.example", **key}).status_code == 200
+    listed = AppConfig(server=ServerConfig(allowed_hosts=("ocr.example",)))
+    named = _client(listed, {"OCR_API_KEYS": "k1"})
+    rebound = named.get("/v1/jobs", headers={"Host": "evil.example", **key})
+    assert rebound.status_code == 400
+    assert rebound.json()["error"]["code"] == "host_not_allowed"
+    assert named.get("/v1/jobs", headers={"Host": "ocr.example", **key}).status_code == 200

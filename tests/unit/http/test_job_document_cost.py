@@ -15,12 +15,13 @@ from PIL import Image
 
 from serving.config import JobsConfig
 from serving.decode.readers import DecodeLimits
-from serving.errors import PayloadTooLarge
-from serving.http.job_documents import DocumentState, document_states, rendered
+from serving.errors import InsufficientStorage, PayloadTooLarge, StoredQuotaExceeded
+from serving.http.job_documents import DocumentState, OutputRoom, document_states, rendered
 from serving.jobs.document_files import SOURCE_BYTES_PER_PX
 from serving.jobs.files import Document
 from serving.jobs.runner import JobRunner
 from serving.jobs.store.sqlite import SqliteJobStore
+from serving.jobs.store.types import StoredLimits
 from serving.scheduling.memory_budget import MemoryBudget
 from serving.service.requests import JobRequests
 from tests.fakes.service import InlineCpuPool
@@ -58,7 +59,7 @@ def runner(tmp_path: Path):
     store.close()
 
 
-def _render(runner: JobRunner, budget: MemoryBudget) -> Path:
+def _render(runner: JobRunner, budget: MemoryBudget, room: OutputRoom | None = None) -> Path:
     jobs = JobRequests(
         runner=runner,
         config=runner.config,
@@ -70,7 +71,7 @@ def _render(runner: JobRunner, budget: MemoryBudget) -> Path:
     async def main() -> Path:
         (state,) = await document_states(runner.store, runner.store.get_job("j"))
         assert isinstance(state, DocumentState)
-        return await rendered(jobs, runner, "j", state, "pdf")
+        return await rendered(jobs, runner, "j", state, "pdf", room=room)
 
     return asyncio.run(main())
 
@@ -83,3 +84,22 @@ def test_a_pdf_of_an_image_is_charged_for_the_image_as_sent(runner: JobRunner) -
     path = _render(runner, budget)
     assert path.read_bytes().startswith(b"%PDF")
     assert budget.used_bytes == 0
+
+
+def test_an_output_is_written_only_within_the_owners_bytes_and_the_free_disk(
+    runner: JobRunner, tmp_path: Path
+) -> None:
+    """Issue 49: outputs went to disk outside the stored bytes and the free-disk check, and did
+    not count for the owner's next submits."""
+    budget = MemoryBudget(1 << 32)
+    upload = runner.store.usage(None).bytes
+    no_disk = OutputRoom(None, StoredLimits(), tmp_path, min_free_disk_bytes=1 << 60)
+    with pytest.raises(InsufficientStorage, match=r"jobs\.min_free_disk_bytes"):
+        _render(runner, budget, no_disk)
+    tight = OutputRoom(None, StoredLimits(max_bytes=upload + 1000), tmp_path, 0)
+    with pytest.raises(StoredQuotaExceeded, match="rendered outputs included"):
+        _render(runner, budget, tight)
+    assert not list((runner.store.job_dir("j") / "outputs").glob("*.pdf"))
+    roomy = OutputRoom(None, StoredLimits(max_bytes=upload + 64 * MIB), tmp_path, 0)
+    path = _render(runner, budget, roomy)
+    assert runner.store.usage(None).bytes == upload + path.stat().st_size  # counted from now on

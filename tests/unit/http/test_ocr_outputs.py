@@ -17,7 +17,7 @@ from serving.http.uploads import file_name
 from serving.outputs.document import Document
 from serving.outputs.formats import Format, render_bytes
 from serving.outputs.service import OutputStream
-from serving.scheduling.memory_budget import MemoryBudget
+from serving.scheduling.memory_budget import Held, MemoryBudget
 from serving.service.ocr import PageOutput
 from serving.service.requests import Renderer
 from tests import images
@@ -59,15 +59,11 @@ class _Renderer:
 
     async def render(self, document: Document, fmt: Format, *, source_bytes: int) -> OutputStream:
         self.document = document
-        return OutputStream(render_bytes(document, fmt), cast(MemoryBudget, _NoBudget()))
+        data = render_bytes(document, fmt)
+        return OutputStream(data, Held(MemoryBudget(len(data)), 0))
 
     async def reading_orders(self, results: list[PageResult]) -> list[list[list[int]]]:
         return [[] for _ in results]
-
-
-class _NoBudget:
-    def release(self, size: int) -> None:
-        pass
 
 
 def _answer(fmt: str, name: str | None) -> tuple[Response, Document]:

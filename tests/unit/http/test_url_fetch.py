@@ -6,6 +6,7 @@ MockTransport, and the `Content-Encoding` tests against an HTTP server on loopba
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import http.server
 import ipaddress
@@ -76,7 +77,12 @@ def test_public_addresses(address: str) -> None:
 
 @pytest.mark.anyio
 async def test_literal_private_ip_refused_even_when_allow_listed() -> None:
-    limits = FetchLimits(allowed_hosts=("127.0.0.1", "169.254.169.254"), timeout_s=1, max_bytes=9)
+    limits = FetchLimits(
+        allowed_hosts=("127.0.0.1", "169.254.169.254"),
+        timeout_s=1,
+        max_bytes=9,
+        allowed_ports=(8000,),
+    )
     for url in ("http://127.0.0.1:8000/a.png", "http://169.254.169.254/latest/meta-data/"):
         with pytest.raises(InvalidInput, match=r"loopback|link-local"):
             await fetch(url, limits)
@@ -192,7 +198,8 @@ async def test_https_keeps_the_name() -> None:
         seen.append(request)
         return httpx.Response(200, content=b"%PDF-1.7")
 
-    data = await fetch("https://files.example:8443/d.pdf", LIMITS, transport=_transport(handler))
+    limits = dataclasses.replace(LIMITS, allowed_ports=(8443,))
+    data = await fetch("https://files.example:8443/d.pdf", limits, transport=_transport(handler))
     assert data == b"%PDF-1.7"
     assert str(seen[0].url) == "https://files.example:8443/d.pdf"
 
@@ -297,7 +304,9 @@ async def test_content_encoding_is_refused_not_inflated(
     gzip_server: tuple[str, list[str]],
 ) -> None:
     url, seen = gzip_server
-    limits = FetchLimits(allowed_hosts=("127.0.0.1",), timeout_s=10, max_bytes=1_000_000)
+    limits = FetchLimits(
+        allowed_hosts=("127.0.0.1",), timeout_s=10, max_bytes=1_000_000, allowed_ports=_port(url)
+    )
     with pytest.raises(InvalidInput, match="Content-Encoding 'gzip, gzip'") as info:
         await fetch(f"{url}/labelled.png", limits)
     assert info.value.http_status == 422
@@ -309,9 +318,38 @@ async def test_unlabelled_compressed_bytes_are_read_as_sent(
     gzip_server: tuple[str, list[str]],
 ) -> None:
     url, _ = gzip_server
-    limits = FetchLimits(allowed_hosts=("127.0.0.1",), timeout_s=10, max_bytes=1_000_000)
+    limits = FetchLimits(
+        allowed_hosts=("127.0.0.1",), timeout_s=10, max_bytes=1_000_000, allowed_ports=_port(url)
+    )
     assert await fetch(f"{url}/unlabelled.png", limits) == BOMB
     assert len(BOMB) < 1000 < ZEROS
+
+
+def _port(url: str) -> tuple[int, ...]:
+    return (int(url.rsplit(":", 1)[1]),)
+
+
+@pytest.mark.anyio
+async def test_an_allowed_host_is_fetched_on_its_schemes_port_only() -> None:
+    """Issue 49: an allow-listed host was fetched on any port (its admin ports, other
+    services); now 80 or 443, or a port `input.url_allowed_ports` names."""
+    fetched: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        fetched.append(str(request.url))
+        return httpx.Response(200, content=b"ok")
+
+    for url in ("http://files.example:8080/a.png", "https://files.example:22/a.png"):
+        with pytest.raises(InvalidInput, match=r"input\.url_allowed_ports") as info:
+            await fetch(url, LIMITS, transport=_transport(handler))
+        assert info.value.http_status == 422
+    assert fetched == []
+    assert await fetch("http://files.example:80/a.png", LIMITS, transport=_transport(handler))
+    ports = FetchLimits(allowed_hosts=("files.example",), timeout_s=5, max_bytes=9,
+                        allowed_ports=(8080,))  # fmt: skip
+    assert await fetch("http://files.example:8080/a.png", ports, transport=_transport(handler))
+    with pytest.raises(ConfigError, match=r"input\.url_allowed_ports"):
+        InputConfig(url_allowed_ports=(0,))
 
 
 # --- config ---------------------------------------------------------------------------------
@@ -334,7 +372,9 @@ async def test_http_keeps_a_non_default_port_and_ipv6() -> None:
         seen.append(request)
         return httpx.Response(200, content=b"ok")
 
-    limits = FetchLimits(allowed_hosts=("2606:4700:4700::1111",), timeout_s=1, max_bytes=9)
+    limits = FetchLimits(
+        allowed_hosts=("2606:4700:4700::1111",), timeout_s=1, max_bytes=9, allowed_ports=(8080,)
+    )
     await fetch("http://[2606:4700:4700::1111]:8080/a.png", limits, transport=_transport(handler))
     assert str(seen[0].url) == "http://[2606:4700:4700::1111]:8080/a.png"
     assert seen[0].headers["host"] == "[2606:4700:4700::1111]:8080"

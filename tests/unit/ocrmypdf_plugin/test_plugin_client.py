@@ -3,7 +3,12 @@ what it tells the user when it gives up (the real server and `ocrmypdf`: tests/e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import http.server
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -103,3 +108,76 @@ def test_languages_are_the_servers() -> None:
     body = {"default": "v5", "models": [], "languages": ["ch", "en", "fr"], "unavailable": []}
     client, _ = _client(lambda _: httpx.Response(200, json=body))
     assert client.languages() == {"ch", "en", "fr"}
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """A real HTTP server that answers as a compromised or broken one might (issue 49)."""
+
+    answers: ClassVar[list[tuple[int, dict[str, str], bytes | int]]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        status, headers, body = self.answers.pop(0)
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if isinstance(body, int):  # that many bytes, sent as they are made
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            chunk = b"x" * 65536
+            with contextlib.suppress(OSError):
+                for _ in range(body // len(chunk)):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.write(b"0\r\n\r\n")
+            return
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hostile() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_retry_after_of_nan_waits_the_backoff_not_a_value_error(hostile: str) -> None:
+    """`float("nan")` passed the parse, and `time.sleep(nan)` raised ValueError."""
+    busy = json.dumps({"error": {"code": "overloaded", "message": "busy"}}).encode()
+    _Hostile.answers = [
+        (503, {"retry-after": "nan"}, busy),
+        (503, {"retry-after": "inf"}, busy),
+        (200, {"content-type": "application/json"}, json.dumps(PAGE).encode()),
+    ]
+    waits: list[float] = []
+    client = ServerClient(ClientSettings(url=hostile), sleep=waits.append)
+    try:
+        assert client.ocr(b"png", {}) == PAGE["pages"][0]
+    finally:
+        client.close()
+    assert waits == [0.5, 1.0]  # the backoff, not nan (nor 60 s for inf)
+
+
+def test_an_answer_past_the_cap_is_refused_unread(hostile: str) -> None:
+    """Answers were read whole into OCRmyPDF's memory, however large."""
+    _Hostile.answers = [
+        (200, {"content-type": "application/json"}, 64 * 1024 * 1024),  # chunked: no length
+        (200, {"content-type": "application/json"}, b"x" * 2_000_000),
+    ]
+    client = ServerClient(ClientSettings(url=hostile, max_answer_bytes=1_000_000))
+    try:
+        with pytest.raises(OcrServerError, match="more than 1000000 bytes"):
+            client.ocr(b"png", {})
+        with pytest.raises(OcrServerError, match="ocr-max-answer-bytes"):
+            client.ocr(b"png", {})  # declared in Content-Length: refused at once
+    finally:
+        client.close()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from PIL import Image
 from serving.errors import PayloadTooLarge
 from serving.outputs.document import Document, Page, Source, group_blocks, make_line
 from serving.outputs.formats import render_bytes
-from serving.outputs.service import render_cost, render_document
+from serving.outputs.service import EMBED_BYTES_PER_PX, render_cost, render_document
 from serving.scheduling.memory_budget import MemoryBudget
 
 T = TypeVar("T")
@@ -35,7 +36,9 @@ class RecordingPool:
         self.budget = budget
         self.held: list[int] = []
 
-    async def run(self, fn: Callable[..., T], *args: Any, priority: int = 0) -> T:
+    async def run(
+        self, fn: Callable[..., T], *args: Any, priority: int = 0, holding: object = None
+    ) -> T:
         self.held.append(self.budget.used_bytes)
         return fn(*args)
 
@@ -174,3 +177,16 @@ def test_a_page_decoded_smaller_is_rendered_in_the_pixels_it_was_sent_in() -> No
     assert scaled.box == scaled.words[0].box == (20, 20, 600, 80)
     assert scaled.poly[2] == (600, 80)
     assert page.blocks[0].box == (20, 20, 600, 80)
+
+
+def test_an_image_upload_is_charged_its_frame_decoded_at_the_size_sent() -> None:
+    """`_embed` decodes the frame as sent (up to 178 Mpx): 16 bytes a pixel, where 4 were
+    charged (issue 49); a PDF upload's pages still 4."""
+    image = dataclasses.replace(_document(), source=Source("image/png", b"x"))
+    pdf = dataclasses.replace(_document(), source=Source("application/pdf", b"x"))
+    assert render_cost(image, "pdf", 1000) - render_cost(image, "alto", 1000) == (
+        3 * 1000 + EMBED_BYTES_PER_PX * 800 * 600
+    )
+    assert (
+        render_cost(pdf, "pdf", 1000) - render_cost(pdf, "alto", 1000) == 3 * 1000 + 4 * 800 * 600
+    )

@@ -194,3 +194,28 @@ def test_empty_map_gives_an_empty_int16_array() -> None:
 def test_rejects_a_batched_map() -> None:
     with pytest.raises(ValueError, match="probability map"):
         postprocess_det(np.zeros((1, 1, 64, 64), np.float32), (64, 64), DetParams())
+
+
+def _dense_blobs(side: int = 400, blob: int = 10, pitch: int = 12) -> np.ndarray:
+    prob = np.zeros((side, side), dtype=np.float32)
+    for y in range(0, side - blob, pitch):
+        for x in range(0, side - blob, pitch):
+            prob[y : y + blob, x : x + blob] = 0.9
+    return prob
+
+
+def test_crops_past_four_times_the_page_are_refused_before_any_is_cut() -> None:
+    """Issue 49: boxes grown with a large unclip ratio over dense small blobs
+    (`det_box_thresh=0`) cropped many times the page, all held at once."""
+    from pipelines.crop import CROP_PIXELS_PER_PAGE_PX, CropsTooLarge, crop_text_lines
+
+    prob = _dense_blobs()
+    page = np.zeros((400, 400, 3), dtype=np.uint8)
+    usual = postprocess_det(prob, (400, 400), DetParams(unclip_ratio=1.5, box_thresh=0.0))
+    crops, _ = crop_text_lines(page, usual, bounded=True)
+    assert sum(c.shape[0] * c.shape[1] for c in crops) < 2 * 400 * 400
+    grown = postprocess_det(prob, (400, 400), DetParams(unclip_ratio=4.0, box_thresh=0.0))
+    with pytest.raises(CropsTooLarge) as refused:
+        crop_text_lines(page, grown, bounded=True)
+    assert refused.value.crop_pixels > CROP_PIXELS_PER_PAGE_PX * 400 * 400
+    assert len(crop_text_lines(page, grown)[0]) == len(grown)  # unbounded: as PaddleX crops

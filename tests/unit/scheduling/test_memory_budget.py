@@ -150,23 +150,51 @@ def test_a_stopping_server_takes_no_body() -> None:
         charge.add(1)
 
 
-def test_an_answer_held_is_counted_at_once_and_pages_wait_until_it_is_sent() -> None:
-    """An answer is already in memory: counted past the total if need be, never waiting; pages
-    wait until it is given back (`serving.http.answers`)."""
+def test_an_answer_stays_within_the_total_and_goes_before_waiting_pages() -> None:
+    """An answer is charged within the total (issue 49: it used to be counted past it), waiting
+    for room ahead of the pages waiting; pages wait until it is given back
+    (`serving.http.answers`)."""
 
     async def main() -> None:
         budget = MemoryBudget(100)
-        budget.take_held(80)
-        budget.take_held(40)  # past the total: it is held whatever the budget says
-        assert budget.used_bytes == 120
-        page = asyncio.create_task(budget.acquire(30))
+        first = await budget.acquire_answer(80)
+        page = asyncio.create_task(budget.acquire(70))
+        second = asyncio.create_task(budget.acquire_answer(40))
         await asyncio.sleep(0)
-        assert budget.waiting == 1
-        budget.release(80)
+        assert budget.used_bytes == 80  # before: 120, past the total
+        assert budget.waiting == 2
+        first.release()
+        held = await second  # the answer first, though the page asked before it
+        assert budget.used_bytes == 40
+        assert not page.done()
+        held.release()
+        held.release()  # once only
         await page
         assert budget.used_bytes == 70
-        budget.release(40)
-        budget.release(30)
+        budget.release(70)
+        assert budget.used_bytes == 0
+        with pytest.raises(PayloadTooLarge):
+            await budget.acquire_answer(101)
+
+    asyncio.run(main())
+
+
+def test_the_work_that_made_an_answer_hands_its_charge_on() -> None:
+    """`answer_from`: a render's charge becomes its output's, the rest given back; an output
+    larger than what made it takes the difference within the total."""
+
+    async def main() -> None:
+        budget = MemoryBudget(100)
+        await budget.acquire(60)
+        held = await budget.answer_from(60, 25)
+        assert budget.used_bytes == 25
+        await budget.acquire(10)
+        bigger = await budget.answer_from(10, 50)
+        assert budget.used_bytes == 75
+        with pytest.raises(PayloadTooLarge):
+            await budget.answer_from(0, 200)
+        held.release()
+        bigger.release()
         assert budget.used_bytes == 0
 
     asyncio.run(main())

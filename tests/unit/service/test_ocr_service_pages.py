@@ -16,6 +16,7 @@ from serving.decode.readers import DecodeLimits
 from serving.errors import InvalidInput
 from serving.scheduling.admission import Admission
 from serving.scheduling.memory_budget import MemoryBudget
+from serving.scheduling.page_memory import PageCosts
 from serving.scheduling.priorities import INTERACTIVE
 from serving.service.ocr import (
     TURNED_COPY_BYTES_PER_PX,
@@ -129,3 +130,23 @@ def test_a_page_that_may_be_turned_is_charged_its_upright_copy() -> None:
     turned = service.charge(plan, "image", DetParams(), turned=True)
     assert turned.cost - as_sent.cost == TURNED_COPY_BYTES_PER_PX * 400 * 300
     assert turned.det_cost == as_sent.det_cost
+
+
+def test_a_scaled_page_is_fitted_with_its_upright_copy() -> None:
+    """Issue 49: the side was fitted to the budget without the copy, then the copy's few MB
+    took the charge past it, and the page got 413 though a smaller side fitted."""
+    plan = PagePlan(width=4000, height=4000, full_width=8000, full_height=8000)
+    costs = PageCosts(engine_bytes_per_det_px=23.0)
+    total = costs.at_side(2600, plan, "image", DetParams())  # fits at 2600 without the copy
+    service = OcrService(
+        cpu=_Cpu(),  # type: ignore[arg-type]
+        scheduler=_Scheduler(),  # type: ignore[arg-type]
+        limits=DecodeLimits(max_pdf_pages=1, pdf_render_scale=1.0, max_image_pixels=10**8),
+        admission=Admission(max_pages=4),
+        budget=MemoryBudget(total),
+        prefix="test_ocr_service_pages_",
+        page_costs=lambda: costs,
+    )
+    charge = service.charge(plan, "image", DetParams(), turned=True)
+    assert charge.cost <= total  # before: over it, and 413
+    assert charge.limits.max_page_side_px < 2600

@@ -14,6 +14,7 @@ import pytest
 
 from serving.config import AppConfig
 from serving.errors import InvalidInput, ShuttingDown, WorkerUnavailable
+from serving.scheduling.memory_budget import MemoryBudget
 from serving.scheduling.priorities import BACKGROUND, INTERACTIVE
 from serving.service.runtime import Runtime
 from serving.workers import cpu_stages, supervisor
@@ -159,6 +160,38 @@ def test_an_abandoned_call_is_cut_short_and_its_worker_replaced(tmp_path: Path) 
             # The 600 s call does not hold the only worker: the next call runs on a new one.
             assert await asyncio.wait_for(pool.run(cpu_calls.pid), 120) != busy
             assert pool.restarts == 1
+        finally:
+            await pool.stop()
+
+    asyncio.run(main())
+
+
+def test_an_abandoned_calls_memory_charge_stays_until_its_worker_is_gone(tmp_path: Path) -> None:
+    """Issue 49: the charge was given back as the caller went away, while the worker went on
+    holding the memory for `abandon_grace_s`, so other work took the room meanwhile."""
+
+    async def main() -> None:
+        pool = await _started(_pool(1, abandon_grace_s=1.0))
+        budget = MemoryBudget(1000)
+        try:
+
+            async def charged() -> None:
+                async with budget.hold(600) as held:
+                    await pool.run(
+                        cpu_calls.announce_then_sleep, str(tmp_path), 600.0, holding=held
+                    )
+
+            call = asyncio.ensure_future(charged())
+            await _wait_for_file(tmp_path, "busy")
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            assert budget.used_bytes == 600  # the worker still runs it
+            other = asyncio.ensure_future(budget.acquire(600))
+            await asyncio.sleep(0.3)
+            assert not other.done()
+            await asyncio.wait_for(other, 60)  # once the worker was killed
+            assert budget.used_bytes == 600
         finally:
             await pool.stop()
 

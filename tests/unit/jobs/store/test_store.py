@@ -86,6 +86,18 @@ def test_lifecycle_queued_running_succeeded(store: JobStore, clock: ManualClock)
     assert store.read_result("a", 2) == _line(2)
 
 
+def test_progress_reads_every_followed_job_at_once(store: JobStore) -> None:
+    """What `serving.jobs.follow` reads for a replica's results streams: one call for all."""
+    _create(store, "a", (2,))
+    _create(store, "b", (1,))
+    assert store.progress(["a", "b", "gone"]) == {"a": ("queued", 0), "b": ("queued", 0)}
+    task = store.claim_next()
+    assert task is not None
+    store.complete_page(task.job_id, task.seq, _line(task.seq))
+    assert store.progress(["a"])["a"] == ("running", 1)
+    assert store.progress([]) == {}
+
+
 def test_page_is_committed_exactly_once(store: JobStore) -> None:
     _create(store, "a", (2,))
     first = store.claim_next()

@@ -537,6 +537,14 @@ def test_stage_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "| e | 0.500 | 0.500 |" in (out / "results.md").read_text()
 
 
+def test_embed_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = _run(tmp_path, "embed-memory", "--side", "64")  # the real render, two processes
+    rows = report["results"]["rows"]
+    assert [row["format"] for row in rows] == ["jpeg", "png"]
+    assert all(row["side"] == 64 and row["output_bytes"] > 0 for row in rows)
+    assert "| png | 64 |" in (tmp_path / "results.md").read_text()
+
+
 def test_every_scenario_has_a_smoke_test_here() -> None:
     tested = {
         name.removeprefix("test_").replace("_", "-")
