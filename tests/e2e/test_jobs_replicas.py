@@ -18,8 +18,8 @@ import pytest
 from tests import images
 from tests.e2e.conftest import (
     Server,
+    fresh_server,
     kill_leftovers,
-    start_server,
     stop_server,
     wait_ready,
 )
@@ -57,7 +57,7 @@ def _start_replicas(tmp_path: Path, url: str) -> tuple[Server, Server]:
     servers = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        servers.append(start_server(tmp_path / name, config))
+        servers.append(fresh_server(tmp_path / name, config))
     return servers[0], servers[1]
 
 

@@ -11,27 +11,15 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
+from tests.e2e.conftest import Server
 
-CONFIG = (
-    """
-[server]
-max_body_bytes = 80000000
-"""
-    + ONE_WORKER
-)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("json-bombs"), CONFIG, backend=SLOW_FAKE) as srv:
-        yield srv
+# Model-free, `server.max_body_bytes = 80000000` (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("fake")
 
 
 def test_a_60_mb_body_of_empty_objects_is_refused_while_livez_stays_fast(server: Server) -> None:

@@ -11,7 +11,7 @@ import httpx
 
 from serving.scheduling.retry_after import MAX_RETRY_AFTER_S
 from tests import images
-from tests.e2e.conftest import CONFIG, start_server, stop_server, wait_ready
+from tests.e2e.conftest import CONFIG, fresh_server, stop_server, wait_ready
 
 TIGHT = """
 [server]
@@ -36,7 +36,7 @@ async def _post_all(url: str, bodies: list[bytes]) -> list[httpx.Response]:
 
 
 def test_shedding_and_deadlines(tmp_path) -> None:
-    server = start_server(tmp_path, TIGHT)
+    server = fresh_server(tmp_path, TIGHT)
     try:
         wait_ready(server)
         dense = images.encode_png(images.dense_page().image)
@@ -73,7 +73,7 @@ def test_shedding_and_deadlines(tmp_path) -> None:
 
 
 def test_sigterm_drains_in_flight_requests(tmp_path) -> None:
-    server = start_server(tmp_path, CONFIG)
+    server = fresh_server(tmp_path, CONFIG)
     try:
         wait_ready(server)
         pages = [images.encode_png(images.latin_lines().image)] * 4

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,8 +15,11 @@ from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
 from tests import images
-from tests.e2e.conftest import CONFIG, Server, free_port, stop_server, wait_ready
+from tests.e2e.conftest import Server
 from tests.fakes.cpu_calls import POISON_MARK
+
+# Model-free; CPU workers crash on `POISON_MARK` (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("poison")
 
 GOOD = images.encode_png(images.latin_lines().image)
 
@@ -34,33 +33,6 @@ def _poisoned_png() -> bytes:
 
 
 POISON = _poisoned_png()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """`ocr-serve` whose CPU workers crash on `POISON_MARK`."""
-    tmp = tmp_path_factory.mktemp("poison")
-    config = tmp / "config.toml"
-    config.write_text(CONFIG + f'\n[jobs]\ndata_dir = "{tmp / "jobs"}"\n')
-    port, log = free_port(), tmp / "server.log"
-    launch = (
-        "import sys; from serving.service import runtime; from tests.fakes import cpu_calls; "
-        "runtime.init_cpu_worker = cpu_calls.init_cpu_worker_poisoned; "
-        "from serving.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-c", launch, "--config", str(config), "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=Path(__file__).parents[2],
-        )
-    srv = Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
-    try:
-        wait_ready(srv)
-        yield srv
-    finally:
-        stop_server(srv)
 
 
 def _cpu_restarts(server: Server) -> float:

@@ -6,40 +6,26 @@ server's secrets (read from `/proc/<pid>/environ`) and under resource limits (`/
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
-from tests.postgres import PostgresServer
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import POSTGRES_KEY as KEY
+from tests.e2e.profiles import POSTGRES_PASSWORD as PASSWORD
 
-CONFIG = (
-    """
-[server]
-host = "{host}"
-log_level = "info"
-"""
-    + ONE_WORKER
-    + """[jobs]
-data_dir = "{data_dir}"
-"""
-)
-KEY = "k-safe-defaults-0123456789"
-PASSWORD = "pg-secret-in-the-url"
 PNG = images.encode_png(images.latin_lines().image)
 
 
-@pytest.fixture(scope="module")
-def open_bind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("open-bind")
-    config = CONFIG.format(host="0.0.0.0", data_dir=tmp / "jobs")
-    with serving(tmp, config, backend=SLOW_FAKE, env={"OCR_API_KEYS": ""}) as srv:
-        yield srv
+@pytest.fixture
+def open_bind(server: Server) -> Server:
+    """Model-free, keyless, bound to 0.0.0.0 (tests/e2e/profiles.py)."""
+    return server
 
 
+@pytest.mark.profile("open-bind")
 def test_keyless_server_on_the_network_refuses_the_jobs_api(open_bind: Server) -> None:
     for answer in (
         httpx.get(f"{open_bind.url}/v1/jobs"),
@@ -59,14 +45,11 @@ def test_keyless_server_on_the_network_refuses_the_jobs_api(open_bind: Server) -
     assert "auth.open = true" in log
 
 
-@pytest.fixture(scope="module")
-def keyed(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresServer) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("keyed")
-    store = f"{postgres.database()}&password={PASSWORD}"  # trust auth: libpq sends it unused
-    config = CONFIG.format(host="127.0.0.1", data_dir=tmp / "jobs")
-    env = {"OCR_API_KEYS": KEY, "OCR_JOBS__STORE": store, "CLOUD_TOKEN": "cloud-secret"}
-    with serving(tmp, config, backend=SLOW_FAKE, env=env) as srv:
-        yield srv
+@pytest.fixture
+def keyed(server: Server) -> Server:
+    """Model-free, with an API key, a job store URL with a password and a cloud token in its
+    environment (tests/e2e/profiles.py)."""
+    return server
 
 
 def _cpu_worker_pids(server: Server) -> list[int]:
@@ -82,6 +65,7 @@ def _limits(pid: int) -> dict[str, str]:
     return {row[:26].strip(): row[26:].split()[0] for row in rows}
 
 
+@pytest.mark.profile("jobs-postgres")
 def test_cpu_workers_hold_no_secret(keyed: Server) -> None:
     main = Path(f"/proc/{keyed.process.pid}/environ").read_bytes()
     assert KEY.encode() in main  # the test's secrets did reach the server
@@ -96,6 +80,7 @@ def test_cpu_workers_hold_no_secret(keyed: Server) -> None:
         assert b"OPENCV_IO_MAX_IMAGE_PIXELS" in names  # what the decoders need, kept
 
 
+@pytest.mark.profile("jobs-postgres")
 def test_cpu_workers_run_under_limits(keyed: Server) -> None:
     for pid in _cpu_worker_pids(keyed):
         limits = _limits(pid)

@@ -8,55 +8,21 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from serving.http.keys import hash_key
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, serving
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import QUOTA_KEYS as SECRETS
 
-SECRETS = {"tiny": "tiny-2b7d1f0c9e8a6b4d", "roomy": "roomy-5c3a9e1f7b0d2e4a"}
 PNG = images.encode_png(images.latin_lines().image)
 
 
 def _free_bytes(path: Path) -> int:
     stat = os.statvfs(path)
     return stat.f_bavail * stat.f_frsize
-
-
-def _config(tmp: Path, keys: Path, jobs_line: str) -> str:
-    """A one-worker server on the slow fake with `keys`, its jobs under `tmp`, and `jobs_line`."""
-    return f"""
-[paddlex]
-visualize = false
-[auth]
-keys_file = "{keys}"
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-[jobs]
-data_dir = "{tmp / "data"}"
-{jobs_line}
-"""
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("stored-quotas")
-    keys = tmp / "keys.toml"
-    keys.write_text(
-        f'[[keys]]\nid = "tiny"\nsha256 = "{hash_key(SECRETS["tiny"])}"\nmax_jobs = 1\n'
-        f'[[keys]]\nid = "roomy"\nsha256 = "{hash_key(SECRETS["roomy"])}"\n'
-    )
-    config = "[server]\nmax_body_bytes = 8000000\n" + _config(
-        tmp, keys, f"max_upload_bytes = {8 * _free_bytes(tmp)}"
-    )
-    with serving(tmp, config, backend=SLOW_FAKE) as srv:
-        yield srv
 
 
 def _submit(server: Server, key_id: str) -> httpx.Response:
@@ -68,6 +34,9 @@ def _submit(server: Server, key_id: str) -> httpx.Response:
     )
 
 
+# A one-worker server on the slow fake with keys `tiny` (one job at most) and `roomy`, and more
+# room for uploads than the disk has (tests/e2e/profiles.py).
+@pytest.mark.profile("quotas")
 def test_a_key_at_its_job_quota_gets_429_until_it_deletes_one(server: Server) -> None:
     first = _submit(server, "tiny")
     assert first.status_code == 202, first.text
@@ -91,6 +60,7 @@ def test_a_key_at_its_job_quota_gets_429_until_it_deletes_one(server: Server) ->
     assert _submit(server, "tiny").status_code == 202
 
 
+@pytest.mark.profile("quotas")
 def test_an_upload_the_disk_cannot_take_gets_507_before_its_body(
     server: Server, tmp_path: Path
 ) -> None:
@@ -120,23 +90,13 @@ def test_an_upload_the_disk_cannot_take_gets_507_before_its_body(
     assert _submit(server, "roomy").status_code == 202  # and the server goes on
 
 
-@pytest.fixture(scope="module")
-def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture
+def slow_server(server: Server) -> Server:
     """Two job slots, and pages slowed (a fake device batch takes 0.2 s) so that jobs overlap."""
-    tmp = tmp_path_factory.mktemp("job-shares")
-    keys = tmp / "keys.toml"
-    keys.write_text(
-        "".join(
-            f'[[keys]]\nid = "{key_id}"\nsha256 = "{hash_key(secret)}"\n'
-            for key_id, secret in SECRETS.items()
-        )
-    )
-    config = _config(tmp, keys, "max_inflight_pages = 2")
-    env = {"OCR_FAKE_LATENCY_S": "0.2"}
-    with serving(tmp, config, backend=SLOW_FAKE, env=env) as srv:
-        yield srv
+    return server
 
 
+@pytest.mark.profile("job-shares")
 def test_a_key_with_three_jobs_gets_no_more_slots_than_a_key_with_one(slow_server: Server) -> None:
     pdf = images.make_pdf([images.latin_lines().image] * 4, dpi=72.0)
 
