@@ -153,6 +153,11 @@ cls = "embedded:ch_ppocr_mobile_v2.0_cls"
 """
 )
 REPO_ROOT = Path(__file__).resolve().parents[2]
+POISONED_CPU_WORKERS = (
+    "from serving.service import runtime; from tests.fakes import cpu_calls; "
+    "runtime.init_cpu_worker = cpu_calls.init_cpu_worker_poisoned"
+)
+F32 = {"OCR_ENGINE__OPENVINO_PRECISION": "f32"}
 FAKE_MAX_PIXELS = 10_000_000
 FAKE_MAX_FRAMES = 5
 FAKE_LATENCY_S = 1.0
@@ -167,12 +172,19 @@ LIMITS_CONCURRENCY = 8
 HARDENED_PASSWORD = "hunter2-in-the-url"
 POSTGRES_PASSWORD = "pg-secret-in-the-url"
 POSTGRES_KEY = "k-safe-defaults-0123456789"
-QUOTA_KEYS = {"tiny": "tiny-2b7d1f0c9e8a6b4d", "roomy": "roomy-5c3a9e1f7b0d2e4a"}
+QUOTA_KEYS = {
+    "tiny": "tiny-2b7d1f0c9e8a6b4d",
+    "roomy": "roomy-5c3a9e1f7b0d2e4a",
+    "many": "many-8e1d3c5b7a9f0e2d",
+    "one": "one-4a6c8e0b2d4f6a8c",
+}
 DOCUMENT_KEYS = {
     "alice": "alice-3e1f5a7c9b2d4f6a8c0e",
     "bob": "bob-8d7c6b5a4f3e2d1c0b9a",
-    "root": "root-5f4e3d2c1b0a9f8e7d6c",
+    "root": TENANTS["root"],
 }
+"""test_job_documents.py's two users (`doc-alice` and `doc-bob` on the `keys` server, apart from
+test_tenants.py's, whose job lists it checks whole) and its admin."""
 STACKED_HEIGHT_PX = 20_000
 STAGING_BUDGET = 512 << 20
 
@@ -188,6 +200,7 @@ visualize = false
 [workers]
 devices = ["cpu"]
 cpu_workers = 2
+cpu_instances = 1
 [jobs]
 data_dir = "{data_dir}"
 max_files_per_job = 4
@@ -216,9 +229,10 @@ PROFILES: dict[str, Profile] = {
         "as `default` unless OCR_ENGINE__OPENVINO_PRECISION says otherwise.",
     ),
     "f32": Profile(
-        config=DEFAULT_CONFIG,
-        env={"OCR_ENGINE__OPENVINO_PRECISION": "f32"},
-        doc="`default` forced to f32, as Docker and Kubernetes users force it.",
+        config=jobs_config("{dir}/data"),
+        env=F32,
+        doc="Forced to f32 (`OCR_ENGINE__OPENVINO_PRECISION=f32`), as Docker and Kubernetes "
+        "users force it: `jobs-sqlite`'s server.",
     ),
     "keys": Profile(
         config=CONFIG.replace(
@@ -234,11 +248,18 @@ data_dir = "{dir}/data"
         env={"OCR_API_KEYS": PLAIN_KEY},
         files={
             "keys": "# test keys\n" + "\n".join(FILE_KEYS) + "\n",
-            "keys.toml": _named_keys(TENANTS, TENANT_QUOTAS),
+            "keys.toml": _named_keys(
+                {
+                    **TENANTS,
+                    "doc-alice": DOCUMENT_KEYS["alice"],
+                    "doc-bob": DOCUMENT_KEYS["bob"],
+                },
+                TENANT_QUOTAS,
+            ),
         },
-        doc="API keys of all three kinds (a plain key from the environment, a key file, named "
-        "keys with roles and quotas), URL inputs allowed from 127.0.0.1: tenants, refusals, "
-        "the OCRmyPDF plugin's key.",
+        doc="The shipped models, API keys of all three kinds (a plain key from the environment, "
+        "a key file, named keys with roles and quotas), URL inputs allowed from 127.0.0.1: "
+        "tenants, a job's documents, refusals, the OCRmyPDF plugin's key.",
     ),
     "fake": Profile(
         config=f"""
@@ -256,15 +277,19 @@ visualize = false
 visualize_max_pixels = 4000000
 visualize_max_bytes = 4194304
 [workers]
-devices = ["cpu"]
+# workers.devices and engine.gpu_backend left at their defaults ("auto"): which engine would
+# serve GPUs, and why, is said as a default server says it (test_gpu_engine.py).
 cpu_workers = 1
 cpu_instances = 1
 [jobs]
 data_dir = "{{dir}}/data"
 """,
         backend=SLOW_FAKE,
-        doc="Model-free device workers (no latency): bodies, decoders, JSON bombs, unread "
-        "answers; what the server does around the models.",
+        launch=POISONED_CPU_WORKERS,
+        doc="Model-free device workers (no latency) and CPU workers that crash on "
+        "`tests.fakes.cpu_calls.POISON_MARK`, as a decoder crash on a crafted file would "
+        "(quarantined pages; every other page is read as usual): what the server does around "
+        "the models, bodies, decoders, JSON bombs, unread answers, the GPU engine's choice.",
     ),
     "fake-slow": Profile(
         config="""
@@ -374,30 +399,14 @@ cpu_instances = 1
 data_dir = "{{dir}}/data"
 # More than the disk holds: an upload past the free space gets 507, not 413.
 max_upload_bytes = {8 * _free_bytes(tempfile.gettempdir())}
-""",
-        backend=SLOW_FAKE,
-        files={"keys.toml": _named_keys(QUOTA_KEYS, {"tiny": "max_jobs = 1\n"})},
-        doc="Model-free, named keys of which `tiny` may keep one job: stored quotas.",
-    ),
-    "job-shares": Profile(
-        config="""
-[paddlex]
-visualize = false
-[auth]
-keys_file = "{dir}/keys.toml"
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-[jobs]
-data_dir = "{dir}/data"
 max_inflight_pages = 2
 """,
         backend=SLOW_FAKE,
         env={"OCR_FAKE_LATENCY_S": "0.2"},
-        files={"keys.toml": _named_keys(QUOTA_KEYS, {})},
-        doc="Model-free, two job slots and pages slowed to 0.2 s a batch so that jobs of two "
-        "keys overlap: slots shared between keys.",
+        files={"keys.toml": _named_keys(QUOTA_KEYS, {"tiny": "max_jobs = 1\n"})},
+        doc="Model-free, pages slowed to 0.2 s a batch and two job slots (so that jobs of two "
+        "keys overlap), named keys of which `tiny` may keep one job: stored quotas and the "
+        "slots' shares.",
     ),
     "stacked-lines": Profile(
         config=f"""
@@ -412,40 +421,11 @@ max_side_limit = {STACKED_HEIGHT_PX}
         backend="tests.fakes.predictors:STACKED_LINES",
         doc="A fake detector that finds a line every 20 rows: pages of ~1,000 lines.",
     ),
-    "devices-auto": Profile(
-        config="""
-[server]
-log_level = "info"
-[workers]
-cpu_workers = 1
-cpu_instances = 1
-""",
-        backend=SLOW_FAKE,
-        doc="The defaults, `engine.gpu_backend` and `workers.devices` (auto) included, one worker "
-        "of each kind, model-free: which engine serves GPUs and why.",
-    ),
-    "poison": Profile(
-        config=CONFIG + '[jobs]\ndata_dir = "{dir}/data"\n',
-        backend=SLOW_FAKE,
-        launch="from serving.service import runtime; from tests.fakes import cpu_calls; "
-        "runtime.init_cpu_worker = cpu_calls.init_cpu_worker_poisoned",
-        doc="Model-free, CPU workers that crash on `tests.fakes.cpu_calls.POISON_MARK` as a "
-        "decoder crash on a crafted file would: quarantined pages.",
-    ),
     "jobs-sqlite": Profile(
         config=jobs_config("{dir}/data"),
-        doc="The shipped models, the SQLite job store, small job limits: the jobs API.",
-    ),
-    "job-documents": Profile(
-        config=CONFIG
-        + """
-[auth]
-keys_file = "{dir}/keys.toml"
-[jobs]
-data_dir = "{dir}/data"
-""",
-        files={"keys.toml": _named_keys(DOCUMENT_KEYS, {"root": 'role = "admin"\n'})},
-        doc="The shipped models and named keys (two users, an admin): a job's documents.",
+        env=F32,
+        doc="The shipped models at f32 (Paddle's texts on any CPU), the SQLite job store, small "
+        "job limits: the jobs API; `f32` too.",
     ),
     "staging": Profile(
         config=CONFIG.replace("[input]\n", "[input]\nmax_page_side_px = 1000\n").replace(

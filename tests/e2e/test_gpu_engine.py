@@ -10,9 +10,9 @@ import pytest
 from serving.engine.gpu_choice import choose_gpu_engine
 from tests.e2e.conftest import Server
 
-# The defaults, `engine.gpu_backend` and `workers.devices` included; one worker of each kind;
+# `engine.gpu_backend` and `workers.devices` at their defaults; one worker of each kind;
 # model-free (tests/e2e/profiles.py).
-pytestmark = [pytest.mark.e2e, pytest.mark.profile("devices-auto")]
+pytestmark = [pytest.mark.e2e, pytest.mark.profile("fake")]
 
 
 def test_the_default_config_says_it_chose_the_cpu_and_why(server: Server) -> None:

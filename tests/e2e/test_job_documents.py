@@ -31,8 +31,8 @@ PDF3 = images.make_pdf([LATIN.image, CHINESE.image, LATIN.image], dpi=144.0)
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils is not installed"),
-    # The shipped models; named keys: alice and bob, root an admin (tests/e2e/profiles.py).
-    pytest.mark.profile("job-documents"),
+    # The shipped models; named keys: two users and an admin (tests/e2e/profiles.py).
+    pytest.mark.profile("keys"),
 ]
 
 

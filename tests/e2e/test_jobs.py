@@ -22,7 +22,14 @@ import pytest
 
 from loadtest.accuracy import cer
 from tests import images
-from tests.e2e.conftest import Server, fresh_server, kill_leftovers, stop_server, wait_ready
+from tests.e2e.conftest import (
+    ONE_SET,
+    Server,
+    fresh_server,
+    kill_leftovers,
+    stop_server,
+    wait_ready,
+)
 from tests.e2e.profiles import jobs_config
 
 pytestmark = pytest.mark.profile("jobs-sqlite")
@@ -308,7 +315,7 @@ def test_job_survives_kill_9_and_every_page_appears_once(tmp_path: Path) -> None
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
     first_dir.mkdir()
     second_dir.mkdir()
-    first = fresh_server(first_dir, jobs_config(str(data_dir), inflight=1))
+    first = fresh_server(first_dir, jobs_config(str(data_dir), inflight=1) + ONE_SET)
     children: list[psutil.Process] = []
     try:
         wait_ready(first)
@@ -329,7 +336,7 @@ def test_job_survives_kill_9_and_every_page_appears_once(tmp_path: Path) -> None
     follower.join(timeout=30)
     assert follower.error is not None  # the stream was cut by the kill
 
-    second = fresh_server(second_dir, jobs_config(str(data_dir), inflight=1))
+    second = fresh_server(second_dir, jobs_config(str(data_dir), inflight=1) + ONE_SET)
     try:
         wait_ready(second)
         with httpx.stream("GET", f"{second.url}/v1/jobs/{job_id}/results", timeout=300) as r:

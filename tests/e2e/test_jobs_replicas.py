@@ -17,6 +17,7 @@ import pytest
 
 from tests import images
 from tests.e2e.conftest import (
+    ONE_SET,
     Server,
     fresh_server,
     kill_leftovers,
@@ -57,7 +58,7 @@ def _start_replicas(tmp_path: Path, url: str) -> tuple[Server, Server]:
     servers = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        servers.append(fresh_server(tmp_path / name, config))
+        servers.append(fresh_server(tmp_path / name, config + ONE_SET))
     return servers[0], servers[1]
 
 

@@ -18,8 +18,8 @@ from tests import images
 from tests.e2e.conftest import Server
 from tests.fakes.cpu_calls import POISON_MARK
 
-# Model-free; CPU workers crash on `POISON_MARK` (tests/e2e/profiles.py).
-pytestmark = pytest.mark.profile("poison")
+# Model-free; its CPU workers crash on `POISON_MARK` (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("fake")
 
 GOOD = images.encode_png(images.latin_lines().image)
 

@@ -16,7 +16,7 @@ import pytest
 
 from serving.log_config import read_effective_config
 from tests import images
-from tests.e2e.conftest import Server, fresh_server, stop_server, wait_ready
+from tests.e2e.conftest import CONFIG, ONE_SET, Server, fresh_server, stop_server, wait_ready
 
 
 def _documents() -> list[bytes]:
@@ -126,7 +126,7 @@ def _chaos(server: Server, stop: threading.Event, killed: list[str]) -> None:
 
 
 def test_kill_9_inside_in_flight_work_loses_no_request(tmp_path) -> None:
-    server = fresh_server(tmp_path)
+    server = fresh_server(tmp_path, CONFIG + ONE_SET)
     try:
         wait_ready(server)
         documents = _documents()

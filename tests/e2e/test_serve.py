@@ -17,7 +17,7 @@ from PIL import Image
 
 from serving.workers import shm
 from tests import images
-from tests.e2e.conftest import Server, fresh_server, stop_server, wait_ready
+from tests.e2e.conftest import CONFIG, ONE_SET, Server, fresh_server, stop_server, wait_ready
 from tests.reading import MAX_CER, assert_reads
 
 
@@ -286,7 +286,7 @@ def test_api_keys_and_open_probes(server: Server) -> None:
 
 
 def test_sigterm_stops_cleanly_and_leaves_no_shared_memory(tmp_path) -> None:
-    srv = fresh_server(tmp_path)
+    srv = fresh_server(tmp_path, CONFIG + ONE_SET)
     wait_ready(srv)
     latin = images.latin_lines()
     response = httpx.post(

@@ -34,8 +34,9 @@ def _submit(server: Server, key_id: str) -> httpx.Response:
     )
 
 
-# A one-worker server on the slow fake with keys `tiny` (one job at most) and `roomy`, and more
-# room for uploads than the disk has (tests/e2e/profiles.py).
+# A one-worker server on the slow fake (0.2 s a batch, two job slots) with keys `tiny` (one job at
+# most), `roomy`, `many` and `one`, and more room for uploads than the disk has
+# (tests/e2e/profiles.py).
 @pytest.mark.profile("quotas")
 def test_a_key_at_its_job_quota_gets_429_until_it_deletes_one(server: Server) -> None:
     first = _submit(server, "tiny")
@@ -96,7 +97,7 @@ def slow_server(server: Server) -> Server:
     return server
 
 
-@pytest.mark.profile("job-shares")
+@pytest.mark.profile("quotas")
 def test_a_key_with_three_jobs_gets_no_more_slots_than_a_key_with_one(slow_server: Server) -> None:
     pdf = images.make_pdf([images.latin_lines().image] * 4, dpi=72.0)
 
@@ -111,24 +112,24 @@ def test_a_key_with_three_jobs_gets_no_more_slots_than_a_key_with_one(slow_serve
         job_id: str = response.json()["id"]
         return job_id
 
-    many = [submit("tiny") for _ in range(3)]  # tiny's max_jobs is 1 only on the other server
-    one = submit("roomy")
+    many = [submit("many") for _ in range(3)]  # keys of their own, with no job quota
+    one = submit("one")
     # Follow the lone key's job to its end, then count the other key's pages done by then.
     followed = httpx.get(
         f"{slow_server.url}/v1/jobs/{one}/results?follow=true",
-        headers={"X-API-Key": SECRETS["roomy"]},
+        headers={"X-API-Key": SECRETS["one"]},
         timeout=300,
     )
     assert len(followed.text.splitlines()) == 4
     done = sum(
         httpx.get(
             f"{slow_server.url}/v1/jobs/{job_id}",
-            headers={"X-API-Key": SECRETS["tiny"]},
+            headers={"X-API-Key": SECRETS["many"]},
             timeout=30,
         ).json()["pages_done"]
         for job_id in many
     )
-    # Shared between keys: about 4 of tiny's 12 pages ran beside roomy's 4, and a page or two
-    # more as the count is read (5 measured). Shared between jobs, as before, roomy's job had a
-    # quarter of the slots and ended with tiny's last (12 measured).
+    # Shared between keys: about 4 of many's 12 pages ran beside one's 4, and a page or two more
+    # as the count is read (5 measured). Shared between jobs, as before, one's job had a quarter
+    # of the slots and ended with many's last (12 measured).
     assert done <= 8, done
