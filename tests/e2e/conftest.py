@@ -149,21 +149,24 @@ def serving(tmp: Path, config: str = CONFIG, **kwargs: Any) -> Iterator[Server]:
 
 
 def wait_ready(server: Server, timeout_s: float = 300.0) -> list[int]:
-    """Wait for /readyz; returns the status codes seen on the way."""
+    """Wait for /readyz; returns the status codes seen on the way. One client for all the polls:
+    `httpx.get` makes a client, and an SSL context, each call (~25 ms of CPU, beside a server
+    that is starting)."""
     seen = []
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"ocr-serve exited:\n{server.log.read_text()[-3000:]}")
-        try:
-            status = httpx.get(f"{server.url}/readyz", timeout=5).status_code
-        except httpx.TransportError:
+    with httpx.Client(timeout=5) as client:
+        while time.monotonic() < deadline:
+            if server.process.poll() is not None:
+                raise RuntimeError(f"ocr-serve exited:\n{server.log.read_text()[-3000:]}")
+            try:
+                status = client.get(f"{server.url}/readyz").status_code
+            except httpx.TransportError:
+                time.sleep(0.2)
+                continue
+            seen.append(status)
+            if status == 200:
+                return seen
             time.sleep(0.2)
-            continue
-        seen.append(status)
-        if status == 200:
-            return seen
-        time.sleep(0.2)
     raise TimeoutError(server.log.read_text()[-3000:])
 
 
@@ -224,21 +227,20 @@ def _used(item: pytest.Item) -> tuple[str, ...]:
 
 
 class ProfileServers:
-    """The session's profile servers: each started when a test first asks for it, stopped after
-    the last test (in the order pytest runs them) that names it. Profiles with the same launch
-    share one server."""
+    """The session's profile servers: each started when a test first asks for it, stopped once
+    every test that names it has run (whatever their order: pytest's, or xdist's on a worker).
+    Profiles with the same launch share one server."""
 
     def __init__(self) -> None:
         self._running: dict[tuple[object, ...], Server] = {}
         self._started: set[tuple[object, ...]] = set()
-        self._last_user: dict[tuple[object, ...], str] = {}
-        self._store: Callable[[], str] | None = None
+        self._users: dict[tuple[object, ...], set[str]] = {}
 
     def plan(self, items: list[pytest.Item]) -> None:
-        """Note the last test of each launch, from the order pytest settled on."""
+        """Note which tests use each launch."""
         for item in items:
             for name in _used(item):
-                self._last_user[PROFILES[name].launch_key()] = item.nodeid
+                self._users.setdefault(PROFILES[name].launch_key(), set()).add(item.nodeid)
 
     def server(self, name: str, request: pytest.FixtureRequest) -> Server:
         """`name`'s server, started now if this is its first test."""
@@ -246,7 +248,7 @@ class ProfileServers:
         key = profile.launch_key()
         if key in self._running:
             return self._running[key]
-        if key in self._started:  # stopped after what `plan` saw as its last test
+        if key in self._started:  # stopped after the last test `plan` saw for it
             raise RuntimeError(f"profile {name!r} asked for again after its last test")
         self._started.add(key)
         server = self._start(name, profile, request)
@@ -260,8 +262,8 @@ class ProfileServers:
             values["{store}"] = request.getfixturevalue("postgres").database()
 
         def fill(text: str) -> str:
-            for name, value in values.items():
-                text = text.replace(name, value)
+            for placeholder, value in values.items():
+                text = text.replace(placeholder, value)
             return text
 
         config = fill(profile.config)
@@ -282,9 +284,10 @@ class ProfileServers:
         return srv
 
     def finished(self, nodeid: str) -> None:
-        """Stop the servers whose last test this was."""
-        for key, last in self._last_user.items():
-            if last == nodeid and key in self._running:
+        """Stop the servers whose tests have all run now."""
+        for key, users in self._users.items():
+            users.discard(nodeid)
+            if not users and key in self._running:
                 stop_server(self._running.pop(key))
 
     def close(self) -> None:

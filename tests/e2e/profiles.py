@@ -93,8 +93,10 @@ cpu_workers = 2
 cpu_instances = 1
 [workers.rec_queue]
 # One CPU device is always busy, so rec chunks of different requests meet only if they wait
-# about one detection run; the worker runs detection meanwhile.
-max_wait_ms = 1000.0
+# about one detection run; the worker runs detection meanwhile. 300 ms is a few detections of the
+# test pages; 1000 ms cost every page of a multi-page request ~0.2 s more waiting (test_scheduling
+# holds that rec batches still mix requests).
+max_wait_ms = 300.0
 """
 """The shared e2e config (the `default` profile's): the shipped models (both sets and the page
 classifier), two CPU workers, one device worker."""
@@ -425,7 +427,8 @@ max_side_limit = {STACKED_HEIGHT_PX}
         config=jobs_config("{dir}/data"),
         env=F32,
         doc="The shipped models at f32 (Paddle's texts on any CPU), the SQLite job store, small "
-        "job limits: the jobs API; `f32` too.",
+        "job limits: the jobs API, schemathesis' generated requests (bounded by the job "
+        "limits); `f32` too.",
     ),
     "staging": Profile(
         config=CONFIG.replace("[input]\n", "[input]\nmax_page_side_px = 1000\n").replace(
@@ -440,27 +443,6 @@ max_uploads_per_key = 1
 """,
         doc="The shipped models, a 512 MiB budget, pages at most 1000 px a side, staging with a "
         "5 s deadline and one upload a client at once (test_job_staging.py).",
-    ),
-    "fuzz": Profile(
-        config="""
-[server]
-max_body_bytes = 2000000
-request_timeout_s = 60.0
-log_level = "warning"
-[input]
-max_pdf_pages = 2
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-[jobs]
-data_dir = "{dir}/data"
-max_files_per_job = 4
-max_pages_per_job = 8
-max_upload_bytes = 2000000
-""",
-        doc="The shipped models with small bounds, for schemathesis' generated requests.",
     ),
     "bucketed": Profile(
         config=CONFIG

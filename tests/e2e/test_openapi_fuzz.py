@@ -15,8 +15,8 @@ import pytest
 
 from tests.e2e.conftest import Server
 
-# The shipped models with small bounds (tests/e2e/profiles.py).
-pytestmark = pytest.mark.profile("fuzz")
+# The shipped models, small job limits (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("jobs-sqlite")
 
 SEED = 20240518
 MAX_EXAMPLES = 20
