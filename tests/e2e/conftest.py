@@ -1,4 +1,10 @@
-"""`ocr-serve` started as a subprocess on a free port, with the real embedded models."""
+"""`ocr-serve` started as a subprocess on a free port, with the real embedded models.
+
+Tests share servers by profile (tests/e2e/profiles.py): a test takes `server` and names its
+profile with `@pytest.mark.profile("name")` (or a file's `pytestmark`); `profile_server(name)`
+gives a second one a test names. A test that kills, freezes or exhausts its server, or watches
+it start, starts its own with `fresh_server`.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +16,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,40 +26,20 @@ import psutil
 import pytest
 
 from serving.workers import shm
+from tests.e2e.profiles import (
+    CONFIG,
+    DEFAULT,
+    ONE_SET,
+    ONE_WORKER,
+    PROFILES,
+    SLOW_FAKE,
+    Profile,
+    check_names,
+)
 
-CONFIG = """
-[server]
-max_body_bytes = 8000000
-log_level = "info"
-upload_idle_timeout_s = 2.0
-upload_timeout_s = 8.0
-[input]
-max_pdf_pages = 3
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 2
-# One device worker (the default is two): these tests are about behaviour, and one keeps a 2-core
-# machine's start-ups short; test_scheduling runs two.
-cpu_instances = 1
-[workers.rec_queue]
-# One CPU device is always busy, so rec chunks of different requests meet only if they wait
-# about one detection run; the worker runs detection meanwhile.
-max_wait_ms = 1000.0
-"""
+__all__ = ["CONFIG", "ONE_SET", "ONE_WORKER", "SLOW_FAKE"]
 
-
-ONE_WORKER = """
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-"""
-"""One CPU worker and one device worker, on the CPU, and no visualize images: the small servers'
-config (model-free fakes, one-request checks). Put a `[server]` table before it, others after."""
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -61,16 +47,18 @@ class Server:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    readiness: list[int] = field(default_factory=list)
+    """The `/readyz` statuses seen while it started (a profile's server; `wait_ready`'s)."""
+    data_dir: Path = Path()
+    """`{dir}/data` of its folder: where profiles keep their jobs (`jobs.data_dir`)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """The whole environment it was started with."""
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-SLOW_FAKE = "tests.fakes.predictors:SLOW_FAKE"
-"""Model-free device workers, slowed by OCR_FAKE_LATENCY_S (`start_server(backend=...)`)."""
 
 
 @functools.cache
@@ -96,7 +84,11 @@ def start_server(
     *,
     backend: str | None = None,
     env: dict[str, str] | None = None,
+    launch: str = "",
 ) -> Server:
+    """`ocr-serve --config tmp/config.toml` on a free port, started, not waited for. `launch`:
+    Python statements run in the server's process before `serving.cli.main` (a test hook).
+    Tests call it as `fresh_server`, or get a profile's server (`server`)."""
     if backend is None:
         precision_checked(tuple(sorted({**os.environ, **(env or {})}.items())))
     config_path = tmp / "config.toml"
@@ -104,22 +96,65 @@ def start_server(
     port = free_port()
     log = tmp / "server.log"
     command = [sys.executable, "-m", "serving"]
-    if backend is not None:  # `ocr-serve` itself, on another engine backend
+    if backend is not None or launch:  # `ocr-serve` itself, on another engine backend
         command = [
             sys.executable,
             "-c",
-            "import sys; from serving.cli import main; "
+            f"import sys; {launch or 'pass'}; from serving.cli import main; "
             f"sys.exit(main(sys.argv[1:], backend={backend!r}))",
         ]
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log.open("wb") as out:  # the child keeps its own descriptor
         process = subprocess.Popen(
             [*command, "--config", str(config_path), "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-            cwd=Path(__file__).parents[2],  # the repository: `tests.fakes` imports
+            env=environment,
+            cwd=REPO_ROOT,  # the repository: `tests.fakes` imports
         )
-    return Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
+    return Server(
+        url=f"http://127.0.0.1:{port}",
+        process=process,
+        log=log,
+        data_dir=tmp / "data",
+        env=environment,
+    )
+
+
+fresh_server = start_server
+"""A server of the test's own, started, not yet ready (`wait_ready`, then `stop_server`): for a
+test that kills, freezes or exhausts it, or watches it start. Everything else names a profile."""
+
+
+def start_image(tmp: Path, config: str, env: dict[str, str]) -> Server:
+    """`ocr-serve` started as the container image starts it (Dockerfile's CMD): no flags, from
+    `tmp`, its config named by OCR_CONFIG, every setting else from `OCR_*` variables (the test
+    run's own left out); `{dir}` and `{port}` in `env` are filled in."""
+    port = free_port()
+    etc = tmp / "etc-ocr"
+    etc.mkdir()
+    (etc / "config.toml").write_text(config)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("OCR_")}
+    environment["OCR_CONFIG"] = str(etc / "config.toml")
+    environment.update(
+        {k: v.replace("{dir}", str(tmp)).replace("{port}", str(port)) for k, v in env.items()}
+    )
+    log = tmp / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "ocr-serve")],  # the image's CMD
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            cwd=tmp,
+        )
+    return Server(
+        url=f"http://127.0.0.1:{port}",
+        process=process,
+        log=log,
+        data_dir=tmp / "data",
+        env=environment,
+    )
 
 
 @contextlib.contextmanager
@@ -133,22 +168,31 @@ def serving(tmp: Path, config: str = CONFIG, **kwargs: Any) -> Iterator[Server]:
         stop_server(srv)
 
 
+fresh_serving = serving
+"""`fresh_server` ready, stopped on the way out: a server of the test's own, for a test that
+exhausts it, or whose config names what the test starts first (a receiver's URL, an object
+store's credentials, a database of its own)."""
+
+
 def wait_ready(server: Server, timeout_s: float = 300.0) -> list[int]:
-    """Wait for /readyz; returns the status codes seen on the way."""
+    """Wait for /readyz; returns the status codes seen on the way. One client for all the polls:
+    `httpx.get` makes a client, and an SSL context, each call (~25 ms of CPU, beside a server
+    that is starting)."""
     seen = []
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"ocr-serve exited:\n{server.log.read_text()[-3000:]}")
-        try:
-            status = httpx.get(f"{server.url}/readyz", timeout=5).status_code
-        except httpx.TransportError:
+    with httpx.Client(timeout=5) as client:
+        while time.monotonic() < deadline:
+            if server.process.poll() is not None:
+                raise RuntimeError(f"ocr-serve exited:\n{server.log.read_text()[-3000:]}")
+            try:
+                status = client.get(f"{server.url}/readyz").status_code
+            except httpx.TransportError:
+                time.sleep(0.2)
+                continue
+            seen.append(status)
+            if status == 200:
+                return seen
             time.sleep(0.2)
-            continue
-        seen.append(status)
-        if status == 200:
-            return seen
-        time.sleep(0.2)
     raise TimeoutError(server.log.read_text()[-3000:])
 
 
@@ -181,11 +225,152 @@ def kill_leftovers(server: Server, children: list[psutil.Process]) -> None:
     shm.sweep(shm.server_prefix(server.process.pid))
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("serve"))
+# Profiles: one server per profile, shared by the session.
+
+
+def _named(item: pytest.Item) -> tuple[str, ...]:
+    """The profiles a test names: its closest `profile` mark's, else `default`."""
+    mark = item.get_closest_marker("profile")
+    names: tuple[str, ...] = tuple(mark.args) if mark is not None and mark.args else (DEFAULT,)
+    check_names(names, item.nodeid)
+    return names
+
+
+def _takes_profile_server(module: object, fixtures: list[str]) -> bool:
+    """Whether `server` is a profile's: not where a file defines a `server` of its own (a
+    `fresh_server` its tests exhaust)."""
+    return "server" in fixtures and "server" not in vars(module)
+
+
+def _used(item: pytest.Item) -> tuple[str, ...]:
+    """The profiles whose servers a test takes: the first it names with `server`, every one it
+    names with `profile_server`."""
+    fixtures = getattr(item, "fixturenames", [])
+    if "profile_server" in fixtures:
+        return _named(item)
+    module = getattr(item, "module", None)
+    return _named(item)[:1] if _takes_profile_server(module, fixtures) else ()
+
+
+class ProfileServers:
+    """The session's profile servers: each started when a test first asks for it, stopped once
+    every test that names it has run (whatever their order: pytest's, or xdist's on a worker).
+    Profiles with the same launch share one server."""
+
+    def __init__(self) -> None:
+        self._running: dict[tuple[object, ...], Server] = {}
+        self._started: set[tuple[object, ...]] = set()
+        self._users: dict[tuple[object, ...], set[str]] = {}
+
+    def plan(self, items: list[pytest.Item]) -> None:
+        """Note which tests use each launch."""
+        for item in items:
+            for name in _used(item):
+                self._users.setdefault(PROFILES[name].launch_key(), set()).add(item.nodeid)
+
+    def server(self, name: str, request: pytest.FixtureRequest) -> Server:
+        """`name`'s server, started now if this is its first test."""
+        profile = PROFILES[name]
+        key = profile.launch_key()
+        if key in self._running:
+            return self._running[key]
+        if key in self._started:  # stopped after the last test `plan` saw for it
+            raise RuntimeError(f"profile {name!r} asked for again after its last test")
+        self._started.add(key)
+        server = self._start(name, profile, request)
+        self._running[key] = server
+        return server
+
+    def _start(self, name: str, profile: Profile, request: pytest.FixtureRequest) -> Server:
+        folder = request.getfixturevalue("tmp_path_factory").mktemp(f"profile-{name}")
+        values = {"{dir}": str(folder)}
+        if "{store}" in profile.config + "".join(profile.env.values()):
+            values["{store}"] = request.getfixturevalue("postgres").database()
+
+        def fill(text: str) -> str:
+            for placeholder, value in values.items():
+                text = text.replace(placeholder, value)
+            return text
+
+        config = fill(profile.config)
+        env = {k: fill(v) for k, v in profile.env.items()}
+        for file_name, text in profile.files.items():
+            (folder / file_name).write_text(text)
+        if profile.image:
+            srv = start_image(folder, config, env)
+        else:
+            srv = start_server(
+                folder, config, backend=profile.backend, env=env, launch=profile.launch
+            )
+        try:
+            srv.readiness = wait_ready(srv)
+        except BaseException:
+            stop_server(srv)
+            raise
+        return srv
+
+    def finished(self, nodeid: str) -> None:
+        """Stop the servers whose tests have all run now."""
+        for key, users in self._users.items():
+            users.discard(nodeid)
+            if not users and key in self._running:
+                stop_server(self._running.pop(key))
+
+    def close(self) -> None:
+        while self._running:
+            stop_server(self._running.popitem()[1])
+
+
+_SERVERS = pytest.StashKey[ProfileServers]()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`server` is parametrized by the test's profile, session-scoped, so pytest runs the tests
+    of one profile together (its ids end with `[profile]`)."""
+    if _takes_profile_server(metafunc.module, metafunc.fixturenames):
+        (name, *_) = _named(metafunc.definition)
+        metafunc.parametrize("server", [name], indirect=True, scope="session", ids=[name])
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    servers = ProfileServers()
+    servers.plan(session.items)  # in the order they run: pytest grouped them by profile
+    session.stash[_SERVERS] = servers
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     try:
-        srv.readiness = wait_ready(srv)  # type: ignore[attr-defined]
-        yield srv
+        return (yield)
     finally:
-        stop_server(srv)
+        if _SERVERS in item.session.stash:
+            item.session.stash[_SERVERS].finished(item.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _SERVERS in session.stash:
+        session.stash[_SERVERS].close()
+
+
+@pytest.fixture(scope="session")
+def server(request: pytest.FixtureRequest) -> Server:
+    """The server of the profile the test names (`@pytest.mark.profile`), else `default`'s."""
+    name: str = getattr(request, "param", DEFAULT)
+    return request.session.stash[_SERVERS].server(name, request)
+
+
+@pytest.fixture
+def profile_server(request: pytest.FixtureRequest) -> Callable[[str], Server]:
+    """`profile_server(name)`: the server of a profile the test names beside its first (e.g.
+    `@pytest.mark.profile("default", "keys")`)."""
+    names = _named(request.node)
+
+    def get(name: str) -> Server:
+        if name not in names:
+            raise pytest.UsageError(
+                f"{request.node.nodeid} asks for profile {name!r}: name it in its "
+                f"@pytest.mark.profile(...) (it names {list(names)})"
+            )
+        return request.session.stash[_SERVERS].server(name, request)
+
+    return get

@@ -18,6 +18,10 @@ CONFIG = """
 [workers]
 devices = ["cpu"]
 cpu_workers = 2
+[models]
+# The default det and rec alone: they read every page here, and each run loads its models.
+sets = {}
+ori = ""
 """
 
 

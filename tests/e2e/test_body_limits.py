@@ -12,7 +12,6 @@ import json
 import select
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,37 +19,13 @@ import psutil
 import pytest
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import LIMITS_CONCURRENCY as CONCURRENCY
+from tests.e2e.profiles import LIMITS_MAX_BODY as MAX_BODY
 
-MAX_BODY = 16_000_000
-BUDGET = 200_000_000
-"""Pages get most of it, bodies half of that: a 16 MB body fits alone (32 MB held for a raw one:
-the body and its copy; 48 MB for `/ocr`'s JSON), a few large ones do not."""
-CONCURRENCY = 8
-
-
-def _config(data_dir: Path) -> str:
-    return f"""
-[server]
-max_body_bytes = {MAX_BODY}
-memory_budget_bytes = {BUDGET}
-limit_concurrency = {CONCURRENCY}
-log_level = "info"
-{ONE_WORKER}[jobs]
-data_dir = "{data_dir}"
-max_upload_bytes = {MAX_BODY}
-"""
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("body-limits")
-    srv = start_server(tmp, _config(tmp / "data"))
-    try:
-        wait_ready(srv)
-        yield srv
-    finally:
-        stop_server(srv)
+# Model-free; `server.max_body_bytes` and `jobs.max_upload_bytes` MAX_BODY, a 200 MB memory
+# budget, `server.limit_concurrency` CONCURRENCY (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("limits")
 
 
 def _connect(server: Server) -> socket.socket:

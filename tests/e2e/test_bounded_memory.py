@@ -20,7 +20,7 @@ from loadtest.bench.memory_peak import (
     segment_bytes,
     tree_memory,
 )
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server, fresh_server, stop_server, wait_ready
 
 MIB = 1 << 20
 
@@ -87,7 +87,7 @@ def _post_pdf(url: str, pdf: bytes, timeout: float = 300) -> httpx.Response:
 
 
 def test_big_pages_are_decoded_as_the_budget_allows_and_render_is_admitted(tmp_path: Path) -> None:
-    server = start_server(tmp_path, BUDGET, env=F32)
+    server = fresh_server(tmp_path, BUDGET, env=F32)
     try:
         wait_ready(server)
         pdf = _big_pdf(6)
@@ -230,7 +230,7 @@ def test_the_whole_process_tree_stays_within_the_budget_for_hostile_pdfs(tmp_pat
     working memory per input pixel measured at warm-up) and keeps a quarter of itself for what
     the engines hold between pages. No slack is added.
     """
-    server = start_server(tmp_path, TREE, env=F32)
+    server = fresh_server(tmp_path, TREE, env=F32)
     try:
         wait_ready(server)
         ready = httpx.get(f"{server.url}/readyz").json()

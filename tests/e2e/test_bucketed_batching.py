@@ -5,7 +5,6 @@ own metrics show a recognition batch that held rows of more than one page."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,36 +18,25 @@ from models.bundle import load_bundle
 from serving.config import AppConfig, EngineConfig
 from serving.engine.local import LocalEngine
 from tests import images
-from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
 
-BUCKETED_CONFIG = (
-    CONFIG
-    + """
-[engine]
-batching = "bucketed"
-cpu_threads = 2
-[workers.cpu]
-# The GPU class's batch limits, so that rows of several pages fit one batch.
-det = { max_batch_size = 4, max_cost = 32000000 }
-rec = { max_batch_size = 96, max_cost = 153600 }
-"""
-)
+# `[engine] batching = "bucketed"`, the GPU class's batch limits (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("bucketed")
 
 
-@pytest.fixture(scope="module")
-def bucketed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="session")
+def converted() -> None:
     models = AppConfig().models
     bundle = load_bundle(models.det, models.rec)
     cache = Path(EngineConfig().onnx_dir)  # relative to the repository, as the server's cwd
     root = Path(__file__).parents[2]
     if any(convert.find_onnx(s, root / cache) is None for s in (bundle.det, bundle.rec)):
         pytest.skip(f"no ONNX conversions in {cache}: run {convert.CONVERT_COMMAND}")
-    server = start_server(tmp_path_factory.mktemp("bucketed"), BUCKETED_CONFIG)
-    try:
-        wait_ready(server)
-        yield server
-    finally:
-        stop_server(server)
+
+
+@pytest.fixture
+def bucketed_server(converted: None, server: Server) -> Server:
+    return server
 
 
 def _read(server: Server, png: bytes) -> list[str]:

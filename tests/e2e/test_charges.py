@@ -18,7 +18,7 @@ from PIL import Image
 
 from loadtest.bench.memory_peak import TreeSampler, idle_footprint
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, serving
+from tests.e2e.conftest import SLOW_FAKE, Server, fresh_serving
 from tests.e2e.test_job_staging import tiny_gif
 
 MIB = 1 << 20
@@ -50,7 +50,7 @@ PNG = images.encode_png(images.latin_lines().image)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("charges")
-    with serving(tmp, CONFIG.format(data_dir=tmp / "jobs"), backend=SLOW_FAKE) as srv:
+    with fresh_serving(tmp, CONFIG.format(data_dir=tmp / "jobs"), backend=SLOW_FAKE) as srv:
         yield srv
 
 

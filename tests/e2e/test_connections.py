@@ -29,7 +29,7 @@ from tests.e2e.conftest import (
     SLOW_FAKE,
     Server,
     free_port,
-    start_server,
+    fresh_server,
     stop_server,
     wait_ready,
 )
@@ -55,7 +55,7 @@ max_connections_per_client = {PER_CLIENT}
 limit_concurrency = 2
 health_port = {health_port}
 {ONE_WORKER}"""
-    srv = start_server(tmp, config, backend=SLOW_FAKE, env={"OCR_FAKE_LATENCY_S": str(LATENCY_S)})
+    srv = fresh_server(tmp, config, backend=SLOW_FAKE, env={"OCR_FAKE_LATENCY_S": str(LATENCY_S)})
     srv.health_url = f"http://127.0.0.1:{health_port}"  # type: ignore[attr-defined]
     try:
         wait_ready(srv)

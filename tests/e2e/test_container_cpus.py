@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import SLOW_FAKE, start_server, stop_server, wait_ready
+from tests.e2e.conftest import SLOW_FAKE, fresh_server, stop_server, wait_ready
 
 CONFIG = """
 [paddlex]
@@ -29,7 +29,7 @@ def test_a_server_pinned_to_one_core_starts_one_cpu_worker(tmp_path: Path) -> No
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(before)})  # the server and its workers inherit it
     try:
-        server = start_server(tmp_path, CONFIG, backend=SLOW_FAKE)
+        server = fresh_server(tmp_path, CONFIG, backend=SLOW_FAKE)
     finally:
         os.sched_setaffinity(0, before)
     try:

@@ -8,30 +8,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import FAKE_LATENCY_S as LATENCY_S
 
-LATENCY_S = 1.0
-"""Every batch's time: a page is at least a detection and a recognition batch, 2 s."""
-CONFIG = (
-    """
-[server]
-log_level = "info"
-"""
-    + ONE_WORKER
-)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("deadline-shedding")
-    with serving(tmp, CONFIG, backend=SLOW_FAKE, env={"OCR_FAKE_LATENCY_S": str(LATENCY_S)}) as srv:
-        yield srv
+# Model-free device workers, every batch LATENCY_S: a page is at least a detection and a
+# recognition batch, 2 s (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("fake-slow")
 
 
 def _post(server: Server, png: bytes, deadline_s: float | None = None) -> httpx.Response:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -15,44 +14,14 @@ import pytest
 from PIL import Image
 
 from tests import images
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import FAKE_MAX_FRAMES as MAX_FRAMES
 
-MAX_PIXELS = 10_000_000
-MAX_FRAMES = 5
+# Model-free, `input.max_image_pixels` and `input.max_frames_per_document` capped (tests/e2e/
+# profiles.py), jobs under `server.data_dir`.
+pytestmark = pytest.mark.profile("fake")
 DONE_WITHIN_S = 300.0
 """A bound on the wait for a job, not a speed measurement."""
-
-
-def _config(data_dir: Path) -> str:
-    return f"""
-[server]
-log_level = "info"
-[input]
-max_image_pixels = {MAX_PIXELS}
-max_frames_per_document = {MAX_FRAMES}
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 2
-cpu_instances = 1
-[engine]
-cpu_backend = "fake"
-[jobs]
-data_dir = "{data_dir}"
-"""
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("decoders")
-    srv = start_server(tmp, _config(tmp / "data"))
-    srv.data_dir = tmp / "data"  # type: ignore[attr-defined]
-    try:
-        wait_ready(srv)
-        yield srv
-    finally:
-        stop_server(srv)
 
 
 def _gif(frames: int) -> bytes:
@@ -129,7 +98,7 @@ def test_a_jobs_pages_are_counted_and_its_gif_read_in_one_pass(server: Server) -
     job = response.json()
     assert job["pages_total"] == MAX_FRAMES + 2 + 1
     # The GIF was decoded once, by a CPU worker, into a TIFF whose pages decode alone.
-    stored = server.data_dir / "jobs" / job["id"] / "files" / "1"  # type: ignore[attr-defined]
+    stored = server.data_dir / "jobs" / job["id"] / "files" / "1"
     assert stored.read_bytes()[:4] in (b"II*\x00", b"MM\x00*")
     deadline = time.monotonic() + DONE_WITHIN_S
     status = job

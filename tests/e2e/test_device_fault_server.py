@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, start_server, stop_server, wait_ready
+from tests.e2e.conftest import ONE_WORKER, fresh_server, stop_server, wait_ready
 
 CONFIG = (
     """
@@ -29,7 +29,7 @@ PNG = base64.b64encode(images.encode_png(images.latin_lines().image)).decode()
 
 def test_a_device_fault_restarts_the_worker_and_the_page_is_still_read(tmp_path: Path) -> None:
     fault = tmp_path / "fault"
-    server = start_server(
+    server = fresh_server(
         tmp_path,
         CONFIG.format(data_dir=tmp_path / "jobs"),
         backend="tests.fakes.predictors:CUDA_FAULT",

@@ -5,67 +5,24 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import Server, free_port, stop_server, wait_ready
+from tests.e2e.conftest import Server
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-
-
-def image_environment(tmp: Path, port: int) -> dict[str, str]:
-    """The Dockerfile's ENV with this machine's port, devices and paths."""
-    config = tmp / "etc-ocr" / "config.toml"
-    config.parent.mkdir()
-    shutil.copy(REPO_ROOT / "config.toml", config)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OCR_")}
-    env.update(
-        {
-            "PYTHONUNBUFFERED": "1",
-            "OCR_CONFIG": str(config),
-            # The image binds 0.0.0.0; the test stays on loopback.
-            "OCR_SERVER__HOST": "127.0.0.1",
-            "OCR_SERVER__PORT": str(port),
-            "OCR_SERVER__LOG_FORMAT": "json",
-            "OCR_WORKERS__DEVICES": '["cpu"]',
-            "OCR_WORKERS__CPU_WORKERS": "1",
-            "OCR_PADDLEX__VISUALIZE": "false",
-            "OCR_JOBS__DATA_DIR": str(tmp / "jobs"),
-            # The image's ONNX conversions are at a fixed path; here, `make convert`'s.
-            "OCR_ENGINE__ONNX_DIR": str(REPO_ROOT / "var" / "models" / "onnx"),
-        }
-    )
-    return env
+# config.toml as shipped (two device workers), JSON logs; this machine's port, devices and paths
+# (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("image")
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:
-    tmp = tmp_path_factory.mktemp("entrypoint")
-    port = free_port()
-    env = image_environment(tmp, port)
-    log = tmp / "server.log"
-    process = subprocess.Popen(
-        [str(BIN / "ocr-serve")],  # the image's CMD
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=tmp,
-    )
-    server = Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
-    try:
-        wait_ready(server)
-        yield server, env
-    finally:
-        stop_server(server)
+@pytest.fixture
+def served(server: Server) -> tuple[Server, dict[str, str]]:
+    """The server, and the environment it was started with."""
+    return server, server.env
 
 
 def test_serves_readyz_on_the_port_from_the_environment(served) -> None:

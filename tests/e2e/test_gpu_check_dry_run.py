@@ -58,6 +58,7 @@ def test_the_gpu_checks_dry_run_runs_every_part(bundle: Path, tmp_path: Path) ->
     }
     argv = ["bash", "scripts/gpu-check.sh", "--bundle", str(bundle), "--python", sys.executable]
     argv += ["--dry-run", "--", "--concurrency", "1", "--requests", "2", "--max-pages", "1"]
+    argv += ["--cpu-workers", "1"]  # its two servers' page decoding: one page at a time here
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     report_file = out / "gpu-check.json"
     assert report_file.is_file(), done.stdout[-3000:] + done.stderr[-3000:]

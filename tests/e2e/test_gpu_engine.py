@@ -4,33 +4,23 @@ chose for GPUs (here none: this machine has no GPU) and why."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 import pytest
 
 from serving.engine.gpu_choice import choose_gpu_engine
-from tests.e2e.conftest import serving
+from tests.e2e.conftest import Server
 
-pytestmark = pytest.mark.e2e
-
-CONFIG = """
-[server]
-log_level = "info"
-[workers]
-cpu_workers = 1
-cpu_instances = 1
-"""
-"""The defaults, `engine.gpu_backend` and `workers.devices` included; one worker of each kind."""
+# `engine.gpu_backend` and `workers.devices` at their defaults; one worker of each kind;
+# model-free (tests/e2e/profiles.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.profile("fake")]
 
 
-def test_the_default_config_says_it_chose_the_cpu_and_why(tmp_path: Path) -> None:
+def test_the_default_config_says_it_chose_the_cpu_and_why(server: Server) -> None:
     here = choose_gpu_engine()
     if here.backend is not None:
         pytest.skip(f"this machine serves GPUs: {here.reason}")
-    with serving(tmp_path, CONFIG) as server:
-        ready = httpx.get(f"{server.url}/readyz", timeout=10).json()
-        log = server.log.read_text()
+    ready = httpx.get(f"{server.url}/readyz", timeout=10).json()
+    log = server.log.read_text()
     engine = ready["gpu_engine"]
     assert (engine["setting"], engine["backend"], engine["gpus"]) == ("auto", "cpu", 0)
     reason = engine["reason"]

@@ -10,31 +10,18 @@ import ipaddress
 import socket
 import time
 import urllib.parse
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from serving.http.security_headers import CONTENT_SECURITY_POLICY
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, start_server, stop_server, wait_ready
-from tests.postgres import PostgresServer
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import HARDENED_PASSWORD as PASSWORD
 
-PASSWORD = "hunter2-in-the-url"
-CONFIG = (
-    """
-[server]
-host = "0.0.0.0"
-log_level = "info"
-[auth]
-open = true  # keys off on 0.0.0.0: the jobs API served anyway, so the Host check is what guards it
-"""
-    + ONE_WORKER
-    + """[jobs]
-data_dir = "{data_dir}"
-store = "{store}"
-"""
-)
+# Model-free; keys off on 0.0.0.0 with `auth.open`, a PostgreSQL job store whose URL carries
+# PASSWORD (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("hardened")
 PNG = base64.b64encode(images.encode_png(images.latin_lines().image)).decode()
 
 
@@ -47,19 +34,6 @@ def _non_loopback_address() -> str | None:
             return None
         address = str(probe.getsockname()[0])
     return None if ipaddress.ip_address(address).is_loopback else address
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresServer) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("hardening")
-    store = f"{postgres.database()}&password={PASSWORD}"  # trust auth: libpq sends it unused
-    config = CONFIG.format(data_dir=tmp / "jobs", store=store)
-    srv = start_server(tmp, config, backend=SLOW_FAKE)
-    try:
-        wait_ready(srv)
-        yield srv
-    finally:
-        stop_server(srv)
 
 
 def _port(server: Server) -> int:

@@ -24,7 +24,7 @@ import pytest
 
 from serving.http.keys import hash_key
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, free_port, start_server, stop_server, wait_ready
+from tests.e2e.conftest import SLOW_FAKE, Server, free_port, fresh_server, stop_server, wait_ready
 
 KEYS = {"alice": "alice-0c1d2e3f4a5b6c7d", "bob": "bob-7d6c5b4a3f2e1d0c"}
 ALICE_SECRET = "whsec_" + base64.b64encode(b"alice's own signing secret!!").decode()
@@ -99,7 +99,7 @@ class Deployment:
 
     def restart(self) -> None:
         stop_server(self.server)
-        self.server = start_server(
+        self.server = fresh_server(
             self.tmp, self.tmp.joinpath("config.toml").read_text(), backend=SLOW_FAKE
         )
         wait_ready(self.server)
@@ -147,7 +147,7 @@ timeout_s = 2.0
 retry_first_s = 0.3
 retry_max_interval_s = 1.0
 """
-    server = start_server(tmp, config, backend=SLOW_FAKE)
+    server = fresh_server(tmp, config, backend=SLOW_FAKE)
     deployment = Deployment(tmp, server)
     try:
         wait_ready(server)

@@ -10,7 +10,6 @@ import json
 import shutil
 import subprocess
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,42 +17,23 @@ import pytest
 from lxml import etree
 
 from loadtest.accuracy import cer
-from serving.http.keys import hash_key
 from tests import images
-from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import DOCUMENT_KEYS
 
-SECRETS = {"alice": "alice-3e1f5a7c9b2d4f6a8c0e", "bob": "bob-8d7c6b5a4f3e2d1c0b9a"}
-ADMIN = "root-5f4e3d2c1b0a9f8e7d6c"
+SECRETS = {key_id: DOCUMENT_KEYS[key_id] for key_id in ("alice", "bob")}
+ADMIN = DOCUMENT_KEYS["root"]
 LATIN = images.latin_lines()
 CHINESE = images.chinese_lines()
 PNG = images.encode_png(LATIN.image)
 # At 144 dpi the server's 2.0 render scale gives back the original pixels.
 PDF3 = images.make_pdf([LATIN.image, CHINESE.image, LATIN.image], dpi=144.0)
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("pdftotext") is None, reason="poppler-utils is not installed"
-)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("job-documents")
-    keys = tmp / "keys.toml"
-    entries = [(key_id, secret, "") for key_id, secret in SECRETS.items()]
-    entries.append(("root", ADMIN, 'role = "admin"\n'))
-    keys.write_text(
-        "\n".join(
-            f'[[keys]]\nid = "{key_id}"\nsha256 = "{hash_key(secret)}"\n{extra}'
-            for key_id, secret, extra in entries
-        )
-    )
-    config = f'{CONFIG}\n[auth]\nkeys_file = "{keys}"\n[jobs]\ndata_dir = "{tmp / "data"}"\n'
-    srv = start_server(tmp, config)
-    try:
-        wait_ready(srv)
-        yield srv
-    finally:
-        stop_server(srv)
+pytestmark = [
+    pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils is not installed"),
+    # The shipped models; named keys: two users and an admin (tests/e2e/profiles.py).
+    pytest.mark.profile("keys"),
+]
 
 
 def _as(secret: str) -> dict[str, str]:

@@ -11,7 +11,6 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,10 +18,12 @@ import pytest
 from PIL import Image
 
 from tests import images
-from tests.e2e.conftest import CONFIG, Server, serving
+from tests.e2e.conftest import Server
 
+# The shipped models, a 512 MiB memory budget, pages at most 1000 px a side, staging bounded by a
+# 5 s deadline and one upload at once a client (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("staging")
 MIB = 1 << 20
-BUDGET = 512 * MIB
 PNG = images.encode_png(images.latin_lines().image)
 
 
@@ -37,23 +38,6 @@ def tiny_gif(side: int, frames: int) -> bytes:
     data = bytearray(buf.getvalue())
     data[6:10] = side.to_bytes(2, "little") * 2  # the logical screen's width and height
     return bytes(data)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("staging")
-    config = CONFIG.replace("[input]\n", "[input]\nmax_page_side_px = 1000\n").replace(
-        "[server]\n", f"[server]\nmemory_budget_bytes = {BUDGET}\n"
-    )
-    config += f"""
-[jobs]
-data_dir = "{tmp / "jobs"}"
-staging_timeout_s = 5.0
-max_staging_pixels = 10000000000
-max_uploads_per_key = 1
-"""
-    with serving(tmp, config) as srv:
-        yield srv
 
 
 def _post(server: Server, name: str, data: bytes, **kwargs: object) -> httpx.Response:

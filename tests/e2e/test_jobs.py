@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -23,7 +22,17 @@ import pytest
 
 from loadtest.accuracy import cer
 from tests import images
-from tests.e2e.conftest import Server, kill_leftovers, start_server, stop_server, wait_ready
+from tests.e2e.conftest import (
+    ONE_SET,
+    Server,
+    fresh_server,
+    kill_leftovers,
+    stop_server,
+    wait_ready,
+)
+from tests.e2e.profiles import jobs_config
+
+pytestmark = pytest.mark.profile("jobs-sqlite")
 
 LATIN = images.latin_lines()
 CHINESE = images.chinese_lines()
@@ -34,34 +43,10 @@ PDF3 = images.make_pdf([LATIN.image, CHINESE.image, LATIN.image], dpi=144.0)
 PDF3_TRUTH = [LATIN.lines, CHINESE.lines, LATIN.lines]
 
 
-def jobs_config(data_dir: Path, *, inflight: int = 2) -> str:
-    return f"""
-[server]
-log_level = "info"
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 2
-[jobs]
-data_dir = "{data_dir}"
-max_files_per_job = 4
-max_pages_per_job = 6
-max_upload_bytes = 1000000
-max_inflight_pages = {inflight}
-"""
-
-
-@pytest.fixture(scope="module")
-def jobs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("jobs-serve")
-    srv = start_server(tmp, jobs_config(tmp / "data"))
-    srv.data_dir = tmp / "data"  # type: ignore[attr-defined]
-    try:
-        wait_ready(srv)
-        yield srv
-    finally:
-        stop_server(srv)
+@pytest.fixture
+def jobs_server(server: Server) -> Server:
+    """`jobs-sqlite`: the shipped models and the SQLite job store (tests/e2e/profiles.py)."""
+    return server
 
 
 def _submit(server: Server, files: list[tuple[str, bytes]], **data: str) -> httpx.Response:
@@ -208,7 +193,7 @@ def test_cancel_stops_the_job_and_delete_removes_it(jobs_server: Server) -> None
     assert (status["status"], status["pages_done"]) == ("cancelled", done)
     assert status["finished_at"] is not None
 
-    job_dir = jobs_server.data_dir / "jobs" / job_id  # type: ignore[attr-defined]
+    job_dir = jobs_server.data_dir / "jobs" / job_id
     assert job_dir.is_dir()
     deleted = httpx.delete(f"{url}/v1/jobs/{job_id}")
     assert deleted.status_code == 200
@@ -223,7 +208,7 @@ def test_cancel_stops_the_job_and_delete_removes_it(jobs_server: Server) -> None
 
 def test_limits_are_refused_before_any_work(jobs_server: Server) -> None:
     url = jobs_server.url
-    root = jobs_server.data_dir / "jobs"  # type: ignore[attr-defined]
+    root = jobs_server.data_dir / "jobs"
     jobs_before = httpx.get(f"{url}/v1/jobs").json()["jobs"]
     dirs_before = set(os.listdir(root))
 
@@ -330,7 +315,7 @@ def test_job_survives_kill_9_and_every_page_appears_once(tmp_path: Path) -> None
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
     first_dir.mkdir()
     second_dir.mkdir()
-    first = start_server(first_dir, jobs_config(data_dir, inflight=1))
+    first = fresh_server(first_dir, jobs_config(str(data_dir), inflight=1) + ONE_SET)
     children: list[psutil.Process] = []
     try:
         wait_ready(first)
@@ -351,7 +336,7 @@ def test_job_survives_kill_9_and_every_page_appears_once(tmp_path: Path) -> None
     follower.join(timeout=30)
     assert follower.error is not None  # the stream was cut by the kill
 
-    second = start_server(second_dir, jobs_config(data_dir, inflight=1))
+    second = fresh_server(second_dir, jobs_config(str(data_dir), inflight=1) + ONE_SET)
     try:
         wait_ready(second)
         with httpx.stream("GET", f"{second.url}/v1/jobs/{job_id}/results", timeout=300) as r:

@@ -17,9 +17,10 @@ import pytest
 
 from tests import images
 from tests.e2e.conftest import (
+    ONE_SET,
     Server,
+    fresh_server,
     kill_leftovers,
-    start_server,
     stop_server,
     wait_ready,
 )
@@ -57,7 +58,7 @@ def _start_replicas(tmp_path: Path, url: str) -> tuple[Server, Server]:
     servers = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        servers.append(start_server(tmp_path / name, config))
+        servers.append(fresh_server(tmp_path / name, config + ONE_SET))
     return servers[0], servers[1]
 
 

@@ -13,29 +13,15 @@ import base64
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
+from tests.e2e.conftest import Server
 
-CONFIG = (
-    """
-[server]
-max_body_bytes = 80000000
-# 768 MiB for pages, of which bodies may hold 384 MiB: an 80 MB body's 3 copies fit.
-memory_budget_bytes = 1073741824
-"""
-    + ONE_WORKER
-)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("json-bombs"), CONFIG, backend=SLOW_FAKE) as srv:
-        yield srv
+# Model-free, `server.max_body_bytes = 80000000`, a 1 GiB memory budget (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("fake")
 
 
 def test_a_60_mb_body_of_empty_objects_is_refused_while_livez_stays_fast(server: Server) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from serving.http.key_reload import CHECK_S
-from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, start_server, stop_server, wait_ready
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, fresh_server, stop_server, wait_ready
 
 CONFIG = (
     """
@@ -37,7 +37,7 @@ def _status(url: str, key: str) -> int:
 def test_a_rotated_key_file_is_read_again_and_a_bad_one_keeps_the_keys(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text("old-key\n")
-    server = start_server(tmp_path, CONFIG.format(keys=keys), backend=SLOW_FAKE)
+    server = fresh_server(tmp_path, CONFIG.format(keys=keys), backend=SLOW_FAKE)
     try:
         wait_ready(server)
         assert _status(server.url, "old-key") == 200

@@ -13,7 +13,6 @@ import base64
 import json
 import time
 import unicodedata
-from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -22,31 +21,19 @@ import pytest
 
 from loadtest.accuracy import cer
 from serving.convert import pdf_pages as pages
-from tests.e2e.conftest import ONE_WORKER, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
 
 pytestmark = pytest.mark.e2e
 
 FRENCH_PDF = Path("/usr/share/doc/maint-guide-fr/maint-guide.fr.pdf")
 """Debian's maint-guide in French (package maint-guide-fr, scripts/system-deps.sh)."""
 
-CONFIG = (
-    """
-[server]
-log_level = "info"
-"""
-    + ONE_WORKER
-)
-"""The shipped model sets (config.toml: PP-OCRv6 small, the default, and PP-OCRv5 mobile)."""
 
-
-@pytest.fixture(scope="module")
-def sets_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(tmp_path_factory.mktemp("languages"), CONFIG)
-    try:
-        wait_ready(server)
-        yield server
-    finally:
-        stop_server(server)
+@pytest.fixture
+def sets_server(server: Server) -> Server:
+    """The `default` profile: the shipped model sets (config.toml: PP-OCRv6 small, the default,
+    and PP-OCRv5 mobile)."""
+    return server
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import httpx
 
 from serving.scheduling.retry_after import MAX_RETRY_AFTER_S
 from tests import images
-from tests.e2e.conftest import CONFIG, start_server, stop_server, wait_ready
+from tests.e2e.conftest import CONFIG, ONE_SET, fresh_server, stop_server, wait_ready
 
 TIGHT = """
 [server]
@@ -22,6 +22,8 @@ retry_after_s = 7
 [workers]
 devices = ["cpu"]
 cpu_workers = 1
+[models]
+sets = {}  # the default set reads every page here; no second one to load
 """
 
 
@@ -36,7 +38,7 @@ async def _post_all(url: str, bodies: list[bytes]) -> list[httpx.Response]:
 
 
 def test_shedding_and_deadlines(tmp_path) -> None:
-    server = start_server(tmp_path, TIGHT)
+    server = fresh_server(tmp_path, TIGHT)
     try:
         wait_ready(server)
         dense = images.encode_png(images.dense_page().image)
@@ -73,7 +75,7 @@ def test_shedding_and_deadlines(tmp_path) -> None:
 
 
 def test_sigterm_drains_in_flight_requests(tmp_path) -> None:
-    server = start_server(tmp_path, CONFIG)
+    server = fresh_server(tmp_path, CONFIG + ONE_SET)
     try:
         wait_ready(server)
         pages = [images.encode_png(images.latin_lines().image)] * 4

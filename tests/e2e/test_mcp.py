@@ -26,7 +26,7 @@ from mcp_types import CallToolResult
 
 from serving.http.keys import hash_key
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, Server, serving
+from tests.e2e.conftest import ONE_WORKER, Server, fresh_serving
 
 pytestmark = pytest.mark.e2e
 
@@ -55,7 +55,7 @@ read_folders = ["{tmp / "docs"}"]
 data_dir = "{tmp / "jobs"}"
 {ONE_WORKER}
 """
-    with serving(tmp, config, backend="fake") as srv:
+    with fresh_serving(tmp, config, backend="fake") as srv:
         yield srv
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from serving.http.keys import hash_key
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, serving
+from tests.e2e.conftest import SLOW_FAKE, Server, fresh_serving
 from tests.s3 import BUCKET, SeaweedServer
 
 KEYS = {
@@ -83,7 +83,7 @@ url_allowed_hosts = ["127.0.0.1"]
 allow_private_addresses = true
 transfer_timeout_s = 30.0
 """
-    with serving(tmp, config, backend=SLOW_FAKE) as srv:
+    with fresh_serving(tmp, config, backend=SLOW_FAKE) as srv:
         yield srv
 
 

@@ -29,7 +29,7 @@ from loadtest.accuracy import cer, word_counts
 from loadtest.askew import askew_scans
 from loadtest.text_layers import EXTRACTORS, extract
 from serving.convert import pdf_pages as pages
-from tests.e2e.conftest import CONFIG, Server, free_port, serving
+from tests.e2e.conftest import CONFIG, Server, free_port
 from tests.images import make_pdf
 from tests.poppler import needs_poppler, pdftotext
 
@@ -447,21 +447,21 @@ def test_local_mode_runs_the_models_in_process(tmp_path: Path) -> None:
     assert cer(truths[0], pdftotext(out.read_bytes())) <= MAX_CER
 
 
-def test_api_key_from_the_environment(tmp_path: Path) -> None:
-    keys = tmp_path / "keys"
-    keys.write_text("plugin-key\n")
+# `auth.api_keys_file` holding plugin-key (tests/e2e/profiles.py).
+@pytest.mark.profile("keys")
+def test_api_key_from_the_environment(server: Server, tmp_path: Path) -> None:
+    keyed = server
     images, truths = real_pages()
     scan = tmp_path / "one.pdf"
     scan.write_bytes(make_pdf(images[:1], dpi=DPI))
     out = tmp_path / "out.pdf"
-    with serving(tmp_path, CONFIG + f'[auth]\napi_keys_file = "{keys}"\n') as keyed:
-        refused = ocrmypdf("--plugin", PLUGIN, "--ocr-server", keyed.url, scan, out)
-        assert refused.returncode == 3, refused.stderr
-        assert "answered 401 to GET /v1/models: unauthorized" in refused.stderr
-        run = ocrmypdf(
-            "--plugin", PLUGIN, "--ocr-server", keyed.url, scan, out,
-            env={"OCR_SERVER_API_KEY": "plugin-key"},
-        )  # fmt: skip
+    refused = ocrmypdf("--plugin", PLUGIN, "--ocr-server", keyed.url, scan, out)
+    assert refused.returncode == 3, refused.stderr
+    assert "answered 401 to GET /v1/models: unauthorized" in refused.stderr
+    run = ocrmypdf(
+        "--plugin", PLUGIN, "--ocr-server", keyed.url, scan, out,
+        env={"OCR_SERVER_API_KEY": "plugin-key"},
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "plugin-key" not in run.stderr
     assert cer(truths[0], pdftotext(out.read_bytes())) <= MAX_CER

@@ -8,47 +8,19 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
+
+# The shipped models, small job limits (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("jobs-sqlite")
 
 SEED = 20240518
 MAX_EXAMPLES = 20
 """Generated cases per operation in the fuzzing phase (the coverage phase adds its own)."""
-
-CONFIG = """
-[server]
-max_body_bytes = 2000000
-request_timeout_s = 60.0
-log_level = "warning"
-[input]
-max_pdf_pages = 2
-[paddlex]
-visualize = false
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-[jobs]
-data_dir = "{jobs}"
-max_files_per_job = 4
-max_pages_per_job = 8
-max_upload_bytes = 2000000
-"""
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("openapi")
-    srv = start_server(tmp, CONFIG.format(jobs=tmp / "jobs"))
-    try:
-        wait_ready(srv)
-        yield srv
-    finally:
-        stop_server(srv)
 
 
 def test_spec_and_docs_are_served(server: Server) -> None:

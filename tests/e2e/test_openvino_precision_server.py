@@ -8,7 +8,6 @@ tests/unit/models/test_openvino_precision.py."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,21 +15,14 @@ import pytest
 
 from models.openvino_layout import HEAD_CUT
 from models.openvino_precision import has_bf16
-from tests.e2e.conftest import Server, serving, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
 
 ov: Any = pytest.importorskip("openvino")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The default server at "auto", whatever precision the suite's environment forces (the
-    suite is also run with OCR_ENGINE__OPENVINO_PRECISION=bf16 and =f32: issue 41)."""
-    with serving(
-        tmp_path_factory.mktemp("auto"), env={"OCR_ENGINE__OPENVINO_PRECISION": "auto"}
-    ) as srv:
-        yield srv
-
-
+# The default server at "auto", whatever precision the suite's environment forces (the suite is
+# also run with OCR_ENGINE__OPENVINO_PRECISION=bf16 and =f32: issue 41).
+@pytest.mark.profile("precision-auto")
 def test_readyz_and_the_log_say_each_workers_precision_and_why(server: Server) -> None:
     capabilities = list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
     bf16 = has_bf16(capabilities)
@@ -100,19 +92,11 @@ def by_stage(text: str, separator: str, pair: str) -> dict[str, str]:
     return dict.fromkeys(STAGES, text)
 
 
-def test_f32_forced_is_what_every_worker_runs_on_any_cpu(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+@pytest.mark.profile("f32")
+def test_f32_forced_is_what_every_worker_runs_on_any_cpu(server: Server) -> None:
     """The f32 branch on every machine, a bf16 one included: `OCR_ENGINE__OPENVINO_PRECISION=f32`
     (as Docker and Kubernetes users force it) makes every model f32, every layer, and says so."""
-    server = start_server(
-        tmp_path_factory.mktemp("f32-forced"), env={"OCR_ENGINE__OPENVINO_PRECISION": "f32"}
-    )
-    try:
-        wait_ready(server)
-        devices = httpx.get(f"{server.url}/readyz").json()["devices"]
-    finally:
-        stop_server(server)
+    devices = httpx.get(f"{server.url}/readyz").json()["devices"]
     assert devices
     for name, device in devices.items():
         assert device["precision"] == "f32", name

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from serving.workers import shm
-from tests.e2e.conftest import start_server, stop_server, wait_ready
+from tests.e2e.conftest import fresh_server, stop_server, wait_ready
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc and shm")
 
@@ -61,7 +61,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_kill_9_takes_the_workers_and_the_resource_tracker_along(tmp_path) -> None:
-    server = start_server(tmp_path, CONFIG)
+    server = fresh_server(tmp_path, CONFIG)
     processes: set[int] = set()
     try:
         wait_ready(server)
@@ -104,7 +104,7 @@ def test_the_next_server_removes_segments_of_dead_servers(tmp_path) -> None:
     gone.wait()  # reaped: its pid belongs to no process
     segment = Path(f"/dev/shm/ocrsrv{gone.pid}_e2eorphan")
     segment.write_bytes(b"\0" * 4096)
-    server = start_server(tmp_path, CONFIG)
+    server = fresh_server(tmp_path, CONFIG)
     try:
         wait_ready(server)
         assert not segment.exists()
@@ -126,7 +126,7 @@ def test_the_next_server_removes_segments_of_a_dead_start_whose_pid_is_alive(tmp
     orphan.write_bytes(b"\0" * 4096)
     kept.write_bytes(b"\0" * 4096)
     os.close(dead.fd or -1)  # as the kernel does for a killed process
-    server = start_server(tmp_path, CONFIG)
+    server = fresh_server(tmp_path, CONFIG)
     try:
         wait_ready(server)
         assert not orphan.exists()

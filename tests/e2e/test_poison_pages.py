@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -21,8 +17,11 @@ from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
 from tests import images
-from tests.e2e.conftest import CONFIG, Server, free_port, stop_server, wait_ready
+from tests.e2e.conftest import Server
 from tests.fakes.cpu_calls import HANG_MARK, POISON_MARK
+
+# Model-free; its CPU workers crash on `POISON_MARK` (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("fake")
 
 GOOD = images.encode_png(images.latin_lines().image)
 
@@ -60,33 +59,6 @@ def _hanging_png() -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """`ocr-serve` whose CPU workers crash on `POISON_MARK`."""
-    tmp = tmp_path_factory.mktemp("poison")
-    config = tmp / "config.toml"
-    config.write_text(CONFIG + f'\n[jobs]\ndata_dir = "{tmp / "jobs"}"\n')
-    port, log = free_port(), tmp / "server.log"
-    launch = (
-        "import sys; from serving.service import runtime; from tests.fakes import cpu_calls; "
-        "runtime.init_cpu_worker = cpu_calls.init_cpu_worker_poisoned; "
-        "from serving.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-c", launch, "--config", str(config), "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=Path(__file__).parents[2],
-        )
-    srv = Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
-    try:
-        wait_ready(srv)
-        yield srv
-    finally:
-        stop_server(srv)
-
-
 def _cpu_restarts(server: Server) -> float:
     text = httpx.get(f"{server.url}/metrics", timeout=10).text
     found = re.search(r'^ocr_worker_restarts_total\{kind="cpu"\} (\S+)$', text, re.M)
@@ -94,6 +66,7 @@ def _cpu_restarts(server: Server) -> float:
 
 
 def test_a_page_that_kills_workers_fails_alone_and_is_refused_after(server: Server) -> None:
+    before = _cpu_restarts(server)  # the profile's server is shared: earlier tests' deaths
     files = [("file", ("good.png", GOOD, "image/png")), ("file", ("bad.png", POISON, "image/png"))]
     answer = httpx.post(f"{server.url}/v1/jobs", files=files, timeout=120)
     assert answer.status_code == 202, answer.text
@@ -107,7 +80,7 @@ def test_a_page_that_kills_workers_fails_alone_and_is_refused_after(server: Serv
     assert failed["file"] == "bad.png"
     assert failed["error"]["code"] == "page_quarantined"
     assert "killed 2 of this server's worker processes" in failed["error"]["message"]
-    assert _cpu_restarts(server) == 2  # two deaths, not 3 tries x 4 of the runner's
+    assert _cpu_restarts(server) - before == 2  # two deaths, not 3 tries x 4 of the runner's
 
     again = httpx.post(
         f"{server.url}/v1/ocr", content=POISON, headers={"Content-Type": "image/png"}, timeout=120
@@ -118,7 +91,7 @@ def test_a_page_that_kills_workers_fails_alone_and_is_refused_after(server: Serv
         f"{server.url}/v1/ocr", content=GOOD, headers={"Content-Type": "image/png"}, timeout=120
     )
     assert good.status_code == 200, good.text
-    assert _cpu_restarts(server) == 2  # refused without a worker
+    assert _cpu_restarts(server) - before == 2  # refused without a worker
 
 
 def _finished(server: Server, job_id: str) -> dict[str, object]:

@@ -4,7 +4,6 @@ PDF text layer."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -13,35 +12,15 @@ import pytest
 
 from loadtest.accuracy import cer, word_counts
 from serving.convert import pdf_pages as pages
-from tests.e2e.conftest import Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
 
-pytestmark = pytest.mark.e2e
-
-CONFIG = """
-[server]
-log_level = "info"
-[paddlex]
-visualize = false
-[models]
-det = "embedded:PP-OCRv6_small_det"
-rec = "embedded:PP-OCRv6_small_rec"
-sets = {}
-[engine]
-cpu_backend = "onnxruntime"
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-"""
+# PP-OCRv6 small as the default set, on ONNX Runtime (tests/e2e/profiles.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.profile("ppocrv6-onnxruntime")]
 
 
-@pytest.fixture(scope="module")
-def v6_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(tmp_path_factory.mktemp("ppocrv6"), CONFIG)
-    try:
-        wait_ready(server)
-        yield server
-    finally:
-        stop_server(server)
+@pytest.fixture
+def v6_server(server: Server) -> Server:
+    return server
 
 
 def real_page(pdf_name: str) -> tuple[bytes, str]:

@@ -6,31 +6,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from serving.scheduling.retry_after import MAX_RETRY_AFTER_S
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import RETRY_AFTER_S as FLOOR_S
 
-LATENCY_S = 1.0
-FLOOR_S = 2
-CONFIG = f"""
-[server]
-log_level = "info"
-max_inflight_pages = 1
-retry_after_s = {FLOOR_S}
-{ONE_WORKER}"""
+# Model-free device workers, every batch 1 s, one page in flight, `server.retry_after_s` FLOOR_S
+# (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("one-slot")
 PNG = images.encode_png(images.latin_lines().image)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("retry-after")
-    with serving(tmp, CONFIG, backend=SLOW_FAKE, env={"OCR_FAKE_LATENCY_S": str(LATENCY_S)}) as srv:
-        yield srv
 
 
 def _post(server: Server) -> httpx.Response:

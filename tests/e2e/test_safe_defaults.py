@@ -24,18 +24,10 @@ import psutil
 import pytest
 
 from tests import images
-from tests.e2e.conftest import (
-    ONE_WORKER,
-    SLOW_FAKE,
-    Server,
-    free_port,
-    serving,
-    stop_server,
-    wait_ready,
-)
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, free_port, stop_server, wait_ready
 from tests.postgres import PostgresServer
 
-CONFIG = (
+CONFIG = (  # the keyed server's (a server of its own: it runs as the image's uid)
     """
 [server]
 host = "{host}"
@@ -51,14 +43,13 @@ PASSWORD = "pg-secret-in-the-url"
 PNG = images.encode_png(images.latin_lines().image)
 
 
-@pytest.fixture(scope="module")
-def open_bind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("open-bind")
-    config = CONFIG.format(host="0.0.0.0", data_dir=tmp / "jobs")
-    with serving(tmp, config, backend=SLOW_FAKE, env={"OCR_API_KEYS": ""}) as srv:
-        yield srv
+@pytest.fixture
+def open_bind(server: Server) -> Server:
+    """Model-free, keyless, bound to 0.0.0.0 (tests/e2e/profiles.py)."""
+    return server
 
 
+@pytest.mark.profile("open-bind")
 def test_keyless_server_on_the_network_refuses_the_jobs_api(open_bind: Server) -> None:
     for answer in (
         httpx.get(f"{open_bind.url}/v1/jobs"),

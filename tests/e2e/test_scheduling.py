@@ -12,10 +12,11 @@ import time
 
 import httpx
 import psutil
+import pytest
 
 from serving.log_config import read_effective_config
 from tests import images
-from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import CONFIG, ONE_SET, Server, fresh_server, stop_server, wait_ready
 
 
 def _documents() -> list[bytes]:
@@ -125,7 +126,7 @@ def _chaos(server: Server, stop: threading.Event, killed: list[str]) -> None:
 
 
 def test_kill_9_inside_in_flight_work_loses_no_request(tmp_path) -> None:
-    server = start_server(tmp_path)
+    server = fresh_server(tmp_path, CONFIG + ONE_SET)
     try:
         wait_ready(server)
         documents = _documents()
@@ -181,41 +182,39 @@ def _alone_batches(url: str, stage: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(pattern, metrics, re.M))
 
 
-def test_two_cpu_device_workers_share_the_cores_and_a_lone_page_uses_them_all(tmp_path) -> None:
-    config = CONFIG.replace("cpu_instances = 1\n", "cpu_instances = 2\n")
-    server = start_server(tmp_path, config)
-    try:
-        wait_ready(server)
-        devices = httpx.get(f"{server.url}/readyz").json()["devices"]
-        assert sorted(devices) == ["cpu#0", "cpu#1"]
-        assert devices["cpu#0"]["pid"] != devices["cpu#1"]["pid"]
-        documents = _documents()
-        sequential = [_texts(r) for r in asyncio.run(_post_many(server.url, documents))]
-        bodies = documents * 4
-        responses = asyncio.run(_post_many(server.url, bodies))
-        assert [r.status_code for r in responses] == [200] * len(bodies)
-        assert [_texts(r) for r in responses] == sequential * 4
-        metrics = httpx.get(f"{server.url}/metrics").text
-        for device in ("cpu#0", "cpu#1"):
-            calls = re.search(
-                rf'^ocr_batch_size_count{{device="{device}",stage="det"}} (\S+)$', metrics, re.M
-            )
-            assert calls is not None, (device, metrics[-2000:])
-            assert float(calls.group(1)) > 0, device
-        # The cores are split between the two workers: one math thread each on this machine.
-        effective = read_effective_config(server.log.read_text())
-        assert effective is not None
-        threads = effective["engine"]
-        assert threads["cpu_threads"] == max(1, (os.cpu_count() or 1) // 2)
-        # A page alone in the server (the other worker idle, nothing queued): its detector runs
-        # alone, on every core (issue 28), with the text it has in company.
-        lone = (os.cpu_count() or 1) > threads["cpu_threads"]
-        assert threads["cpu_lone_threads"] == ((os.cpu_count() or 1) if lone else 0)
-        for device in devices.values():  # what each worker said it runs a lone batch on
-            assert device["lone_threads"] == threads["cpu_lone_threads"]
-        before = _alone_batches(server.url, "det")
-        (response,) = asyncio.run(_post_many(server.url, documents[:1]))
-        assert _texts(response) == sequential[0]
-        assert _alone_batches(server.url, "det") - before == (1 if lone else 0)
-    finally:
-        stop_server(server)
+# Two CPU device workers, as config.toml ships (tests/e2e/profiles.py).
+@pytest.mark.profile("image")
+def test_two_cpu_device_workers_share_the_cores_and_a_lone_page_uses_them_all(
+    server: Server,
+) -> None:
+    devices = httpx.get(f"{server.url}/readyz").json()["devices"]
+    assert sorted(devices) == ["cpu#0", "cpu#1"]
+    assert devices["cpu#0"]["pid"] != devices["cpu#1"]["pid"]
+    documents = _documents()
+    sequential = [_texts(r) for r in asyncio.run(_post_many(server.url, documents))]
+    bodies = documents * 4
+    responses = asyncio.run(_post_many(server.url, bodies))
+    assert [r.status_code for r in responses] == [200] * len(bodies)
+    assert [_texts(r) for r in responses] == sequential * 4
+    metrics = httpx.get(f"{server.url}/metrics").text
+    for device in ("cpu#0", "cpu#1"):
+        calls = re.search(
+            rf'^ocr_batch_size_count{{device="{device}",stage="det"}} (\S+)$', metrics, re.M
+        )
+        assert calls is not None, (device, metrics[-2000:])
+        assert float(calls.group(1)) > 0, device
+    # The cores are split between the two workers: one math thread each on this machine.
+    effective = read_effective_config(server.log.read_text())
+    assert effective is not None
+    threads = effective["engine"]
+    assert threads["cpu_threads"] == max(1, (os.cpu_count() or 1) // 2)
+    # A page alone in the server (the other worker idle, nothing queued): its detector runs
+    # alone, on every core (issue 28), with the text it has in company.
+    lone = (os.cpu_count() or 1) > threads["cpu_threads"]
+    assert threads["cpu_lone_threads"] == ((os.cpu_count() or 1) if lone else 0)
+    for device in devices.values():  # what each worker said it runs a lone batch on
+        assert device["lone_threads"] == threads["cpu_lone_threads"]
+    before = _alone_batches(server.url, "det")
+    (response,) = asyncio.run(_post_many(server.url, documents[:1]))
+    assert _texts(response) == sequential[0]
+    assert _alone_batches(server.url, "det") - before == (1 if lone else 0)

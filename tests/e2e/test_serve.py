@@ -9,7 +9,6 @@ import signal
 import struct
 import time
 import zlib
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -18,7 +17,7 @@ from PIL import Image
 
 from serving.workers import shm
 from tests import images
-from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import CONFIG, ONE_SET, Server, fresh_server, stop_server, wait_ready
 from tests.reading import MAX_CER, assert_reads
 
 
@@ -257,45 +256,38 @@ def test_bad_input_gets_clear_4xx_and_the_server_keeps_serving(server: Server) -
     assert httpx.get(f"{server.url}/readyz").status_code == 200
 
 
-def test_api_keys_and_open_probes(tmp_path: Path) -> None:
-    keys = tmp_path / "keys"
-    keys.write_text("# test keys\ne2e-key\n")
-    config = CONFIG.replace(
-        "[input]\n", '[input]\nallow_url = true\nurl_allowed_hosts = ["127.0.0.1"]\n'
-    )
-    srv = start_server(tmp_path, config + f'[auth]\napi_keys_file = "{keys}"\n')
-    try:
-        wait_ready(srv)
-        png = images.encode_png(images.latin_lines().image)
-        body = {"file": base64.b64encode(png).decode(), "fileType": 1}
-        refused = httpx.post(f"{srv.url}/ocr", json=body, timeout=60)
-        assert refused.status_code == 401
-        assert refused.json()["errorCode"] == 401
-        v1 = httpx.post(f"{srv.url}/v1/ocr", content=png, headers={"content-type": "image/png"})
-        assert v1.status_code == 401
-        assert v1.json()["error"]["code"] == "unauthorized"
-        ok = httpx.post(f"{srv.url}/ocr", json=body, headers={"X-API-Key": "e2e-key"}, timeout=120)
-        assert ok.status_code == 200, ok.text
-        for path in ("/livez", "/readyz", "/health", "/metrics"):
-            assert httpx.get(f"{srv.url}{path}").status_code == 200
-        # URL inputs, switched on: only allow-listed hosts, never a loopback address.
-        key = {"X-API-Key": "e2e-key"}
-        for url, file_type, message in [
-            ("http://files.example/a.png", 1, "not allowed (input.url_allowed_hosts)"),
-            ("http://127.0.0.1/livez.png", 1, "loopback address"),
-            (f"{srv.url}/livez.png", 1, "input.url_allowed_ports"),  # not port 80 (issue 49)
-            (f"{srv.url}/page.html", None, "Unsupported file type"),
-        ]:
-            url_body = {"file": url, "fileType": file_type}
-            response = httpx.post(f"{srv.url}/ocr", json=url_body, headers=key, timeout=60)
-            assert response.status_code == 422, response.text
-            assert message in response.json()["errorMsg"]
-    finally:
-        stop_server(srv)
+# `auth.api_keys_file` holding e2e-key; URL inputs allowed from 127.0.0.1 (tests/e2e/profiles.py).
+@pytest.mark.profile("keys")
+def test_api_keys_and_open_probes(server: Server) -> None:
+    srv = server
+    png = images.encode_png(images.latin_lines().image)
+    body = {"file": base64.b64encode(png).decode(), "fileType": 1}
+    refused = httpx.post(f"{srv.url}/ocr", json=body, timeout=60)
+    assert refused.status_code == 401
+    assert refused.json()["errorCode"] == 401
+    v1 = httpx.post(f"{srv.url}/v1/ocr", content=png, headers={"content-type": "image/png"})
+    assert v1.status_code == 401
+    assert v1.json()["error"]["code"] == "unauthorized"
+    ok = httpx.post(f"{srv.url}/ocr", json=body, headers={"X-API-Key": "e2e-key"}, timeout=120)
+    assert ok.status_code == 200, ok.text
+    for path in ("/livez", "/readyz", "/health", "/metrics"):
+        assert httpx.get(f"{srv.url}{path}").status_code == 200
+    # URL inputs, switched on: only allow-listed hosts, never a loopback address.
+    key = {"X-API-Key": "e2e-key"}
+    for url, file_type, message in [
+        ("http://files.example/a.png", 1, "not allowed (input.url_allowed_hosts)"),
+        ("http://127.0.0.1/livez.png", 1, "loopback address"),
+        (f"{srv.url}/livez.png", 1, "input.url_allowed_ports"),  # not port 80 (issue 49)
+        (f"{srv.url}/page.html", None, "Unsupported file type"),
+    ]:
+        url_body = {"file": url, "fileType": file_type}
+        response = httpx.post(f"{srv.url}/ocr", json=url_body, headers=key, timeout=60)
+        assert response.status_code == 422, response.text
+        assert message in response.json()["errorMsg"]
 
 
 def test_sigterm_stops_cleanly_and_leaves_no_shared_memory(tmp_path) -> None:
-    srv = start_server(tmp_path)
+    srv = fresh_server(tmp_path, CONFIG + ONE_SET)
     wait_ready(srv)
     latin = images.latin_lines()
     response = httpx.post(

@@ -13,7 +13,7 @@ import time
 import httpx
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, start_server, stop_server, wait_ready
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, fresh_server, stop_server, wait_ready
 
 GRACE_S = 3.0
 LATENCY_S = 0.5
@@ -60,7 +60,7 @@ async def _until_in_flight(
 
 
 def test_sigterm_answers_every_request_in_json_and_exits_within_the_grace(tmp_path) -> None:
-    server = start_server(
+    server = fresh_server(
         tmp_path,
         CONFIG,
         backend=SLOW_FAKE,
@@ -111,7 +111,7 @@ def test_sigterm_answers_every_request_in_json_and_exits_within_the_grace(tmp_pa
 
 
 def test_a_stuck_worker_does_not_hold_the_process_past_the_grace(tmp_path) -> None:
-    server = start_server(tmp_path, CONFIG, backend=SLOW_FAKE)
+    server = fresh_server(tmp_path, CONFIG, backend=SLOW_FAKE)
     device_pid = None
     try:
         wait_ready(server)

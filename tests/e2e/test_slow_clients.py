@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, serving
+from tests.e2e.conftest import ONE_WORKER, SLOW_FAKE, Server, fresh_serving
 from tests.postgres import PostgresServer
 
 MIB = 1 << 20
@@ -58,7 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresServer) -
     tmp = tmp_path_factory.mktemp("slow-clients")
     config = CONFIG.format(data_dir=tmp / "jobs", store=postgres.database())
     env = {"OCR_API_KEYS": f"{K1},{K2}", "OCR_FAKE_LATENCY_S": "0.1"}
-    with serving(tmp, config, backend=SLOW_FAKE, env=env) as srv:
+    with fresh_serving(tmp, config, backend=SLOW_FAKE, env=env) as srv:
         yield srv
 
 

@@ -7,35 +7,20 @@ and bounded (`pipelines.layout`), and runs in a CPU worker (`Renderer.reading_or
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import numpy as np
 import pytest
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, Server, serving
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import STACKED_HEIGHT_PX as HEIGHT
 
-STACKED_LINES = "tests.fakes.predictors:STACKED_LINES"
-HEIGHT, WIDTH = 20_000, 256
-"""Multiples of 32: the detector reads the page as sent, a line every 20 rows (1,000 lines)."""
-CONFIG = (
-    f"""
-[server]
-log_level = "info"
-[input]
-max_page_side_px = {HEIGHT}
-[pipeline.det]
-max_side_limit = {HEIGHT}
-"""
-    + ONE_WORKER
-)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("reading-order"), CONFIG, backend=STACKED_LINES) as srv:
-        yield srv
+# A fake detector with a line every 20 rows; pages as tall as HEIGHT read as sent
+# (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("stacked-lines")
+WIDTH = 256
+"""Multiples of 32 (HEIGHT too): the detector reads the page as sent, a line every 20 rows (1,000
+lines)."""
 
 
 def test_a_page_of_a_thousand_stacked_lines_gets_its_blocks(server: Server) -> None:

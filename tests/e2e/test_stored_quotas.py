@@ -8,55 +8,21 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from serving.http.keys import hash_key
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, serving
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import QUOTA_KEYS as SECRETS
 
-SECRETS = {"tiny": "tiny-2b7d1f0c9e8a6b4d", "roomy": "roomy-5c3a9e1f7b0d2e4a"}
 PNG = images.encode_png(images.latin_lines().image)
 
 
 def _free_bytes(path: Path) -> int:
     stat = os.statvfs(path)
     return stat.f_bavail * stat.f_frsize
-
-
-def _config(tmp: Path, keys: Path, jobs_line: str) -> str:
-    """A one-worker server on the slow fake with `keys`, its jobs under `tmp`, and `jobs_line`."""
-    return f"""
-[paddlex]
-visualize = false
-[auth]
-keys_file = "{keys}"
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-[jobs]
-data_dir = "{tmp / "data"}"
-{jobs_line}
-"""
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("stored-quotas")
-    keys = tmp / "keys.toml"
-    keys.write_text(
-        f'[[keys]]\nid = "tiny"\nsha256 = "{hash_key(SECRETS["tiny"])}"\nmax_jobs = 1\n'
-        f'[[keys]]\nid = "roomy"\nsha256 = "{hash_key(SECRETS["roomy"])}"\n'
-    )
-    config = "[server]\nmax_body_bytes = 8000000\n" + _config(
-        tmp, keys, f"max_upload_bytes = {8 * _free_bytes(tmp)}"
-    )
-    with serving(tmp, config, backend=SLOW_FAKE) as srv:
-        yield srv
 
 
 def _submit(server: Server, key_id: str) -> httpx.Response:
@@ -68,6 +34,10 @@ def _submit(server: Server, key_id: str) -> httpx.Response:
     )
 
 
+# A one-worker server on the slow fake (0.2 s a batch, two job slots) with keys `tiny` (one job at
+# most), `roomy`, `many` and `one`, and more room for uploads than the disk has
+# (tests/e2e/profiles.py).
+@pytest.mark.profile("quotas")
 def test_a_key_at_its_job_quota_gets_429_until_it_deletes_one(server: Server) -> None:
     first = _submit(server, "tiny")
     assert first.status_code == 202, first.text
@@ -91,6 +61,7 @@ def test_a_key_at_its_job_quota_gets_429_until_it_deletes_one(server: Server) ->
     assert _submit(server, "tiny").status_code == 202
 
 
+@pytest.mark.profile("quotas")
 def test_an_upload_the_disk_cannot_take_gets_507_before_its_body(
     server: Server, tmp_path: Path
 ) -> None:
@@ -120,23 +91,13 @@ def test_an_upload_the_disk_cannot_take_gets_507_before_its_body(
     assert _submit(server, "roomy").status_code == 202  # and the server goes on
 
 
-@pytest.fixture(scope="module")
-def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture
+def slow_server(server: Server) -> Server:
     """Two job slots, and pages slowed (a fake device batch takes 0.2 s) so that jobs overlap."""
-    tmp = tmp_path_factory.mktemp("job-shares")
-    keys = tmp / "keys.toml"
-    keys.write_text(
-        "".join(
-            f'[[keys]]\nid = "{key_id}"\nsha256 = "{hash_key(secret)}"\n'
-            for key_id, secret in SECRETS.items()
-        )
-    )
-    config = _config(tmp, keys, "max_inflight_pages = 2")
-    env = {"OCR_FAKE_LATENCY_S": "0.2"}
-    with serving(tmp, config, backend=SLOW_FAKE, env=env) as srv:
-        yield srv
+    return server
 
 
+@pytest.mark.profile("quotas")
 def test_a_key_with_three_jobs_gets_no_more_slots_than_a_key_with_one(slow_server: Server) -> None:
     pdf = images.make_pdf([images.latin_lines().image] * 4, dpi=72.0)
 
@@ -151,24 +112,24 @@ def test_a_key_with_three_jobs_gets_no_more_slots_than_a_key_with_one(slow_serve
         job_id: str = response.json()["id"]
         return job_id
 
-    many = [submit("tiny") for _ in range(3)]  # tiny's max_jobs is 1 only on the other server
-    one = submit("roomy")
+    many = [submit("many") for _ in range(3)]  # keys of their own, with no job quota
+    one = submit("one")
     # Follow the lone key's job to its end, then count the other key's pages done by then.
     followed = httpx.get(
         f"{slow_server.url}/v1/jobs/{one}/results?follow=true",
-        headers={"X-API-Key": SECRETS["roomy"]},
+        headers={"X-API-Key": SECRETS["one"]},
         timeout=300,
     )
     assert len(followed.text.splitlines()) == 4
     done = sum(
         httpx.get(
             f"{slow_server.url}/v1/jobs/{job_id}",
-            headers={"X-API-Key": SECRETS["tiny"]},
+            headers={"X-API-Key": SECRETS["many"]},
             timeout=30,
         ).json()["pages_done"]
         for job_id in many
     )
-    # Shared between keys: about 4 of tiny's 12 pages ran beside roomy's 4, and a page or two
-    # more as the count is read (5 measured). Shared between jobs, as before, roomy's job had a
-    # quarter of the slots and ended with tiny's last (12 measured).
+    # Shared between keys: about 4 of many's 12 pages ran beside one's 4, and a page or two more
+    # as the count is read (5 measured). Shared between jobs, as before, one's job had a quarter
+    # of the slots and ended with many's last (12 measured).
     assert done <= 8, done

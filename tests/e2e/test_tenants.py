@@ -5,53 +5,27 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from serving.http.keys import hash_key, plain_key_id
+from serving.http.keys import plain_key_id
 from tests import images
-from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
+from tests.e2e.profiles import PLAIN_KEY as PLAIN
+from tests.e2e.profiles import TENANTS as SECRETS
 
-SECRETS = {
-    "alice": "alice-7f3c9a1e5b2d4c6f8a0b",
-    "bob": "bob-1d2e3f4a5b6c7d8e9f0a",
-    "root": "root-0a9b8c7d6e5f4a3b2c1d",
-    "slow": "slow-5e6f7a8b9c0d1e2f3a4b",
-    "narrow": "narrow-9a8b7c6d5e4f3a2b1c0d",
-}
-PLAIN = "plain-env-key-3b4c5d6e7f8a"
-"""A key of the plain `OCR_API_KEYS` form, beside the named ones."""
+# Named keys (root an admin, slow one request in 1000 s, narrow one page in flight) and the plain
+# key PLAIN from `OCR_API_KEYS` (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("keys")
 LATIN = images.latin_lines().image
 PNG = images.encode_png(LATIN)
 PDF3 = images.make_pdf([LATIN, LATIN, LATIN], dpi=144.0)
 
 
-def _keys_file() -> str:
-    quotas = {
-        "root": 'role = "admin"\n',
-        "slow": "requests_per_s = 0.001\nburst_requests = 1\n",  # then one every 1000 s
-        "narrow": "max_inflight_pages = 1\n",
-    }
-    return "\n".join(
-        f'[[keys]]\nid = "{key_id}"\nsha256 = "{hash_key(secret)}"\n{quotas.get(key_id, "")}'
-        for key_id, secret in SECRETS.items()
-    )
-
-
-@pytest.fixture(scope="module")
-def tenants_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("tenants")
-    keys = tmp / "keys.toml"
-    keys.write_text(_keys_file())
-    config = f'{CONFIG}\n[auth]\nkeys_file = "{keys}"\n[jobs]\ndata_dir = "{tmp / "data"}"\n'
-    srv = start_server(tmp, config, env={"OCR_API_KEYS": PLAIN})
-    try:
-        wait_ready(srv)
-        yield srv
-    finally:
-        stop_server(srv)
+@pytest.fixture
+def tenants_server(server: Server) -> Server:
+    return server
 
 
 def _as(key_id: str) -> dict[str, str]:

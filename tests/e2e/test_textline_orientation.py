@@ -5,13 +5,12 @@ it are normalised as PaddleOCR 2.x's, `ModelSpec.pixel_norm`)."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
 from tests.images import encode_png, latin_lines
 
 pytestmark = pytest.mark.e2e
@@ -21,15 +20,10 @@ FLIPPED = (0, 3)
 (PaddleOCR 2.x's input), and the 43-character line, squeezed 4x, it does not call upside down."""
 
 
-@pytest.fixture(scope="module")
-def cls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    config = CONFIG + '\n[models]\ncls = "embedded:ch_ppocr_mobile_v2.0_cls"\n'
-    server = start_server(tmp_path_factory.mktemp("textline"), config)
-    try:
-        wait_ready(server)
-        yield server
-    finally:
-        stop_server(server)
+@pytest.fixture
+def cls_server(server: Server) -> Server:
+    """The `default` profile serves the packaged textline classifier (tests/e2e/profiles.py)."""
+    return server
 
 
 def _page_with_lines_upside_down() -> tuple[np.ndarray, list[str]]:

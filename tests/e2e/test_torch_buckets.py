@@ -6,7 +6,6 @@ forward is counted in tests/integration/test_torch_host_reads.py."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,38 +16,27 @@ from models import convert
 from models.bundle import load_bundle
 from serving.config import AppConfig, EngineConfig
 from tests import images
-from tests.e2e.conftest import CONFIG, Server, start_server, stop_server, wait_ready
+from tests.e2e.conftest import Server
 
 pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
 
-TORCH_CONFIG = (
-    CONFIG
-    + """
-[engine]
-cpu_backend = "torch"
-cpu_threads = 2
-[engine.torch]
-shapes = "buckets"
-rec_widths_px = [320, 640, 1280, 3200]
-det_step_px = 256
-"""
-)
+# The torch engine on the CPU, shapes padded to buckets (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("torch-buckets")
 
 
-@pytest.fixture(scope="module")
-def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="session")
+def converted() -> None:
     models = AppConfig().models
     bundle = load_bundle(models.det, models.rec)
     cache = Path(EngineConfig().onnx_dir)  # relative to the repository, as the server's cwd
     root = Path(__file__).parents[2]
     if any(convert.find_onnx(s, root / cache) is None for s in (bundle.det, bundle.rec)):
         pytest.skip(f"no ONNX conversions in {cache}: run {convert.CONVERT_COMMAND}")
-    server = start_server(tmp_path_factory.mktemp("torch"), TORCH_CONFIG)
-    try:
-        wait_ready(server)
-        yield server
-    finally:
-        stop_server(server)
+
+
+@pytest.fixture
+def torch_server(converted: None, server: Server) -> Server:
+    return server
 
 
 def test_bucketed_torch_server_reads_the_pages(torch_server: Server) -> None:

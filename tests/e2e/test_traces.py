@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests import images
-from tests.e2e.conftest import ONE_WORKER, Server, serving
+from tests.e2e.conftest import ONE_WORKER, Server, fresh_serving
 from tests.otlp_receiver import Receiver, Span, receiving
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +37,7 @@ export_delay_ms = 100.0
 # The two requests' line chunks wait for each other: one recognition batch serves both.
 max_wait_ms = 3000.0
 """
-        with serving(tmp, config, backend="fake") as srv:
+        with fresh_serving(tmp, config, backend="fake") as srv:
             yield srv, receiver
 
 

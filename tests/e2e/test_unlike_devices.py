@@ -8,7 +8,7 @@ import re
 import httpx
 
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, start_server, stop_server, wait_ready
+from tests.e2e.conftest import SLOW_FAKE, fresh_server, stop_server, wait_ready
 
 # The "GPU" is a device worker named gpu:0 with GPU batch limits, on the fake backend: no CUDA.
 # One page a det batch and one batch at a time (none queued), so that a backlog is easy to make.
@@ -56,7 +56,7 @@ async def _waves(url: str, body: bytes, waves: int, per_wave: int) -> list[int]:
 def test_the_slow_device_leaves_pages_to_the_fast_one_unless_a_backlog_needs_it(
     tmp_path,
 ) -> None:
-    server = start_server(
+    server = fresh_server(
         tmp_path,
         UNLIKE,
         backend=SLOW_FAKE,

@@ -9,37 +9,17 @@ import contextlib
 import json
 import socket
 import time
-from collections.abc import Iterator
 
 import httpx
 import numpy as np
 import pytest
 
 from tests import images
-from tests.e2e.conftest import SLOW_FAKE, Server, serving
+from tests.e2e.conftest import Server
 
+# Model-free, `server.send_idle_timeout_s = 2.0`, pictures up to 4 MiB (tests/e2e/profiles.py).
+pytestmark = pytest.mark.profile("fake")
 MIB = 1 << 20
-CONFIG = f"""
-[server]
-max_body_bytes = {16 * MIB}
-send_idle_timeout_s = 2.0
-[paddlex]
-visualize = true
-# Large enough that the answer (two ~3.6 MB pictures, as base64) is more than the kernel's socket
-# buffers take (4 MiB at most here): the rest waits in the server for the client to read it.
-visualize_max_pixels = 4000000
-visualize_max_bytes = {4 * MIB}
-[workers]
-devices = ["cpu"]
-cpu_workers = 1
-cpu_instances = 1
-"""
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("unread-answers"), CONFIG, backend=SLOW_FAKE) as srv:
-        yield srv
 
 
 def _budget_used(server: Server) -> int:
