@@ -29,10 +29,10 @@ from serving.engine.local import LocalEngine
 ov: Any = pytest.importorskip("openvino")
 
 SETS = {
-    "PP-OCRv5_mobile": ModelsConfig(),
-    "PP-OCRv6_small": dataclasses.replace(
-        ModelsConfig(), det="embedded:PP-OCRv6_small_det", rec="embedded:PP-OCRv6_small_rec"
+    "PP-OCRv5_mobile": dataclasses.replace(
+        ModelsConfig(), det="embedded:PP-OCRv5_mobile_det", rec="embedded:PP-OCRv5_mobile_rec"
     ),
+    "PP-OCRv6_small": ModelsConfig(),
 }
 """Both sets the server reads with (the default and the named one, whichever is which)."""
 

@@ -55,9 +55,8 @@ def test_torch_engine_reads_what_paddle_reads(
 def test_rec_answers_the_argmax_of_what_it_computes(onnx_dir: str) -> None:
     """Reduced where the model runs (on a GPU: 8 bytes a step copied back, not 4 a class), the
     recogniser answers exactly the argmax and maximum of its full output."""
-    engine = LocalEngine(_config(onnx_dir))
-    engine.load()
-    rec = engine.predictors["rec"]
+    rec = LocalEngine(_config(onnx_dir)).predictors["rec"]
+    rec.load()  # alone: `LocalEngine.load` asks for the argmax before loading
     assert isinstance(rec, ArgmaxOutput)
     batch = np.random.default_rng(0).uniform(-1, 1, (3, 3, 48, 320)).astype(np.float32)
     probs = rec.run(batch)
