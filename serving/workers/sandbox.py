@@ -64,11 +64,12 @@ ALLOWED_PREFIXES = ("LC_", "OPENCV_", "OMP_", "MKL_", "OPENBLAS_", "MALLOC_", "C
 DEVICE_PREFIXES = (
     "CUDA_", "NVIDIA_", "NCCL_", "CUDNN_", "CUBLAS_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_",
     "TRITON_", "FLAGS_", "GLOG_", "PADDLE_", "OV_", "OPENVINO_", "ORT_", "KMP_", "DNNL_",
-    "ONEDNN_", "TBB_", "XDG_", "OCR_FAKE_",
+    "ONEDNN_", "TBB_", "XDG_", "OCR_FAKE_", "OCR_REPLAY_",
 )  # fmt: skip
 """Families a device worker keeps besides `ALLOWED_PREFIXES`: the GPU runtimes', the engines'
 (Paddle's gflags are `FLAGS_*`) and their caches'; `OCR_FAKE_*` are the test backends' settings
-(`tests/fakes/predictors.py`), never a secret."""
+(`tests/fakes/predictors.py`) and `OCR_REPLAY_*` the GPU check's replaying backend's
+(`loadtest.gpu.check`), never a secret."""
 PR_SET_DUMPABLE = 4
 """From <linux/prctl.h>."""
 

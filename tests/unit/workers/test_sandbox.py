@@ -106,6 +106,7 @@ def test_device_workers_keep_the_engines_variables_and_no_secret() -> None:
         "CUDA_VISIBLE_DEVICES": "1",
         "FLAGS_fraction_of_gpu_memory_to_use": "0.5",
         "OCR_FAKE_LATENCY_S": "0.1",
+        "OCR_REPLAY_DET_MAPS": "/work/det-maps.npz",
         "OCR_API_KEYS": "secret",
         "OCR_JOBS__STORE": "postgresql://u:pw@db/ocr",
         "PGPASSWORD": "pw",
@@ -116,6 +117,7 @@ def test_device_workers_keep_the_engines_variables_and_no_secret() -> None:
         "CUDA_VISIBLE_DEVICES": "1",
         "FLAGS_fraction_of_gpu_memory_to_use": "0.5",
         "OCR_FAKE_LATENCY_S": "0.1",
+        "OCR_REPLAY_DET_MAPS": "/work/det-maps.npz",
     }
 
 
