@@ -282,6 +282,12 @@ class CpuPool:
         if process is None:
             await self._enqueue(call, front=True)
             return
+        try:  # again: its page's document may have been quarantined while it waited
+            self.quarantine.check(call.page)
+        except OcrError as refused:
+            if not call.future.done():
+                call.future.set_exception(refused)
+            return
         worker.call = call
         call.attempts += 1
         started = time.monotonic()

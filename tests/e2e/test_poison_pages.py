@@ -104,14 +104,15 @@ def _finished(server: Server, job_id: str) -> dict[str, object]:
 
 
 def test_a_document_whose_pages_all_crash_is_stopped_after_three_deaths(server: Server) -> None:
-    """Before, quarantine was per page: eight crashing pages cost sixteen worker deaths."""
+    """Before, quarantine was per page: five crashing pages cost ten worker deaths (the profile
+    reads at most 5 frames of a document)."""
     before = _cpu_restarts(server)
-    files = [("file", ("crashing.tiff", _poisoned_tiff(8), "image/tiff"))]
+    files = [("file", ("crashing.tiff", _poisoned_tiff(5), "image/tiff"))]
     answer = httpx.post(f"{server.url}/v1/jobs", files=files, timeout=120)
     assert answer.status_code == 202, answer.text
     job = _finished(server, answer.json()["id"])
-    assert job["pages_failed"] == 8, job
-    # Three deaths, and at most one more already running on the other CPU worker (before: 16).
+    assert job["pages_failed"] == 5, job
+    # Three deaths, and at most one more already running on another CPU worker (before: 10).
     assert _cpu_restarts(server) - before <= 3 + 1
     codes = {page["error"]["code"] for page in job["failed_pages"]}  # type: ignore[attr-defined]
     assert codes == {"page_quarantined"}
