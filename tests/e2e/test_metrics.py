@@ -59,8 +59,10 @@ def test_metrics_count_what_was_sent(server: Server) -> None:
     devices = httpx.get(f"{server.url}/readyz").json()["devices"]
     for process in ("main", "cpu_workers", *devices):
         assert _total(after, "ocr_process_resident_bytes", process=process) > 20 * 2**20, process
-    # No job ran: requests had every second of both pools.
+    # No job ran meanwhile: the background's share of both pools did not grow (the profile's
+    # server is shared, and a job of an earlier test may still be in the recent window).
     for pool in ("devices", "cpu_workers"):
-        assert _total(after, "ocr_background_share", pool=pool) == 0.0
+        share = _total(after, "ocr_background_share", pool=pool)
+        assert share <= _total(before, "ocr_background_share", pool=pool), pool
     for kind in ("cpu", "device"):
         assert ("ocr_worker_restarts_total", (("kind", kind),)) in after

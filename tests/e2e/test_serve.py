@@ -117,7 +117,6 @@ def test_visualize_returns_images(server: Server, documents) -> None:
         ({"file": base64.b64encode(b"hello").decode(), "fileType": 7}, 422, "fileType"),
         ({"fileType": 1}, 422, "file"),
         ({"file": "http://example.com/a.png", "fileType": 1}, 422, "URL inputs are disabled"),
-        ({"file": "aGVsbG8=", "fileType": 1, "useTextlineOrientation": True}, 422, "textline"),
     ],
 )
 def test_paddlex_errors(server: Server, body: dict, status: int, message: str) -> None:
@@ -127,6 +126,16 @@ def test_paddlex_errors(server: Server, body: dict, status: int, message: str) -
     assert payload["errorCode"] == status
     assert message in payload["errorMsg"]
     assert "Traceback" not in response.text
+
+
+# A server without the textline classifier (`models.cls` empty): the default profile has one.
+@pytest.mark.profile("ppocrv6-onnxruntime")
+def test_textline_orientation_without_its_classifier_is_refused(server: Server) -> None:
+    body = {"file": "aGVsbG8=", "fileType": 1, "useTextlineOrientation": True}
+    response = httpx.post(f"{server.url}/ocr", json=body, timeout=60)
+    assert response.status_code == 422
+    assert response.json()["errorCode"] == 422
+    assert "textline" in response.json()["errorMsg"]
 
 
 def test_pdf_over_page_cap_is_refused(server: Server) -> None:
