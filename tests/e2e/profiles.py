@@ -486,6 +486,9 @@ cpu_workers = 1
             "OCR_JOBS__DATA_DIR": "{dir}/jobs",
             # The image's ONNX conversions are at a fixed path; here, `make convert`'s.
             "OCR_ENGINE__ONNX_DIR": str(REPO_ROOT / "var" / "models" / "onnx"),
+            # The image keeps the precision check's verdicts on its volume; here, the ones the
+            # suite measured ahead (`precision_checked`): a cold check took a minute of its start.
+            "OCR_ENGINE__PRECISION_CHECK_DIR": str(REPO_ROOT / "var" / "precision"),
         },
         doc="Started as the container image starts it (config.toml as shipped: two device "
         "workers; JSON logs), with this machine's port, devices and paths.",
