@@ -95,7 +95,6 @@ paddlex-default-venv: $(PADDLEX_DEFAULT_VENV)/.installed
 # for the bench's RapidOCR rows (`make bench` makes it; `ocr-bench baselines --servers
 # ours,rapidocr`); its own venv: RapidOCR brings opencv-python-headless, another cv2.
 RAPIDOCR_VENV ?= .venv-rapidocr
-TEST_WORKERS ?= 2
 
 $(RAPIDOCR_VENV)/.installed:
 	$(PYTHON) -m venv $(RAPIDOCR_VENV)
@@ -234,7 +233,7 @@ test: install-test convert convert-paddle
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check serving pipelines models loadtest tests
 	$(BIN)/mypy
-	$(PY) -m pytest tests -q --ignore=tests/image --durations=30 -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest tests -q --ignore=tests/image --durations=30
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

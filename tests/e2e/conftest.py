@@ -40,8 +40,6 @@ from tests.e2e.profiles import (
 __all__ = ["CONFIG", "ONE_SET", "ONE_WORKER", "SLOW_FAKE"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-"""This process's xdist worker id (`gw0`, ...); empty without xdist."""
 
 
 @dataclass
@@ -272,13 +270,12 @@ class ProfileServers:
                 self._users.setdefault(PROFILES[name].launch_key(), set()).add(item.nodeid)
 
     def server(self, name: str, request: pytest.FixtureRequest) -> Server:
-        """`name`'s server, started now if this is its first test (on an xdist worker, again
-        where a test of it comes after the worker stopped it: `finished`)."""
+        """`name`'s server, started now if this is its first test."""
         profile = PROFILES[name]
         key = profile.launch_key()
         if key in self._running:
             return self._running[key]
-        if key in self._started and not XDIST_WORKER:  # stopped after its last test
+        if key in self._started:  # stopped after the last test `plan` saw for it
             raise RuntimeError(f"profile {name!r} asked for again after its last test")
         self._started.add(key)
         server = self._start(name, profile, request)
@@ -313,19 +310,11 @@ class ProfileServers:
             raise
         return srv
 
-    def finished(self, nodeid: str, nextitem: pytest.Item | None) -> None:
-        """Stop the servers whose tests have all run now. On an xdist worker, which runs only
-        some of the tests `plan` saw, those the next test does not take: a profile's tests run
-        together on one worker (`pytest_collection_modifyitems` groups them)."""
+    def finished(self, nodeid: str) -> None:
+        """Stop the servers whose tests have all run now."""
         for key, users in self._users.items():
             users.discard(nodeid)
             if not users and key in self._running:
-                stop_server(self._running.pop(key))
-        if XDIST_WORKER:
-            wanted = (
-                {PROFILES[name].launch_key() for name in _used(nextitem)} if nextitem else set()
-            )
-            for key in [key for key in self._running if key not in wanted]:
                 stop_server(self._running.pop(key))
 
     def close(self) -> None:
@@ -344,17 +333,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("server", [name], indirect=True, scope="session", ids=[name])
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """For `pytest -n N --dist loadgroup` (make test): the tests of one profile's server go to
-    one worker (the server starts once), and so do the tests of one file (its module-scoped
-    servers and engines load once)."""
-    for item in items:
-        used = _used(item)
-        group = f"profile-{used[0]}" if used else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     servers = ProfileServers()
     servers.plan(session.items)  # in the order they run: pytest grouped them by profile
@@ -367,7 +345,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         if _SERVERS in item.session.stash:
-            item.session.stash[_SERVERS].finished(item.nodeid, nextitem)
+            item.session.stash[_SERVERS].finished(item.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
