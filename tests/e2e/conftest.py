@@ -40,6 +40,8 @@ from tests.e2e.profiles import (
 __all__ = ["CONFIG", "ONE_SET", "ONE_WORKER", "SLOW_FAKE"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+"""This process's pytest-xdist worker (`gw0`, ...); empty on one process."""
 
 
 @dataclass
@@ -270,12 +272,13 @@ class ProfileServers:
                 self._users.setdefault(PROFILES[name].launch_key(), set()).add(item.nodeid)
 
     def server(self, name: str, request: pytest.FixtureRequest) -> Server:
-        """`name`'s server, started now if this is its first test."""
+        """`name`'s server, started now if this is its first test (on an xdist worker, again
+        where a test names it after the worker stopped it: `finished`)."""
         profile = PROFILES[name]
         key = profile.launch_key()
         if key in self._running:
             return self._running[key]
-        if key in self._started:  # stopped after the last test `plan` saw for it
+        if key in self._started and not XDIST_WORKER:  # stopped after its last test
             raise RuntimeError(f"profile {name!r} asked for again after its last test")
         self._started.add(key)
         server = self._start(name, profile, request)
@@ -310,11 +313,18 @@ class ProfileServers:
             raise
         return srv
 
-    def finished(self, nodeid: str) -> None:
-        """Stop the servers whose tests have all run now."""
+    def finished(self, nodeid: str, nextitem: pytest.Item | None) -> None:
+        """Stop the servers whose tests have all run now. An xdist worker runs only some of
+        the tests `plan` saw, a group at a time (`xdist_group`): it stops those the next test
+        does not take."""
         for key, users in self._users.items():
             users.discard(nodeid)
             if not users and key in self._running:
+                stop_server(self._running.pop(key))
+        if XDIST_WORKER:
+            used = _used(nextitem) if nextitem else ()
+            wanted = {PROFILES[name].launch_key() for name in used}
+            for key in [key for key in self._running if key not in wanted]:
                 stop_server(self._running.pop(key))
 
     def close(self) -> None:
@@ -333,6 +343,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("server", [name], indirect=True, scope="session", ids=[name])
 
 
+def _group(item: pytest.Item) -> str:
+    """The test's `xdist_group`: the launch of its server (profiles with the same launch share
+    one), else its file."""
+    used = _used(item)
+    if not used:
+        return item.nodeid.split("::", 1)[0]
+    key = PROFILES[used[0]].launch_key()
+    return "profile-" + min(name for name, p in PROFILES.items() if p.launch_key() == key)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """For `pytest -n N --dist loadgroup` (make test): the tests of one server's launch go to
+    one worker and run there one after another (the server starts once, and pytest's
+    session-scoped `server` never outlives it), and so do the tests of one file (its
+    module-scoped servers and engines load once)."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     servers = ProfileServers()
     servers.plan(session.items)  # in the order they run: pytest grouped them by profile
@@ -345,7 +375,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         if _SERVERS in item.session.stash:
-            item.session.stash[_SERVERS].finished(item.nodeid)
+            item.session.stash[_SERVERS].finished(item.nodeid, nextitem)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
