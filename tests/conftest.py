@@ -32,6 +32,13 @@ os.environ.setdefault(
     str(Path(__file__).resolve().parents[1] / "var" / "models" / "paddle"),
 )
 
+# OpenMP's threads (torch's, Paddle's) sleep when they wait instead of spinning: the suite runs on
+# two pytest workers (make test), so a model's 2 threads share the cores with the other worker's
+# test, and spinning burnt the CPU it needed. Measured while other work ran:
+# test_torch_engine_reads_what_paddle_reads took 110 s and 120 CPU seconds, 52 s and 55 with
+# it. Set before any test imports torch or Paddle; the servers tests start inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 _MARKERS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "gpu": "gpu"}
 
 

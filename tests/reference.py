@@ -45,9 +45,9 @@ def _pipeline() -> Any:
             use_doc_unwarping=False,
             use_textline_orientation=False,
             device="cpu",
-            # PaddleOCR's own default, oneDNN: on paddlepaddle 3.2.2 (pinned) the detector runs on it
-            # (3.3.x fails on its nearest_interp ops, ../shared/PADDLE_NOTES.md), and two real pages
-            # read the same texts as with it off, at 12.5 CPU seconds against 42.7.
+            # PaddleOCR's own default, oneDNN: on paddlepaddle 3.2.2 (pinned) the detector runs
+            # on it (3.3.x fails on its nearest_interp ops, ../shared/PADDLE_NOTES.md), and two
+            # real pages read the same texts as with it off, at 12.5 CPU seconds against 42.7.
             enable_mkldnn=True,
         )
 
