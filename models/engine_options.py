@@ -99,7 +99,8 @@ class EngineOptions:
     (`models.paddle_convert`)."""
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's precision on CPU: "auto" (bf16 where this CPU's precision check passed the
-    model, else f32), "f32", "bf16" or "int8" (`models.openvino_precision`)."""
+    model, else its int8 form where made and passed, else f32), "f32", "bf16" or "int8"
+    (`models.openvino_precision`)."""
     openvino_f32_head: bool = True
     """A recogniser at bf16 keeps its CTC head in f32 (`models.openvino_layout`)."""
     openvino_bf16: OpenVinoBf16 = "probe"
