@@ -8,7 +8,7 @@ it read "1034value" for "1034 value" (issue 46). So no CPU's verdict is carried 
 "auto" runs a model at bf16 only where this CPU's precision check passed it
 (`serving.engine.precision_check`: the check set read at f32 and at bf16, cached per CPU model,
 OpenVINO version, model files and check set), else at its int8 form where one was made (`make
-convert` makes the default set's on a CPU without bf16: `serving.convert.run`) and the check
+convert-no-bf16` makes the default set's on a CPU without bf16: `serving.convert.run`) and the check
 passed that, else f32 (issue 46 item 5: without bf16, PP-OCRv6 small at f32 read 0.7x PP-OCRv5
 mobile's pages/s; docs/performance.md); "int8" runs a model's int8 form only where the
 check passed that, else bf16 where it passed, else f32. "f32" and a forced "bf16" run as asked,
@@ -191,8 +191,8 @@ def _choose(
         return PrecisionChoice(
             "f32",
             f"auto: this CPU has no bf16 ({caps}) and no int8 form of {model_name} was checked "
-            "(make convert makes the default set's where the CPU has no bf16): f32, nothing to "
-            "check",
+            "(make convert-no-bf16 makes the default set's where the CPU has no bf16): f32, "
+            "nothing to check",
         )
     if check is None or check.note:
         why = check.note if check is not None else "no check ran"

@@ -74,12 +74,13 @@ class EngineConfig:
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's inference precision on CPU: "auto" (bf16 for a model where this CPU's
     precision check passed it: its text on the check set within 0.1 CER points of f32's and no
-    more merged words; else its int8 form where one was made, `make convert` on a CPU without
-    bf16, and the check passed it within 0.2 points; else f32; measured once per CPU model,
-    OpenVINO version and model files, cached in `precision_check_dir`, reported in `/readyz`),
-    "f32" (Paddle's text, on any CPU, no check), "bf16" (forced, unchecked; f32 where the CPU has no bf16) or "int8" (NNCF's int8
-    models, made offline by `make convert-int8`: `models.quantize`; where this CPU's check
-    passes them, else bf16 where that passes, else f32); see `models.openvino_precision`."""
+    more merged words; else its int8 form where one was made, `make convert-no-bf16` on a CPU
+    without bf16, and the check passed it within 0.2 points; else f32; measured once per CPU
+    model, OpenVINO version and model files, cached in `precision_check_dir`, reported in
+    `/readyz`), "f32" (Paddle's text, on any CPU, no check), "bf16" (forced, unchecked; f32
+    where the CPU has no bf16) or "int8" (NNCF's int8 models, made offline by `make
+    convert-int8`: `models.quantize`; where this CPU's check passes them, else bf16 where that
+    passes, else f32); see `models.openvino_precision`."""
     openvino_precision_check: bool = True
     """Whether "auto" and "int8" keep bf16 or int8 for a model only where this CPU's precision
     check passed it (`serving.engine.precision_check`). false: "auto" takes bf16 wherever the

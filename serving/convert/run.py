@@ -6,16 +6,15 @@ work: models/ imports nothing from serving/. With `--int8` (`make convert-int8`)
 quantises each converted model to int8 with NNCF (`models.quantize`), calibrated on held-out
 document pages (`serving.convert.calibration`), for `engine.openvino_precision = "int8"`; models
 that have their int8 form already are left alone, and then no page is rendered. With
-`--int8-without-bf16` (`make convert`) it does so for the default set only where this CPU has no
-bf16 (`engine.openvino_bf16` honoured) and `engine.openvino_precision` is "auto", which then
-serves the int8 models where this CPU's check passes them (issue 46 item 5: PP-OCRv6 small at
-f32 reads 0.7x PP-OCRv5 mobile's pages/s; about 3 minutes on 2 cores, once); where it cannot
-(no NNCF, no calibration pages) it says why and the server serves f32. It also renders
-the precision check's pages (`serving.engine.check_set`) once, beside the conversions: each CPU
-proves bf16 and int8 on them at start-up. With `--paddle`
-(`make convert-paddle`) it converts the other way, for the Paddle engine: the configured ONNX
-models (PP-OCRv6 small, the default set) into `[engine] paddle_dir` with X2Paddle
-(`models.paddle_convert`).
+`--int8-without-bf16` (`make convert-no-bf16`) it does so for the default set only where this
+CPU has no bf16 (`engine.openvino_bf16` honoured) and `engine.openvino_precision` is "auto",
+which then serves the int8 models where this CPU's check passes them (issue 46 item 5:
+PP-OCRv6 small at f32 reads 0.7x PP-OCRv5 mobile's pages/s; about 3 minutes on 2 cores, once);
+where it cannot (no NNCF, no calibration pages) it says why and the server serves f32. It also
+renders the precision check's pages (`serving.engine.check_set`) once, beside the conversions:
+each CPU proves bf16 and int8 on them at start-up. With `--paddle` (`make convert-paddle`) it
+converts the other way, for the Paddle engine: the configured ONNX models (PP-OCRv6 small, the
+default set) into `[engine] paddle_dir` with X2Paddle (`models.paddle_convert`).
 """
 
 from __future__ import annotations

@@ -211,8 +211,8 @@ def test_convert_makes_the_default_sets_int8_models_only_where_auto_would_check_
     capabilities: list[str],
     made: bool,
 ) -> None:
-    """Issue 46 item 5: `make convert --int8-without-bf16` quantises where the CPU has no bf16;
-    without NNCF (or calibration pages) it says so and converts all the same."""
+    """Issue 46 item 5: `make convert-no-bf16` (`--int8-without-bf16`) quantises where the CPU
+    has no bf16; without NNCF (or calibration pages) it says so and converts all the same."""
     fake = SimpleNamespace(
         Core=lambda: SimpleNamespace(get_property=lambda device, name: capabilities)
     )

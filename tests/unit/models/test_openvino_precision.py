@@ -83,8 +83,8 @@ def test_auto_runs_f32_on_a_cpu_without_bf16_where_no_int8_form_was_checked() ->
     assert choice.precision == "f32"
     assert choice.reason == (
         "auto: this CPU has no bf16 (OpenVINO capabilities: FP32 INT8 BIN EXPORT_IMPORT) and no "
-        f"int8 form of {REC} was checked (make convert makes the default set's where the CPU has "
-        "no bf16): f32, nothing to check"
+        f"int8 form of {REC} was checked (make convert-no-bf16 makes the default set's where the "
+        "CPU has no bf16): f32, nothing to check"
     )
 
 
