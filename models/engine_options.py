@@ -33,6 +33,11 @@ loads (`models.openvino_precision.choose_precision`)."""
 OPENVINO_PRECISION_SETTINGS: tuple[OpenVinoPrecisionSetting, ...] = get_args(
     OpenVinoPrecisionSetting
 )
+OpenVinoBf16 = Literal["probe", "absent"]
+"""`engine.openvino_bf16`: whether this CPU's bf16 is as OpenVINO's capabilities say ("probe"),
+or taken as absent: what a CPU without bf16 serves, on any CPU (`models.openvino_backend.
+cpu_capabilities`)."""
+OPENVINO_BF16_SETTINGS: tuple[OpenVinoBf16, ...] = get_args(OpenVinoBf16)
 
 _DEVICE_RE = re.compile(r"^(cpu|gpu:(\d+))$")
 
@@ -94,9 +99,13 @@ class EngineOptions:
     (`models.paddle_convert`)."""
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's precision on CPU: "auto" (bf16 where this CPU's precision check passed the
-    model, else f32), "f32", "bf16" or "int8" (`models.openvino_precision`)."""
+    model, else its int8 form where made and passed, else f32), "f32", "bf16" or "int8"
+    (`models.openvino_precision`)."""
     openvino_f32_head: bool = True
     """A recogniser at bf16 keeps its CTC head in f32 (`models.openvino_layout`)."""
+    openvino_bf16: OpenVinoBf16 = "probe"
+    """"absent": the precision policy and check take this CPU as one without bf16
+    (`engine.openvino_bf16`)."""
     openvino_check: bool = True
     """"auto" and "int8" keep a reduced precision only where this CPU's precision check passed
     it (`engine.openvino_precision_check`); false: as asked, unchecked (measurement)."""
@@ -143,6 +152,10 @@ class EngineOptions:
             raise EngineOptionsError(
                 "openvino_precision must be 'auto', 'f32', 'bf16' or 'int8', "
                 f"got {self.openvino_precision!r}"
+            )
+        if self.openvino_bf16 not in OPENVINO_BF16_SETTINGS:
+            raise EngineOptionsError(
+                f"openvino_bf16 must be 'probe' or 'absent', got {self.openvino_bf16!r}"
             )
         for key, problem in self.torch.problems():
             raise EngineOptionsError(f"torch.{key} {problem}")

@@ -26,13 +26,26 @@ from models.base import not_loaded
 from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.onnx_predictor import BatchRunner, OnnxPredictor, cpu_onnx_backend, import_engine
 from models.openvino_layout import SplitModel, chained, split_at_head, with_argmax
-from models.openvino_precision import CHECKED_KINDS, PrecisionChoice, choose_precision
+from models.openvino_precision import (
+    CHECKED_KINDS,
+    PrecisionChoice,
+    choose_precision,
+    effective_capabilities,
+)
 from models.precision_verdict import ModelCheck
 from models.quantize import RECIPES, int8_model
 from models.spec import ModelSpec
 from pipelines.rec_postprocess import argmax_pairs
 
 logger = logging.getLogger(__name__)
+
+
+def cpu_capabilities(core: Any, options: EngineOptions) -> list[str]:
+    """The CPU's `OPTIMIZATION_CAPABILITIES` from OpenVINO's `core` as the precision policy
+    reads them: less bf16 where `options.openvino_bf16` takes it as absent
+    (`engine.openvino_bf16`)."""
+    probed = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    return effective_capabilities(probed, options.openvino_bf16)
 
 
 def compile_config(options: EngineOptions, precision: OpenVinoPrecision) -> dict[str, Any]:
@@ -99,6 +112,13 @@ class OpenVinoPredictor(OnnxPredictor):
             self.close()
             self.load()
 
+    @property
+    def argmax_in_graph(self) -> bool:
+        """Whether the loaded model's runner answers argmax pairs itself (`output_argmax`, the
+        reduction compiled into the graph): a runner put in its place must too
+        (`replace_runner`)."""
+        return self._argmax and not self._reduce_here
+
     def use_verdict(self, check: ModelCheck) -> None:
         """Compile at what this CPU's precision check found for the model
         (`serving.engine.precision_check`); before `load()`, which reads it."""
@@ -107,7 +127,7 @@ class OpenVinoPredictor(OnnxPredictor):
     def _open(self) -> BatchRunner:
         ov = import_engine("openvino", "openvino")
         core = ov.Core()
-        capabilities = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        capabilities = cpu_capabilities(core, self.options)
         setting = self.options.openvino_precision
         if setting == "int8" and self.spec.kind in CHECKED_KINDS:
             int8_model(self.spec, Path(self.options.onnx_dir))  # asked for: it must be made

@@ -7,7 +7,10 @@ recogniser at bf16 kept the synthetic pages' words, on an AMD EPYC with AVX512_B
 it read "1034value" for "1034 value" (issue 46). So no CPU's verdict is carried to another:
 "auto" runs a model at bf16 only where this CPU's precision check passed it
 (`serving.engine.precision_check`: the check set read at f32 and at bf16, cached per CPU model,
-OpenVINO version, model files and check set), and "int8" runs a model's int8 form only where the
+OpenVINO version, model files and check set), else at its int8 form where one was made (`make
+convert-no-bf16` makes the default set's on a CPU without bf16: `serving.convert.run`) and the check
+passed that, else f32 (issue 46 item 5: without bf16, PP-OCRv6 small at f32 read 0.7x PP-OCRv5
+mobile's pages/s; docs/performance.md); "int8" runs a model's int8 form only where the
 check passed that, else bf16 where it passed, else f32. "f32" and a forced "bf16" run as asked,
 unchecked (`engine.openvino_precision_check = false` runs "auto" and "int8" unchecked too, for
 measurement).
@@ -25,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from models.engine_options import OpenVinoPrecision, OpenVinoPrecisionSetting
+from models.engine_options import OpenVinoBf16, OpenVinoPrecision, OpenVinoPrecisionSetting
 from models.openvino_layout import HEAD_CUT
 from models.precision_verdict import CheckedPrecision, ModelCheck, Scores, total
 
@@ -71,6 +74,14 @@ def has_bf16(capabilities: Collection[str]) -> bool:
     return BF16_CAPABILITY in capabilities
 
 
+def effective_capabilities(probed: Collection[str], bf16: OpenVinoBf16) -> list[str]:
+    """The capabilities the policy reads: OpenVINO's `probed` ones, less bf16 where
+    `engine.openvino_bf16` takes it as absent (what a CPU without bf16 serves, on this one)."""
+    if bf16 == "absent":
+        return [c for c in probed if c != BF16_CAPABILITY]
+    return list(probed)
+
+
 def check_candidates(
     setting: OpenVinoPrecisionSetting,
     capabilities: Collection[str],
@@ -80,14 +91,13 @@ def check_candidates(
 ) -> tuple[CheckedPrecision, ...]:
     """The reduced precisions this CPU's check must try for a `kind` model, best first: none
     for "f32", a forced "bf16", unchecked settings (`checked` false) and kinds the check does
-    not read; "auto": bf16 where the CPU has it; "int8": int8, then bf16 where the CPU has it.
-    "auto" never tries int8 (opt-in, made by `make convert-int8`); should it (a CPU without
-    bf16, issue 46 item 5), int8 joins its candidates here and the check holds it to
-    `INT8_MAX_CER_LOSS` as it does for "int8"."""
+    not read; "auto": bf16 where the CPU has it, then int8; "int8": int8, then bf16 where the
+    CPU has it. int8 is tried only where the model has its int8 form (the check leaves it out
+    where not: `serving.engine.precision_check`), and held to `INT8_MAX_CER_LOSS`."""
     if not checked or kind not in CHECKED_KINDS or setting in ("f32", "bf16"):
         return ()
     bf16: tuple[CheckedPrecision, ...] = ("bf16",) if has_bf16(capabilities) else ()
-    return ("int8", *bf16) if setting == "int8" else bf16
+    return ("int8", *bf16) if setting == "int8" else (*bf16, "int8")
 
 
 def shortfalls(candidate: Scores, f32: Scores, precision: CheckedPrecision) -> tuple[str, ...]:
@@ -177,8 +187,13 @@ def _choose(
     asked = "auto" if setting == "auto" else "int8 asked for"
     if kind not in CHECKED_KINDS:
         return PrecisionChoice("f32", f"{asked}: {kind} models are not checked, f32 ({caps})")
-    if setting == "auto" and not bf16:
-        return PrecisionChoice("f32", f"auto: this CPU has no bf16 ({caps}): f32, nothing to check")
+    if setting == "auto" and not bf16 and (check is None or not checked):
+        return PrecisionChoice(
+            "f32",
+            f"auto: this CPU has no bf16 ({caps}) and no int8 form of {model_name} was checked "
+            "(make convert-no-bf16 makes the default set's where the CPU has no bf16): f32, "
+            "nothing to check",
+        )
     if check is None or check.note:
         why = check.note if check is not None else "no check ran"
         return PrecisionChoice(
@@ -187,7 +202,12 @@ def _choose(
     for precision in check_candidates(setting, capabilities, kind):
         if check.passed(precision):
             return PrecisionChoice(precision, f"{asked}: {_verdict(check, precision)} ({caps})")
-    failed = "; ".join(_verdict(check, p) for p in check_candidates(setting, capabilities, kind))
+    tried = [
+        p
+        for p in check_candidates(setting, capabilities, kind)
+        if setting != "auto" or check.trial(p) is not None  # auto tries int8 where made only
+    ]
+    failed = "; ".join(_verdict(check, p) for p in tried) or "nothing tried by this CPU's check"
     return PrecisionChoice("f32", f"{asked}: {failed}: f32 ({caps})")
 
 

@@ -37,6 +37,7 @@ SCENARIO_MODULES = (
     "loadtest.bench.precision_layouts",
     "loadtest.bench.precision_startup",
     "loadtest.bench.int8_sensitivity",
+    "loadtest.bench.no_bf16",
     "loadtest.bench.job_impact",
     "loadtest.bench.memory_peak",
     "loadtest.bench.cpu_cost",

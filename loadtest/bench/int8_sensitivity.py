@@ -34,6 +34,7 @@ from loadtest.bench.scenario import Scenario, register
 from loadtest.engine_limit import real_page_set
 from models.onnx_predictor import import_engine
 from models.openvino_backend import OpenVinoPredictor, compile_runner
+from models.openvino_layout import with_argmax
 from models.quantize import int8_model
 from serving.cpus import available_cpus
 from serving.engine.local import LocalEngine
@@ -114,6 +115,8 @@ class RecogniserTries:
         """The pages' scores with `model` as the recogniser (None: f32)."""
         run = self.f32_run
         if model is not None:
+            if self.rec.argmax_in_graph:  # as the served recogniser answers (argmax pairs)
+                model = with_argmax(import_engine("openvino", "openvino"), model)
             run = compile_runner(model, self.rec.options, "int8")
         self.rec.replace_runner(lambda _: run)
         texts = {

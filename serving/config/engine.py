@@ -7,9 +7,11 @@ from typing import Literal, get_args
 
 from models.engine_options import (
     DEVICE_KINDS,
+    OPENVINO_BF16_SETTINGS,
     OPENVINO_PRECISION_SETTINGS,
     PRECISION_SETTINGS,
     DeviceKind,
+    OpenVinoBf16,
     OpenVinoPrecisionSetting,
     PrecisionSetting,
 )
@@ -72,11 +74,13 @@ class EngineConfig:
     openvino_precision: OpenVinoPrecisionSetting = "auto"
     """OpenVINO's inference precision on CPU: "auto" (bf16 for a model where this CPU's
     precision check passed it: its text on the check set within 0.1 CER points of f32's and no
-    more merged words, else f32; measured once per CPU model, OpenVINO version and model files,
-    cached in `precision_check_dir`, reported in `/readyz`), "f32" (Paddle's text, on any CPU,
-    no check), "bf16" (forced, unchecked; f32 where the CPU has no bf16) or "int8" (NNCF's int8
-    models, made offline by `make convert-int8`: `models.quantize`; where this CPU's check
-    passes them, else bf16 where that passes, else f32); see `models.openvino_precision`."""
+    more merged words; else its int8 form where one was made, `make convert-no-bf16` on a CPU
+    without bf16, and the check passed it within 0.2 points; else f32; measured once per CPU
+    model, OpenVINO version and model files, cached in `precision_check_dir`, reported in
+    `/readyz`), "f32" (Paddle's text, on any CPU, no check), "bf16" (forced, unchecked; f32
+    where the CPU has no bf16) or "int8" (NNCF's int8 models, made offline by `make
+    convert-int8`: `models.quantize`; where this CPU's check passes them, else bf16 where that
+    passes, else f32); see `models.openvino_precision`."""
     openvino_precision_check: bool = True
     """Whether "auto" and "int8" keep bf16 or int8 for a model only where this CPU's precision
     check passed it (`serving.engine.precision_check`). false: "auto" takes bf16 wherever the
@@ -85,6 +89,11 @@ class EngineConfig:
     """Where the precision check's verdicts are cached (one JSON file per model pair, CPU model,
     OpenVINO version and check set; a lock file makes workers starting together measure once).
     Must be writable; the image keeps it on its /var/lib/ocr volume."""
+    openvino_bf16: OpenVinoBf16 = "probe"
+    """Whether this CPU computes in bf16: "probe" (as OpenVINO's CPU capabilities say) or
+    "absent" (taken as a CPU without bf16 whatever it has: "auto" then serves each model's int8
+    form where it exists and this CPU's check passes it, else f32, as on such a CPU; for tests
+    and measurements of what a CPU without bf16 gets, `models.openvino_precision`)."""
     openvino_f32_head: bool = True
     """A recogniser at bf16 keeps its CTC head (last MatMul to the output) in f32: whole-model
     bf16 merged words ("Totalamount") on an AMX Xeon, this layout did not (issue 41; on a CPU
@@ -115,6 +124,11 @@ class EngineConfig:
         )
         check(
             bool(self.precision_check_dir.strip()), "engine.precision_check_dir", "must be a path"
+        )
+        check(
+            self.openvino_bf16 in OPENVINO_BF16_SETTINGS,
+            "engine.openvino_bf16",
+            f"must be {choices_text(OPENVINO_BF16_SETTINGS)}",
         )
         check(
             self.precision in PRECISION_SETTINGS,

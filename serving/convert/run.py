@@ -5,12 +5,16 @@ models and `[engine] onnx_dir`, and hands them to `models.convert.convert_models
 work: models/ imports nothing from serving/. With `--int8` (`make convert-int8`) it then
 quantises each converted model to int8 with NNCF (`models.quantize`), calibrated on held-out
 document pages (`serving.convert.calibration`), for `engine.openvino_precision = "int8"`; models
-that have their int8 form already are left alone, and then no page is rendered. It also renders
-the precision check's pages (`serving.engine.check_set`) once, beside the conversions: each CPU
-proves bf16 and int8 on them at start-up. With `--paddle`
-(`make convert-paddle`) it converts the other way, for the Paddle engine: the configured ONNX
-models (PP-OCRv6 small, the default set) into `[engine] paddle_dir` with X2Paddle
-(`models.paddle_convert`).
+that have their int8 form already are left alone, and then no page is rendered. With
+`--int8-without-bf16` (`make convert-no-bf16`) it does so for the default set only where this
+CPU has no bf16 (`engine.openvino_bf16` honoured) and `engine.openvino_precision` is "auto",
+which then serves the int8 models where this CPU's check passes them (issue 46 item 5:
+PP-OCRv6 small at f32 reads 0.7x PP-OCRv5 mobile's pages/s; about 3 minutes on 2 cores, once);
+where it cannot (no NNCF, no calibration pages) it says why and the server serves f32. It also
+renders the precision check's pages (`serving.engine.check_set`) once, beside the conversions:
+each CPU proves bf16 and int8 on them at start-up. With `--paddle` (`make convert-paddle`) it
+converts the other way, for the Paddle engine: the configured ONNX models (PP-OCRv6 small, the
+default set) into `[engine] paddle_dir` with X2Paddle (`models.paddle_convert`).
 """
 
 from __future__ import annotations
@@ -70,6 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--int8", action="store_true", help="also quantise the models to int8 (NNCF)"
     )
     parser.add_argument(
+        "--int8-without-bf16",
+        action="store_true",
+        help='quantise the default set to int8 where this CPU has no bf16 ("auto" serves it)',
+    )
+    parser.add_argument(
         "--docs-root",
         type=Path,
         default=Path("/"),
@@ -91,9 +100,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     if status != 0:
         return status
     status = build_check_set(cache_dir, args.docs_root)
-    if status != 0 or not args.int8:
+    if status != 0:
         return status
-    return quantize_models(config, cache_dir, args.opset)
+    if args.int8:
+        return quantize_models(config, cache_dir, args.opset)
+    wanted = args.int8_without_bf16 and int8_for_auto(config)
+    if wanted and quantize_models(config, cache_dir, args.opset, required=False) != 0:
+        logger.warning(
+            "no int8 models: this CPU has no bf16, so the default set serves f32 (%s)",
+            quantize.CONVERT_INT8_COMMAND,
+        )
+    return 0
+
+
+def int8_for_auto(config: AppConfig) -> bool:
+    """Whether "auto" would serve int8 models here: OpenVINO at "auto" on a CPU without bf16
+    (as `engine.openvino_bf16` takes it); logs why not where it would not."""
+    from models.base import PredictorError
+    from models.onnx_predictor import import_engine
+    from models.openvino_precision import effective_capabilities, has_bf16
+
+    engine = config.engine
+    if engine.cpu_backend != "openvino" or engine.openvino_precision != "auto":
+        logger.info(
+            "int8: not made (cpu_backend %s, openvino_precision %s: only auto serves it unasked)",
+            engine.cpu_backend,
+            engine.openvino_precision,
+        )
+        return False
+    try:
+        ov = import_engine("openvino", "openvino")
+    except PredictorError as err:  # not installed: the CPU engine serves nothing int8
+        logger.warning("int8: not made, OpenVINO does not load: %s", err)
+        return False
+    probed = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    if has_bf16(effective_capabilities(probed, engine.openvino_bf16)):
+        logger.info("int8: not made, this CPU has bf16 (auto checks bf16 first)")
+        return False
+    logger.info("int8: this CPU has no bf16: the default set at int8 (~3 min on 2 cores, once)")
+    return True
 
 
 def build_check_set(cache_dir: Path, docs_root: Path = Path("/")) -> int:
@@ -117,9 +162,12 @@ def build_check_set(cache_dir: Path, docs_root: Path = Path("/")) -> int:
     return 0
 
 
-def quantize_models(config: AppConfig, cache_dir: Path, opset: int = convert.OPSET) -> int:
+def quantize_models(
+    config: AppConfig, cache_dir: Path, opset: int = convert.OPSET, *, required: bool = True
+) -> int:
     """Quantise the configured models' ONNX conversions in `cache_dir` to int8 where they have
-    no int8 form yet, logging a line a model; exit status 0, or 1 where quantisation failed."""
+    no int8 form yet, logging a line a model; exit status 0, or 1 where quantisation failed
+    (not `required`: also where NNCF or the calibration pages are missing, logged)."""
     # Imported here: it renders pages and loads the pipeline, which plain conversion needs not.
     from serving.convert import calibration
 
@@ -134,7 +182,15 @@ def quantize_models(config: AppConfig, cache_dir: Path, opset: int = convert.OPS
     if not specs:
         return 0
     engine = dataclasses.replace(config.engine, onnx_dir=str(cache_dir))
-    pages = calibration.calibration_pages()
+    if not required:
+        try:
+            quantize.import_nncf()
+            pages = calibration.calibration_pages()
+        except (convert.ModelConversionError, RuntimeError) as err:
+            logger.warning("int8: %s", err)
+            return 1
+    else:
+        pages = calibration.calibration_pages()
     inputs = calibration.calibration_inputs(dataclasses.replace(config, engine=engine), pages)
     described = calibration.describe(pages)
     for stage, spec in specs.items():

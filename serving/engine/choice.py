@@ -65,6 +65,7 @@ def engine_options(
         max_batch_rows=max_batch_rows,
         openvino_precision=engine.openvino_precision,
         openvino_f32_head=engine.openvino_f32_head,
+        openvino_bf16=engine.openvino_bf16,
         openvino_check=engine.openvino_precision_check,
         precision_check_dir=engine.precision_check_dir,
         inflight_batches=inflight_batches,

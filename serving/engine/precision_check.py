@@ -36,7 +36,7 @@ from models.bundle import ModelBundle
 from models.engine_options import EngineOptions, OpenVinoPrecision
 from models.langs import languages_of
 from models.onnx_predictor import import_engine
-from models.openvino_backend import OPENVINO, OpenVinoPredictor
+from models.openvino_backend import OPENVINO, OpenVinoPredictor, cpu_capabilities
 from models.openvino_precision import MAX_CER_LOSS, check_candidates, shortfalls
 from models.packaged import file_sha256
 from models.precision_verdict import CheckedPrecision, ModelCheck, TextScore, Trial
@@ -75,18 +75,18 @@ def check_precisions(
         if not options.openvino_check or options.openvino_precision in ("f32", "bf16"):
             continue
         if capabilities is None:
-            capabilities = _capabilities()
+            capabilities = cpu_capabilities(import_engine("openvino", "openvino").Core(), options)
         setting = options.openvino_precision
-        candidates = (
-            check_candidates(setting, capabilities, "det"),
-            check_candidates(setting, capabilities, "rec"),
-        )
-        if not any(candidates):
-            continue
         if setting == "int8" and any(
             find_int8(p.spec, Path(options.onnx_dir)) is None for p in (det, rec)
         ):
             continue  # asked for, int8 must be made first: the predictor says how when it loads
+        candidates = (
+            _made(check_candidates(setting, capabilities, "det"), det.spec, options),
+            _made(check_candidates(setting, capabilities, "rec"), rec.spec, options),
+        )
+        if not any(candidates):
+            continue
         det_check, rec_check = _pair_checks(det.spec, rec.spec, pair.langs, candidates, options)
         found.setdefault(pair.det, []).append(det_check)
         found.setdefault(pair.rec, []).append(rec_check)
@@ -119,9 +119,13 @@ def check_worker_precisions(
     return check_precisions(unloaded, [p for p in pairs if {p.det, p.rec} <= unloaded.keys()])
 
 
-def _capabilities() -> list[str]:
-    ov = import_engine("openvino", "openvino")
-    return list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+def _made(
+    candidates: tuple[CheckedPrecision, ...], spec: ModelSpec, options: EngineOptions
+) -> tuple[CheckedPrecision, ...]:
+    """`candidates` less int8 where the model has no int8 form ("auto" tries it where made)."""
+    if "int8" not in candidates or find_int8(spec, Path(options.onnx_dir)) is not None:
+        return candidates
+    return tuple(p for p in candidates if p != "int8")
 
 
 def _strictest(checks: list[ModelCheck]) -> ModelCheck:
@@ -251,7 +255,7 @@ def _key_fields(
         }
     return {
         "cpu": str(core.get_property("CPU", "FULL_DEVICE_NAME")),
-        "capabilities": list(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")),
+        "capabilities": cpu_capabilities(core, options),
         "openvino": str(ov.get_version()),
         "models": models,
         "check_set": {"version": check_set.version, "digest": check_set.digest},

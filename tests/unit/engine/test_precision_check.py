@@ -196,6 +196,44 @@ def test_no_check_runs_where_the_setting_needs_none(
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize(
+    ("capabilities", "bf16"), [(NO_BF16, "probe"), (WITH_BF16, "absent"), (WITH_BF16, "probe")]
+)
+def test_auto_tries_the_int8_form_where_one_was_made(
+    tmp_path: Path,
+    setup: tuple[EngineOptions, Measured],
+    monkeypatch: pytest.MonkeyPatch,
+    specs: dict[str, ModelSpec],
+    capabilities: list[str],
+    bf16: Any,
+) -> None:
+    """Issue 46 item 5: "auto" tries a model's int8 form where it exists (here the
+    recogniser's only), after bf16 where the CPU has it; `engine.openvino_bf16 = "absent"`
+    takes a bf16 CPU as one without (the seam the real-model test forces)."""
+    options, _ = setup
+    fake = _fake_openvino(capabilities)
+    monkeypatch.setattr(precision_check, "import_engine", lambda *_: fake)
+    made = {specs["rec"].onnx_file}
+    for name in ("int8.xml", "int8.bin"):
+        (tmp_path / name).write_bytes(b"an int8 model, read by the fakes only")
+    monkeypatch.setattr(
+        precision_check,
+        "find_int8",
+        lambda spec, _dir: tmp_path / "int8.xml" if spec.onnx_file in made else None,
+    )
+    tried: list[Any] = []
+
+    def measure(det: ModelSpec, rec: ModelSpec, *args: Any) -> tuple[ModelCheck, ModelCheck]:
+        tried.append(args[1])
+        return _model_check(det.model_name, F32), _model_check(rec.model_name, F32)
+
+    monkeypatch.setattr(precision_check, "measure_pair", measure)
+    options = dataclasses.replace(options, openvino_precision="auto", openvino_bf16=bf16)
+    precision_check.check_precisions(_predictors(specs, options), [PAIR])
+    with_bf16 = bf16 == "probe" and "BF16" in capabilities
+    assert tried == [(("bf16",), ("bf16", "int8")) if with_bf16 else ((), ("int8",))]
+
+
 def test_without_a_check_set_both_models_get_a_note_and_nothing_is_cached(
     tmp_path: Path,
     setup: tuple[EngineOptions, Measured],

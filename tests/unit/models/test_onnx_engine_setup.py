@@ -11,11 +11,12 @@ import shutil
 import stat
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from models import convert
+from models import convert, onnx_predictor
 from models.base import EngineBackendError, PredictorError, PredictorNotLoadedError
 from models.bundle import ModelBundle, load_bundle
 from models.embedded import embedded_model_dir
@@ -192,6 +193,44 @@ def test_the_cli_converts_the_configured_models(tmp_path: Path, capsys, monkeypa
     # The two conversions, and the precision check's pages (serving.engine.check_set).
     assert len([p for p in cache.iterdir() if p.name != "check-set"]) == 2
     assert (check_set_dir(cache) / "check-set.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("engine", "capabilities", "made"),
+    [
+        ({}, ["FP32", "INT8"], True),  # no bf16: "auto" will check the int8 models
+        ({"openvino_bf16": "absent"}, ["FP32", "BF16", "INT8"], True),  # taken as without
+        ({}, ["FP32", "BF16", "INT8"], False),  # bf16 first: nothing to make
+        ({"openvino_precision": "f32"}, ["FP32", "INT8"], False),  # f32 asked for: unread
+    ],
+)
+def test_convert_makes_the_default_sets_int8_models_only_where_auto_would_check_them(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    engine: dict[str, str],
+    capabilities: list[str],
+    made: bool,
+) -> None:
+    """Issue 46 item 5: `make convert-no-bf16` (`--int8-without-bf16`) quantises where the CPU
+    has no bf16; without NNCF (or calibration pages) it says so and converts all the same."""
+    fake = SimpleNamespace(
+        Core=lambda: SimpleNamespace(get_property=lambda device, name: capabilities)
+    )
+    monkeypatch.setattr(onnx_predictor, "import_engine", lambda *_: fake)
+    config = AppConfig(models=ONE_SET, engine=EngineConfig(**engine))  # type: ignore[arg-type]
+    assert convert_command.int8_for_auto(config) is made
+    quantised: list[bool] = []
+    monkeypatch.setattr(
+        convert_command,
+        "quantize_models",
+        lambda *a, required=True: quantised.append(required) or 1,
+    )
+    monkeypatch.setattr(convert_command, "load_config", lambda *a: config)
+    monkeypatch.setattr(convert_command.convert, "convert_models", lambda *a: 0)
+    monkeypatch.setattr(convert_command, "build_check_set", lambda *a: 0)
+    argv = ["--cache-dir", str(tmp_path), "--int8-without-bf16"]
+    assert convert_command.main(argv) == 0  # a failed quantisation is a warning here
+    assert quantised == ([False] if made else [])
 
 
 def test_openvino_compiles_at_the_precision_chosen_for_it() -> None:

@@ -27,6 +27,7 @@ from models.openvino_precision import (
     PrecisionChoice,
     check_candidates,
     choose_precision,
+    effective_capabilities,
     shortfalls,
     summarise,
 )
@@ -77,14 +78,44 @@ MERGED = _scores(synthetic=(5, 5600, 1), en=(0, 630, 0), ch=(10, 608, 0))
 """Same characters, one merged word more ("1034value"): not within."""
 
 
-def test_auto_runs_f32_on_a_cpu_without_bf16_and_says_why() -> None:
-    choice = choose_precision("auto", NO_BF16, REC, "rec", check=_check(REC, ("bf16", PASSED)))
+def test_auto_runs_f32_on_a_cpu_without_bf16_where_no_int8_form_was_checked() -> None:
+    choice = choose_precision("auto", NO_BF16, REC, "rec")
     assert choice.precision == "f32"
     assert choice.reason == (
-        "auto: this CPU has no bf16 (OpenVINO capabilities: FP32 INT8 BIN EXPORT_IMPORT): "
-        "f32, nothing to check"
+        "auto: this CPU has no bf16 (OpenVINO capabilities: FP32 INT8 BIN EXPORT_IMPORT) and no "
+        f"int8 form of {REC} was checked (make convert-no-bf16 makes the default set's where the "
+        "CPU has no bf16): f32, nothing to check"
     )
-    assert check_candidates("auto", NO_BF16, "rec") == ()
+
+
+def test_auto_tries_int8_after_bf16_and_takes_what_this_cpus_check_passed() -> None:
+    """Issue 46 item 5: without bf16 (or where bf16 failed), auto serves a model's int8 form
+    where this CPU's check passed it, else f32, saying why."""
+    assert check_candidates("auto", NO_BF16, "rec") == ("int8",)
+    assert check_candidates("auto", WITH_BF16, "det") == ("bf16", "int8")
+    assert check_candidates("auto", NO_BF16, "ori") == ()
+    for caps in (NO_BF16, WITH_BF16):
+        trials = (("bf16", MERGED), ("int8", PASSED)) if caps == WITH_BF16 else (("int8", PASSED),)
+        choice = choose_precision("auto", caps, REC, "rec", check=_check(REC, *trials))
+        assert (choice.precision, choice.f32_head) == ("int8", False)
+        assert choice.reason.startswith("auto: this CPU's check passed int8: ")
+    failed = choose_precision("auto", NO_BF16, REC, "rec", check=_check(REC, ("int8", MERGED)))
+    assert failed.precision == "f32"
+    assert failed.reason.startswith(
+        "auto: int8 failed this CPU's check: synthetic: 1 merged words against f32's 0"
+    )
+    # Where bf16 failed and the model has no int8 form, the reason names bf16's trial alone.
+    bf16_only = choose_precision("auto", WITH_BF16, REC, "rec", check=_check(REC, ("bf16", MERGED)))
+    assert "int8" not in bf16_only.reason
+
+
+def test_openvino_bf16_absent_takes_the_cpu_as_one_without_bf16() -> None:
+    assert effective_capabilities(WITH_BF16, "absent") == list(NO_BF16)
+    assert effective_capabilities(WITH_BF16, "probe") == list(WITH_BF16)
+    with pytest.raises(ConfigError, match=r"engine\.openvino_bf16"):
+        load_config(None, {"OCR_ENGINE__OPENVINO_BF16": "off"})
+    config = load_config(None, {"OCR_ENGINE__OPENVINO_BF16": "absent"})
+    assert config.engine.openvino_bf16 == "absent"
 
 
 def test_auto_runs_bf16_where_this_cpus_check_passed_the_model() -> None:
@@ -141,7 +172,7 @@ def test_the_classifiers_are_not_checked_and_run_f32() -> None:
 
 
 def test_what_the_check_tries_for_each_setting() -> None:
-    assert check_candidates("auto", WITH_BF16, "det") == ("bf16",)
+    assert check_candidates("auto", WITH_BF16, "det") == ("bf16", "int8")  # int8 where made
     assert check_candidates("int8", WITH_BF16, "rec") == ("int8", "bf16")
     assert check_candidates("int8", NO_BF16, "rec") == ("int8",)
     for setting in ("f32", "bf16"):  # as asked, unchecked

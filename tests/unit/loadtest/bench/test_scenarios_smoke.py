@@ -34,6 +34,7 @@ from loadtest.bench import (
     job_impact,
     languages,
     memory_peak,
+    no_bf16,
     ocrmypdf_compare,
     output_cost,
     precision_check,
@@ -382,6 +383,40 @@ def test_precision_startup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     text = (tmp_path / "results.md").read_text()
     assert "| auto, warm (cached) #1 | 1.0 | 2.0 |  |" in text
     assert "| m (rec) | | | | | not checked: no check set |" in text
+
+
+def test_no_bf16(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(no_bf16, "kind_pages", _pages)
+    monkeypatch.setattr(no_bf16, "synthetic_pages", dict)
+    seen: list[Any] = []
+
+    def measure(variants: Any, pages: Any, rounds: int, *_: Any) -> list[Any]:
+        seen.extend(variants)
+        scores = common.text_scores(pages, {})
+        return [
+            {
+                "variant": str(v),
+                "cpu_s_page": 2.0,
+                "cpu_ratio": 1.0,
+                "pages_s": 0.5,
+                "det_cpu_s_page": 0.5,
+                "rec_cpu_s_page": 1.5,
+                "scores": scores,
+                "synthetic_merged_words": 0,
+            }
+            for v in variants
+        ]
+
+    monkeypatch.setattr(no_bf16, "measure", measure)
+    _run(tmp_path, "no-bf16", "--variants", "v5:f32/f32,v6:int8/int8@max:960")
+    assert [str(v) for v in seen] == ["v5:f32/f32", "v6:int8/int8@max:960"]
+    assert seen[1].limit_side_len == 960
+    assert (
+        "| v6:int8/int8@max:960 | 2.000 | 1.00x | 0.500 | 1.500 |"
+        in (tmp_path / "results.md").read_text()
+    )
+    with pytest.raises(ValueError, match="a variant is SET:DET/REC"):
+        no_bf16.Variant.parse("v7:f32/f32")
 
 
 def test_int8_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
