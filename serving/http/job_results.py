@@ -113,7 +113,10 @@ async def _follow(
         if info.finished or not follow:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), min(FOLLOW_CHECK_S, left_s))
+            # Not wait_for: on Python 3.11 it can swallow a cancel that meets the event's set (a
+            # test's outbox.stop() waited on a loop that went on).
+            async with asyncio.timeout(min(FOLLOW_CHECK_S, left_s)):
+                await changed.wait()
 
 
 async def _line(runner: JobRunner, job_id: str, page: FinishedPage) -> bytes | None:

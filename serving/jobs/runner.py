@@ -268,7 +268,10 @@ class JobRunner:
             if task is None:
                 slots.release()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait_s)
+                    # Not wait_for: on Python 3.11 it can swallow a cancel that meets the
+                    # event's set (a test's outbox.stop() waited on a loop that went on).
+                    async with asyncio.timeout(wait_s):
+                        await self._wake.wait()
                 continue
             key = (task.job_id, task.seq)
             page = asyncio.create_task(self._run_page(task), name=f"job-{task.job_id}-{task.seq}")

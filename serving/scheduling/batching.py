@@ -508,7 +508,10 @@ class Scheduler:
             if selection.wake_at is not None:
                 timeout = max(0.0, selection.wake_at - self._clock())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                # Not wait_for: on Python 3.11 it can swallow a cancel that meets the event's set (a
+                # test's outbox.stop() waited on a loop that went on).
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
 
     def drain(self) -> list[WorkItem]:
         """Remove every queued item (shutdown)."""
