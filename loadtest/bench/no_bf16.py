@@ -34,7 +34,7 @@ import numpy as np
 from loadtest.accuracy import merged_words
 from loadtest.bench.choice import DEFAULT_KINDS
 from loadtest.bench.common import Page, kind_pages, text_scores
-from loadtest.bench.precision_layouts import PRECISIONS, synthetic_pages
+from loadtest.bench.precision_layouts import PRECISIONS, pin_precisions, synthetic_pages
 from loadtest.bench.results import Results, bars
 from loadtest.bench.scenario import Scenario, register
 from models.openvino_backend import OpenVinoPredictor
@@ -120,16 +120,7 @@ def load(
         pipeline=dataclasses.replace(PipelineConfig(), det=det_config),
     )
     engine = LocalEngine(config)
-    for stage, precision in (("det", variant.det), ("rec", variant.rec)):
-        predictor = engine.predictors[stage]
-        if not isinstance(predictor, OpenVinoPredictor):
-            raise TypeError(f"{stage} is not served by OpenVINO here")
-        options = dataclasses.replace(
-            predictor.options,
-            openvino_precision=precision,  # type: ignore[arg-type]
-            openvino_check=False,
-        )
-        engine.predictors[stage] = OpenVinoPredictor(predictor.spec, options)
+    pin_precisions(engine, variant.det, variant.rec)
     engine.load()
     clocks = {}
     for stage in ("det", "rec"):

@@ -71,19 +71,25 @@ def load(layout: Layout, threads: int, models: ModelsConfig | None = None) -> Lo
             models=models or ModelsConfig(),
         )
     )
-    for stage, precision in (("det", layout.det), ("rec", layout.rec)):
+    pin_precisions(engine, layout.det, layout.rec, openvino_f32_head=layout.rec_f32_head)
+    engine.load()
+    return engine
+
+
+def pin_precisions(engine: LocalEngine, det: str, rec: str, **options: Any) -> None:
+    """Before `engine.load()`: its detector and recogniser on OpenVINO at `det` and `rec` as
+    asked, not what this CPU's check keeps (`openvino_check` off), with `options` beside."""
+    for stage, precision in (("det", det), ("rec", rec)):
         predictor = engine.predictors[stage]
         if not isinstance(predictor, OpenVinoPredictor):
             raise TypeError(f"{stage} is not served by OpenVINO here")
-        options = dataclasses.replace(
+        pinned = dataclasses.replace(
             predictor.options,
             openvino_precision=precision,  # type: ignore[arg-type]
-            openvino_f32_head=layout.rec_f32_head,
-            openvino_check=False,  # each layout as asked, not what this CPU's check keeps
+            openvino_check=False,
+            **options,
         )
-        engine.predictors[stage] = OpenVinoPredictor(predictor.spec, options)
-    engine.load()
-    return engine
+        engine.predictors[stage] = OpenVinoPredictor(predictor.spec, pinned)
 
 
 def language(page: str) -> str:
