@@ -43,11 +43,31 @@ _MARKERS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "gpu": "
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test with its folder's marker, and its `xdist_group` for `pytest -n N --dist
+    loadgroup` (make test): the group a test or its file names (a profile's server launch,
+    tests/e2e/conftest.py; files that share session fixtures), else its file, so that its
+    module-scoped servers, engines and references load once, on one worker."""
+    loadgroup = bool(items) and getattr(items[0].config.option, "loadgroup", False)  # a worker's
     for item in items:
         parts = item.path.parts
         for folder, marker in _MARKERS.items():
             if folder in parts:
                 item.add_marker(getattr(pytest.mark, marker))
+        named = item.get_closest_marker("xdist_group")
+        group = str(named.args[0]) if named else item.nodeid.split("::", 1)[0]
+        if not named:
+            item.add_marker(pytest.mark.xdist_group(group))
+        if loadgroup and hasattr(item, "_id"):
+            _name_group(item, group)
+
+
+def _name_group(item: pytest.Item, group: str) -> None:
+    """pytest-xdist 3.8 tells its scheduler a test's group by a suffix of its nodeid
+    (`nodeid@group`), which it writes to `item._nodeid`; pytest 9 reads the nodeid from
+    `item._id`, so the suffix was lost and `--dist loadgroup` spread every group's tests over the
+    workers one by one (each started the profile servers and loaded the module engines again).
+    Written where pytest 9 reads it, as xdist means it; xdist's own write after this is harmless."""
+    item._id = type(item._id).parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture

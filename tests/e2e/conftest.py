@@ -343,24 +343,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("server", [name], indirect=True, scope="session", ids=[name])
 
 
-def _group(item: pytest.Item) -> str:
-    """The test's `xdist_group`: the launch of its server (profiles with the same launch share
-    one), else its file."""
+def _profile_group(item: pytest.Item) -> str | None:
+    """The `xdist_group` of a test that takes a profile's server: the launch of its server
+    (profiles with the same launch share one)."""
     used = _used(item)
     if not used:
-        return item.nodeid.split("::", 1)[0]
+        return None
     key = PROFILES[used[0]].launch_key()
     return "profile-" + min(name for name, p in PROFILES.items() if p.launch_key() == key)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
+@pytest.hookimpl(tryfirst=True)  # before tests/conftest.py's, which names every test's group
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """For `pytest -n N --dist loadgroup` (make test): the tests of one server's launch go to
     one worker and run there one after another (the server starts once, and pytest's
-    session-scoped `server` never outlives it), and so do the tests of one file (its
-    module-scoped servers and engines load once)."""
+    session-scoped `server` never outlives it)."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
+        group = _profile_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

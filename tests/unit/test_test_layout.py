@@ -5,6 +5,9 @@ files share their servers through named profiles (tests/e2e/profiles.py, docs/te
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -162,3 +165,23 @@ def test_every_profile_is_a_config_the_server_loads(name: str, tmp_path: Path) -
         environ["OCR_SERVER__PORT"] = "8000"
     config = load_config(path, environ)
     assert config.server.host in ("127.0.0.1", "0.0.0.0")
+
+
+def test_a_files_tests_run_on_one_xdist_worker() -> None:
+    """`make test`'s `-n 2 --dist loadgroup` keeps each group (a file, a profile's server) on one
+    worker. pytest 9 lost pytest-xdist 3.8's group suffix once, and every group's tests were
+    spread over the workers, each loading the same servers and engines (tests/conftest.py)."""
+    workers = ("-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/unit/test_config_paths.py", *workers],
+        capture_output=True,
+        text=True,
+        cwd=TESTS.parent,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    ran = re.findall(r"^\[(gw\d)\] .*PASSED (\S+)", run.stdout, re.MULTILINE)
+    assert len(ran) == 9, run.stdout
+    assert len({worker for worker, _ in ran}) == 1, ran
+    assert all(nodeid.endswith("@tests/unit/test_config_paths.py") for _, nodeid in ran), ran
