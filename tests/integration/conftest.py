@@ -31,7 +31,7 @@ def wait_ready(client: TestClient, timeout_s: float = 300.0) -> None:
     raise TimeoutError("server did not become ready")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def onnx_dir() -> str:
     """The configured cache, holding PP-OCRv5 mobile's conversions (`make convert`, which `make
     test` runs; converted here when only the converter is there). The default set, PP-OCRv6

@@ -23,10 +23,15 @@ from tests.conftest import ONE_SET
 from tests.integration.conftest import wait_ready
 from tests.local_client import local_client
 
+PADDLE_REFERENCE = "paddle-reference"
+"""This file's xdist group, which test_onnx_engines.py and test_torch_engine.py share: Paddle's
+texts of the test pages (session fixtures) are read once, on one worker."""
+pytestmark = pytest.mark.xdist_group(PADDLE_REFERENCE)
+
 ONNX_ENGINES = ("openvino", "onnxruntime")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def test_pages() -> dict[str, np.ndarray]:
     chosen = {
         "latin": images.latin_lines().image,
@@ -65,7 +70,7 @@ def _read(config: AppConfig, test_pages: dict[str, np.ndarray]) -> dict[str, lis
     return {name: [ln.text for ln in engine.ocr(img).lines] for name, img in test_pages.items()}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def paddle_texts(onnx_dir: str, test_pages: dict[str, np.ndarray]) -> dict[str, list[str]]:
     texts = _read(_config("paddle", onnx_dir), test_pages)
     assert sum(len(t) for t in texts.values()) > 100, "the pages should have text"

@@ -24,10 +24,12 @@ from tests.integration.conftest import wait_ready
 
 # The test pages and Paddle's texts of them, shared with the CPU engines' tests (the converted
 # models' `onnx_dir` is tests/integration/conftest.py's).
-from tests.integration.test_onnx_engines import paddle_texts, test_pages
+from tests.integration.test_onnx_engines import PADDLE_REFERENCE, paddle_texts, test_pages
 from tests.local_client import local_client
 
 pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
+
+pytestmark = pytest.mark.xdist_group(PADDLE_REFERENCE)  # Paddle's texts read once for both files
 
 __all__ = ["paddle_texts", "test_pages"]
 
