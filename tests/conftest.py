@@ -66,8 +66,10 @@ def _name_group(item: pytest.Item, group: str) -> None:
     (`nodeid@group`), which it writes to `item._nodeid`; pytest 9 reads the nodeid from
     `item._id`, so the suffix was lost and `--dist loadgroup` spread every group's tests over the
     workers one by one (each started the profile servers and loaded the module engines again).
-    Written where pytest 9 reads it, as xdist means it; xdist's own write after this is harmless."""
-    item._id = type(item._id).parse(f"{item.nodeid}@{group}")
+    Written where pytest 9 reads it, as xdist means it (past the params' bracket, which xdist
+    looks behind, and the report's id reads back as written); xdist's own write is harmless."""
+    node = item._id
+    item._id = type(node)(path=node.path, names=(f"{node.rest}@{group}",))  # reads back whole
 
 
 @pytest.fixture
