@@ -70,10 +70,11 @@ def _name_group(item: pytest.Item, group: str) -> None:
     (`nodeid@group`), which it writes to `item._nodeid`; pytest 9 reads the nodeid from
     `item._id`, so the suffix was lost and `--dist loadgroup` spread every group's tests over the
     workers one by one (each started the profile servers and loaded the module engines again).
-    Written where pytest 9 reads it, as xdist means it (past the params' bracket, which xdist
-    looks behind, and the report's id reads back as written); xdist's own write is harmless."""
+    Written where pytest 9 reads it, as xdist means it: past the params' bracket, which xdist
+    looks behind (the controller's summary shows one bracket more, `[fake]@profile-fake]`, as
+    it parses the id again); xdist's own write is harmless."""
     node = item._id
-    item._id = type(node)(path=node.path, names=(f"{node.rest}@{group}",))  # reads back whole
+    item._id = type(node)(path=node.path, names=(f"{node.rest}@{group}",))
 
 
 @pytest.fixture
