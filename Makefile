@@ -4,10 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 CONFIG ?= config.toml
-# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time). Groups go out in the order
-# the tests are (heavy e2e and integration first, unit tests to fill the end: tests/conftest.py),
-# not xdist's largest-group-first. 3 workers on 2 cores were no faster (19:30 against 19:08: the
-# third's CPU went to contention). Before pytest, make test measures this CPU's precision
+# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time). 3 workers on 2 cores were
+# no faster (19:30 against 19:08: the third's CPU went to contention). Before pytest, make test measures this CPU's precision
 # verdicts for the default config once (cached in var/precision, as a deployment's init step
 # would; about 3 CPU minutes cold), which every server the tests start then reads.
 TEST_WORKERS ?= 2
@@ -253,8 +251,7 @@ test: install-test convert convert-paddle
 	$(BIN)/ruff check serving pipelines models loadtest tests
 	$(BIN)/mypy
 	$(PY) -m serving.engine.precision_ahead > /dev/null
-	$(PY) -m pytest tests -q --ignore=tests/image --durations=30 -n $(TEST_WORKERS) --dist loadgroup \
-		--no-loadscope-reorder
+	$(PY) -m pytest tests -q --ignore=tests/image --durations=30 -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

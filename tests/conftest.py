@@ -59,10 +59,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
         if loadgroup and hasattr(item, "_id"):
             _name_group(item, group)
-    # The unit tests last (a stable sort: each group stays whole and in pytest's order): xdist
-    # hands out groups in this order (make test: --no-loadscope-reorder), so the minute-long
-    # e2e and integration groups start first and the many short unit files fill the end.
-    items.sort(key=lambda item: "unit" in item.path.parts)
 
 
 def _name_group(item: pytest.Item, group: str) -> None:
