@@ -343,14 +343,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("server", [name], indirect=True, scope="session", ids=[name])
 
 
+def profile_group(name: str) -> str:
+    """The `xdist_group` of the tests of profile `name`'s server: the launch of its server
+    (profiles with the same launch share one). A file whose other tests must run on the same
+    worker (they share a module fixture with one that takes the server) names it."""
+    key = PROFILES[name].launch_key()
+    return "profile-" + min(other for other, p in PROFILES.items() if p.launch_key() == key)
+
+
 def _profile_group(item: pytest.Item) -> str | None:
-    """The `xdist_group` of a test that takes a profile's server: the launch of its server
-    (profiles with the same launch share one)."""
+    """The `xdist_group` of a test that takes a profile's server."""
     used = _used(item)
-    if not used:
-        return None
-    key = PROFILES[used[0]].launch_key()
-    return "profile-" + min(name for name, p in PROFILES.items() if p.launch_key() == key)
+    return profile_group(used[0]) if used else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before tests/conftest.py's, which names every test's group

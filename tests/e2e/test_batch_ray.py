@@ -1,5 +1,11 @@
 """`ocr-batch --ray` on a local Ray: the server's texts, resumes without redoing pages, survives a
-model actor killed mid-run, and the CLI's summary."""
+model actor killed mid-run, and the CLI's summary.
+
+One local Ray for the file (`local_ray`), which the CLI joins too (issue 47: a Ray start is
+about 7 s and its worker processes, kept for the next run, import the pipeline once): the file's
+tests are one xdist group, the `default` profile's, whose server the first test reads beside
+Ray; it takes that server through `profile_server`, so that pytest leaves the file's tests
+together rather than among the profile's others."""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import cv2
@@ -23,7 +29,9 @@ from loadtest.engine_limit import real_page_set
 from serving.batch.manifest import MANIFEST, PageKey
 from serving.batch.ray_driver import ActorPools, run_on_ray
 from tests import images
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, profile_group
+
+pytestmark = pytest.mark.xdist_group(profile_group("default"))
 
 # Two cores: a det and a rec actor, and their CPU tasks, all fit at once.
 POOLS = ActorPools(cpus_per_actor=0.5, cpus_per_task=0.5)
@@ -39,11 +47,12 @@ class Interrupted(Exception):
 
 
 @pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    # "local": a Ray of the test's own even where a `ray start` cluster runs on the machine.
+def local_ray() -> Iterator[str]:
+    """A Ray of the file's own (`"local"`, even where a `ray start` cluster runs on the
+    machine); its address, for a driver of another process to join."""
     ray.init("local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     try:
-        yield
+        yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
 
@@ -81,9 +90,11 @@ def _manifest_keys(out: Path) -> list[PageKey]:
     return [(e["sha256"], e["page"]) for e in map(json.loads, lines)]
 
 
+@pytest.mark.profile("default")
 def test_texts_equal_the_servers_and_a_rerun_does_only_what_is_left(
-    tmp_path: Path, server: Server, documents: Path, local_ray: None
+    tmp_path: Path, profile_server: Callable[[str], Server], documents: Path, local_ray: str
 ) -> None:
+    server = profile_server("default")
     out = tmp_path / "out"
 
     def interrupt(key: PageKey, ok: bool) -> None:
@@ -131,7 +142,7 @@ def _model_actor_pids() -> list[int]:
     ]
 
 
-def test_a_model_actor_killed_mid_run_costs_no_page(tmp_path: Path, local_ray: None) -> None:
+def test_a_model_actor_killed_mid_run_costs_no_page(tmp_path: Path, local_ray: str) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
     latin = images.latin_lines()
@@ -139,11 +150,13 @@ def test_a_model_actor_killed_mid_run_costs_no_page(tmp_path: Path, local_ray: N
         (folder / f"p{i}.png").write_bytes(images.encode_png(latin.image[:, i:]))
     out = tmp_path / "out"
     killed: list[int] = []
+    earlier = set(_model_actor_pids())  # an earlier run's actors, still on their way out
 
     def kill_once(key: PageKey, ok: bool) -> None:
-        # At the first page that reaches the driver while a model actor still runs: on a busy
-        # machine Ray may have read every page, and let its actors go, before the first arrives.
-        if not killed and (pids := _model_actor_pids()):
+        # At the first page that reaches the driver while a model actor of this run still runs:
+        # on a busy machine Ray may have read every page, and let its actors go, before the
+        # first arrives.
+        if not killed and (pids := [p for p in _model_actor_pids() if p not in earlier]):
             os.kill(pids[0], signal.SIGKILL)
             killed.append(pids[0])
 
@@ -155,7 +168,7 @@ def test_a_model_actor_killed_mid_run_costs_no_page(tmp_path: Path, local_ray: N
     assert all([ln["text"] for ln in r["lines"]] == latin.lines for r in records)
 
 
-def test_cli_runs_on_a_local_ray_and_reports(tmp_path: Path) -> None:
+def test_cli_runs_on_a_local_ray_and_reports(tmp_path: Path, local_ray: str) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
     latin = images.latin_lines()
@@ -176,7 +189,7 @@ def test_cli_runs_on_a_local_ray_and_reports(tmp_path: Path) -> None:
         "--format",
         "pdf",
     ]
-    env = {**os.environ, "RAY_ADDRESS": "local"}  # a new local Ray, whatever runs here
+    env = {**os.environ, "RAY_ADDRESS": local_ray}  # the file's Ray, whatever else runs here
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 documents, 1 pages: 1 to do, 0 skipped" in done.stdout
