@@ -246,6 +246,11 @@ integration: install-test
 e2e: install-test
 	$(PY) -m pytest tests/e2e -q
 
+# Bytecode for the tests' hundreds of Python processes (servers, workers, CLIs) cached under var/
+# even where the environment says PYTHONDONTWRITEBYTECODE (this machine's does): each would
+# otherwise compile the project's modules, and pytest rewrite its test files, again.
+test: export PYTHONPYCACHEPREFIX := $(CURDIR)/var/pycache
+test: export PYTHONDONTWRITEBYTECODE :=
 test: install-test convert convert-paddle
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check serving pipelines models loadtest tests
