@@ -57,9 +57,16 @@ def _predictors(config: AppConfig) -> dict[str, Any]:
     return predictors
 
 
-def test_a_worker_compiles_its_models_for_the_lone_threads_too(onnx_dir: str) -> None:
-    predictors = _predictors(_config(onnx_dir, 2))
-    assert {s: p.threads for s, p in predictors.items()} == {"det": (1, 2), "rec": (1, 2)}
+@pytest.fixture(scope="module")
+def lone_predictors(onnx_dir: str) -> dict[str, Any]:
+    """A device worker's models with 2 lone threads, compiled once for both tests."""
+    return _predictors(_config(onnx_dir, 2))
+
+
+def test_a_worker_compiles_its_models_for_the_lone_threads_too(
+    onnx_dir: str, lone_predictors: dict[str, Any]
+) -> None:
+    assert {s: p.threads for s, p in lone_predictors.items()} == {"det": (1, 2), "rec": (1, 2)}
     predictors = _predictors(_config(onnx_dir, 1))  # 1: never alone, one model
     assert {s: p.threads for s, p in predictors.items()} == {"det": (1,), "rec": (1,)}
     # In process (the engine limit, the offline CLI) nothing runs alone: one model each.
@@ -70,9 +77,11 @@ def test_a_worker_compiles_its_models_for_the_lone_threads_too(onnx_dir: str) ->
     )
 
 
-def test_a_page_read_alone_has_the_text_it_has_in_company(onnx_dir: str, page: np.ndarray) -> None:
+def test_a_page_read_alone_has_the_text_it_has_in_company(
+    onnx_dir: str, page: np.ndarray, lone_predictors: dict[str, Any]
+) -> None:
     config = _config(onnx_dir, 2)
-    predictors = _predictors(config)
+    predictors = lone_predictors
     engine = LocalEngine(config)
     options = ocr_options(engine.bundle, config.pipeline)
 
