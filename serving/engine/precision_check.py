@@ -157,7 +157,8 @@ def _pair_checks(
                     else f"the check set has no pages in the set's languages ({', '.join(langs)})"
                 )
                 return _noted(det, rec, note)
-            key = precision_cache.cache_key(_key_fields(det, rec, candidates, options, check_set))
+            fields = _key_fields(det, rec, langs, candidates, options, check_set)
+            key = precision_cache.cache_key(fields)
             cached = _cached(cache_dir, key)
             if cached is not None:
                 logger.info(
@@ -231,12 +232,14 @@ def _check_set(onnx_dir: Path) -> CheckSet | None:
 def _key_fields(
     det: ModelSpec,
     rec: ModelSpec,
+    langs: tuple[str, ...],
     candidates: tuple[tuple[CheckedPrecision, ...], tuple[CheckedPrecision, ...]],
     options: EngineOptions,
     check_set: CheckSet,
 ) -> dict[str, Any]:
-    """What a pair's verdict depends on: the CPU, OpenVINO, the model files, the check set,
-    the candidates, the layout and the bounds."""
+    """What a pair's verdict depends on: the CPU, OpenVINO, the model files, the check set and
+    which of its items were read (those of the set's languages), the candidates, the layout and
+    the bounds."""
     ov = import_engine("openvino", "openvino")
     core = ov.Core()
     models = {}
@@ -259,6 +262,7 @@ def _key_fields(
         "openvino": str(ov.get_version()),
         "models": models,
         "check_set": {"version": check_set.version, "digest": check_set.digest},
+        "items": sorted(item.name for item in check_set.for_languages(langs).items),
         "f32_head": options.openvino_f32_head,
         "bounds": dict(MAX_CER_LOSS),
     }

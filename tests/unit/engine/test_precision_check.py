@@ -167,6 +167,26 @@ def test_another_openvino_or_model_file_measures_again(
     assert len(measured.calls) == 3
 
 
+def test_a_set_serving_other_languages_measures_again(
+    setup: tuple[EngineOptions, Measured], specs: dict[str, ModelSpec]
+) -> None:
+    """The check reads the check set's items in the set's languages: a verdict measured for
+    Chinese and English says nothing of the French lines a set serving French reads; a language
+    the check set has no items for changes nothing."""
+    options, measured = setup
+    page = np.full((32, 64, 3), 255, np.uint8)
+    items = [CheckItem("s", "synthetic", page, "a b"), CheckItem("f", "fr", page, "é")]
+    write_check_set(check_set_dir(Path(options.onnx_dir)), items, {})
+    precision_check.check_precisions(_predictors(specs, options), [PAIR])
+    wider = StagePair(PAIR.det, PAIR.rec, ("ch", "en", "fr"))
+    checks = precision_check.check_precisions(_predictors(specs, options), [wider])
+    assert measured.calls == [("ch", "en"), ("ch", "en", "fr")]
+    assert checks["rec"].cache == "fresh"
+    nothing_new = StagePair(PAIR.det, PAIR.rec, ("ch", "en", "fr", "sw"))  # no Swahili items
+    assert precision_check.check_precisions(_predictors(specs, options), [nothing_new])
+    assert len(measured.calls) == 2
+
+
 @pytest.mark.parametrize(
     ("setting", "checked", "capabilities"),
     [
