@@ -255,6 +255,11 @@ class GpuSampler:
 def config_toml(args: argparse.Namespace, devices: Sequence[str]) -> str:
     """The server's config for one run."""
     listed = ", ".join(f'"{d}"' for d in devices)
+    # A dry run's CPU device (its only one) stands for the GPU: as many device workers as
+    # --gpu-instances (the CPU's default, two, only doubled each of its servers' start-up); a
+    # mixed run's CPU device keeps the default.
+    alone = list(devices) == ["cpu"]
+    cpu_instances = args.gpu_instances if alone else WorkersConfig().cpu_instances
     return f"""
 [paddlex]
 visualize = false
@@ -280,6 +285,7 @@ shapes = "{args.torch_shapes}"
 [workers]
 devices = [{listed}]
 gpu_instances = {args.gpu_instances}
+cpu_instances = {cpu_instances}
 cpu_workers = {args.cpu_workers}
 
 [jobs]

@@ -17,7 +17,11 @@ from tests import images
 CONFIG = """
 [workers]
 devices = ["cpu"]
-cpu_workers = 2
+# One CPU worker and one device worker (the CPU's default is two): what is tested is the folder
+# walk, the reruns and the formats, not how many pages run at once; each run that OCRs starts two
+# processes fewer, one of them loading and warming the models (2026-12-07).
+cpu_workers = 1
+cpu_instances = 1
 [models]
 # The default det and rec alone: they read every page here, and each run loads its models.
 sets = {}

@@ -22,8 +22,10 @@ retry_after_s = 7
 [workers]
 devices = ["cpu"]
 cpu_workers = 1
+cpu_instances = 1  # one device worker (the CPU's default is two): one load of the models less
 [models]
 sets = {}  # the default set reads every page here; no second one to load
+ori = ""  # nor a page classifier: the pages are upright
 """
 
 

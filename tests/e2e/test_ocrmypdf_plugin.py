@@ -29,7 +29,7 @@ from loadtest.accuracy import cer, word_counts
 from loadtest.askew import askew_scans
 from loadtest.text_layers import EXTRACTORS, extract
 from serving.convert import pdf_pages as pages
-from tests.e2e.conftest import CONFIG, Server, free_port
+from tests.e2e.conftest import CONFIG, ONE_SET, Server, free_port
 from tests.images import make_pdf
 from tests.poppler import needs_poppler, pdftotext
 
@@ -438,7 +438,8 @@ def test_local_mode_runs_the_models_in_process(tmp_path: Path) -> None:
     scan = tmp_path / "one.pdf"
     scan.write_bytes(make_pdf(images[:1], dpi=DPI))
     config = tmp_path / "config.toml"
-    config.write_text(CONFIG)
+    # The default det and rec alone load in the plugin's process: the page is upright English.
+    config.write_text(CONFIG + ONE_SET)
     out = tmp_path / "out.pdf"
     # Page workers as processes would each lack the runtime: the plugin makes them threads.
     run = ocrmypdf("--plugin", PLUGIN, "--ocr-config", config, "--no-use-threads", scan, out)

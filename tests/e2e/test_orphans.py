@@ -8,13 +8,22 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
 from serving.workers import shm
-from tests.e2e.conftest import XDIST_WORKER, fresh_server, stop_server, wait_ready
+from tests.e2e.conftest import (
+    XDIST_WORKER,
+    Server,
+    fresh_server,
+    fresh_serving,
+    stop_server,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc and shm")
 
@@ -112,29 +121,40 @@ def test_kill_9_takes_the_workers_and_the_resource_tracker_along(tmp_path) -> No
         stop_server(server)
 
 
-@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
-def test_the_next_server_removes_segments_of_dead_servers(tmp_path, tmp_path_factory) -> None:
+SWEEP_CONFIG = CONFIG.replace("cpu_workers = 2", "cpu_workers = 1")
+"""The sweeping server's: the sweep is its main process's, at start; one CPU worker is enough."""
+
+
+@dataclass
+class Orphans:
+    """Segments left as dead servers leave them, and the one server started after them."""
+
+    server: Server
+    gone_pid: int
+    """A reaped process's pid, owner of `gone_segment`."""
+    gone_segment: Path
+    orphan: Path
+    """Under a prefix of this (live) process whose lock nobody holds: a dead start's."""
+    dead_lock: Path
+    dead_owner: str
+    kept: Path
+    """Under a prefix this process holds."""
+
+
+@pytest.fixture(scope="module")
+def orphans(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Orphans]:
+    """Both kinds of leftovers, then one server: its start sweeps them all, so the two tests
+    below share it (one start of ~8 CPU-s instead of two, 2026-12-07); neither changes what the
+    server does for the other."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("needs /dev/shm")
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # reaped: its pid belongs to no process
-    segment = Path(f"/dev/shm/ocrsrv{gone.pid}_e2eorphan")
-    segment.write_bytes(b"\0" * 4096)
-    server = fresh_server(tmp_path, CONFIG)
-    try:
-        wait_ready(server)
-        assert not segment.exists()
-        assert _sweep_logged(tmp_path_factory, str(gone.pid)), server.log.read_text()
-    finally:
-        segment.unlink(missing_ok=True)
-        stop_server(server)
-
-
-@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
-def test_the_next_server_removes_segments_of_a_dead_start_whose_pid_is_alive(
-    tmp_path, tmp_path_factory
-) -> None:
+    gone_segment = Path(f"/dev/shm/ocrsrv{gone.pid}_e2eorphan")
+    gone_segment.write_bytes(b"\0" * 4096)
     # In a container each start is PID 1, so the pid of a server killed with -9 is alive again.
-    # This test's own pid stands for it: alive, but with a token whose lock nobody holds. A
-    # segment under a prefix someone holds (here this test) stays.
+    # This process's pid stands for it: alive, but with a token whose lock nobody holds. A
+    # segment under a prefix someone holds (here this process) stays.
     dead = shm.claim_prefix()
     held = shm.claim_prefix()
     orphan = Path(f"/dev/shm/{dead.prefix}e2eorphan")
@@ -142,16 +162,35 @@ def test_the_next_server_removes_segments_of_a_dead_start_whose_pid_is_alive(
     orphan.write_bytes(b"\0" * 4096)
     kept.write_bytes(b"\0" * 4096)
     os.close(dead.fd or -1)  # as the kernel does for a killed process
-    server = fresh_server(tmp_path, CONFIG)
+    token = dead.prefix.removeprefix(f"ocrsrv{os.getpid()}x").rstrip("_")
     try:
-        wait_ready(server)
-        assert not orphan.exists()
-        assert not Path(dead.lock_path or "/nonexistent").exists()
-        assert kept.exists()
-        token = dead.prefix.removeprefix(f"ocrsrv{os.getpid()}x").rstrip("_")
-        assert _sweep_logged(tmp_path_factory, f"{os.getpid()}x{token}"), server.log.read_text()
+        with fresh_serving(tmp_path_factory.mktemp("sweep"), SWEEP_CONFIG) as server:
+            yield Orphans(
+                server=server,
+                gone_pid=gone.pid,
+                gone_segment=gone_segment,
+                orphan=orphan,
+                dead_lock=Path(dead.lock_path or "/nonexistent"),
+                dead_owner=f"{os.getpid()}x{token}",
+                kept=kept,
+            )
     finally:
-        orphan.unlink(missing_ok=True)
-        kept.unlink(missing_ok=True)
+        for path in (gone_segment, orphan, kept):
+            path.unlink(missing_ok=True)
         held.release()
-        stop_server(server)
+
+
+def test_the_next_server_removes_segments_of_dead_servers(
+    orphans: Orphans, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    assert not orphans.gone_segment.exists()
+    assert _sweep_logged(tmp_path_factory, str(orphans.gone_pid)), orphans.server.log.read_text()
+
+
+def test_the_next_server_removes_segments_of_a_dead_start_whose_pid_is_alive(
+    orphans: Orphans, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    assert not orphans.orphan.exists()
+    assert not orphans.dead_lock.exists()
+    assert orphans.kept.exists()
+    assert _sweep_logged(tmp_path_factory, orphans.dead_owner), orphans.server.log.read_text()

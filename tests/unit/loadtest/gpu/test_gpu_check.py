@@ -13,7 +13,7 @@ import pytest
 from loadtest.gpu import check as gpu_check
 from loadtest.gpu import probes
 from pipelines.types import ClsParams
-from serving.config import load_config
+from serving.config import WorkersConfig, load_config
 
 
 def test_text_differences_name_the_page_and_line() -> None:
@@ -127,6 +127,16 @@ def test_the_servers_config_loads(tmp_path: Path) -> None:
     config = load_config(path)
     assert config.workers.devices == ("gpu:0", "cpu")
     assert config.workers.gpu_instances == 2
+    assert config.workers.cpu_instances == WorkersConfig().cpu_instances  # the mixed run's CPU
+    # A dry run's server: its CPU device stands for the GPU, with --gpu-instances workers.
+    path.write_text(gpu_check.config_toml(args, ["cpu"]))
+    assert load_config(path).workers.cpu_instances == 2
+    args.gpu_instances = 1
+    path.write_text(gpu_check.config_toml(args, ["cpu"]))
+    assert load_config(path).workers.cpu_instances == 1
+    args.gpu_instances = 2
+    path.write_text(gpu_check.config_toml(args, ["gpu:0", "cpu"]))
+    config = load_config(path)
     assert config.engine.precision == "fp16"
     assert config.engine.gpu_backend == "torch"
     assert (config.engine.torch.compile, config.engine.torch.shapes) == (
