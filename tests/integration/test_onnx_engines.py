@@ -1,6 +1,7 @@
 """The CPU engines read the same text as Paddle: ONNX Runtime and OpenVINO (f32) on the
 converted PP-OCRv5 models, on real document pages and the synthetic test images, in process and
-through the server's device workers with pages batched together."""
+through the server's device workers with pages batched together. The server's test reads the
+synthetic pages, the real ones being read in process (2026-12-07, for the suite's time)."""
 
 from __future__ import annotations
 
@@ -102,9 +103,10 @@ def test_openvino_server_batches_pages_and_reads_what_paddle_reads(
     test_pages: dict[str, np.ndarray],
     paddle_texts: dict[str, list[str]],
 ) -> None:
-    # All pages at once: rec batches hold crops of several requests.
-    names = list(test_pages)
-    bodies = {name: images.encode_png(test_pages[name]) for name in test_pages}
+    # The synthetic pages, all at once: rec batches hold crops of several requests.
+    names = [name for name in test_pages if ":" not in name]
+    assert len(names) == 3
+    bodies = {name: images.encode_png(test_pages[name]) for name in names}
 
     def post(name: str) -> list[str]:
         body = {"file": base64.b64encode(bodies[name]).decode(), "fileType": 1}
