@@ -35,6 +35,7 @@ __all__ = [
     "TextImage",
     "chinese_lines",
     "dense_page",
+    "dense_page_top",
     "empty_page",
     "encode_jpeg",
     "encode_png",
@@ -47,6 +48,15 @@ _FIXED_PDF_DATE = time.gmtime(1_704_067_200)  # 2024-01-01T00:00:00Z; PIL wants 
 ROTATED_TEXT = "Rotated line 42 reads fine"
 _font = font
 """The renderers' fonts (tests/e2e/test_outputs.py draws with them too)."""
+
+
+def dense_page_top(n_lines: int) -> TextImage:
+    """The dense page's first `n_lines` lines (the same lines `dense_page()` draws first, its
+    full width), cropped 60 px below the last: for tests that read the dense page's kind of text
+    but not all 40 lines of it."""
+    page = dense_page(n_lines=n_lines)
+    inked = np.flatnonzero((page.image < 128).any(axis=(1, 2)))
+    return TextImage(page.image[: int(inked[-1]) + 60], page.lines)
 
 
 def rotated_line(angle_deg: float = 20.0) -> TextImage:

@@ -49,15 +49,9 @@ DENSE_TOP_LINES = 16
 """The lines of the dense page read for texts: two headings and their body lines."""
 
 
-def _dense_top() -> np.ndarray:
-    page = images.dense_page(n_lines=DENSE_TOP_LINES).image  # the whole page's first lines
-    inked = np.flatnonzero((page < 128).any(axis=(1, 2)))
-    return page[: int(inked[-1]) + 60]
-
-
 READ: dict[str, Callable[[], np.ndarray]] = {
     **{name: make for name, make in SYNTHETIC.items() if name != "dense"},
-    "dense-top": _dense_top,
+    "dense-top": lambda: images.dense_page_top(DENSE_TOP_LINES).image,
 }
 """The pages read for texts with byte and with float maps."""
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
 import pytest
 
 from loadtest.accuracy import merged_words, pages_cer
@@ -48,19 +47,13 @@ five times fp32's time (80 CPU seconds for the whole dense page here), and the b
 per language on the lines it reads. 16 lines until 2026-12-07, cut for the suite's time."""
 
 
-def _dense_top() -> images.TextImage:
-    page = images.dense_page(n_lines=DENSE_TOP_LINES)  # the whole page's first lines, seeded
-    inked = np.flatnonzero((page.image < 128).any(axis=(1, 2)))
-    return images.TextImage(page.image[: int(inked[-1]) + 60], page.lines)
-
-
 @pytest.fixture(scope="module")
 def pages() -> dict[str, images.TextImage]:
     return {
         "latin": images.latin_lines(),
         "chinese": images.chinese_lines(),
         "dense": images.dense_page(),
-        "dense-top": _dense_top(),
+        "dense-top": images.dense_page_top(DENSE_TOP_LINES),
     }
 
 
