@@ -242,10 +242,6 @@ def _load_ocr(spec: str) -> OcrFn:
     return ocr
 
 
-def _spread(total: int, n_buckets: int) -> list[int]:
-    return [total // n_buckets + (1 if i < total % n_buckets else 0) for i in range(n_buckets)]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: render text pages of real PDFs, OCR them, print per-page and aggregate CER."""
     parser = argparse.ArgumentParser(prog="python -m loadtest.accuracy", description=main.__doc__)
@@ -262,11 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     samples: list[tuple[np.ndarray, str]] = []
     labels: list[str] = []
-    for pdf, n in zip(pdfs, _spread(args.pages, len(pdfs)), strict=True):
-        for index in pdf_pages.select_text_pages(pdf, n):
-            (image,) = pdf_pages.render_pdf_pages(pdf, dpi=args.dpi, first=index, count=1)
-            samples.append((image, pdf_pages.pdf_page_text(pdf, index)))
-            labels.append(f"{pdf.name}:p{index + 1}")
+    for pdf, n in zip(pdfs, pdf_pages.spread(args.pages, len(pdfs)), strict=True):
+        for picked in pdf_pages.text_pages(pdf, n, dpi=args.dpi):
+            samples.append((picked.image, picked.text))
+            labels.append(picked.label)
     report = evaluate(samples, _load_ocr(args.ocr), labels=labels)
 
     for page in report.pages:

@@ -41,12 +41,9 @@ def real_page_set(n: int, dpi: float = 150.0) -> list[tuple[str, np.ndarray, str
     pdfs = pdf_pages.find_real_pdfs()
     if not pdfs:
         raise RuntimeError("no real PDFs found; run scripts/system-deps.sh")
-    per_pdf = [n // len(pdfs) + (1 if i < n % len(pdfs) else 0) for i in range(len(pdfs))]
-    chosen = []
-    for pdf, count in zip(pdfs, per_pdf, strict=True):
-        for index in pdf_pages.select_text_pages(pdf, count):
-            (image,) = pdf_pages.render_pdf_pages(pdf, dpi=dpi, first=index, count=1)
-            chosen.append((f"{pdf.stem}-p{index + 1}", image, pdf_pages.pdf_page_text(pdf, index)))
+    chosen: list[tuple[str, np.ndarray, str]] = []
+    for pdf, count in zip(pdfs, pdf_pages.spread(n, len(pdfs)), strict=True):
+        chosen.extend((p.label, p.image, p.text) for p in pdf_pages.text_pages(pdf, count, dpi=dpi))
     return chosen
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,13 @@ PARAMS_FILE = "inference.pdiparams"
 CONFIG_FILE = "inference.yml"
 ONNX_FILE = "inference.onnx"
 """An ONNX graph beside inference.yml; served as is by engines that read ONNX."""
+
+
+YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML was built with it (its wheels are): a recogniser's
+inference.yml lists its whole dictionary (18,000 characters), which PyYAML's Python loader took
+0.5 s to read, in every process that loads the set; libyaml reads it in a sixth of that, to the
+same values (tests/unit/models/test_spec.py)."""
 
 
 class ModelSpecError(ValueError):
@@ -200,8 +208,20 @@ def _require_file(path: Path) -> Path:
 
 def _read_yaml(path: Path) -> Mapping[str, Any]:
     try:
+        stat = path.stat()
+    except OSError as err:
+        raise ModelSpecError(f"cannot read {path}: {err}") from err
+    return _parsed_yaml(path, stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_yaml(path: Path, mtime_ns: int, size: int, inode: int) -> Mapping[str, Any]:
+    """One version of a file (as its size, inode and mtime tell), read once a process: a set's
+    specs are loaded by several parts of each process (its bundle, the precision check, the
+    engines). What it returns is only read."""
+    try:
         with path.open("r", encoding="utf-8") as f:
-            loaded = yaml.safe_load(f)
+            loaded = yaml.load(f, Loader=YAML_LOADER)
     except (OSError, yaml.YAMLError) as err:
         raise ModelSpecError(f"cannot read {path}: {err}") from err
     return _mapping(loaded, path, "top level")

@@ -117,20 +117,11 @@ KINDS = ("en", "zh", "degraded", *LANGUAGE_PDFS)
 Debian's maint-guide in other languages (`LANGUAGE_PDFS`)."""
 
 
-def _spread(total: int, buckets: int) -> list[int]:
-    return [total // buckets + (1 if i < total % buckets else 0) for i in range(buckets)]
-
-
 def _pdf_pages(pdf: Path, count: int, dpi: float, kind: str, skip: int = 0) -> list[Page]:
     """`count` text pages of `pdf` spread over it (the `skip` first of such a spread left out,
     so that another kind's pick of the same PDF is not repeated)."""
-    indices = pdf_pages.select_text_pages(pdf, count + skip)[skip:]
-    pages = []
-    for index in indices:
-        (image,) = pdf_pages.render_pdf_pages(pdf, dpi=dpi, first=index, count=1)
-        truth = pdf_pages.pdf_page_text(pdf, index)
-        pages.append(Page(f"{kind}-{pdf.stem}-p{index + 1}", image, truth, kind))
-    return pages
+    picked = pdf_pages.text_pages(pdf, count + skip, dpi=dpi)[skip:]
+    return [Page(f"{kind}-{p.label}", p.image, p.text, kind) for p in picked]
 
 
 def kind_pages(n: int, kinds: Sequence[str], dpi: float = 150.0) -> list[Page]:
@@ -145,7 +136,7 @@ def kind_pages(n: int, kinds: Sequence[str], dpi: float = 150.0) -> list[Page]:
         raise ValueError(f"unknown page kinds {unknown}: of {', '.join(KINDS)}")
     real = pdf_pages.find_real_pdfs()
     pages: list[Page] = []
-    for kind, count in zip(kinds, _spread(n, len(kinds)), strict=True):
+    for kind, count in zip(kinds, pdf_pages.spread(n, len(kinds)), strict=True):
         if kind in ("en", "zh", "degraded"):
             pdfs = [p for p in real if kind == "degraded" or page_language(p.stem) == kind]
         else:
@@ -153,7 +144,7 @@ def kind_pages(n: int, kinds: Sequence[str], dpi: float = 150.0) -> list[Page]:
         pdfs = [p for p in pdfs if p.is_file()]
         if not pdfs:
             raise ValueError(f"no PDF for the {kind!r} pages; run scripts/system-deps.sh")
-        for pdf, per_pdf in zip(pdfs, _spread(count, len(pdfs)), strict=True):
+        for pdf, per_pdf in zip(pdfs, pdf_pages.spread(count, len(pdfs)), strict=True):
             if kind != "degraded":
                 pages += _pdf_pages(pdf, per_pdf, dpi, kind)
                 continue

@@ -85,9 +85,7 @@ def write_page_set(out_dir: Path, dpi: float = 150.0) -> list[Path]:
         pages.append((label, image, truth))
     for lang in ("fr", "de", "es"):
         pdf = LANGUAGE_PDFS[lang]
-        for index in pdf_pages.select_text_pages(pdf, 3):
-            (image,) = pdf_pages.render_pdf_pages(pdf, dpi=dpi, first=index, count=1)
-            pages.append((f"{pdf.stem}-p{index + 1}", image, pdf_pages.pdf_page_text(pdf, index)))
+        pages.extend((p.label, p.image, p.text) for p in pdf_pages.text_pages(pdf, 3, dpi=dpi))
     paths = []
     for label, image, truth in pages:
         path = out_dir / f"{label}.png"

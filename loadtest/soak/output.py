@@ -32,6 +32,9 @@ class SoakRun:
     distinct_sizes: int
     samples: list[Sample]
     warmup_s: float
+    """When the warm-up ended: `--warmup-s`, or later when its requests took longer."""
+    end_s: float
+    """When traffic stopped being sent: the warm-up and the judged span after it."""
     limits: Limits
     rows: list[ProcessRow]
     total: Growth
@@ -72,7 +75,7 @@ def _process_table(run: SoakRun) -> list[str]:
 def markdown(run: SoakRun) -> str:
     """The human report: set-up, traffic, the per-process table and the criteria."""
     s, r = run.settings, run.result
-    judged = after_warmup(run.samples, run.warmup_s, s["duration_s"])
+    judged = after_warmup(run.samples, run.warmup_s, run.end_s)
     fraction = run.limits.window_fraction
     during = [x.segments for x in run.samples]
     verdict = "PASS" if all(c.passed for c in run.criteria) else "FAIL"
@@ -84,7 +87,7 @@ def markdown(run: SoakRun) -> str:
         f"- server: ocr-serve pid {run.server['pid']}, {len(run.rows)} processes, "
         f"oneDNN shape cache capacity in effect: {capacity} (0 = unbounded)",
         f"- traffic: {'/v1/ocr' if s['api'] == 'v1' else '/ocr'}, closed loop, concurrency "
-        f"{s['concurrency']}, {s['duration_s']:g} s (warm-up {run.warmup_s:g} s); {s['pages']} "
+        f"{s['concurrency']}, {run.end_s:.0f} s (warm-up {run.warmup_s:.0f} s); {s['pages']} "
         f"real pages at {s['dpi']:g} dpi, each request rescaled x{s['min_scale']:g}-"
         f"{s['max_scale']:g} (seed {s['seed']}): {run.distinct_sizes} distinct sizes",
         f"- requests: {r.requests} done, {r.successes} ok, errors {errors}; "
@@ -112,6 +115,7 @@ def _json(run: SoakRun) -> dict[str, Any]:
         "settings": run.settings,
         "server": run.server,
         "warmup_s": run.warmup_s,
+        "end_s": run.end_s,
         "limits": dataclasses.asdict(run.limits),
         "result": dataclasses.asdict(run.result) | {"metrics": None},
         "distinct_sizes": run.distinct_sizes,

@@ -89,7 +89,11 @@ def effective_config(log: Path) -> dict[str, Any] | None:
 
 
 async def _soak(
-    server: ServerProcess, sampler: Sampler, pages: ScaledPages, args: argparse.Namespace
+    server: ServerProcess,
+    sampler: Sampler,
+    pages: ScaledPages,
+    args: argparse.Namespace,
+    warmup_s: float,
 ) -> tuple[LevelResult, int, float]:
     stop = asyncio.Event()
     started = time.monotonic()
@@ -102,6 +106,8 @@ async def _soak(
             concurrency=args.concurrency,
             duration_s=args.duration_s,
             lone_requests=lone_requests(args),
+            warmup_s=warmup_s,
+            warmup_requests=args.warmup_requests,
             timeout_s=args.timeout_s,
             progress=not args.no_progress,
         )
@@ -150,17 +156,18 @@ def run(args: argparse.Namespace) -> SoakRun:
         server.wait_ready("/readyz")
         roles = roles_from_readyz(httpx.get(f"{server.url}/readyz", timeout=30).json())
         sampler = Sampler(server.process.pid, roles, args.sample_s, _RSS_READ_S)
-        result, sizes, lone_s = asyncio.run(_soak(server, sampler, pages, args))
-        if lone_s > warmup_s:
+        result, sizes, warm_s = asyncio.run(_soak(server, sampler, pages, args, warmup_s))
+        if warm_s > warmup_s:
             print(
-                f"the lone requests took {lone_s:.0f} s: judged from there, not {warmup_s:.0f} s",
+                f"the warm-up's requests took {warm_s:.0f} s: judged from there, not "
+                f"{warmup_s:.0f} s, for as long",
                 file=sys.stderr,
             )
-            warmup_s = lone_s
         idle = _idle_segments(prefix)
     finally:
         server.stop()
-    judged = after_warmup(sampler.samples, warmup_s, args.duration_s)
+    end_s = warm_s + args.duration_s - warmup_s
+    judged = after_warmup(sampler.samples, warm_s, end_s)
     limits = Limits(max_growth=args.max_growth, fd_tolerance=args.fd_tolerance)
     rows = process_rows(judged, limits.window_fraction)
     total = total_growth(judged, limits.window_fraction)
@@ -192,7 +199,8 @@ def run(args: argparse.Namespace) -> SoakRun:
         result=result,
         distinct_sizes=sizes,
         samples=sampler.samples,
-        warmup_s=warmup_s,
+        warmup_s=warm_s,
+        end_s=end_s,
         limits=limits,
         rows=rows,
         total=total,
@@ -213,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--warmup-s",
         type=float,
         help=f"first seconds of traffic not judged (default {WARMUP_SHARE * 100:.0f} %%)",
+    )
+    parser.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=0,
+        help="requests answered before the warm-up ends, however long --warmup-s is; the judged "
+        "span (--duration-s less --warmup-s) then starts (default 0)",
     )
     parser.add_argument("--sample-s", type=float, default=5.0, help="sampling interval")
     parser.add_argument(
@@ -249,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--duration-s and --sample-s must be > 0, --concurrency >= 1")
     if args.lone_requests is not None and args.lone_requests < 0:
         parser.error("--lone-requests must be >= 0")
+    if args.warmup_requests < 0:
+        parser.error("--warmup-requests must be >= 0")
+    if args.warmup_s is not None and not 0 <= args.warmup_s <= args.duration_s:
+        parser.error("--warmup-s must be within 0 .. --duration-s")
     if args.mkldnn_cache_capacity is not None and args.mkldnn_cache_capacity < 0:
         parser.error("--mkldnn-cache-capacity must be >= 0")
     soak = run(args)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,6 +94,30 @@ class ScaledPages:
 
 
 @dataclass(slots=True)
+class _Warmup:
+    """When the warm-up ends (`drive`), and with it when traffic stops."""
+
+    started: float
+    warmup_s: float
+    judged_s: float
+    requests: int
+    warm_s: float | None = None
+    deadline: float = math.inf
+
+    def __post_init__(self) -> None:
+        if self.requests == 0:
+            self._end(self.warmup_s)
+
+    def answered(self, count: int) -> None:
+        if self.warm_s is None and count >= self.requests:
+            self._end(max(self.warmup_s, time.monotonic() - self.started))
+
+    def _end(self, warm_s: float) -> None:
+        self.warm_s = warm_s
+        self.deadline = self.started + warm_s + self.judged_s
+
+
+@dataclass(slots=True)
 class _Tally:
     outcomes: list[Outcome] = field(default_factory=list)
     sizes: set[str] = field(default_factory=set)
@@ -108,28 +133,37 @@ async def drive(
     concurrency: int,
     duration_s: float,
     lone_requests: int = 0,
+    warmup_s: float = 0.0,
+    warmup_requests: int = 0,
     timeout_s: float = 300.0,
     progress: bool = True,
 ) -> tuple[LevelResult, int, float]:
-    """Closed loop for ``duration_s``: the first ``lone_requests`` requests one at a time, then
-    ``concurrency`` clients, each sending when answered.
+    """Closed loop: the first ``lone_requests`` requests one at a time, then ``concurrency``
+    clients, each sending when answered.
+
+    The warm-up ends once ``warmup_s`` have passed and ``warmup_requests`` and the lone requests
+    were answered, whichever comes last; traffic then goes on for ``duration_s - warmup_s``, the
+    span judged, however long the warm-up took. On a slower machine the same warm-up is the same
+    requests, not fewer (a soak that judged from a fixed second judged a slow machine's warm-up).
 
     Requests are built in a thread (resize and PNG encoding), so the event loop keeps timing the
     others. Requests in flight at the end are awaited, not cancelled.
 
     Returns:
         The level's figures, the number of distinct page sizes sent, and the seconds from the
-        start until the last lone request was answered (0 without any).
+        start until the warm-up ended.
     """
-    if concurrency < 1 or not duration_s > 0 or lone_requests < 0:
-        raise ValueError("need concurrency >= 1, duration_s > 0 and lone_requests >= 0")
+    if concurrency < 1 or not duration_s > 0 or min(lone_requests, warmup_requests) < 0:
+        raise ValueError("need concurrency >= 1, duration_s > 0 and request counts >= 0")
+    if not 0 <= warmup_s <= duration_s:
+        raise ValueError(f"need 0 <= warmup_s <= duration_s, got {warmup_s} and {duration_s}")
     result = LevelResult(url=url, api=api, concurrency=concurrency)
     tally = _Tally()
     line = ProgressLine(f"soak {result.label}", total=None, duration_s=duration_s)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     indices = itertools.count()
     started = time.monotonic()
-    deadline = started + duration_s
+    warm = _Warmup(started, warmup_s, duration_s - warmup_s, max(lone_requests, warmup_requests))
 
     async def send_one(client: httpx.AsyncClient, index: int) -> None:
         request, size = await asyncio.to_thread(pages.request, api, index)
@@ -138,26 +172,25 @@ async def drive(
         tally.sizes.add(size)
         tally.pages += outcome.pages
         tally.errors += not outcome.ok
+        warm.answered(len(tally.outcomes))
         if progress:
             line.update(len(tally.outcomes), tally.pages, tally.errors)
 
     async def client_loop(client: httpx.AsyncClient) -> None:
         for index in indices:  # shared: each index is taken by exactly one client
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= warm.deadline:
                 return
             await send_one(client, index)
 
     client = httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits, trust_env=False)
     async with client:
         for index in itertools.islice(indices, lone_requests):
-            if time.monotonic() >= deadline:
-                break
             await send_one(client, index)
-        lone_s = time.monotonic() - started if lone_requests else 0.0
         async with asyncio.TaskGroup() as group:
             for _ in range(concurrency):
                 group.create_task(client_loop(client))
     if progress:
         line.finish(len(tally.outcomes), tally.pages, tally.errors)
     summarize(result, tally.outcomes, time.monotonic() - started)
-    return result, len(tally.sizes), lone_s
+    assert warm.warm_s is not None, "the clients stop only once the warm-up ended"
+    return result, len(tally.sizes), warm.warm_s

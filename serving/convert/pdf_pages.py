@@ -6,6 +6,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,14 @@ import pypdfium2 as pdfium
 
 __all__ = [
     "REAL_PDFS",
+    "TextPage",
     "find_real_pdfs",
     "pdf_page_count",
     "pdf_page_text",
     "render_pdf_pages",
     "select_text_pages",
+    "spread",
+    "text_pages",
 ]
 
 REAL_PDFS: tuple[Path, ...] = (
@@ -144,3 +148,32 @@ def select_text_pages(pdf: PdfSource, n: int, *, min_chars: int = 200) -> list[i
         return candidates
     # The middle of n equal strata, so the pick does not cluster in the first chapter.
     return [candidates[(2 * k + 1) * len(candidates) // (2 * n)] for k in range(n)]
+
+
+@dataclass(frozen=True)
+class TextPage:
+    """A page of a real PDF as the bench and the tests read it: the image and its text layer."""
+
+    pdf: Path
+    index: int
+    image: np.ndarray
+    text: str
+
+    @property
+    def label(self) -> str:
+        """``<pdf stem>-p<page number from 1>``, as the bench names its pages and files."""
+        return f"{self.pdf.stem}-p{self.index + 1}"
+
+
+def text_pages(pdf: Path, n: int, *, dpi: float = 150) -> list[TextPage]:
+    """The pages ``select_text_pages(pdf, n)`` picks, rendered at ``dpi``, with their text."""
+    return [
+        TextPage(pdf, index, image, pdf_page_text(pdf, index))
+        for index in select_text_pages(pdf, n)
+        for image in render_pdf_pages(pdf, dpi=dpi, first=index, count=1)
+    ]
+
+
+def spread(total: int, buckets: int) -> list[int]:
+    """``total`` split over ``buckets`` as evenly as it goes, the first buckets one more."""
+    return [total // buckets + (1 if i < total % buckets else 0) for i in range(buckets)]

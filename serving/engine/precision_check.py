@@ -12,8 +12,10 @@ predictor before it loads, which then compiles the first precision that passed, 
 The verdict is cached (`serving.engine.precision_cache`, in `engine.precision_check_dir`) per
 CPU model, OpenVINO version, model files and check set, under a lock: of N workers starting
 together one measures and the others wait, then read it; a later start reads it in
-milliseconds. The f32 detector's maps are kept, so the recogniser's trial after a failed
-detector costs no detection. The check compiles its own models, on the threads of a batch run
+milliseconds. Each model's answers are kept while it is open (the recogniser's as the argmax
+pairs the served one answers), so a trial computes only what its model changed: the detector's
+trial recognises only the lines it cut otherwise, the recogniser's trials detect nothing. The
+check compiles its own models, on the threads of a batch run
 alone (the other workers wait), frees each model's working memory after each reading and
 closes each model no later trial reads with, and closes the rest before the served ones load.
 """
@@ -44,6 +46,7 @@ from models.quantize import find_int8
 from models.registry import EngineChoice
 from models.spec import ModelSpec
 from pipelines.ocr import run_page
+from pipelines.stages import MODEL_STAGES
 from pipelines.text_scores import char_edits, merged_words
 from pipelines.types import ClsParams
 from serving.config import PipelineConfig
@@ -269,18 +272,20 @@ def _key_fields(
 
 
 class _Remembered:
-    """A predictor whose answers are kept by input: the f32 detector sees the same pages again
-    in the recogniser's trial where its own trial failed."""
+    """A predictor whose answers are kept by input. A trial changes one model, and the other
+    then sees the inputs it saw before: the f32 recogniser reads the detector's trial's lines,
+    most of them cut as at f32; the detector that passed (or f32's, where none did) reads the
+    same pages again in the recogniser's trials."""
 
     def __init__(self, predictor: OpenVinoPredictor) -> None:
-        self._predictor = predictor
+        self.predictor = predictor
         self._answers: dict[tuple[tuple[int, ...], bytes], np.ndarray] = {}
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         data = np.ascontiguousarray(batch)
         key = (data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest())
         if key not in self._answers:
-            self._answers[key] = self._predictor.run(data)
+            self._answers[key] = self.predictor.run(data)
         return self._answers[key]
 
 
@@ -306,20 +311,25 @@ def measure_pair(
     own = dataclasses.replace(
         options, cpu_threads=threads, lone_threads=0, openvino_check=False, openvino_verdict=None
     )
+    # The recogniser answers each step's best class and its score, as served
+    # (`serving.engine.choice.model_stages`): the same text, and answers small enough to keep.
+    stages = {**MODEL_STAGES, "rec": MODEL_STAGES["rec"].reading_argmax()}
     loaded: list[OpenVinoPredictor] = []
 
-    def load(spec: ModelSpec, precision: OpenVinoPrecision) -> OpenVinoPredictor:
+    def load(spec: ModelSpec, precision: OpenVinoPrecision) -> _Remembered:
         predictor = OPENVINO.predictor(spec, dataclasses.replace(own, openvino_precision=precision))
         if not isinstance(predictor, OpenVinoPredictor):  # internal invariant
             raise TypeError(f"{type(predictor).__name__} is not OpenVINO's")
+        if spec is rec:
+            predictor.output_argmax()
         predictor.load()
         loaded.append(predictor)
-        return predictor
+        return _Remembered(predictor)
 
-    def done(predictor: OpenVinoPredictor) -> None:
+    def done(model: _Remembered) -> None:
         """Close a model no later trial reads with."""
-        predictor.close()
-        loaded.remove(predictor)
+        model.predictor.close()
+        loaded.remove(model.predictor)
 
     def trial(precision: CheckedPrecision, scores: dict[str, TextScore], partner: str) -> Trial:
         return Trial(
@@ -329,7 +339,7 @@ def measure_pair(
             partner=partner,
         )
 
-    def read(det_model: Any, rec_model: Any) -> dict[str, TextScore]:
+    def read(det_model: _Remembered, rec_model: _Remembered) -> dict[str, TextScore]:
         """Each language's score of the pair's text; then each model frees the working memory
         it kept for the largest page."""
         scores: dict[str, TextScore] = {}
@@ -343,6 +353,7 @@ def measure_pair(
                 rec_params=ocr.rec,
                 cls_params=ClsParams(),
                 charset=bundle.charset,
+                stages=stages,
             )
             text = "\n".join(line.text for line in result.lines)
             edits, chars = char_edits(item.truth, text)
@@ -353,12 +364,11 @@ def measure_pair(
         return scores
 
     try:
-        # The detector's maps at f32 are read again where its trial fails (the recogniser's
-        # trial then reads its lines): kept, a few MB a page. The recogniser's answers are not
-        # (~35 MB a batch of 6: a score per character of the dictionary at every step).
-        det_f32, rec_f32 = _Remembered(load(det, "f32")), load(rec, "f32")
+        # Every answer is kept while its model is open: a detector's maps a few MB a page, a
+        # recogniser's pairs a few KB a batch.
+        det_f32, rec_f32 = load(det, "f32"), load(rec, "f32")
         f32 = read(det_f32, rec_f32)
-        det_served: Any = det_f32
+        det_served = det_f32
         det_at: OpenVinoPrecision = "f32"
         det_trials: list[Trial] = []
         for precision in _available(candidates[0], det, options):

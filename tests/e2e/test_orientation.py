@@ -37,9 +37,8 @@ BOX_TOLERANCE_PX = 3
 @functools.cache
 def upright_page() -> np.ndarray:
     (pdf,) = [p for p in pages.find_real_pdfs() if p.name == PDF_NAME]
-    (index,) = pages.select_text_pages(pdf, 1)
-    (image,) = pages.render_pdf_pages(pdf, dpi=DPI, first=index, count=1)
-    return image
+    (page,) = pages.text_pages(pdf, 1, dpi=DPI)
+    return page.image
 
 
 def _post(server: Server, body: bytes, content_type: str, query: str = "") -> dict[str, Any]:

@@ -26,11 +26,10 @@ def v6_server(server: Server) -> Server:
 def real_page(pdf_name: str) -> tuple[bytes, str]:
     """The first text page (by `select_text_pages`) of a Debian doc PDF: PNG bytes, text layer."""
     (pdf,) = [p for p in pages.find_real_pdfs() if p.name == pdf_name]
-    (index,) = pages.select_text_pages(pdf, 1)
-    (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
-    ok, png = cv2.imencode(".png", image)
+    (page,) = pages.text_pages(pdf, 1)
+    ok, png = cv2.imencode(".png", page.image)
     assert ok
-    return png.tobytes(), pages.pdf_page_text(pdf, index)
+    return png.tobytes(), page.text
 
 
 @pytest.mark.parametrize(

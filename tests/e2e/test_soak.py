@@ -1,8 +1,8 @@
 """A short `make soak` in CI: ocr-serve under real pages of varying sizes leaks nothing.
 
-`loadtest.soak` starts the real server (embedded models, CPU), drives two clients for 70 s and
-samples every process each 2 s. Memory is judged with a looser bound than the 5 % of the full
-soak; see MAX_GROWTH. About 80 s on 2 cores.
+`loadtest.soak` starts the real server (embedded models, CPU), drives two clients for 70 s (more
+where its warm-up's requests take longer) and samples every process each 2 s. Memory is judged
+with a looser bound than the 5 % of the full soak; see MAX_GROWTH. About 80 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ from loadtest.soak.run import DEFAULT_CONFIG, main
 
 DURATION_S = 70
 WARMUP_S = 25
+WARMUP_REQUESTS = 16
+"""The warm-up ends after 25 s and 16 requests answered, whichever comes last; 45 s are judged
+after it. On this AMD EPYC (2 cores) two clients got 12 to 19 requests answered in 25 s at the
+auto precision (four runs, 33 to 54 in 70 s), but 9 or so at f32 forced beside the suite's other
+worker, where the soak failed once (+27.6 %, its device workers still taking new shapes in what
+it judged): the same warm-up is now the same requests on every machine."""
 # A 70 s run judges 45 s: windows of 3 samples (a tenth of 22, rounded up), 6 s each, the windows
 # the measured 90 s runs below had over their 60 s (shortened for the suite's time, issue 47),
 # against a device worker whose RSS swings by 10 % with the page in flight. Three runs on 2 cores
@@ -44,6 +50,8 @@ def test_short_soak_answers_everything_and_leaks_nothing(tmp_path: Path) -> None
             str(DURATION_S),
             "--warmup-s",
             str(WARMUP_S),
+            "--warmup-requests",
+            str(WARMUP_REQUESTS),
             "--sample-s",
             "2",
             "--concurrency",
@@ -64,7 +72,9 @@ def test_short_soak_answers_everything_and_leaks_nothing(tmp_path: Path) -> None
     assert code == 0, report
 
     result = data["result"]
-    assert result["requests"] >= 6, report
+    assert result["requests"] >= WARMUP_REQUESTS + 6, report
+    assert data["warmup_s"] >= WARMUP_S
+    assert data["end_s"] == data["warmup_s"] + DURATION_S - WARMUP_S
     assert result["successes"] == result["requests"], result["errors"]
     assert verdicts["segments idle"]["passed"], report
     assert data["idle_segments"] == 0

@@ -94,9 +94,7 @@ def render_pages(real_pages: int = 1) -> Pages:
         "dense": images.dense_page().image,
     }
     for pdf in pdf_pages.find_real_pdfs()[:real_pages]:
-        (index,) = pdf_pages.select_text_pages(pdf, 1)
-        (image,) = pdf_pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
-        chosen[f"{pdf.stem}-p{index + 1}"] = image
+        chosen.update((page.label, page.image) for page in pdf_pages.text_pages(pdf, 1))
     # Paddle itself, whatever engine the CPU default is now, on PP-OCRv5 mobile's det and rec
     # alone (Paddle reads no ONNX page classifier; the check's servers read the bundle's det and
     # rec alone).

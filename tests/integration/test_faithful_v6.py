@@ -29,12 +29,11 @@ def _pages() -> list[tuple[str, np.ndarray, str]]:
     """The page `loadtest.engine_limit.real_page_set(4)` picks from the first English PDF and
     from the Chinese one, labelled as it labels them."""
     pdfs = pdf_pages.find_real_pdfs()
-    chosen = []
-    for pdf in (pdfs[0], pdfs[-1]) if len(pdfs) == 4 else ():
-        (index,) = pdf_pages.select_text_pages(pdf, 1)
-        (image,) = pdf_pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
-        chosen.append((f"{pdf.stem}-p{index + 1}", image, pdf_pages.pdf_page_text(pdf, index)))
-    return chosen
+    return [
+        (page.label, page.image, page.text)
+        for pdf in ((pdfs[0], pdfs[-1]) if len(pdfs) == 4 else ())
+        for page in pdf_pages.text_pages(pdf, 1)
+    ]
 
 
 def test_our_ppocrv6_small_reads_as_paddleocrs_processing_does(tmp_path: Path) -> None:

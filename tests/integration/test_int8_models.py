@@ -100,12 +100,12 @@ def quantised(cache: Path, specs: dict[str, ModelSpec]) -> dict[str, tuple[Path,
 @pytest.fixture(scope="module")
 def real_pages() -> dict[str, tuple[np.ndarray, str]]:
     """The first text page of an English and of the Chinese PDF (no calibration page)."""
-    chosen = {}
-    for pdf in (pages.find_real_pdfs()[0], pages.find_real_pdfs()[3]):
-        (index,) = pages.select_text_pages(pdf, 1)
-        (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
-        chosen[f"{pdf.name}:p{index + 1}"] = (image, pages.pdf_page_text(pdf, index))
-    return chosen
+    pdfs = pages.find_real_pdfs()
+    return {
+        page.label: (page.image, page.text)
+        for pdf in (pdfs[0], pdfs[3])
+        for page in pages.text_pages(pdf, 1)
+    }
 
 
 def _read(engine: LocalEngine, pages: dict[str, tuple[np.ndarray, str]]) -> float:

@@ -32,6 +32,10 @@ pytestmark = pytest.mark.xdist_group(PADDLE_REFERENCE)
 ONNX_ENGINES = ("openvino", "onnxruntime")
 
 
+SYNTHETIC = ("latin", "chinese", "dense")
+"""The names of `test_pages`' synthetic pages; the others are real pages, named by their label."""
+
+
 @pytest.fixture(scope="session")
 def test_pages() -> dict[str, np.ndarray]:
     chosen = {
@@ -40,9 +44,7 @@ def test_pages() -> dict[str, np.ndarray]:
         "dense": images.dense_page().image,
     }
     for pdf in pages.find_real_pdfs()[:2]:
-        (index,) = pages.select_text_pages(pdf, 1)
-        (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
-        chosen[f"{pdf.name}:p{index + 1}"] = image
+        chosen.update((page.label, page.image) for page in pages.text_pages(pdf, 1))
     assert len(chosen) == 5, "run scripts/system-deps.sh to install the Debian doc PDFs"
     return chosen
 
@@ -104,8 +106,7 @@ def test_openvino_server_batches_pages_and_reads_what_paddle_reads(
     paddle_texts: dict[str, list[str]],
 ) -> None:
     # The synthetic pages, all at once: rec batches hold crops of several requests.
-    names = [name for name in test_pages if ":" not in name]
-    assert len(names) == 3
+    names = list(SYNTHETIC)
     bodies = {name: images.encode_png(test_pages[name]) for name in names}
 
     def post(name: str) -> list[str]:

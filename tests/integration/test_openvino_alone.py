@@ -42,10 +42,8 @@ def _config(onnx_dir: str, lone_threads: int) -> AppConfig:
 
 @pytest.fixture(scope="module")
 def page() -> np.ndarray:
-    pdf = pages.find_real_pdfs()[0]
-    (index,) = pages.select_text_pages(pdf, 1)
-    (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
-    return image
+    (first,) = pages.text_pages(pages.find_real_pdfs()[0], 1)
+    return first.image
 
 
 def _predictors(config: AppConfig) -> dict[str, Any]:

@@ -66,9 +66,8 @@ def _predictor(
 @pytest.fixture(scope="module")
 def rec_batches(onnx_dir: str) -> list[np.ndarray]:
     """A real page's recognition chunks, as the pipeline pads them (float32 model inputs)."""
-    pdf = pages.find_real_pdfs()[0]
-    (index,) = pages.select_text_pages(pdf, 1)
-    (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
+    (first,) = pages.text_pages(pages.find_real_pdfs()[0], 1)
+    image = first.image
     det = _predictor(DETECTOR, onnx_dir, "f32", True)
     det.load()
     bundle_options = ocr_options(_bundle(), AppConfig().pipeline)

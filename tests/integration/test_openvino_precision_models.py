@@ -43,11 +43,11 @@ def expected(capabilities: list[str]) -> str:
 def real_pages() -> dict[str, tuple[np.ndarray, str]]:
     """One page with text from each of the first two Debian doc PDFs (libtasn1 and
     shared-mime-info, both English), with its text layer."""
-    chosen = {}
-    for pdf in pages.find_real_pdfs()[:2]:
-        (index,) = pages.select_text_pages(pdf, 1)
-        (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
-        chosen[f"{pdf.name}:p{index + 1}"] = (image, pages.pdf_page_text(pdf, index))
+    chosen = {
+        page.label: (page.image, page.text)
+        for pdf in pages.find_real_pdfs()[:2]
+        for page in pages.text_pages(pdf, 1)
+    }
     assert len(chosen) == 2, "run scripts/system-deps.sh to install the Debian doc PDFs"
     return chosen
 

@@ -57,9 +57,7 @@ def test_the_paddle_engine_reads_ppocrv6_small_as_the_onnx_engines_do(paddle_dir
     page_images = {}
     for pdf in pages.find_real_pdfs():
         if pdf.name.startswith("maint-guide."):  # English, Chinese
-            (index,) = pages.select_text_pages(pdf, 1)
-            (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
-            page_images[f"{pdf.name}:p{index + 1}"] = image
+            page_images.update((page.label, page.image) for page in pages.text_pages(pdf, 1))
     assert len(page_images) == 2, "run scripts/system-deps.sh to install the Debian doc PDFs"
     paddle = _texts("paddle", paddle_dir, page_images)
     openvino = _texts("openvino", paddle_dir, page_images)

@@ -24,13 +24,12 @@ from tests.reference import reference_ocr
 def real_pages() -> list[tuple[str, object, str]]:
     pdfs = pages.find_real_pdfs()
     assert len(pdfs) == 4, "run scripts/system-deps.sh to install the Debian doc PDFs"
-    chosen = []
-    for pdf in (pdfs[0], pdfs[-1]):
-        # One page with real text from the first English document and the Chinese one.
-        (index,) = pages.select_text_pages(pdf, 1)
-        (image,) = pages.render_pdf_pages(pdf, dpi=150, first=index, count=1)
-        chosen.append((f"{pdf.name}:p{index + 1}", image, pages.pdf_page_text(pdf, index)))
-    return chosen
+    # One page with real text from the first English document and the Chinese one.
+    return [
+        (page.label, page.image, page.text)
+        for pdf in (pdfs[0], pdfs[-1])
+        for page in pages.text_pages(pdf, 1)
+    ]
 
 
 def test_cer_not_worse_than_paddleocr(real_pages) -> None:

@@ -29,7 +29,12 @@ from tests.integration.conftest import wait_ready
 
 # The test pages and Paddle's texts of them, shared with the CPU engines' tests (the converted
 # models' `onnx_dir` is tests/integration/conftest.py's).
-from tests.integration.test_onnx_engines import PADDLE_REFERENCE, paddle_texts, test_pages
+from tests.integration.test_onnx_engines import (
+    PADDLE_REFERENCE,
+    SYNTHETIC,
+    paddle_texts,
+    test_pages,
+)
 from tests.local_client import local_client
 
 pytest.importorskip("torch", reason="the torch extra (make install-test installs it)")
@@ -56,7 +61,7 @@ def test_torch_engine_reads_what_paddle_reads(
     engine = LocalEngine(_config(onnx_dir))
     engine.load()
     # The real document pages (the server's test below reads the synthetic ones).
-    real = {name: image for name, image in test_pages.items() if ":" in name}
+    real = {name: image for name, image in test_pages.items() if name not in SYNTHETIC}
     assert len(real) == 2
     for name, image in real.items():
         assert [ln.text for ln in engine.ocr(image).lines] == paddle_texts[name], name
@@ -95,8 +100,7 @@ def test_torch_server_batches_pages_and_reads_what_paddle_reads(
     paddle_texts: dict[str, list[str]],
 ) -> None:
     # The synthetic pages, all at once (the real pages are read in process above).
-    synthetic = [name for name in test_pages if ":" not in name]
-    assert len(synthetic) == 3
+    synthetic = list(SYNTHETIC)
     names = synthetic
     bodies = {name: images.encode_png(test_pages[name]) for name in synthetic}
 

@@ -244,6 +244,24 @@ def test_select_text_pages_picks_spread_text_pages(pdf: Path) -> None:
 
 
 @needs_real_pdfs
+def test_text_pages_are_the_picked_pages_rendered_with_their_text() -> None:
+    pdf = pages.find_real_pdfs()[1]
+    picked = pages.text_pages(pdf, 2, dpi=75)
+    assert [page.index for page in picked] == pages.select_text_pages(pdf, 2)
+    for page in picked:
+        (image,) = pages.render_pdf_pages(pdf, dpi=75, first=page.index, count=1)
+        assert np.array_equal(page.image, image)
+        assert page.text == pages.pdf_page_text(pdf, page.index)
+        assert page.label == f"shared-mime-info-spec-p{page.index + 1}"
+
+
+def test_spread_splits_evenly_the_first_buckets_one_more() -> None:
+    assert pages.spread(7, 3) == [3, 2, 2]
+    assert pages.spread(2, 4) == [1, 1, 0, 0]
+    assert sum(pages.spread(24, 5)) == 24
+
+
+@needs_real_pdfs
 def test_real_page_renders_and_text_matches_bytes_input() -> None:
     pdf = pages.find_real_pdfs()[0]
     (image,) = pages.render_pdf_pages(pdf, dpi=150, first=3, count=1)

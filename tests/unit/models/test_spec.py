@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from models import embedded
+from models import spec as spec_module
 from models.embedded import EmbeddedModelError, embedded_model_dir, resolve_model_dir
 from models.spec import ModelSpec, ModelSpecError, TrtShapeRange, load_model_spec
 from pipelines.types import ClsParams, DetParams, RecParams
@@ -119,6 +120,15 @@ def test_embedded_rec_spec() -> None:
     assert spec.trt_dynamic_shapes[0].max_shape == (8, 3, 48, 3200)
     assert spec.trt_dynamic_shapes[0].opt_shape == (1, 3, 48, 320)
     hash(spec)  # frozen and hashable: usable as a cache key
+
+
+@pytest.mark.parametrize("name", embedded.EMBEDDED_MODELS)
+def test_the_fast_yaml_loader_reads_every_shipped_model_as_pythons_does(name: str) -> None:
+    """`YAML_LOADER` is libyaml's (PyYAML's wheels carry it), and it reads each inference.yml we
+    ship, dictionaries of every script included, to the values PyYAML's own loader reads."""
+    assert spec_module.YAML_LOADER is yaml.CSafeLoader
+    text = (resolve_model_dir(f"embedded:{name}") / "inference.yml").read_text(encoding="utf-8")
+    assert yaml.load(text, Loader=spec_module.YAML_LOADER) == yaml.safe_load(text)
 
 
 def test_custom_det_thresholds(tmp_path: Path) -> None:

@@ -366,6 +366,7 @@ def test_reports_hold_every_sample_and_the_verdicts(tmp_path: Path) -> None:
         distinct_sizes=5,
         samples=samples,
         warmup_s=2.0,
+        end_s=11.0,
         limits=Limits(),
         rows=rows,
         total=total,

@@ -60,12 +60,12 @@ def test_the_lone_requests_go_one_at_a_time_and_then_the_clients_overlap(
 ) -> None:
     url, seen = server
     pages = ScaledPages([("a", np.full((64, 48, 3), 255, np.uint8))], seed=1)
-    result, _, lone_s = asyncio.run(
+    result, _, warm_s = asyncio.run(
         drive(url, "v1", pages, concurrency=3, duration_s=1.5, lone_requests=6, progress=False)
     )
     assert seen.at_arrival[:6] == [1] * 6
     assert max(seen.at_arrival[6:]) > 1  # three clients after them
-    assert 6 * 0.05 <= lone_s < 1.5
+    assert 6 * 0.05 <= warm_s < 1.5  # the warm-up ends with the last lone request
     assert result.requests == len(seen.at_arrival)
 
 
@@ -74,8 +74,53 @@ def test_without_lone_requests_the_clients_overlap_from_the_start(
 ) -> None:
     url, seen = server
     pages = ScaledPages([("a", np.full((64, 48, 3), 255, np.uint8))], seed=1)
-    _, _, lone_s = asyncio.run(
+    _, _, warm_s = asyncio.run(
         drive(url, "v1", pages, concurrency=3, duration_s=0.5, progress=False)
     )
     assert max(seen.at_arrival[:3]) > 1
-    assert lone_s == 0.0
+    assert warm_s == 0.0
+
+
+def test_a_warmup_counted_in_requests_ends_when_they_are_answered_and_the_span_after_it_holds(
+    server: tuple[str, _Seen],
+) -> None:
+    url, seen = server
+    pages = ScaledPages([("a", np.full((64, 48, 3), 255, np.uint8))], seed=1)
+    started = time.monotonic()
+    result, _, warm_s = asyncio.run(
+        drive(
+            url,
+            "v1",
+            pages,
+            concurrency=1,
+            duration_s=0.6,
+            warmup_s=0.1,
+            warmup_requests=10,
+            progress=False,
+        )
+    )
+    elapsed_s = time.monotonic() - started
+    # Ten requests of 0.05 s one after another: the warm-up ends after 0.5 s, not at 0.1 s ...
+    assert warm_s >= 10 * 0.05
+    # ... and traffic goes on for the 0.5 s judged after it.
+    assert elapsed_s >= warm_s + 0.5
+    assert result.requests >= 10 + 5
+    assert result.requests == len(seen.at_arrival)
+
+
+def test_a_warmup_shorter_than_its_seconds_ends_at_its_seconds(server: tuple[str, _Seen]) -> None:
+    url, _ = server
+    pages = ScaledPages([("a", np.full((64, 48, 3), 255, np.uint8))], seed=1)
+    _, _, warm_s = asyncio.run(
+        drive(
+            url,
+            "v1",
+            pages,
+            concurrency=2,
+            duration_s=0.6,
+            warmup_s=0.3,
+            warmup_requests=1,
+            progress=False,
+        )
+    )
+    assert warm_s == 0.3
