@@ -129,27 +129,38 @@ def paddle2onnx_argv(
     ]
 
 
-def default_converter() -> Path | None:
-    """`.venv-convert`'s paddle2onnx (in the working directory, else in the project's folder),
-    else one on PATH, else None."""
+CONVERTER = "paddle2onnx"
+CONVERTER_PACKAGES = ("paddle2onnx", "paddlepaddle", "onnx")
+"""What a conversion's provenance names the versions of."""
+
+
+def default_converter(command: str = CONVERTER) -> Path | None:
+    """`.venv-convert`'s `command` (paddle2onnx here, x2paddle for `models.paddle_convert`), in
+    the working directory, else in the project's folder, else one on PATH, else None."""
     for venv in (CONVERTER_VENV, PROJECT_DIR / CONVERTER_VENV):
-        local = venv / "bin" / "paddle2onnx"
+        local = venv / "bin" / command
         if local.is_file():
             return local
-    found = shutil.which("paddle2onnx")
+    found = shutil.which(command)
     return Path(found) if found else None
 
 
-def converter_versions(paddle2onnx: Path) -> dict[str, str]:
-    """Versions of the converter's packages, asked of the Python beside it."""
-    python = paddle2onnx.parent / "python"
+def converter_versions(
+    converter: Path, packages: tuple[str, ...] = CONVERTER_PACKAGES
+) -> dict[str, str]:
+    """Versions of the converter's `packages`, asked of the Python beside it."""
+    python = converter.parent / "python"
     code = (
-        "import importlib.metadata as m, json\n"
-        "print(json.dumps({p: m.version(p) for p in ('paddle2onnx', 'paddlepaddle', 'onnx')}))"
+        "import importlib.metadata as m, json, sys\n"
+        "print(json.dumps({p: m.version(p) for p in sys.argv[1:]}))"
     )
     try:
         out = subprocess.run(
-            [str(python), "-c", code], capture_output=True, text=True, timeout=120, check=True
+            [str(python), "-c", code, *packages],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
         )
         versions: dict[str, str] = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):

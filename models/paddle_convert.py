@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from models.convert import CONVERTER_VENV, PROJECT_DIR, PROVENANCE_FILE, ModelConversionError
+from models import convert as onnx_convert
+from models.convert import PROVENANCE_FILE, ModelConversionError
 from models.embedded import resolve_model_dir
 from models.engine_options import EngineOptions
 from models.packaged import file_sha256
@@ -40,6 +41,7 @@ from models.spec import CONFIG_FILE, PARAMS_FILE, ModelKind, ModelSpec, load_mod
 DEFAULT_CACHE_DIR = Path("var/models/paddle")
 """Where conversions are kept (`[engine] paddle_dir`, relative to the config file's folder)."""
 CONVERTER = "x2paddle"
+CONVERTER_PACKAGES = ("x2paddle", "paddlepaddle", "onnx")
 CONVERT_COMMAND = (
     "make convert-paddle in the project, or python -m serving.convert --paddle --config <your "
     "config.toml> (it converts into that config's engine.paddle_dir)"
@@ -103,12 +105,7 @@ def prepare_paddle(spec: ModelSpec, options: EngineOptions) -> ModelSpec:
 def default_converter() -> Path | None:
     """`.venv-convert`'s x2paddle (in the working directory, else in the project's folder), else
     one on PATH, else None."""
-    for venv in (CONVERTER_VENV, PROJECT_DIR / CONVERTER_VENV):
-        local = venv / "bin" / CONVERTER
-        if local.is_file():
-            return local
-    found = shutil.which(CONVERTER)
-    return Path(found) if found else None
+    return onnx_convert.default_converter(CONVERTER)
 
 
 def x2paddle_argv(x2paddle: Path, onnx_file: Path, save_dir: Path) -> list[str]:
@@ -124,23 +121,6 @@ def x2paddle_argv(x2paddle: Path, onnx_file: Path, save_dir: Path) -> list[str]:
         "--disable_feedback",
         "True",
     ]
-
-
-def converter_versions(x2paddle: Path) -> dict[str, str]:
-    """Versions of the converter's packages, asked of the Python beside it."""
-    python = x2paddle.parent / "python"
-    code = (
-        "import importlib.metadata as m, json\n"
-        "print(json.dumps({p: m.version(p) for p in ('x2paddle', 'paddlepaddle', 'onnx')}))"
-    )
-    try:
-        out = subprocess.run(
-            [str(python), "-c", code], capture_output=True, text=True, timeout=120, check=True
-        )
-        versions: dict[str, str] = json.loads(out.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return {}
-    return versions
 
 
 def convert(spec: ModelSpec, cache_dir: Path, x2paddle: Path) -> tuple[ModelSpec, bool]:
@@ -198,7 +178,7 @@ def _provenance(
         "model_name": spec.model_name,
         "source_dir": str(spec.directory),
         "onnx_sha256": file_sha256(onnx_file),
-        "converter": converter_versions(x2paddle),
+        "converter": onnx_convert.converter_versions(x2paddle, CONVERTER_PACKAGES),
         "command": [Path(argv[0]).name, *argv[1:4], onnx_file.name, argv[5], "<work>", *argv[7:]],
         "converted_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
