@@ -15,9 +15,9 @@ together one measures and the others wait, then read it; a later start reads it 
 milliseconds. Each model's answers are kept while it is open (the recogniser's as the argmax
 pairs the served one answers), so a trial computes only what its model changed: the detector's
 trial recognises only the lines it cut otherwise, the recogniser's trials detect nothing. The
-check compiles its own models, on the threads of a batch run
-alone (the other workers wait), frees each model's working memory after each reading and
-closes each model no later trial reads with, and closes the rest before the served ones load.
+check compiles its own models, on the threads of a batch run alone (the other workers wait),
+frees each model's working memory after each reading and closes each model no later trial
+reads with, and closes the rest before the served ones load.
 """
 
 from __future__ import annotations
