@@ -68,9 +68,8 @@ def real_pages() -> tuple[list[np.ndarray], list[str]]:
     matches = [p for p in pages.find_real_pdfs() if p.name == PDF_NAME]
     if not matches:
         pytest.skip(f"{PDF_NAME} (scripts/system-deps.sh: maint-guide)")
-    indices = pages.select_text_pages(matches[0], N_PAGES)
-    images = [pages.render_pdf_pages(matches[0], dpi=DPI, first=i, count=1)[0] for i in indices]
-    return images, [pages.pdf_page_text(matches[0], i) for i in indices]
+    picked = pages.text_pages(matches[0], N_PAGES, dpi=DPI)
+    return [page.image for page in picked], [page.text for page in picked]
 
 
 @pytest.fixture
@@ -176,11 +175,10 @@ def test_a_chinese_page_with_tesseracts_language_name(server: Server, tmp_path: 
     matches = [p for p in pages.find_real_pdfs() if p.name == "maint-guide.zh-cn.pdf"]
     if not matches:
         pytest.skip("maint-guide.zh-cn.pdf (scripts/system-deps.sh: maint-guide-zh-cn)")
-    (index,) = pages.select_text_pages(matches[0], 1)
-    (image,) = pages.render_pdf_pages(matches[0], dpi=ZH_DPI, first=index, count=1)
-    truth = pages.pdf_page_text(matches[0], index)
+    (page,) = pages.text_pages(matches[0], 1, dpi=ZH_DPI)
+    truth = page.text
     scan = tmp_path / "zh.pdf"
-    scan.write_bytes(make_pdf([image], dpi=ZH_DPI))
+    scan.write_bytes(make_pdf([page.image], dpi=ZH_DPI))
     out = tmp_path / "out.pdf"
     run = ocrmypdf(
         "--plugin", PLUGIN, "--ocr-server", server.url, "-l", "chi_sim", "-k", scan, out,
