@@ -394,16 +394,23 @@ class Runtime:
         return self.scheduler.close() + self.cpu.abort(error) + self.service.budget.abort(error)
 
     async def start(self) -> None:
-        """Start the CPU pool and the device workers; readiness follows."""
-        shm.sweep_orphans()  # segments of servers killed before they could sweep, any pid
-        if self.config.server.watchdog_s > 0:
-            self.watchdog = LoopWatchdog(asyncio.get_running_loop(), self.config.server.watchdog_s)
-            self.watchdog.start()
-        # OpenCV reads its own pixel cap (2^30 by default) once, as a process imports it: the CPU
-        # workers, spawned from here on, inherit this one. Images are sized from their headers
-        # first (`serving.decode.readers`); this holds should a header and its pixels disagree.
-        os.environ["OPENCV_IO_MAX_IMAGE_PIXELS"] = str(self.config.input.max_image_pixels)
+        """Start the CPU pool and the device workers; readiness follows. A failure is logged
+        and shown by `/readyz` (`startup_error`): this runs as a background task, whose
+        exception nobody else would see."""
         try:
+            try:
+                shm.sweep_orphans()  # segments of servers killed before they could sweep
+            except OSError as err:  # leftovers cost memory, not correctness: start anyway
+                logger.warning("could not sweep shared memory left by dead servers: %s", err)
+            if self.config.server.watchdog_s > 0:
+                loop = asyncio.get_running_loop()
+                self.watchdog = LoopWatchdog(loop, self.config.server.watchdog_s)
+                self.watchdog.start()
+            # OpenCV reads its own pixel cap (2^30 by default) once, as a process imports it:
+            # the CPU workers, spawned from here on, inherit this one. Images are sized from
+            # their headers first (`serving.decode.readers`); this holds should a header and
+            # its pixels disagree.
+            os.environ["OPENCV_IO_MAX_IMAGE_PIXELS"] = str(self.config.input.max_image_pixels)
             self.cpu.start()
             await asyncio.gather(self.cpu.warm_up(), self.devices.start())
         except Exception as err:

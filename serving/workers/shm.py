@@ -212,6 +212,7 @@ def sweep_orphans(shm_dir: str = _SHM_DIR) -> tuple[int, int]:
     """
     removed = size = 0
     dead: set[str] = set()
+    others = 0
     owned: dict[tuple[int, str | None], bool] = {}
     for name in sorted(os.listdir(shm_dir)) if os.path.isdir(shm_dir) else []:
         segment, lock = _SERVER_SEGMENT.match(name), _SERVER_LOCK.fullmatch(name)
@@ -229,6 +230,12 @@ def sweep_orphans(shm_dir: str = _SHM_DIR) -> tuple[int, int]:
             os.unlink(path)
         except FileNotFoundError:
             continue  # its own server's last worker or another sweep removed it meanwhile
+        except PermissionError:
+            # Another user's, in the sticky /dev/shm: theirs to sweep. Before 2026-12-07 this
+            # escaped the start of a non-root server (the image's uid) beside root's leftovers,
+            # and the server answered 503 to every /readyz, saying nothing.
+            others += 1
+            continue
         if segment is not None:
             removed += 1
             size += nbytes
@@ -240,6 +247,8 @@ def sweep_orphans(shm_dir: str = _SHM_DIR) -> tuple[int, int]:
             size,
             ", ".join(sorted(dead)),
         )
+    if others:
+        logger.info("left %d files of dead servers of other users in %s", others, shm_dir)
     return removed, size
 
 

@@ -109,6 +109,15 @@ def _python_for(uid: int) -> str | None:
     return None
 
 
+def _dead_servers_segment(folder: Path) -> Path:
+    """A segment file in `folder` named as a killed server's (a pid no process has)."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    segment = folder / f"ocrsrv{gone.pid}_safe-defaults-leftover"
+    segment.write_bytes(b"\0" * 64)
+    return segment
+
+
 def _run_as(uid: int) -> dict[str, object]:
     """`subprocess` arguments that run a command as `uid`, in its own group, no other."""
     if uid == os.getuid():
@@ -131,6 +140,10 @@ def keyed(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresServer) ->
     config = tmp / "config.toml"
     config.write_text(CONFIG.format(host="127.0.0.1", data_dir=tmp / "jobs"))
     log = tmp_path_factory.mktemp("keyed") / "server.log"
+    # A dead server's segment of this (root) process's user, as other tests leave them: the
+    # keyed server's start sweeps /dev/shm and may not remove it (`test_a_server_of_another_uid_
+    # leaves_roots_leftovers_and_starts`).
+    leftover = _dead_servers_segment(Path("/dev/shm"))
     port = free_port()
     env = {
         **os.environ,
@@ -161,6 +174,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresServer) ->
     finally:
         stop_server(srv)
         shutil.rmtree(tmp, ignore_errors=True)
+        leftover.unlink(missing_ok=True)
 
 
 def _cpu_worker_pids(server: Server) -> list[int]:
@@ -284,3 +298,39 @@ def test_a_process_of_the_servers_uid_reads_no_secret_and_lifts_no_limit(keyed: 
             soft, hard = limits[name]
             assert soft == hard != "unlimited" or (name == "Max core file size" and soft == hard)
     assert uid == (SERVER_UID if os.geteuid() == 0 else os.getuid())  # workers: the same uid
+
+
+def test_a_server_of_another_uid_leaves_roots_leftovers_and_starts() -> None:
+    """Issue 47 (found by a suite run, 2026-12-07): a non-root server's start sweeps /dev/shm,
+    whose sticky bit keeps another user's dead-server segments from it; the PermissionError
+    escaped `Runtime.start`, and the server answered 503 to /readyz for good, logging nothing.
+    The sweep, as the image's uid, in a sticky folder of its own beside a root-owned leftover:
+    it keeps the file and says so."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a file of another user than the sweep's")
+    python = _python_for(SERVER_UID)
+    assert python is not None
+    folder = Path(tempfile.mkdtemp(prefix="ocr-shm-"))
+    try:
+        folder.chmod(0o1777)  # as /dev/shm
+        leftover = _dead_servers_segment(folder)
+        swept = subprocess.run(
+            [
+                python,
+                "-c",
+                "import logging, sys; from serving.workers import shm; "
+                "logging.basicConfig(level=logging.INFO); print(shm.sweep_orphans(sys.argv[1]))",
+                str(folder),
+            ],
+            env={"PYTHONPATH": _python_path(), "PATH": os.environ.get("PATH", "")},
+            cwd="/",
+            capture_output=True,
+            text=True,
+            **_run_as(SERVER_UID),  # type: ignore[arg-type]
+        )
+        assert swept.returncode == 0, swept.stderr
+        assert swept.stdout.strip() == "(0, 0)"
+        assert "left 1 files of dead servers of other users" in swept.stderr
+        assert leftover.exists()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
