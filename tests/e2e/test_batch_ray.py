@@ -59,9 +59,11 @@ def local_ray() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def documents(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two real pages (Debian manuals, as the bench renders them) and a two-page PDF."""
+    """A real page (a Debian manual's, as the bench renders it) and a two-page PDF: one real
+    page, not two (2026-12-07): each page costs each of the three runs below ~2.5 s of Ray's
+    1-thread actors, on a machine the suite's other worker shares."""
     folder = tmp_path_factory.mktemp("ray-in")
-    for label, image, _ in real_page_set(2, dpi=100.0):
+    for label, image, _ in real_page_set(1, dpi=100.0):
         cv2.imwrite(str(folder / f"{label}.png"), image)
     latin, chinese = images.latin_lines(), images.chinese_lines()
     (folder / "lines.pdf").write_bytes(images.make_pdf([latin.image, chinese.image], dpi=144.0))
@@ -106,15 +108,15 @@ def test_texts_equal_the_servers_and_a_rerun_does_only_what_is_left(
     assert len(first) == 1  # the page that reached the driver is on disk, nothing else
 
     summary = run_on_ray([str(documents)], out, pools=POOLS)
-    assert summary.pages == 4
+    assert summary.pages == 3
     assert summary.skipped == 1
     assert summary.failures == {}
     assert set(summary.done).isdisjoint(first)
-    assert len(summary.done) == 3
+    assert len(summary.done) == 2
     assert sorted(_manifest_keys(out)) == sorted(first + summary.done)  # no page twice
 
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert len(records) == 4
+    assert len(records) == 3
     expected = _server_records(server, documents)
     assert sorted(expected) == sorted((r["file"], r["page"]) for r in records)
     for record in records:
@@ -122,7 +124,7 @@ def test_texts_equal_the_servers_and_a_rerun_does_only_what_is_left(
         assert [ln["text"] for ln in record["lines"]] == [ln["text"] for ln in answer["lines"]]
         assert [ln["box"] for ln in record["lines"]] == [ln["box"] for ln in answer["lines"]]
         assert (record["width"], record["height"]) == (answer["width"], answer["height"])
-    assert sum(len(r["lines"]) for r in records) > 40  # real pages: many lines
+    assert sum(len(r["lines"]) for r in records) > 30  # a real page: many lines
 
     table = pyarrow.parquet.read_table(out / "results.parquet").to_pylist()
     assert [(r["file"], r["page"], r["lines"]) for r in table] == [
@@ -130,7 +132,7 @@ def test_texts_equal_the_servers_and_a_rerun_does_only_what_is_left(
     ]
 
     again = run_on_ray([str(documents)], out, pools=POOLS)
-    assert (again.done, again.skipped, again.written) == ([], 4, [])
+    assert (again.done, again.skipped, again.written) == ([], 3, [])
 
 
 def _model_actor_pids() -> list[int]:

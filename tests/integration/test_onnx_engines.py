@@ -32,8 +32,14 @@ pytestmark = pytest.mark.xdist_group(PADDLE_REFERENCE)
 ONNX_ENGINES = ("openvino", "onnxruntime")
 
 
-SYNTHETIC = ("latin", "chinese", "dense")
+SYNTHETIC = ("latin", "chinese", "dense-top")
 """The names of `test_pages`' synthetic pages; the others are real pages, named by their label."""
+
+DENSE_TOP_LINES = 16
+"""The dense page's first 16 lines (two headings and their body lines, the page's full width),
+not all 40: Paddle alone took 12.5 CPU seconds for the whole page here, each other engine 5,
+and five engines read it (2026-12-07, for the suite's time). The two real pages are as dense;
+test_ocr_vs_paddleocr.py reads the whole dense page against PaddleOCR itself."""
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +47,7 @@ def test_pages() -> dict[str, np.ndarray]:
     chosen = {
         "latin": images.latin_lines().image,
         "chinese": images.chinese_lines().image,
-        "dense": images.dense_page().image,
+        "dense-top": images.dense_page_top(DENSE_TOP_LINES).image,
     }
     for pdf in pages.find_real_pdfs()[:2]:
         chosen.update((page.label, page.image) for page in pages.text_pages(pdf, 1))
@@ -76,7 +82,7 @@ def _read(config: AppConfig, test_pages: dict[str, np.ndarray]) -> dict[str, lis
 @pytest.fixture(scope="session")
 def paddle_texts(onnx_dir: str, test_pages: dict[str, np.ndarray]) -> dict[str, list[str]]:
     texts = _read(_config("paddle", onnx_dir), test_pages)
-    assert sum(len(t) for t in texts.values()) > 100, "the pages should have text"
+    assert sum(len(t) for t in texts.values()) > 80, "the pages should have text"
     return texts
 
 
