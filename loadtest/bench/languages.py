@@ -103,13 +103,12 @@ def languages(
             result[lang] = {"missing": str(pdf)}
             continue
         readers = [s for s in sets.all if lang in s.langs]
-        indices = pdf_pages.select_text_pages(pdf, n_pages)
-        images = [pdf_pages.render_pdf_pages(pdf, dpi=150, first=i, count=1)[0] for i in indices]
-        truth = "\n".join(pdf_pages.pdf_page_text(pdf, i) for i in indices)
+        pages = pdf_pages.text_pages(pdf, n_pages)
+        truth = "\n".join(page.text for page in pages)
         result[lang] = {
-            "pages": [i + 1 for i in indices],
+            "pages": [page.index + 1 for page in pages],
             "cer": {
-                s.name: cer(truth, "\n".join(_text(engine_of(s), im) for im in images))
+                s.name: cer(truth, "\n".join(_text(engine_of(s), page.image) for page in pages))
                 for s in readers
             },
             "models": {s.name: set_models(s) for s in readers},

@@ -43,7 +43,6 @@ from serving.outputs.document import Document, Page
 from serving.outputs.pdf_layer import write_layer
 from serving.outputs.pdf_text import pages_with_text
 
-MEDIA_TYPE = "application/pdf"
 FONT = Path(__file__).parent / "fonts" / "Occulta.ttf"
 _FONT_NAME = "Occulta"
 _DEFAULT_DPI = 300.0
