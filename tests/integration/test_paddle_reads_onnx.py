@@ -1,7 +1,8 @@
 """The Paddle engine reads the default set, PP-OCRv6 small, shipped as ONNX, through its X2Paddle
-conversion (`make convert-paddle`, `models.paddle_convert`): on a real English page and a real
-Chinese one (Debian's maint-guide) it reads the text OpenVINO reads at f32 from the ONNX files,
-each line's score within 1e-3.
+conversion (`make convert-paddle`, `models.paddle_convert`): on the top half of a real English
+page and of a real Chinese one (Debian's maint-guide) it reads the text OpenVINO reads at f32
+from the ONNX files, each line's score within 1e-3. Half pages since 2026-12-07, for the suite's
+time: Paddle took ~17 of the 23 s the whole pages took here.
 
 Measured with the same comparison on 9 real pages (4 bench pages, one maint-guide page each in
 fr, de, es, it, ja; 2026-12-07): the same text on every page from ONNX Runtime, OpenVINO f32 and
@@ -57,7 +58,10 @@ def test_the_paddle_engine_reads_ppocrv6_small_as_the_onnx_engines_do(paddle_dir
     page_images = {}
     for pdf in pages.find_real_pdfs():
         if pdf.name.startswith("maint-guide."):  # English, Chinese
-            page_images.update((page.label, page.image) for page in pages.text_pages(pdf, 1))
+            page_images.update(
+                (page.label, page.image[: page.image.shape[0] // 2])
+                for page in pages.text_pages(pdf, 1)
+            )
     assert len(page_images) == 2, "run scripts/system-deps.sh to install the Debian doc PDFs"
     paddle = _texts("paddle", paddle_dir, page_images)
     openvino = _texts("openvino", paddle_dir, page_images)
