@@ -1,8 +1,9 @@
 """A short `make soak` in CI: ocr-serve under real pages of varying sizes leaks nothing.
 
-`loadtest.soak` starts the real server (embedded models, CPU), drives two clients for 70 s (more
-where its warm-up's requests take longer) and samples every process each 2 s. Memory is judged
-with a looser bound than the 5 % of the full soak; see MAX_GROWTH. About 80 s on 2 cores.
+`loadtest.soak` starts the real server (embedded models, CPU, one core's worth of workers:
+`ONE_CORE`), drives two clients for 70 s (more where its warm-up's requests take longer) and
+samples every process each 2 s. Memory is judged with a looser bound than the 5 % of the full
+soak; see MAX_GROWTH. About 90 s on 2 cores (2026-12-07, alone: 98 CPU s, the server +0.1 %).
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ it judged): the same warm-up is now the same requests on every machine."""
 # `make soak` (20 minutes, 8 of warm-up, windows of 72 s) judges 5 %.
 MAX_GROWTH = 0.15
 
+ONE_CORE = """cpu_instances = 1
+cpu_workers = 1
+[engine]
+cpu_threads = 1
+cpu_lone_threads = 1
+"""
+"""The soaked server on one core of the two (its `[workers]` table goes on): one device worker
+and one CPU worker, one math thread. With the defaults (two device workers, lone batches on
+both cores) it took 116 CPU s of the suite's 2 cores in its 80 s, starving the other pytest
+worker; a leak shows in one worker as in two, and one worker sees every warm-up request's
+shapes (2026-12-07)."""
+
 
 def test_short_soak_answers_everything_and_leaks_nothing(tmp_path: Path) -> None:
     """Every request 200; no segment left idle or after stop; fds flat; memory within bounds."""
@@ -38,7 +51,7 @@ def test_short_soak_answers_everything_and_leaks_nothing(tmp_path: Path) -> None
     # The soak's pages are read by the default set: a second one would only lengthen the start
     # of both device workers, and hold memory that dilutes the growth measured against it.
     config = tmp_path / "soak.toml"
-    config.write_text(DEFAULT_CONFIG + "[models]\nsets = {}\n")
+    config.write_text(DEFAULT_CONFIG + ONE_CORE + "[models]\nsets = {}\n")
     started = time.monotonic()
     code = main(
         [
@@ -86,13 +99,13 @@ def test_short_soak_answers_everything_and_leaks_nothing(tmp_path: Path) -> None
     assert data["total"]["fraction"] < MAX_GROWTH
 
     roles = {p["role"] for p in data["processes"]}
-    # config.toml's default: two CPU device workers.
-    assert {"main", "device cpu#0", "device cpu#1", "cpu-worker 1", "cpu-worker 2"} <= roles, roles
+    # Every kind of process the server runs is sampled (`ONE_CORE`: one of each worker).
+    assert {"main", "device cpu", "cpu-worker 1", "resource-tracker"} <= roles, roles
     assert data["server"]["mkldnn_cache_capacity"] == 10
     assert data["distinct_sizes"] >= result["requests"] - 1  # sizes vary request by request
     samples = data["samples"]
     assert len(samples) >= DURATION_S // 2
-    assert all(len(s["processes"]) >= 5 for s in samples)
+    assert all(len(s["processes"]) >= 4 for s in samples)
     assert all(p["rss_mean_bytes"] > 0 and p["fds"] > 0 for s in samples for p in s["processes"])
     assert "| main |" in report
     assert (out / "soak.png").stat().st_size > 10_000
