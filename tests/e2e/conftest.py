@@ -324,6 +324,11 @@ class ProfileServers:
         if XDIST_WORKER:
             used = _used(nextitem) if nextitem else ()
             wanted = {PROFILES[name].launch_key() for name in used}
+            # The rest of the server's group comes next (xdist hands a worker a whole group):
+            # a test in it that takes no server (the Ray file's last two, in `default`'s group)
+            # must not stop it, to be started again for the group's next test.
+            group = _xdist_group(nextitem) if nextitem else None
+            wanted |= {key for key in self._running if _launch_group(key) == group}
             for key in [key for key in self._running if key not in wanted]:
                 stop_server(self._running.pop(key))
 
@@ -333,6 +338,16 @@ class ProfileServers:
 
 
 _SERVERS = pytest.StashKey[ProfileServers]()
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    return str(mark.args[0]) if mark is not None and mark.args else None
+
+
+def _launch_group(key: tuple[object, ...]) -> str:
+    """`profile_group` of the profiles whose launch is `key`."""
+    return profile_group(min(name for name, p in PROFILES.items() if p.launch_key() == key))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
