@@ -35,9 +35,11 @@ from serving.engine.local import LocalEngine
 ov: Any = pytest.importorskip("openvino")
 nncf: Any = pytest.importorskip("nncf")
 
-DEFAULT_SET = ModelsConfig(ori="", sets={}, langs=("ch", "en"))
+DEFAULT_SET = ModelsConfig(ori="", sets={}, langs=("en",))
 """The default set's det and rec alone (PP-OCRv6 small, ONNX already); its check reads the
-synthetic, English and Chinese pages of the check set only (half the time of all its languages)."""
+synthetic and English pages of the check set only: what is asserted is that "auto" runs what
+the check passed, whatever it found (English and Chinese until 2026-12-07, cut for the suite's
+time; the real pages read after it are still an English and a Chinese one)."""
 
 INT8_MAX_CER_LOSS_HERE = 0.05
 """How much worse than f32 the int8 models, calibrated on two pages only, may read the test pages
