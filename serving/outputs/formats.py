@@ -48,6 +48,7 @@ _ACCEPTED: dict[str, Format] = {
 }
 """Media types a client may ask for in `Accept`, and the format each gets."""
 
+
 def _render_pdf(document: Document) -> Iterator[bytes]:
     """`serving.outputs.pdf.render`, imported at the first PDF: its libraries (fpdf, fontTools,
     HarfBuzz, pikepdf) took 0.17 s of every server process's start, most of which never
