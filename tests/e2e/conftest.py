@@ -264,6 +264,8 @@ class ProfileServers:
         self._running: dict[tuple[object, ...], Server] = {}
         self._started: set[tuple[object, ...]] = set()
         self._users: dict[tuple[object, ...], set[str]] = {}
+        self._groups: dict[tuple[object, ...], str] = {}
+        """Each started launch's xdist group (`profile_group`)."""
 
     def plan(self, items: list[pytest.Item]) -> None:
         """Note which tests use each launch."""
@@ -281,6 +283,7 @@ class ProfileServers:
         if key in self._started and not XDIST_WORKER:  # stopped after its last test
             raise RuntimeError(f"profile {name!r} asked for again after its last test")
         self._started.add(key)
+        self._groups[key] = profile_group(name)
         server = self._start(name, profile, request)
         self._running[key] = server
         return server
@@ -328,7 +331,7 @@ class ProfileServers:
             # a test in it that takes no server (the Ray file's last two, in `default`'s group)
             # must not stop it, to be started again for the group's next test.
             group = _xdist_group(nextitem) if nextitem else None
-            wanted |= {key for key in self._running if _launch_group(key) == group}
+            wanted |= {key for key in self._running if self._groups[key] == group}
             for key in [key for key in self._running if key not in wanted]:
                 stop_server(self._running.pop(key))
 
@@ -343,11 +346,6 @@ _SERVERS = pytest.StashKey[ProfileServers]()
 def _xdist_group(item: pytest.Item) -> str | None:
     mark = item.get_closest_marker("xdist_group")
     return str(mark.args[0]) if mark is not None and mark.args else None
-
-
-def _launch_group(key: tuple[object, ...]) -> str:
-    """`profile_group` of the profiles whose launch is `key`."""
-    return profile_group(min(name for name, p in PROFILES.items() if p.launch_key() == key))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
